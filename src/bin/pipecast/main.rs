@@ -1,0 +1,66 @@
+//! The `pipecast` command-line tool: topology, plans, benchmarks, calibration, the lab.
+
+mod bench;
+mod calibrate;
+mod hetero;
+mod lab;
+mod plan;
+mod topo;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Errors reach `main`, which prints them on stderr and exits non-zero.
+pub type CliResult = Result<(), Box<dyn std::error::Error>>;
+
+#[derive(Parser)]
+#[command(
+    name = "pipecast",
+    version,
+    about = "Contention-free pipelined broadcast for switched Ethernet clusters"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Topology files: generate, check, discover.
+    Topo(topo::Args),
+    /// Plan a broadcast tree on a topology and print it (table, JSON or Graphviz).
+    Plan(plan::Args),
+    /// Heterogeneous platforms (seed 004): heuristics and the LP optimum.
+    Hetero(hetero::Args),
+    /// Run and time real broadcasts between processes.
+    Bench(bench::Args),
+    /// Measure L(m) and g(m) and write a calibration profile.
+    Calibrate(calibrate::Args),
+    /// Emulated multi-switch cluster in network namespaces (root only).
+    Lab(lab::Args),
+}
+
+fn main() -> ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("PIPECAST_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Topo(args) => topo::run(args),
+        Command::Plan(args) => plan::run(args),
+        Command::Hetero(args) => hetero::run(args),
+        Command::Bench(args) => bench::run(args),
+        Command::Calibrate(args) => calibrate::run(args),
+        Command::Lab(args) => lab::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pipecast: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

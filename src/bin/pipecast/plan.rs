@@ -1,0 +1,10 @@
+//! `pipecast plan` — to be written.
+
+use crate::CliResult;
+
+#[derive(clap::Args)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> CliResult {
+    Err("pipecast plan is not implemented yet".into())
+}

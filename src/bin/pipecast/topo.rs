@@ -1,0 +1,10 @@
+//! `pipecast topo` — to be written.
+
+use crate::CliResult;
+
+#[derive(clap::Args)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> CliResult {
+    Err("pipecast topo is not implemented yet".into())
+}

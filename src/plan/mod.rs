@@ -1,0 +1,288 @@
+//! Broadcast trees: one file per algorithm of the seeds, plus the contention checker.
+//!
+//! A [`Plan`] is one or more [`Lane`]s; each lane is a spanning tree over all ranks rooted at the
+//! broadcast root, and carries an equal share of the message (only `multilane` has two).
+//! `children[r]` is in send order: under FPFS forwarding (seed 001 §3.2) a rank sends each
+//! segment to its children in this order.
+
+pub mod baseline;
+pub mod binary;
+pub mod check;
+pub mod kary;
+pub mod kbinomial;
+pub mod linear;
+pub mod multilane;
+
+use crate::topology::{MachineId, Topology};
+use std::fmt;
+use std::str::FromStr;
+
+pub use check::{check, Report};
+
+/// Which algorithm builds the tree.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TreeKind {
+    /// Algorithm 1 of seed 000/003 §4.1: contention-free chain in DFS switch order.
+    Linear,
+    /// Algorithm 2 of seed 003 §4.1.2: contention-free binary tree by DP over sub-arrays.
+    Binary,
+    /// The k-ary extension of Algorithm 2 (seed 003 after Theorem 2).
+    Kary(u32),
+    /// Seed 001 k-binomial tree; `None` = the optimal k for the message (Theorem 3).
+    KBinomial(Option<u32>),
+    /// Seed 002: two binary trees over halves of the message.
+    Multilane,
+    /// Root sends to everybody (baseline).
+    Flat,
+    /// Rank-relative binomial tree as in MPICH/LAM (baseline).
+    Binomial,
+    /// Chain in rank order (baseline, topology-unaware).
+    NaiveLinear,
+    /// Complete binary tree in rank order (baseline, topology-unaware).
+    NaiveBinary,
+    /// The model's best choice for the message size (resolved by `model::choose`).
+    Auto,
+}
+
+impl TreeKind {
+    /// Every concrete algorithm name accepted on the command line, for help texts.
+    pub const NAMES: &'static str = "linear, binary, kary:K, kbinomial, kbinomial:K, multilane, flat, binomial, naive-linear, naive-binary, auto";
+
+    /// Whether the algorithm is one of the topology-unaware baselines.
+    pub fn is_baseline(&self) -> bool {
+        matches!(
+            self,
+            TreeKind::Flat | TreeKind::Binomial | TreeKind::NaiveLinear | TreeKind::NaiveBinary
+        )
+    }
+}
+
+impl fmt::Display for TreeKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TreeKind::Linear => f.write_str("linear"),
+            TreeKind::Binary => f.write_str("binary"),
+            TreeKind::Kary(k) => write!(f, "kary:{k}"),
+            TreeKind::KBinomial(None) => f.write_str("kbinomial"),
+            TreeKind::KBinomial(Some(k)) => write!(f, "kbinomial:{k}"),
+            TreeKind::Multilane => f.write_str("multilane"),
+            TreeKind::Flat => f.write_str("flat"),
+            TreeKind::Binomial => f.write_str("binomial"),
+            TreeKind::NaiveLinear => f.write_str("naive-linear"),
+            TreeKind::NaiveBinary => f.write_str("naive-binary"),
+            TreeKind::Auto => f.write_str("auto"),
+        }
+    }
+}
+
+impl FromStr for TreeKind {
+    type Err = PlanError;
+    fn from_str(s: &str) -> Result<TreeKind, PlanError> {
+        let bad = || PlanError::UnknownTree(s.to_string());
+        let k = |arg: &str| -> Result<u32, PlanError> {
+            match arg.parse::<u32>() {
+                Ok(k) if k >= 1 => Ok(k),
+                _ => Err(PlanError::BadArity(s.to_string())),
+            }
+        };
+        Ok(match s {
+            "linear" => TreeKind::Linear,
+            "binary" => TreeKind::Binary,
+            "kbinomial" => TreeKind::KBinomial(None),
+            "multilane" => TreeKind::Multilane,
+            "flat" => TreeKind::Flat,
+            "binomial" => TreeKind::Binomial,
+            "naive-linear" => TreeKind::NaiveLinear,
+            "naive-binary" => TreeKind::NaiveBinary,
+            "auto" => TreeKind::Auto,
+            _ => match s.split_once(':') {
+                Some(("kary", arg)) => TreeKind::Kary(k(arg)?),
+                Some(("kbinomial", arg)) => TreeKind::KBinomial(Some(k(arg)?)),
+                _ => return Err(bad()),
+            },
+        })
+    }
+}
+
+/// What went wrong while planning.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum PlanError {
+    #[error("unknown tree {0:?}: use one of {names}", names = TreeKind::NAMES)]
+    UnknownTree(String),
+    #[error("tree {0:?}: K must be a whole number of at least 1")]
+    BadArity(String),
+    #[error("root {root} is not a rank of this {size}-rank topology")]
+    BadRoot { root: usize, size: usize },
+    #[error("tree {0} is resolved by the cost model: give a message size (and a profile)")]
+    NeedsModel(String),
+    #[error("tree {0} is not implemented yet")]
+    NotImplemented(String),
+}
+
+/// One spanning tree over all ranks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lane {
+    /// `parents[r]`: who sends to rank r (`None` for the root).
+    pub parents: Vec<Option<MachineId>>,
+    /// `children[r]`: whom rank r sends to, in send order.
+    pub children: Vec<Vec<MachineId>>,
+}
+
+impl Lane {
+    /// A lane from children lists; parents are derived.
+    pub fn from_children(children: Vec<Vec<MachineId>>) -> Lane {
+        let mut parents = vec![None; children.len()];
+        for (p, kids) in children.iter().enumerate() {
+            for &c in kids {
+                parents[c] = Some(p);
+            }
+        }
+        Lane { parents, children }
+    }
+
+    /// A chain visiting `order` (order[0] is the root).
+    pub fn chain(size: usize, order: &[MachineId]) -> Lane {
+        let mut children = vec![Vec::new(); size];
+        for w in order.windows(2) {
+            children[w[0]].push(w[1]);
+        }
+        Lane::from_children(children)
+    }
+
+    /// The rank with no parent (the first one if the lane is malformed).
+    pub fn root(&self) -> Option<MachineId> {
+        self.parents.iter().position(Option::is_none)
+    }
+
+    /// Number of edges on the longest root-to-leaf path.
+    pub fn height(&self) -> usize {
+        let Some(root) = self.root() else { return 0 };
+        let mut best = 0;
+        let mut stack = vec![(root, 0usize)];
+        let mut visited = 0;
+        while let Some((r, d)) = stack.pop() {
+            visited += 1;
+            if visited > self.parents.len() {
+                break; // a cycle: the checker reports it
+            }
+            best = best.max(d);
+            stack.extend(self.children[r].iter().map(|&c| (c, d + 1)));
+        }
+        best
+    }
+
+    /// The largest number of children of one rank.
+    pub fn max_degree(&self) -> usize {
+        self.children.iter().map(Vec::len).max().unwrap_or(0)
+    }
+}
+
+/// A broadcast plan: the algorithm that built it, the root, and its lanes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// The algorithm, with parameters resolved (e.g. `kbinomial:3`, never `auto`).
+    pub tree: TreeKind,
+    pub root: MachineId,
+    pub lanes: Vec<Lane>,
+}
+
+impl Plan {
+    pub fn size(&self) -> usize {
+        self.lanes.first().map_or(0, |l| l.parents.len())
+    }
+    pub fn height(&self) -> usize {
+        self.lanes.iter().map(Lane::height).max().unwrap_or(0)
+    }
+    pub fn max_degree(&self) -> usize {
+        self.lanes.iter().map(Lane::max_degree).max().unwrap_or(0)
+    }
+}
+
+/// Builds the tree `tree` rooted at `root` over `topology`. `segments` is the number of
+/// pipeline segments when known (the optimal k of `kbinomial` depends on it).
+pub fn build(
+    topology: &Topology,
+    root: MachineId,
+    tree: &TreeKind,
+    segments: Option<u64>,
+) -> Result<Plan, PlanError> {
+    let size = topology.size();
+    if root >= size {
+        return Err(PlanError::BadRoot { root, size });
+    }
+    let single = |lane: Lane, tree: TreeKind| Plan {
+        tree,
+        root,
+        lanes: vec![lane],
+    };
+    Ok(match tree {
+        TreeKind::Linear => single(linear::build(topology, root), TreeKind::Linear),
+        TreeKind::Binary => single(binary::build(topology, root), TreeKind::Binary),
+        TreeKind::Kary(k) => single(kary::build(topology, root, *k as usize), tree.clone()),
+        TreeKind::KBinomial(k) => {
+            let k = match k {
+                Some(k) => *k,
+                None => kbinomial::optimal_k(size as u64, segments.unwrap_or(1)),
+            };
+            single(
+                kbinomial::build(topology, root, k)?,
+                TreeKind::KBinomial(Some(k)),
+            )
+        }
+        TreeKind::Multilane => Plan {
+            tree: TreeKind::Multilane,
+            root,
+            lanes: multilane::build(topology, root)?,
+        },
+        TreeKind::Flat => single(baseline::flat(size, root), TreeKind::Flat),
+        TreeKind::Binomial => single(baseline::binomial(size, root), TreeKind::Binomial),
+        TreeKind::NaiveLinear => single(baseline::naive_linear(size, root), TreeKind::NaiveLinear),
+        TreeKind::NaiveBinary => single(baseline::naive_binary(size, root), TreeKind::NaiveBinary),
+        TreeKind::Auto => return Err(PlanError::NeedsModel("auto".into())),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tree_names_round_trip() {
+        for name in [
+            "linear",
+            "binary",
+            "kary:3",
+            "kbinomial",
+            "kbinomial:2",
+            "multilane",
+            "flat",
+            "binomial",
+            "naive-linear",
+            "naive-binary",
+            "auto",
+        ] {
+            assert_eq!(name.parse::<TreeKind>().unwrap().to_string(), name);
+        }
+        assert!(matches!(
+            "kary:0".parse::<TreeKind>(),
+            Err(PlanError::BadArity(_))
+        ));
+        assert!(matches!(
+            "kary:x".parse::<TreeKind>(),
+            Err(PlanError::BadArity(_))
+        ));
+        assert!(matches!(
+            "tree".parse::<TreeKind>(),
+            Err(PlanError::UnknownTree(_))
+        ));
+    }
+
+    #[test]
+    fn lane_shape() {
+        let lane = Lane::chain(4, &[2, 0, 3, 1]);
+        assert_eq!(lane.root(), Some(2));
+        assert_eq!(lane.height(), 3);
+        assert_eq!(lane.max_degree(), 1);
+        assert_eq!(lane.parents[1], Some(3));
+    }
+}

@@ -1,0 +1,267 @@
+//! The topology file: the JSON contract of `../shared/DESIGN.md`.
+//!
+//! ```json
+//! {"switches": ["s0", "s1"], "links": [["s0", "s1"]],
+//!  "machines": [{"name": "n0", "switch": "s0"}, {"name": "n1", "switch": "s1"}]}
+//! ```
+//! A link may also be `{"a": "s0", "b": "s1", "gbps": 10}`. Machines may carry `site`, `mac`,
+//! `port`, `host` and `gbps`. Unknown fields are ignored so that the format can grow.
+
+use super::{Link, Machine, Switch, Topology, TopologyError};
+use serde_json::{json, Map, Value};
+use std::path::Path;
+
+/// Reads and validates a topology file; errors carry the file name.
+pub fn read_topology(path: &Path) -> Result<Topology, TopologyError> {
+    let wrap = |e: TopologyError| TopologyError::File {
+        path: path.display().to_string(),
+        source: Box::new(e),
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| wrap(TopologyError::Io(e.to_string())))?;
+    parse_topology(&text).map_err(wrap)
+}
+
+/// Parses and validates topology JSON text.
+pub fn parse_topology(text: &str) -> Result<Topology, TopologyError> {
+    let value: Value =
+        serde_json::from_str(text).map_err(|e| TopologyError::Json(e.to_string()))?;
+    let obj = value
+        .as_object()
+        .ok_or_else(|| TopologyError::Json("the top level must be an object".into()))?;
+    let names = array(obj, "switches")?;
+    let mut switches = Vec::with_capacity(names.len());
+    for (i, v) in names.iter().enumerate() {
+        let name = v
+            .as_str()
+            .ok_or_else(|| TopologyError::Json(format!("switches[{i}] must be a string")))?;
+        switches.push(Switch { name: name.into() });
+    }
+    let lookup = |name: &str, context: String| -> Result<usize, TopologyError> {
+        switches
+            .iter()
+            .position(|s| s.name == name)
+            .ok_or_else(|| TopologyError::UnknownSwitch {
+                name: name.into(),
+                context,
+            })
+    };
+    let mut links = Vec::new();
+    if obj.contains_key("links") {
+        for (i, v) in array(obj, "links")?.iter().enumerate() {
+            let (a, b, gbps) = match v {
+                Value::Array(pair) if pair.len() == 2 => {
+                    let end = |k: usize| {
+                        pair[k].as_str().ok_or_else(|| {
+                            TopologyError::Json(format!("links[{i}][{k}] must be a switch name"))
+                        })
+                    };
+                    (end(0)?, end(1)?, None)
+                }
+                Value::Object(o) => {
+                    let end = |k: &str| {
+                        o.get(k).and_then(Value::as_str).ok_or_else(|| {
+                            TopologyError::Json(format!("links[{i}].{k} must be a switch name"))
+                        })
+                    };
+                    (
+                        end("a")?,
+                        end("b")?,
+                        number(o, "gbps", &format!("links[{i}]"))?,
+                    )
+                }
+                _ => {
+                    return Err(TopologyError::Json(format!(
+                        "links[{i}] must be [\"sA\", \"sB\"] or {{\"a\": \"sA\", \"b\": \"sB\"}}"
+                    )))
+                }
+            };
+            let context = format!("link {a}-{b}");
+            links.push(Link {
+                a: lookup(a, context.clone())?,
+                b: lookup(b, context)?,
+                gbps,
+            });
+        }
+    }
+    let mut machines = Vec::new();
+    for (i, v) in array(obj, "machines")?.iter().enumerate() {
+        let o = v
+            .as_object()
+            .ok_or_else(|| TopologyError::Json(format!("machines[{i}] must be an object")))?;
+        let text = |k: &str| -> Result<Option<String>, TopologyError> {
+            match o.get(k) {
+                None | Some(Value::Null) => Ok(None),
+                Some(Value::String(s)) => Ok(Some(s.clone())),
+                Some(_) => Err(TopologyError::Json(format!(
+                    "machines[{i}].{k} must be a string"
+                ))),
+            }
+        };
+        let name = text("name")?
+            .ok_or_else(|| TopologyError::Json(format!("machines[{i}] has no \"name\"")))?;
+        let switch_name = text("switch")?
+            .ok_or_else(|| TopologyError::Json(format!("machine {name} has no \"switch\"")))?;
+        let switch = lookup(&switch_name, format!("machine {name}"))?;
+        let gbps = number(o, "gbps", &format!("machine {name}"))?;
+        machines.push(Machine {
+            site: text("site")?,
+            mac: text("mac")?,
+            port: text("port")?,
+            host: text("host")?,
+            gbps,
+            name,
+            switch,
+        });
+    }
+    Topology::new(switches, links, machines)
+}
+
+fn array<'a>(obj: &'a Map<String, Value>, key: &str) -> Result<&'a Vec<Value>, TopologyError> {
+    match obj.get(key) {
+        Some(Value::Array(a)) => Ok(a),
+        Some(_) => Err(TopologyError::Json(format!("\"{key}\" must be an array"))),
+        None => Err(TopologyError::Json(format!("missing \"{key}\""))),
+    }
+}
+
+fn number(obj: &Map<String, Value>, key: &str, what: &str) -> Result<Option<f64>, TopologyError> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_f64() {
+            Some(g) if g.is_finite() && g > 0.0 => Ok(Some(g)),
+            _ => Err(TopologyError::Json(format!(
+                "{what}: \"{key}\" must be a positive number, got {v}"
+            ))),
+        },
+    }
+}
+
+/// Writes a topology in the file format (links with a bandwidth as objects).
+pub fn to_json(t: &Topology) -> Value {
+    let sw = |s: usize| t.switches()[s].name.clone();
+    let links: Vec<Value> = t
+        .links()
+        .iter()
+        .map(|l| match l.gbps {
+            Some(g) => json!({"a": sw(l.a), "b": sw(l.b), "gbps": g}),
+            None => json!([sw(l.a), sw(l.b)]),
+        })
+        .collect();
+    let machines: Vec<Value> = t
+        .machines()
+        .iter()
+        .map(|m| {
+            let mut o = Map::new();
+            o.insert("name".into(), json!(m.name));
+            o.insert("switch".into(), json!(sw(m.switch)));
+            for (k, v) in [
+                ("site", &m.site),
+                ("mac", &m.mac),
+                ("port", &m.port),
+                ("host", &m.host),
+            ] {
+                if let Some(v) = v {
+                    o.insert(k.into(), json!(v));
+                }
+            }
+            if let Some(g) = m.gbps {
+                o.insert("gbps".into(), json!(g));
+            }
+            Value::Object(o)
+        })
+        .collect();
+    json!({
+        "switches": t.switches().iter().map(|s| s.name.clone()).collect::<Vec<_>>(),
+        "links": links,
+        "machines": machines,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_contract_example() {
+        let t = parse_topology(
+            r#"{"switches": ["s0", "s1", "s2"], "links": [["s0", "s1"], {"a": "s1", "b": "s2", "gbps": 10}],
+                "machines": [{"name": "n0", "switch": "s0"}, {"name": "n1", "switch": "s2", "site": "A"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(t.size(), 2);
+        assert_eq!(t.switch_of(1), 2);
+        assert_eq!(t.links()[1].gbps, Some(10.0));
+        assert_eq!(t.machines()[1].site.as_deref(), Some("A"));
+        let again = parse_topology(&to_json(&t).to_string()).unwrap();
+        assert_eq!(again.machines(), t.machines());
+        assert_eq!(again.links(), t.links());
+    }
+
+    fn err(text: &str) -> String {
+        parse_topology(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn every_validation_error_names_the_items() {
+        let m = r#""machines": [{"name": "n0", "switch": "s0"}]"#;
+        let e = err(&format!(
+            r#"{{"switches": ["s0","s1","s2"], "links": [["s0","s1"],["s1","s2"],["s2","s0"]], {m}}}"#
+        ));
+        assert!(
+            e.contains("cycle") && e.contains("s0") && e.contains("s1") && e.contains("s2"),
+            "{e}"
+        );
+        let e = err(&format!(
+            r#"{{"switches": ["s0","s1","s2"], "links": [["s0","s1"]], {m}}}"#
+        ));
+        assert!(e.contains("s2 is not connected"), "{e}");
+        let e = err(&format!(
+            r#"{{"switches": ["s0"], "links": [["s0","s9"]], {m}}}"#
+        ));
+        assert!(
+            e.contains("unknown switch \"s9\"") && e.contains("link s0-s9"),
+            "{e}"
+        );
+        let e = err(r#"{"switches": ["s0"], "machines": [{"name": "n0", "switch": "s4"}]}"#);
+        assert!(e.contains("machine n0 names unknown switch \"s4\""), "{e}");
+        let e = err(
+            r#"{"switches": ["s0"], "machines": [{"name": "n0", "switch": "s0"}, {"name": "n0", "switch": "s0"}]}"#,
+        );
+        assert!(e.contains("machine name \"n0\" is used twice"), "{e}");
+        let e = err(&format!(r#"{{"switches": ["s0","s0"], {m}}}"#));
+        assert!(e.contains("switch name \"s0\" is used twice"), "{e}");
+        let e = err(r#"{"switches": ["s0"], "machines": []}"#);
+        assert!(e.contains("no machines"), "{e}");
+        let e = err(&format!(r#"{{"switches": [], {m}}}"#));
+        assert!(
+            e.contains("unknown switch") || e.contains("no switches"),
+            "{e}"
+        );
+        let e = err(&format!(
+            r#"{{"switches": ["s0","s1"], "links": [["s0","s1"],["s1","s0"]], {m}}}"#
+        ));
+        assert!(e.contains("linked twice"), "{e}");
+        let e = err(&format!(
+            r#"{{"switches": ["s0"], "links": [["s0","s0"]], {m}}}"#
+        ));
+        assert!(e.contains("s0 is linked to itself"), "{e}");
+        let e = err(&format!(
+            r#"{{"switches": ["s0","s1"], "links": [{{"a":"s0","b":"s1","gbps":-1}}], {m}}}"#
+        ));
+        assert!(e.contains("positive"), "{e}");
+        let e = err("[1, 2]");
+        assert!(e.contains("object"), "{e}");
+        let e = err("{not json");
+        assert!(e.contains("not a topology file"), "{e}");
+        let e = err(r#"{"switches": ["s0"]}"#);
+        assert!(e.contains("missing \"machines\""), "{e}");
+    }
+
+    #[test]
+    fn file_errors_carry_the_path() {
+        let e = read_topology(Path::new("/nonexistent/t.json"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("/nonexistent/t.json: cannot read"), "{e}");
+    }
+}
