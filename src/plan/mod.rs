@@ -117,6 +117,12 @@ pub enum PlanError {
     NeedsModel(String),
     #[error("tree {0} is not implemented yet")]
     NotImplemented(String),
+    #[error("tree {tree}: {ranks} ranks exceed the planner's limit of {max} (its dynamic program needs O(P²) memory): use linear or kbinomial")]
+    TooLarge {
+        tree: String,
+        ranks: usize,
+        max: usize,
+    },
 }
 
 /// One spanning tree over all ranks.
@@ -217,8 +223,8 @@ pub fn build(
     };
     Ok(match tree {
         TreeKind::Linear => single(linear::build(topology, root), TreeKind::Linear),
-        TreeKind::Binary => single(binary::build(topology, root), TreeKind::Binary),
-        TreeKind::Kary(k) => single(kary::build(topology, root, *k as usize), tree.clone()),
+        TreeKind::Binary => single(binary::build(topology, root)?, TreeKind::Binary),
+        TreeKind::Kary(k) => single(kary::build(topology, root, *k as usize)?, tree.clone()),
         TreeKind::KBinomial(k) => {
             let k = match k {
                 Some(k) => *k,
