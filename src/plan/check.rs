@@ -79,7 +79,7 @@ pub fn check(plan: &Plan, topology: &Topology) -> Report {
         ));
     }
     for (l, lane) in plan.lanes.iter().enumerate() {
-        let mut problem = |report: &mut Report, text: String| {
+        let problem = |report: &mut Report, text: String| {
             if report.problems.len() < 20 {
                 report.problems.push(format!("lane {l}: {text}"));
             }
