@@ -1,10 +1,187 @@
-//! `pipecast topo` — to be written.
+//! `pipecast topo`: generate and check topology files (the JSON contract of DESIGN.md).
+//!
+//! ```text
+//! pipecast topo gen random --switches 16 --machines 128 --seed 7 -o cluster.json
+//! pipecast topo gen hub --edges 3 --per-switch 4 --interleaved
+//! pipecast topo gen single --machines 16
+//! pipecast topo check cluster.json
+//! ```
 
 use crate::CliResult;
+use pipecast::topology::{gen, read_topology, to_json, Topology};
+use serde_json::Value;
+use std::path::PathBuf;
+
+/// Generous limits so that a typo cannot ask for gigabytes.
+const MAX_MACHINES: u64 = 1_000_000;
+const MAX_SWITCHES: u64 = 100_000;
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    #[command(subcommand)]
+    command: Command,
+}
 
-pub fn run(_args: Args) -> CliResult {
-    Err("pipecast topo is not implemented yet".into())
+#[derive(clap::Subcommand)]
+enum Command {
+    /// Generate a topology file (JSON on stdout, or to -o FILE).
+    Gen(GenArgs),
+    /// Validate a topology file and print a summary; a bad file exits non-zero with the reason.
+    Check {
+        /// The topology file.
+        file: PathBuf,
+    },
+    // `discover` (LLDP) joins here.
+}
+
+#[derive(clap::Args)]
+struct GenArgs {
+    #[command(subcommand)]
+    shape: Shape,
+    /// Write the topology to FILE instead of stdout.
+    #[arg(short, long, global = true, value_name = "FILE")]
+    output: Option<PathBuf>,
+}
+
+#[derive(clap::Subcommand)]
+enum Shape {
+    /// Seed 003's random cluster: a random switch tree, machines placed uniformly at random.
+    Random {
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MAX_SWITCHES))]
+        switches: u64,
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MAX_MACHINES))]
+        machines: u64,
+        /// Random seed: the same seed gives the same file.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+    /// Hub switch s0 linked to EDGES edge switches, PER_SWITCH machines on every switch.
+    Hub {
+        #[arg(long, value_parser = clap::value_parser!(u64).range(0..MAX_SWITCHES))]
+        edges: u64,
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MAX_MACHINES))]
+        per_switch: u64,
+        /// Rank r on switch r mod (EDGES+1) instead of grouped by switch (contention-prone
+        /// for rank-order trees, like seed 000's topology (5)).
+        #[arg(long)]
+        interleaved: bool,
+    },
+    /// One switch s0 with N machines.
+    Single {
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=MAX_MACHINES))]
+        machines: u64,
+    },
+}
+
+pub fn run(args: Args) -> CliResult {
+    match args.command {
+        Command::Gen(args) => generate(args),
+        Command::Check { file } => {
+            let topology = read_topology(&file)?;
+            print!("{}", summary(&file.display().to_string(), &topology));
+            Ok(())
+        }
+    }
+}
+
+fn generate(args: GenArgs) -> CliResult {
+    let topology = match args.shape {
+        Shape::Random {
+            switches,
+            machines,
+            seed,
+        } => gen::random_cluster(switches as usize, machines as usize, seed),
+        Shape::Hub {
+            edges,
+            per_switch,
+            interleaved,
+        } => {
+            if (edges + 1) * per_switch > MAX_MACHINES {
+                return Err(format!(
+                    "a hub of {} switches with {per_switch} machines each exceeds {MAX_MACHINES} machines: use fewer",
+                    edges + 1
+                )
+                .into());
+            }
+            gen::hub(edges as usize, per_switch as usize, interleaved)
+        }
+        Shape::Single { machines } => Topology::single_switch(machines as usize),
+    };
+    let text = render(&to_json(&topology))?;
+    match args.output {
+        Some(path) => std::fs::write(&path, text)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?,
+        None => print!("{text}"),
+    }
+    Ok(())
+}
+
+/// The file as people like to read it: switches on one line, one link or machine per line.
+fn render(value: &Value) -> Result<String, serde_json::Error> {
+    let Some(object) = value.as_object() else {
+        return serde_json::to_string_pretty(value);
+    };
+    let first = ["switches", "links", "machines"];
+    let keys = first
+        .iter()
+        .copied()
+        .filter(|k| object.contains_key(*k))
+        .chain(
+            object
+                .keys()
+                .map(String::as_str)
+                .filter(|k| !first.contains(k)),
+        );
+    let mut fields = Vec::new();
+    for key in keys {
+        let value = &object[key];
+        let text = match value.as_array() {
+            Some(items) if items.iter().any(|v| v.is_object() || v.is_array()) => {
+                let lines: Result<Vec<String>, _> = items
+                    .iter()
+                    .map(|v| serde_json::to_string(v).map(|t| format!("    {t}")))
+                    .collect();
+                format!("[\n{}\n  ]", lines?.join(",\n"))
+            }
+            _ => serde_json::to_string(value)?,
+        };
+        fields.push(format!("  {}: {text}", serde_json::to_string(key)?));
+    }
+    Ok(format!("{{\n{}\n}}\n", fields.join(",\n")))
+}
+
+/// Switches, links and machines per switch, for people.
+fn summary(name: &str, t: &Topology) -> String {
+    let mut per_switch = vec![0usize; t.switches().len()];
+    for m in t.machines() {
+        per_switch[m.switch] += 1;
+    }
+    let mut out = format!(
+        "{name}: valid topology: {} switches, {} links, {} machines\n",
+        t.switches().len(),
+        t.links().len(),
+        t.size()
+    );
+    let width = t
+        .switches()
+        .iter()
+        .map(|s| s.name.len())
+        .max()
+        .unwrap_or(0)
+        .max("switch".len());
+    out += &format!("{:width$}  machines  linked to\n", "switch");
+    for (s, switch) in t.switches().iter().enumerate() {
+        let neighbours: Vec<&str> = t
+            .neighbours(s)
+            .iter()
+            .map(|&(n, _)| t.switches()[n].name.as_str())
+            .collect();
+        out += &format!(
+            "{:width$}  {:>8}  {}\n",
+            switch.name,
+            per_switch[s],
+            neighbours.join(" ")
+        );
+    }
+    out
 }

@@ -1,0 +1,40 @@
+//! Every topology shipped in `examples/` parses, and the generated ones are what their
+//! generators produce today (regenerate with `pipecast topo gen …`, see docs/planner.md).
+
+use pipecast::topology::{gen, read_topology, Topology};
+use std::path::Path;
+
+fn same(a: &Topology, b: &Topology) -> bool {
+    a.switches() == b.switches() && a.links() == b.links() && a.machines() == b.machines()
+}
+
+#[test]
+fn every_example_parses() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let mut count = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "json") {
+            read_topology(&path).unwrap_or_else(|e| panic!("{e}"));
+            count += 1;
+        }
+    }
+    assert!(
+        count >= 3,
+        "only {count} topology files in {}",
+        dir.display()
+    );
+}
+
+#[test]
+fn examples_match_their_generators() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    let read = |name: &str| read_topology(&dir.join(name)).unwrap();
+    assert!(same(&read("single16.json"), &Topology::single_switch(16)));
+    assert!(same(&read("hub4x4.json"), &gen::hub(3, 4, false)));
+    assert!(same(
+        &read("hub4x4-interleaved.json"),
+        &gen::hub(3, 4, true)
+    ));
+    assert!(!same(&read("hub4x4.json"), &gen::hub(3, 4, true)));
+}

@@ -1,0 +1,101 @@
+//! `pipecast topo` end to end: generate, check, and fail clearly on bad input.
+
+use std::process::Command;
+
+fn pipecast(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_pipecast"))
+        .args(args)
+        .output()
+        .expect("the pipecast binary runs")
+}
+
+#[test]
+fn generate_then_check() {
+    let dir = std::env::temp_dir().join(format!("pipecast-topo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("random.json");
+    let file = file.to_str().unwrap();
+    let out = pipecast(&[
+        "topo",
+        "gen",
+        "random",
+        "--switches",
+        "5",
+        "--machines",
+        "40",
+        "--seed",
+        "3",
+        "-o",
+        file,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = pipecast(&["topo", "check", file]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("5 switches, 4 links, 40 machines"), "{text}");
+    // Same seed, same file on stdout.
+    let out = pipecast(&[
+        "topo",
+        "gen",
+        "random",
+        "--switches",
+        "5",
+        "--machines",
+        "40",
+        "--seed",
+        "3",
+    ]);
+    assert_eq!(out.stdout, std::fs::read(file).unwrap());
+    let out = pipecast(&[
+        "topo",
+        "gen",
+        "hub",
+        "--edges",
+        "2",
+        "--per-switch",
+        "3",
+        "--interleaved",
+    ]);
+    let t = pipecast::topology::parse_topology(&String::from_utf8_lossy(&out.stdout)).unwrap();
+    assert_eq!(t.size(), 9);
+    assert_eq!(t.switch_of(4), 1);
+    let out = pipecast(&["topo", "gen", "single", "--machines", "6"]);
+    let t = pipecast::topology::parse_topology(&String::from_utf8_lossy(&out.stdout)).unwrap();
+    assert_eq!((t.size(), t.switches().len()), (6, 1));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn bad_input_fails_with_the_reason() {
+    let dir = std::env::temp_dir().join(format!("pipecast-topo-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("cycle.json");
+    std::fs::write(
+        &file,
+        r#"{"switches":["a","b","c"],"links":[["a","b"],["b","c"],["c","a"]],
+            "machines":[{"name":"x","switch":"a"}]}"#,
+    )
+    .unwrap();
+    let out = pipecast(&["topo", "check", file.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cycle") && err.contains("cycle.json"), "{err}");
+    let out = pipecast(&[
+        "topo",
+        "gen",
+        "random",
+        "--switches",
+        "0",
+        "--machines",
+        "4",
+    ]);
+    assert!(!out.status.success());
+    let out = pipecast(&["topo", "check", dir.join("missing.json").to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("missing.json"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
