@@ -30,7 +30,7 @@ use super::{Lane, PlanError};
 use crate::topology::{MachineId, Topology};
 
 /// Sub-array entries the forest tables may hold in total (about 16 bytes each).
-const FOREST_BUDGET: usize = 1 << 25;
+const FOREST_BUDGET: usize = 1 << 24;
 
 /// Best forests of at most `t` subtrees over every `S(a, j)` (for one `t ≥ 2`): height, the cut
 /// (start of the second subtree; 0 = a single subtree), footprint of all subtrees, and the
