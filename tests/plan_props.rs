@@ -134,6 +134,27 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Arbitrary (mostly broken) lanes: the checker never panics, and whatever it calls a good
+    /// plan really is a contention-free spanning tree.
+    #[test]
+    fn checker_survives_garbage(
+        (t, root) in cluster(),
+        raw in prop::collection::vec(prop::collection::vec(0usize..50, 0..3), 0..50),
+        parents in prop::collection::vec(prop::option::of(0usize..50), 0..50),
+    ) {
+        let lane = Lane { parents, children: raw };
+        let plan = Plan { tree: TreeKind::Linear, root, lanes: vec![lane.clone()] };
+        let report = check(&plan, &t);
+        if report.ok() {
+            assert_spanning_tree(&lane, root, t.size());
+            prop_assert!(!brute_force_contends(&lane, &t));
+        }
+    }
+}
+
 #[test]
 fn the_baselines_contend_on_an_interleaved_hub() {
     // Seed 000's topology-(5)-like placement: consecutive ranks sit on different switches.
