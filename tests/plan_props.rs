@@ -199,3 +199,19 @@ fn errors_name_the_problem() {
     plan.root = 3;
     assert!(!check(&plan, &t).rooted);
 }
+
+#[test]
+fn larger_clusters_stay_contention_free() {
+    for seed in 0..3 {
+        let t = gen::random_cluster(50, 400, seed);
+        for kind in [TreeKind::Binary, TreeKind::Kary(3)] {
+            let plan = plan::build(&t, seed as usize * 7, &kind, None).unwrap();
+            let report = check(&plan, &t);
+            assert!(
+                report.ok(),
+                "{kind} seed {seed}: {:?}",
+                report.conflicts.first()
+            );
+        }
+    }
+}
