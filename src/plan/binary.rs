@@ -27,7 +27,7 @@
 //! out of `c` iff `pos(c) ≤ u ≤ end(c) < v`. For an outer communication from `pi ≤ u` to
 //! `pk ≥ v` the two share a down edge iff some `c` with `pos(c) ∈ (u, v]` has `end(c) ≥ pk`,
 //! and an up edge iff some `c` with `end(c) ∈ [u, v)` has `pos(c) ≤ pi`. So each tree is
-//! summarised by two numbers (a [`Footprint`]), merged with `max`/`min` as trees are joined,
+//! summarised by two numbers (a `Footprint`), merged with `max`/`min` as trees are joined,
 //! and computed per communication with O(1) range queries (sparse tables). The DP itself is
 //! O(P³) with a branch-free inner loop over `u16` heights (vectorised), O(P²) memory:
 //! 1024 machines on 128 switches plan in well under a second (see `docs/planner.md`).
