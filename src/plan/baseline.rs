@@ -2,7 +2,7 @@
 //! LAM/MPICH's binomial tree, the flat tree of §3, and the "topology unaware" linear and binary
 //! trees of Figures 15–16: `n_0 → n_1 → … → n_{P-1}` and the complete binary tree where `n_k`
 //! has children `n_{2k+1}`, `n_{2k+2}`). All work on *relative ranks* `vr = (r − root) mod P`, as
-//! MPICH does, so rank `root` plays the part of `n_0`. They often contend: [`super::check`]
+//! MPICH does, so rank `root` plays the part of `n_0`. They often contend: [`super::check()`]
 //! says where. O(P) each.
 
 use super::Lane;

@@ -15,7 +15,7 @@
 //! (seed 000 §3, seed 003 §4.1.2 "m_i → m_{i+1} and m_i → m_{i+2} cannot happen at the same
 //! time") a machine sends one message at a time, so communications with the *same sender* are
 //! serialised by the sender anyway. Only communications with different senders must use
-//! disjoint directed edges — which is also what [`super::check`] verifies.
+//! disjoint directed edges — which is also what [`super::check()`] verifies.
 //!
 //! **Complexity.** The paper's version is O(P⁴): line 17 compares `m_i → m_k` with every
 //! communication of `tree(i+1, k-1)`. Here line 17 is O(1): `m_i → m_k` can only meet
