@@ -70,10 +70,12 @@ impl Builder {
     }
 }
 
-/// Random platform of Table 2: every pair of nodes is linked (both directions) with probability
-/// `density`. A random spanning tree is laid first so that the platform is connected (the
-/// paper does not say how it ensured connectivity; at 10 nodes and density 0.04 almost no
-/// random graph is), so the measured density is somewhat above `density` on small platforms.
+/// Random platform of Table 2: about a fraction `density` of the node pairs are linked (both
+/// directions, each with its own bandwidth). A random spanning tree is laid first so that the
+/// platform is connected (the paper does not say how it ensured connectivity; at 10 nodes and
+/// density 0.04 almost no random graph is); the other pairs are then linked with the
+/// probability that brings the expected density to `density`. When `density` is below the
+/// tree's own, `2 / nodes`, the platform is just the tree.
 pub fn random(nodes: usize, density: f64, seed: u64) -> Result<Platform, HeteroError> {
     if nodes < 2 {
         return Err(HeteroError::Generator(format!(
@@ -90,9 +92,16 @@ pub fn random(nodes: usize, density: f64, seed: u64) -> Result<Platform, HeteroE
         let u = b.rng.gen_range(0..v);
         b.link(u, v);
     }
+    let pairs = (nodes * (nodes - 1) / 2) as f64;
+    let tree = (nodes - 1) as f64;
+    let extra = if pairs > tree {
+        ((density * pairs - tree) / (pairs - tree)).clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
     for u in 0..nodes {
         for v in u + 1..nodes {
-            if b.rng.gen_bool(density) {
+            if b.rng.gen_bool(extra) {
                 b.link(u, v);
             }
         }
