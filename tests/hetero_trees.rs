@@ -90,10 +90,13 @@ fn close(a: f64, b: f64) -> bool {
 
 #[test]
 fn star_has_one_tree() {
-    let p = platform(
-        &["s", "a", "b", "c"],
-        &[(0, 1, 1.0, None), (0, 2, 2.0, None), (0, 3, 3.0, None)],
-    );
+    // Leaves reach each other only through s (binomial routes b→c as b→s→c).
+    let mut edges = Vec::new();
+    for (v, t) in [(1, 1.0), (2, 2.0), (3, 3.0)] {
+        edges.push((0, v, t, None));
+        edges.push((v, 0, t, None));
+    }
+    let p = platform(&["s", "a", "b", "c"], &edges);
     let lp = hetero::ssb(&p).unwrap();
     assert!(close(lp.throughput, 1.0 / 6.0), "{}", lp.throughput);
     assert!(near(hetero::ssb_direct(&p).unwrap(), 1.0 / 6.0));
