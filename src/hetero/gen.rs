@@ -111,10 +111,12 @@ pub fn random(nodes: usize, density: f64, seed: u64) -> Result<Platform, HeteroE
 
 /// A Tiers-like three-level platform (WAN / MAN / LAN, §5.1). About 10 % of the nodes form the
 /// WAN (a random tree plus each extra WAN pair with probability 0.5); about 30 % are MAN nodes,
-/// each attached to a random WAN node, with a second WAN uplink with probability 0.3 and a link
-/// to each other MAN node of the same WAN node with probability 0.3; the rest are LAN hosts,
-/// each attached to one MAN node (a star, as Tiers' LANs), plus with probability 0.2 a second
-/// MAN uplink. Node `p0` (the source) is a WAN node.
+/// each attached to a random WAN node, with a second WAN uplink with probability 0.5 and a link
+/// to each other MAN node of the same WAN node with probability 0.5; the rest are LAN hosts,
+/// each attached to one MAN node (a star, as Tiers' LANs), plus with probability 0.5 a second
+/// MAN uplink. Node `p0` (the source) is a WAN node. The redundancy probabilities put the
+/// density in the range seed 004 reports for its Tiers platforms (0.05–0.15): about 0.11 at 30
+/// nodes and 0.05 at 65.
 ///
 /// Differences from Tiers (Calvert, Doar, Zegura 1997): Tiers places nodes in a plane and
 /// builds each level as a Euclidean minimum spanning tree plus redundancy edges chosen by
@@ -147,14 +149,14 @@ pub fn tiers(nodes: usize, seed: u64) -> Result<Platform, HeteroError> {
         let u = b.rng.gen_range(0..wan);
         home.push(u);
         b.link(u, v);
-        if wan > 1 && b.rng.gen_bool(0.3) {
+        if wan > 1 && b.rng.gen_bool(0.5) {
             let u2 = b.rng.gen_range(0..wan);
             b.link(u2, v);
         }
     }
     for i in 0..man {
         for j in i + 1..man {
-            if home[i] == home[j] && b.rng.gen_bool(0.3) {
+            if home[i] == home[j] && b.rng.gen_bool(0.5) {
                 b.link(wan + i, wan + j);
             }
         }
@@ -162,7 +164,7 @@ pub fn tiers(nodes: usize, seed: u64) -> Result<Platform, HeteroError> {
     for v in wan + man..nodes {
         let u = wan + b.rng.gen_range(0..man);
         b.link(u, v);
-        if man > 1 && b.rng.gen_bool(0.2) {
+        if man > 1 && b.rng.gen_bool(0.5) {
             let u2 = wan + b.rng.gen_range(0..man);
             b.link(u2, v);
         }

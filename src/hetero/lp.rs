@@ -130,7 +130,19 @@ pub fn ssb(platform: &Platform) -> Result<Ssb, HeteroError> {
             }
             let cut = min_cut(platform, &caps, w, eps);
             if cut.value < value * (1.0 - CUT_TOL) {
-                let edges = cut_edges(platform, &cut.source_side);
+                // Among the violated cuts, prefer one with few edges: a cut padded with
+                // zero-capacity edges is weak (the LP satisfies it by raising an edge that
+                // does not lead to w), and on sparse platforms adding such cuts one by one
+                // takes thousands of rounds. Tie-break by a small capacity on every edge.
+                let pad = value * 1e-3 / m as f64;
+                let padded: Vec<f64> = caps.iter().map(|c| c + pad).collect();
+                let lean = cut_edges(platform, &min_cut(platform, &padded, w, eps).source_side);
+                let lean_value: f64 = lean.iter().map(|&e| caps[e]).sum();
+                let edges = if lean_value < value * (1.0 - CUT_TOL) {
+                    lean
+                } else {
+                    cut_edges(platform, &cut.source_side)
+                };
                 if cuts.insert(edges.clone()) {
                     violated.push(edges);
                 }
