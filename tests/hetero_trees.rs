@@ -270,3 +270,24 @@ fn directed_platform_where_binomial_cannot_route() {
         .to_string()
         .contains("unknown heuristic"));
 }
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+        /// On any small random platform every heuristic spans it and stays below the LP.
+        #[test]
+        fn heuristics_stay_below_the_lp(nodes in 2usize..9, density in 0.0f64..0.7, seed in any::<u64>()) {
+            let p = gen::random(nodes, density, seed).unwrap();
+            let lp = hetero::ssb(&p).unwrap();
+            for name in HEURISTICS {
+                let tree = hetero::build(&p, name, Some(&lp)).unwrap();
+                assert_spanning(&p, &tree, name);
+                let tp = 1.0 / period_by_hand(&p, &tree, Model::OnePort);
+                prop_assert!(tp <= lp.throughput * (1.0 + 1e-9), "{} {} > {}", name, tp, lp.throughput);
+            }
+        }
+    }
+}

@@ -1,6 +1,7 @@
 //! Time SSB(G) (cut generation) on random platforms of seed 004 Table 2, and optionally compare
 //! with the direct |V|·|E| program: `cargo run --release --example hetero_lp_time [-- --nodes 65
-//! --density 0.15 --platforms 3 --direct]`.
+//! --density 0.15 --platforms 3 --direct]`; `-- --cluster 64` times every heuristic through
+//! `plan_on_topology` on a random 64-machine switched cluster (64 KiB slices) instead.
 
 use pipecast::hetero::{self, gen};
 use std::time::Instant;
@@ -19,6 +20,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let density: f64 = arg("--density", 0.15);
     let platforms: u64 = arg("--platforms", 3);
     let direct = std::env::args().any(|a| a == "--direct");
+    let cluster: usize = arg("--cluster", 0);
+    if cluster > 0 {
+        let topo = pipecast::topology::gen::random_cluster(cluster.div_ceil(8), cluster, 1);
+        for name in hetero::HEURISTICS {
+            let start = Instant::now();
+            let (lane, tp) = hetero::plan_on_topology(&topo, 0, name, 65536)?;
+            println!(
+                "{cluster} machines, {name}: {tp:.1} slices/s, height {}, max degree {}, {:.3} s",
+                lane.height(),
+                lane.max_degree(),
+                start.elapsed().as_secs_f64()
+            );
+        }
+        return Ok(());
+    }
     for seed in 1..=platforms {
         let p = gen::random(nodes, density, seed)?;
         let start = Instant::now();

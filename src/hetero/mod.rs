@@ -86,6 +86,15 @@ pub fn build(platform: &Platform, name: &str, lp: Option<&Ssb>) -> Result<Tree, 
         }
         (None, false) => None,
     };
+    if let Some(s) = lp {
+        if s.n.len() != platform.edges().len() {
+            return Err(HeteroError::Solver(format!(
+                "the LP solution given has {} edge rates for a platform of {} edges: solve SSB(G) on this platform",
+                s.n.len(),
+                platform.edges().len()
+            )));
+        }
+    }
     let n_uv = || lp.map(|s| s.n.as_slice()).unwrap_or(&[]);
     let tree = match name {
         "prune-simple" => prune::prune_simple(platform),
