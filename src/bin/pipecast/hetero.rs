@@ -4,6 +4,8 @@
 use crate::CliResult;
 use pipecast::hetero::{self, Model, Platform, HEURISTICS};
 use serde_json::{json, Map, Value};
+use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -93,9 +95,11 @@ pub fn run(args: Args) -> CliResult {
             "lp_optimum": lp.throughput,
             "heuristics": heuristics,
         });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        emit(serde_json::to_string_pretty(&out)? + "\n")
     } else {
-        println!(
+        let mut text = String::new();
+        writeln!(
+            text,
             "platform {}: {} nodes, {} edges (density {:.3}), source {}; model {}",
             path.display(),
             platform.size(),
@@ -103,27 +107,38 @@ pub fn run(args: Args) -> CliResult {
             platform.density(),
             platform.nodes()[platform.source()],
             model.name()
-        );
-        println!(
+        )?;
+        writeln!(
+            text,
             "LP optimum (several trees, one-port): {:.6} slices per time unit",
             lp.throughput
-        );
-        println!(
+        )?;
+        writeln!(
+            text,
             "{:<16} {:>12} {:>12} {:>8}  height",
             "heuristic", "period", "throughput", "ratio"
-        );
+        )?;
         for (name, tree, period) in &rows {
-            println!(
+            writeln!(
+                text,
                 "{:<16} {:>12.6} {:>12.6} {:>7.1}%  {}",
                 name,
                 period,
                 1.0 / period,
                 100.0 / period / lp.throughput,
                 height(tree)
-            );
+            )?;
         }
+        emit(text)
     }
-    Ok(())
+}
+
+/// Prints on stdout; a closed pipe (`| head`) is not an error.
+fn emit(text: String) -> CliResult {
+    match std::io::stdout().write_all(text.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
+    }
 }
 
 fn parents_json(platform: &Platform, tree: &hetero::Tree) -> Value {
@@ -165,7 +180,7 @@ fn generate(g: GenArgs) -> CliResult {
     match g.output {
         Some(path) => std::fs::write(&path, text + "\n")
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?,
-        None => println!("{text}"),
+        None => emit(text + "\n")?,
     }
     Ok(())
 }
