@@ -5,7 +5,7 @@
 //!
 //! `cargo run --release --example hetero_fig4 [-- --platforms N --seed S]`
 
-use pipecast::hetero::{self, gen, Model, HEURISTICS};
+use pipecast::hetero::{self, gen, Model};
 use std::time::Instant;
 
 const NODES: [usize; 5] = [10, 20, 30, 40, 50];
@@ -52,9 +52,8 @@ fn table(title: &str, label: &str, keys: &[String], names: &[&str], rows: &[Vec<
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    assert!(HEURISTICS.len() == 7);
-    let platforms = arg("--platforms", 10) as usize;
-    let seed = arg("--seed", 1);
+    let platforms = arg("--platforms", 10)? as usize;
+    let seed = arg("--seed", 1)?;
     let mut one: Grid = vec![vec![vec![0.0; ONE_PORT.len()]; DENSITIES.len()]; NODES.len()];
     let mut multi: Grid = vec![vec![vec![0.0; MULTI_PORT.len()]; DENSITIES.len()]; NODES.len()];
     let (mut lp_max, mut lp_total) = (0.0f64, 0.0);

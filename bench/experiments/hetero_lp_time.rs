@@ -6,21 +6,23 @@
 use pipecast::hetero::{self, gen};
 use std::time::Instant;
 
-fn arg<T: std::str::FromStr>(name: &str, default: T) -> T {
+fn arg<T: std::str::FromStr>(name: &str, default: T) -> Result<T, String> {
     let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(|v| v.parse().unwrap_or_else(|_| panic!("bad value for {name}")))
-        .unwrap_or(default)
+    match args.iter().position(|a| a == name) {
+        None => Ok(default),
+        Some(i) => args
+            .get(i + 1)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| format!("{name} needs a number")),
+    }
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let nodes: usize = arg("--nodes", 65);
-    let density: f64 = arg("--density", 0.15);
-    let platforms: u64 = arg("--platforms", 3);
+    let nodes: usize = arg("--nodes", 65)?;
+    let density: f64 = arg("--density", 0.15)?;
+    let platforms: u64 = arg("--platforms", 3)?;
     let direct = std::env::args().any(|a| a == "--direct");
-    let cluster: usize = arg("--cluster", 0);
+    let cluster: usize = arg("--cluster", 0)?;
     if cluster > 0 {
         let topo = pipecast::topology::gen::random_cluster(cluster.div_ceil(8), cluster, 1);
         for name in hetero::HEURISTICS {

@@ -34,8 +34,8 @@ fn arg(name: &str, default: u64) -> u64 {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let platforms = arg("--platforms", 10) as usize;
-    let seed = arg("--seed", 1);
+    let platforms = arg("--platforms", 10)? as usize;
+    let seed = arg("--seed", 1)?;
     println!("Seed 004 Table 3: relative throughput on Tiers-like platforms, {platforms} per size");
     println!("(mean ± standard deviation over platforms; paper's value in brackets)\n");
     print!("{:>5} {:>7} {:>8}", "nodes", "density", "LP s");

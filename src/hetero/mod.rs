@@ -66,44 +66,37 @@ pub const HEURISTICS: [&str; 7] = [
     "lp-grow",
 ];
 
-/// Whether the heuristic needs the LP optimum's `n_uv`.
-pub fn needs_lp(name: &str) -> bool {
-    name.starts_with("lp-")
-}
-
 /// Builds the tree of heuristic `name`. The LP-based ones use `lp` when given (so that one LP
 /// solve serves several heuristics) and solve SSB(G) otherwise.
 pub fn build(platform: &Platform, name: &str, lp: Option<&Ssb>) -> Result<Tree, HeteroError> {
-    if !HEURISTICS.contains(&name) {
-        return Err(HeteroError::UnknownHeuristic(name.to_string()));
-    }
-    let solved;
-    let lp = match (lp, needs_lp(name)) {
-        (Some(s), _) => Some(s),
-        (None, true) => {
-            solved = ssb(platform)?;
-            Some(&solved)
-        }
-        (None, false) => None,
-    };
-    if let Some(s) = lp {
-        if s.n.len() != platform.edges().len() {
-            return Err(HeteroError::Solver(format!(
-                "the LP solution given has {} edge rates for a platform of {} edges: solve SSB(G) on this platform",
-                s.n.len(),
-                platform.edges().len()
-            )));
-        }
-    }
-    let n_uv = || lp.map(|s| s.n.as_slice()).unwrap_or(&[]);
     let tree = match name {
         "prune-simple" => prune::prune_simple(platform),
         "prune-degree" => prune::prune_degree(platform),
         "grow" => grow::grow(platform),
         "binomial" => binomial::binomial(platform)?,
         "multiport-grow" => grow::multiport_grow(platform),
-        "lp-prune" => prune::lp_prune(platform, n_uv()),
-        "lp-grow" => grow::lp_grow(platform, n_uv()),
+        "lp-prune" | "lp-grow" => {
+            let solved;
+            let lp = match lp {
+                Some(lp) => lp,
+                None => {
+                    solved = ssb(platform)?;
+                    &solved
+                }
+            };
+            if lp.n.len() != platform.edges().len() {
+                return Err(HeteroError::Solver(format!(
+                    "the LP solution given has {} edge rates for a platform of {} edges: solve SSB(G) on this platform",
+                    lp.n.len(),
+                    platform.edges().len()
+                )));
+            }
+            if name == "lp-prune" {
+                prune::lp_prune(platform, &lp.n)
+            } else {
+                grow::lp_grow(platform, &lp.n)
+            }
+        }
         _ => return Err(HeteroError::UnknownHeuristic(name.to_string())),
     };
     tree.validate(platform)?;
