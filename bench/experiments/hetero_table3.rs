@@ -21,16 +21,15 @@ const COLUMNS: [&str; 6] = [
     "binomial",
 ];
 
-fn arg(name: &str, default: u64) -> u64 {
+fn arg(name: &str, default: u64) -> Result<u64, String> {
     let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(|v| {
-            v.parse()
-                .unwrap_or_else(|_| panic!("{name} takes a whole number"))
-        })
-        .unwrap_or(default)
+    match args.iter().position(|a| a == name) {
+        None => Ok(default),
+        Some(i) => args
+            .get(i + 1)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| format!("{name} takes a whole number")),
+    }
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
