@@ -37,9 +37,7 @@ impl<'a> Pruner<'a> {
         if !self.kept[e] || self.needed[e] {
             return false;
         }
-        let kept = &self.kept;
-        let reach = self.platform.reachable(&|f| f != e && kept[f]);
-        if reach.iter().all(|&r| r) {
+        if self.reaches_head_without(e) {
             self.kept[e] = false;
             self.count -= 1;
             true
@@ -47,6 +45,29 @@ impl<'a> Pruner<'a> {
             self.needed[e] = true;
             false
         }
+    }
+
+    /// Whether the source reaches the head v of `e` over the kept edges but `e`. That is
+    /// enough: a path to any node that used `e` can take the other path to v instead.
+    fn reaches_head_without(&self, e: EdgeId) -> bool {
+        let p = self.platform;
+        let target = p.edges()[e].to;
+        let mut seen = vec![false; p.size()];
+        seen[p.source()] = true;
+        let mut stack = vec![p.source()];
+        while let Some(u) = stack.pop() {
+            if u == target {
+                return true;
+            }
+            for &f in p.out_edges(u) {
+                let v = p.edges()[f].to;
+                if f != e && self.kept[f] && !seen[v] {
+                    seen[v] = true;
+                    stack.push(v);
+                }
+            }
+        }
+        false
     }
 
     fn tree(self) -> Tree {
