@@ -291,3 +291,39 @@ mod properties {
         }
     }
 }
+
+/// The LP's edge rates are a feasible one-port schedule and every destination can receive TP
+/// through them (max flow ≥ TP): TP is achievable, not only an upper bound.
+#[test]
+fn lp_rates_are_feasible_and_carry_tp() {
+    for seed in 0..6 {
+        let p = gen::random(6 + seed as usize, 0.3, 500 + seed).unwrap();
+        let lp = hetero::ssb(&p).unwrap();
+        for u in 0..p.size() {
+            let load = |edges: &[usize]| {
+                edges
+                    .iter()
+                    .map(|&e| lp.n[e] * p.edges()[e].time)
+                    .sum::<f64>()
+            };
+            assert!(
+                load(p.out_edges(u)) <= 1.0 + 1e-7,
+                "seed {seed}: out-port of {u}"
+            );
+            assert!(
+                load(p.in_edges(u)) <= 1.0 + 1e-7,
+                "seed {seed}: in-port of {u}"
+            );
+        }
+        for w in 0..p.size() {
+            if w != p.source() {
+                let flow = hetero::maxflow::min_cut(&p, &lp.n, w, 0.0).value;
+                assert!(
+                    flow >= lp.throughput * (1.0 - 1e-6),
+                    "seed {seed}: {flow} < {}",
+                    lp.throughput
+                );
+            }
+        }
+    }
+}
