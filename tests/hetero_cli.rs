@@ -1,0 +1,124 @@
+//! `pipecast hetero` and `pipecast hetero gen`: the JSON contract and clear errors.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn pipecast(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_pipecast"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn temp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("pipecast-hetero-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+#[test]
+fn gen_then_all_heuristics_as_json() {
+    let file = temp("p.json");
+    let f = file.to_str().unwrap();
+    let (ok, _, err) = pipecast(&[
+        "hetero",
+        "gen",
+        "--nodes",
+        "12",
+        "--density",
+        "0.2",
+        "--seed",
+        "4",
+        "-o",
+        f,
+    ]);
+    assert!(ok, "{err}");
+    let (ok, out, err) = pipecast(&["hetero", "--platform", f, "--heuristic", "all", "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["model"], "one-port");
+    let lp = v["lp_optimum"].as_f64().unwrap();
+    assert!(lp > 0.0);
+    let hs = v["heuristics"].as_array().unwrap();
+    assert_eq!(hs.len(), 7);
+    for h in hs {
+        let name = h["name"].as_str().unwrap();
+        let parents = h["parents"].as_object().unwrap();
+        assert_eq!(parents.len(), 11, "{name}: every node but the source");
+        assert!(
+            !parents.contains_key("p0"),
+            "{name}: the source has no entry"
+        );
+        let (period, tp, ratio) = (
+            h["period"].as_f64().unwrap(),
+            h["throughput"].as_f64().unwrap(),
+            h["ratio"].as_f64().unwrap(),
+        );
+        assert!((tp * period - 1.0).abs() < 1e-9);
+        assert!((ratio - tp / lp).abs() < 1e-9);
+        assert!(ratio <= 1.0 + 1e-9, "{name}: one-port ratio {ratio}");
+    }
+    let (ok, out, err) = pipecast(&[
+        "hetero",
+        "--platform",
+        f,
+        "--heuristic",
+        "multiport-grow",
+        "--model",
+        "multi-port",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["model"], "multi-port");
+    assert_eq!(v["heuristics"].as_array().unwrap().len(), 1);
+    let (ok, out, _) = pipecast(&["hetero", "--platform", f]);
+    assert!(
+        ok && out.contains("lp-grow") && out.contains("LP optimum"),
+        "{out}"
+    );
+}
+
+#[test]
+fn tiers_generator_from_the_cli() {
+    let (ok, out, err) = pipecast(&[
+        "hetero", "gen", "--kind", "tiers", "--nodes", "20", "--seed", "2",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["nodes"].as_array().unwrap().len(), 20);
+}
+
+#[test]
+fn errors_are_clear() {
+    let file = temp("bad.json");
+    std::fs::write(
+        &file,
+        r#"{"nodes": ["a", "b"], "source": "a", "edges": [{"from": "a", "to": "c", "time": 1}]}"#,
+    )
+    .unwrap();
+    let f = file.to_str().unwrap();
+    let (ok, _, err) = pipecast(&["hetero", "--platform", f]);
+    assert!(!ok && err.contains("unknown node \"c\""), "{err}");
+    let (ok, _, err) = pipecast(&["hetero"]);
+    assert!(!ok && err.contains("--platform"), "{err}");
+    std::fs::write(
+        &file,
+        r#"{"nodes": ["a", "b"], "source": "a", "edges": [{"from": "a", "to": "b", "time": 1}]}"#,
+    )
+    .unwrap();
+    let (ok, _, err) = pipecast(&["hetero", "--platform", f, "--heuristic", "fastest"]);
+    assert!(
+        !ok && err.contains("unknown heuristic \"fastest\""),
+        "{err}"
+    );
+    let (ok, _, err) = pipecast(&["hetero", "--platform", f, "--model", "two-port"]);
+    assert!(!ok && err.contains("one-port or multi-port"), "{err}");
+    let (ok, _, err) = pipecast(&["hetero", "gen", "--kind", "mesh"]);
+    assert!(!ok && err.contains("random or tiers"), "{err}");
+}
