@@ -125,7 +125,8 @@ pub fn choose_segment(plan: &Plan, profile: &Profile, msize: u64) -> (u64, f64) 
 
 /// Builds and prices `tree` for `msize` bytes. `kbinomial` without k takes, for every candidate
 /// segment size, Theorem 3's optimal k for that many segments; `auto` takes the cheapest of
-/// [`AUTO_CANDIDATES`].
+/// [`AUTO_CANDIDATES`] that `plan::check` finds contention-free (the cheapest of all of them
+/// when none is), because the model prices contention-free trees only.
 pub fn plan_for(
     topology: &Topology,
     root: MachineId,
@@ -135,17 +136,24 @@ pub fn plan_for(
 ) -> Result<Choice, ModelError> {
     match tree {
         TreeKind::Auto => {
-            let mut best: Option<Choice> = None;
+            // The model assumes contention-free trees (seed 003 §4.2): prefer the candidates
+            // the checker accepts, and fall back to all of them only if it accepts none.
+            let mut best: Option<(bool, Choice)> = None;
             for kind in &AUTO_CANDIDATES {
                 let c = plan_for(topology, root, kind, profile, msize)?;
-                if best
-                    .as_ref()
-                    .map_or(true, |b| c.predicted_us < b.predicted_us)
-                {
-                    best = Some(c);
+                let clean = plan::check(&c.plan, topology).contention_free;
+                let better = match &best {
+                    None => true,
+                    Some((b_clean, b)) => {
+                        (clean && !b_clean)
+                            || (clean == *b_clean && c.predicted_us < b.predicted_us)
+                    }
+                };
+                if better {
+                    best = Some((clean, c));
                 }
             }
-            Ok(best.expect("auto has candidates"))
+            Ok(best.expect("auto has candidates").1)
         }
         TreeKind::KBinomial(None) => {
             let size = topology.size() as u64;
@@ -186,7 +194,8 @@ pub fn plan_for(
     }
 }
 
-/// `auto`: the plan, segment size and predicted µs with the smallest predicted time.
+/// `auto`: the plan, segment size and predicted µs with the smallest predicted time among the
+/// contention-free candidates (see [`plan_for`]).
 pub fn choose(
     topology: &Topology,
     root: MachineId,
@@ -264,19 +273,24 @@ mod tests {
             let (plan, _, time) = choose(&t, 2, &p, msize).unwrap();
             assert_ne!(plan.tree, TreeKind::Auto);
             assert!(!matches!(plan.tree, TreeKind::KBinomial(None)));
+            let chosen_clean = plan::check(&plan, &t).contention_free;
             for kind in &AUTO_CANDIDATES {
                 let c = plan_for(&t, 2, kind, &p, msize).unwrap();
-                assert!(time <= c.predicted_us, "{msize}: {kind} is cheaper");
+                if plan::check(&c.plan, &t).contention_free == chosen_clean {
+                    assert!(time <= c.predicted_us, "{msize}: {kind} is cheaper");
+                } else {
+                    assert!(
+                        chosen_clean,
+                        "{msize}: a contention-free {kind} was passed over"
+                    );
+                }
             }
         }
-        // Large messages on a chain-friendly model: the pipeline term dominates, and D = 1
-        // (linear) or the multi-lane halves win over binary trees.
+        // Large messages: the pipeline term (X − 1)·D·g dominates, so a binary or 3-ary tree
+        // (D ≥ 2 on the whole message) never wins.
         let (plan, _, _) = choose(&t, 0, &p, 64 << 20).unwrap();
         assert!(
-            matches!(
-                plan.tree,
-                TreeKind::Linear | TreeKind::Multilane | TreeKind::KBinomial(Some(1))
-            ),
+            !matches!(plan.tree, TreeKind::Binary | TreeKind::Kary(_)),
             "{}",
             plan.tree
         );
