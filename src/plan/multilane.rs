@@ -17,17 +17,21 @@
 //!
 //! **Any P ≥ 2** (the paper assumes 4n − 1): group A takes ⌈(P−1)/2⌉ nodes, group B the rest.
 //! A binary tree over g nodes has g + 1 free child slots (2g slots, g − 1 tree edges), enough
-//! for the other group (at most g + 1 nodes). Slots are filled leaves first in tree order, then
-//! internal nodes with one child, and receivers are taken in group order — for P = 4n − 1 this
-//! is exactly the paper's `A_{n+i} → B_{2i+1}, B_{2i+2}`. A group with no node (P = 2) uses the
-//! other group's tree for its lane.
+//! for the other group (at most g + 1 nodes). The slots (two per leaf, one per node with one
+//! child) are listed in Algorithm 1 order and matched monotonically to the other group's nodes
+//! in that order, each receiver taking the nearest free slot to its left while spare slots
+//! allow. For P = 4n − 1 and complete trees there are exactly 2n slots, all on the n leaves, for
+//! 2n − 1 receivers, so every leaf feeds two nodes of the other tree as in the paper's
+//! `A_{n+i} → B_{2i+1}, B_{2i+2}` (which leaf feeds which follows the ordering, not heap
+//! indices). A group with no node (P = 2) uses the other group's tree for its lane.
 //!
 //! **Contention-free machinery.** The groups interleave the Algorithm 1 order (A takes the odd
 //! positions, B the even ones), so each tree spans the switches the way the chain does, and each
 //! group's tree is Algorithm 2 (`plan::binary::build`) run on the topology restricted to that
 //! group, rooted at the group's first node — contention-free within the tree. The swap edges
-//! are matched in order (monotone), but nothing proves them contention-free against the tree
-//! edges; `plan::check` gives the verdict for a concrete topology.
+//! mostly join neighbours of the ordering, but nothing proves them contention-free against the
+//! tree edges (on several switches they usually are not: `lane_conflicts` experiment in
+//! docs/model.md); `plan::check` gives the verdict for a concrete topology.
 //!
 //! **Sites (§3.2).** When machines carry `site`, each site gets its own pair of groups and
 //! trees, sites are taken in Algorithm 1 order starting with the root's site, and in each lane
@@ -45,6 +49,10 @@ pub fn build(topology: &Topology, root: MachineId) -> Result<Vec<Lane>, PlanErro
         return Err(PlanError::BadRoot { root, size });
     }
     let order = super::linear::order(topology, root);
+    let mut position = vec![0usize; size];
+    for (i, &m) in order.iter().enumerate() {
+        position[m] = i;
+    }
     // Sites in order of first appearance on the Algorithm 1 order (the root's site first).
     let mut sites: Vec<(Option<&str>, Vec<MachineId>)> = Vec::new();
     for &m in &order[1..] {
@@ -83,8 +91,8 @@ pub fn build(topology: &Topology, root: MachineId) -> Result<Vec<Lane>, PlanErro
                 children[p].push(c);
             }
             if own == lane {
-                let takers = free_slots(&groups[lane], children);
-                for (&sender, &receiver) in takers.iter().zip(&groups[other]) {
+                let slots = free_slots(&groups[lane], children);
+                for (sender, receiver) in match_slots(&slots, &groups[other], &position) {
                     children[sender].push(receiver);
                 }
             }
@@ -130,18 +138,42 @@ fn group_tree(topology: &Topology, group: &[MachineId]) -> Vec<(MachineId, Machi
     edges
 }
 
-/// Senders for the swap, one entry per free slot: leaves first in group order (two slots
-/// each), then nodes with one child — the paper's `A_{n+i} → B_{2i+1}, B_{2i+2}`.
+/// Senders for the swap, one entry per free child slot (two for a leaf, one for a node with one
+/// child), in Algorithm 1 order. Matching them in order to the other group's nodes (also in
+/// that order) pairs each receiver with a nearby sender, so swap transfers span short, mostly
+/// disjoint stretches of the contention-free ordering.
 fn free_slots(group: &[MachineId], children: &[Vec<MachineId>]) -> Vec<MachineId> {
     let mut slots = Vec::with_capacity(group.len() + 1);
-    for want in [0, 1] {
-        for &m in group {
-            if children[m].len() == want {
-                slots.extend(std::iter::repeat(m).take(2 - want));
-            }
-        }
+    for &m in group {
+        slots.extend(std::iter::repeat(m).take(2usize.saturating_sub(children[m].len())));
     }
     slots
+}
+
+/// Monotone matching of `receivers` to `slots` (both in Algorithm 1 order): each receiver takes
+/// the latest unused slot to its left in the order, as far as the spare slots allow skipping,
+/// so that most swap transfers go forward between neighbours of the ordering (seed 000 Lemma 3
+/// makes forward transfers over disjoint stretches contention-free).
+fn match_slots(
+    slots: &[MachineId],
+    receivers: &[MachineId],
+    position: &[usize],
+) -> Vec<(MachineId, MachineId)> {
+    let mut spare = slots.len().saturating_sub(receivers.len());
+    let mut j = 0;
+    let mut out = Vec::with_capacity(receivers.len());
+    for &r in receivers {
+        if j >= slots.len() {
+            break; // cannot happen: a binary tree over g nodes has g + 1 slots
+        }
+        while spare > 0 && j + 1 < slots.len() && position[slots[j + 1]] < position[r] {
+            j += 1;
+            spare -= 1;
+        }
+        out.push((slots[j], r));
+        j += 1;
+    }
+    out
 }
 
 /// The node of `group` that feeds the next site: the last one with a free slot, else the
