@@ -134,6 +134,7 @@ pub fn plan_for(
     profile: &Profile,
     msize: u64,
 ) -> Result<Choice, ModelError> {
+    profile.validate()?;
     match tree {
         TreeKind::Auto => {
             // The model assumes contention-free trees (seed 003 §4.2): prefer the candidates

@@ -35,11 +35,26 @@ pub struct Cost {
     pub g_us: f64,
 }
 
-/// A validated calibration profile: at least one point, sizes strictly increasing, every size
-/// and g positive, every L non-negative and finite.
+/// A calibration profile: at least one point, sizes strictly increasing, every size and g
+/// positive, every L non-negative and finite. Deserializing validates; a profile built by hand
+/// can be checked with [`Profile::validate`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "RawProfile")]
 pub struct Profile {
     pub points: Vec<Point>,
+}
+
+/// The JSON shape before validation.
+#[derive(Deserialize)]
+struct RawProfile {
+    points: Vec<Point>,
+}
+
+impl TryFrom<RawProfile> for Profile {
+    type Error = ModelError;
+    fn try_from(raw: RawProfile) -> Result<Profile, ModelError> {
+        Profile::new(raw.points)
+    }
 }
 
 /// Names accepted by [`Profile::builtin`].
@@ -91,10 +106,9 @@ impl Profile {
 
     /// Parses and validates profile JSON.
     pub fn parse(text: &str) -> Result<Profile, ModelError> {
-        let profile: Profile =
+        let raw: RawProfile =
             serde_json::from_str(text).map_err(|e| ModelError::ProfileJson(e.to_string()))?;
-        profile.validate()?;
-        Ok(profile)
+        Profile::try_from(raw)
     }
 
     /// Reads a profile file; errors carry the path.
@@ -139,7 +153,12 @@ impl Profile {
     /// L(m) and g(m) for any size (see the module doc for inter- and extrapolation).
     pub fn cost(&self, bytes: u64) -> Cost {
         let pts = &self.points;
-        let first = pts[0];
+        let Some(&first) = pts.first() else {
+            return Cost {
+                l_us: 0.0,
+                g_us: 0.0,
+            }; // an unvalidated empty profile: nothing is known
+        };
         let last = pts[pts.len() - 1];
         let at = |p: Point| Cost {
             l_us: p.l_us,
@@ -244,6 +263,10 @@ mod tests {
         );
         let err = Profile::parse(r#"{"points":[{"bytes":8,"g_us":2}]}"#).unwrap_err();
         assert!(matches!(err, ModelError::ProfileJson(_)), "{err}");
+        // Plain serde deserialization validates too.
+        let err = serde_json::from_str::<Profile>(r#"{"points":[]}"#).unwrap_err();
+        assert!(err.to_string().contains("no points"), "{err}");
+        assert_eq!(Profile { points: vec![] }.cost(1000).g_us, 0.0);
     }
 
     #[test]
