@@ -92,7 +92,9 @@ pub fn build(topology: &Topology, root: MachineId) -> Result<Vec<Lane>, PlanErro
             }
             if own == lane {
                 let slots = free_slots(&groups[lane], children);
-                for (sender, receiver) in match_slots(&slots, &groups[other], &position) {
+                for (sender, receiver) in
+                    match_slots(topology, children, &slots, &groups[other], &position)
+                {
                     children[sender].push(receiver);
                 }
             }
@@ -118,7 +120,15 @@ fn group_tree(topology: &Topology, group: &[MachineId]) -> Vec<(MachineId, Machi
         machines,
     )
     .expect("a subset of a valid topology's machines is valid");
-    let lane = super::binary::build(&sub, 0);
+    let heap = || {
+        (1..group.len())
+            .map(|i| (group[(i - 1) / 2], group[i]))
+            .collect()
+    };
+    // Too large for Algorithm 2's dynamic program (or otherwise refused): heap layout of §3.1.
+    let Ok(lane) = BinaryBuild::into_result(super::binary::build(&sub, 0)) else {
+        return heap();
+    };
     let mut edges = Vec::with_capacity(group.len() - 1);
     // Walk from the root so edges come out parent before child, children in send order.
     let mut stack = vec![0usize];
@@ -129,13 +139,29 @@ fn group_tree(topology: &Topology, group: &[MachineId]) -> Vec<(MachineId, Machi
         }
     }
     if edges.len() + 1 != group.len() || lane.max_degree() > 2 {
-        // Not a binary spanning tree of the group: fall back to the heap layout of §3.1
-        // (A_i's children are A_{2i}, A_{2i+1}).
-        return (1..group.len())
-            .map(|i| (group[(i - 1) / 2], group[i]))
-            .collect();
+        // Not a binary spanning tree of the group: the heap layout of §3.1 (A_i's children are
+        // A_{2i}, A_{2i+1}).
+        return heap();
     }
     edges
+}
+
+/// `plan::binary::build` returns a `Lane` on some branches and `Result<Lane, PlanError>` (it
+/// refuses sizes its O(P²) dynamic program cannot hold) on others; this accepts both.
+trait BinaryBuild {
+    fn into_result(self) -> Result<Lane, PlanError>;
+}
+
+impl BinaryBuild for Lane {
+    fn into_result(self) -> Result<Lane, PlanError> {
+        Ok(self)
+    }
+}
+
+impl BinaryBuild for Result<Lane, PlanError> {
+    fn into_result(self) -> Result<Lane, PlanError> {
+        self
+    }
 }
 
 /// Senders for the swap, one entry per free child slot (two for a leaf, one for a node with one
@@ -150,28 +176,64 @@ fn free_slots(group: &[MachineId], children: &[Vec<MachineId>]) -> Vec<MachineId
     slots
 }
 
-/// Monotone matching of `receivers` to `slots` (both in Algorithm 1 order): each receiver takes
-/// the latest unused slot to its left in the order, as far as the spare slots allow skipping,
-/// so that most swap transfers go forward between neighbours of the ordering (seed 000 Lemma 3
-/// makes forward transfers over disjoint stretches contention-free).
+/// Assigns each of `receivers` (in Algorithm 1 order) a sender from `slots` (one entry per free
+/// child slot), greedily: the sender whose transfer shares the fewest directed edges with
+/// transfers of *other* senders already in the lane (the pipelined 1-port contention of
+/// seed 000 §3), then the nearest sender to the receiver's left in the ordering (seed 000
+/// Lemma 3 makes forward transfers over disjoint stretches contention-free), then the nearest
+/// to its right. O(R · S · path length).
 fn match_slots(
+    topology: &Topology,
+    children: &[Vec<MachineId>],
     slots: &[MachineId],
     receivers: &[MachineId],
     position: &[usize],
 ) -> Vec<(MachineId, MachineId)> {
-    let mut spare = slots.len().saturating_sub(receivers.len());
-    let mut j = 0;
+    // Senders using each directed edge in this lane so far.
+    let mut users: Vec<Vec<MachineId>> = vec![Vec::new(); topology.edge_count()];
+    let add = |users: &mut Vec<Vec<MachineId>>, s: MachineId, r: MachineId| {
+        for e in topology.path(s, r) {
+            let list = &mut users[e.0 as usize];
+            if !list.contains(&s) {
+                list.push(s);
+            }
+        }
+    };
+    for (p, kids) in children.iter().enumerate() {
+        for &c in kids {
+            add(&mut users, p, c);
+        }
+    }
+    let mut capacity: Vec<(MachineId, usize)> = Vec::new();
+    for &m in slots {
+        match capacity.last_mut() {
+            Some((last, n)) if *last == m => *n += 1,
+            _ => capacity.push((m, 1)),
+        }
+    }
     let mut out = Vec::with_capacity(receivers.len());
     for &r in receivers {
-        if j >= slots.len() {
-            break; // cannot happen: a binary tree over g nodes has g + 1 slots
-        }
-        while spare > 0 && j + 1 < slots.len() && position[slots[j + 1]] < position[r] {
-            j += 1;
-            spare -= 1;
-        }
-        out.push((slots[j], r));
-        j += 1;
+        let best = capacity
+            .iter()
+            .enumerate()
+            .filter(|(_, &(_, n))| n > 0)
+            .min_by_key(|(_, &(s, _))| {
+                let shared = topology
+                    .path(s, r)
+                    .iter()
+                    .filter(|e| users[e.0 as usize].iter().any(|&u| u != s))
+                    .count();
+                let (ps, pr) = (position[s], position[r]);
+                (shared, ps > pr, ps.abs_diff(pr))
+            })
+            .map(|(i, _)| i);
+        let Some(i) = best else {
+            break; // cannot happen: a binary tree over g nodes has g + 1 free slots
+        };
+        let sender = capacity[i].0;
+        capacity[i].1 -= 1;
+        add(&mut users, sender, r);
+        out.push((sender, r));
     }
     out
 }
