@@ -17,27 +17,29 @@
 //!
 //! **Any P ≥ 2** (the paper assumes 4n − 1): group A takes ⌈(P−1)/2⌉ nodes, group B the rest.
 //! A binary tree over g nodes has g + 1 free child slots (2g slots, g − 1 tree edges), enough
-//! for the other group (at most g + 1 nodes). The slots (two per leaf, one per node with one
-//! child) are listed in Algorithm 1 order and matched monotonically to the other group's nodes
-//! in that order, each receiver taking the nearest free slot to its left while spare slots
-//! allow. For P = 4n − 1 and complete trees there are exactly 2n slots, all on the n leaves, for
-//! 2n − 1 receivers, so every leaf feeds two nodes of the other tree as in the paper's
-//! `A_{n+i} → B_{2i+1}, B_{2i+2}` (which leaf feeds which follows the ordering, not heap
-//! indices). A group with no node (P = 2) uses the other group's tree for its lane.
+//! for the other group (at most g + 1 nodes). Each receiver of the other group, in Algorithm 1
+//! order, takes a free slot (two per leaf, one per node with one child): the sender whose
+//! transfer shares the fewest directed edges with other senders' transfers in the lane, then
+//! the nearest sender to its left in the ordering. For P = 4n − 1 and complete trees the 2n
+//! slots are all on the n leaves and there are 2n − 1 receivers, so every leaf but one feeds
+//! two nodes of the other tree as in the paper's `A_{n+i} → B_{2i+1}, B_{2i+2}` (which leaf
+//! feeds which follows the network, not heap indices). A group with no node (P = 2) uses the
+//! other group's tree for its lane.
 //!
 //! **Contention-free machinery.** The groups interleave the Algorithm 1 order (A takes the odd
 //! positions, B the even ones), so each tree spans the switches the way the chain does, and each
 //! group's tree is Algorithm 2 (`plan::binary::build`) run on the topology restricted to that
-//! group, rooted at the group's first node — contention-free within the tree. The swap edges
-//! mostly join neighbours of the ordering, but nothing proves them contention-free against the
-//! tree edges (on several switches they usually are not: `lane_conflicts` experiment in
-//! docs/model.md); `plan::check` gives the verdict for a concrete topology.
+//! group, rooted at the group's first node — contention-free within the tree (the §3.1 heap
+//! layout when Algorithm 2 refuses the size). The swap matching avoids shared edges greedily,
+//! but nothing proves the lanes contention-free (on several switches they usually are not:
+//! `lane_conflicts` in docs/model.md); `plan::check` gives the verdict for a topology.
 //!
 //! **Sites (§3.2).** When machines carry `site`, each site gets its own pair of groups and
 //! trees, sites are taken in Algorithm 1 order starting with the root's site, and in each lane
 //! one node of site c with a free slot (the last such node of that lane's own group, like the
 //! paper's A_{2n−1}) feeds the lane's tree root in site c + 1. When no slot is free the node
-//! with the fewest children takes a third child. O(P) plus the two Algorithm 2 runs per site.
+//! with the fewest children takes a third child. O(P² · switch-tree depth) for the matching plus
+//! the two Algorithm 2 runs per site.
 
 use super::{Lane, PlanError};
 use crate::topology::{MachineId, Topology};
