@@ -126,7 +126,8 @@ pub fn choose_segment(plan: &Plan, profile: &Profile, msize: u64) -> (u64, f64) 
 /// Builds and prices `tree` for `msize` bytes. `kbinomial` without k takes, for every candidate
 /// segment size, Theorem 3's optimal k for that many segments; `auto` takes the cheapest of
 /// [`AUTO_CANDIDATES`] that `plan::check` finds contention-free (the cheapest of all of them
-/// when none is), because the model prices contention-free trees only.
+/// when none is), because the model prices contention-free trees only; candidates whose
+/// planner fails are skipped (the first error is returned if all fail).
 pub fn plan_for(
     topology: &Topology,
     root: MachineId,
@@ -140,8 +141,16 @@ pub fn plan_for(
             // The model assumes contention-free trees (seed 003 §4.2): prefer the candidates
             // the checker accepts, and fall back to all of them only if it accepts none.
             let mut best: Option<(bool, Choice)> = None;
+            let mut refused = None;
             for kind in &AUTO_CANDIDATES {
-                let c = plan_for(topology, root, kind, profile, msize)?;
+                // A planner may refuse a size (e.g. a dynamic program's memory limit): skip it.
+                let c = match plan_for(topology, root, kind, profile, msize) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        refused.get_or_insert(e);
+                        continue;
+                    }
+                };
                 let clean = plan::check(&c.plan, topology).contention_free;
                 let better = match &best {
                     None => true,
@@ -154,7 +163,11 @@ pub fn plan_for(
                     best = Some((clean, c));
                 }
             }
-            Ok(best.expect("auto has candidates").1)
+            match (best, refused) {
+                (Some((_, c)), _) => Ok(c),
+                (None, Some(e)) => Err(e),
+                (None, None) => unreachable!("auto has candidates"),
+            }
         }
         TreeKind::KBinomial(None) => {
             let size = topology.size() as u64;
@@ -295,6 +308,22 @@ mod tests {
             "{}",
             plan.tree
         );
+    }
+
+    #[test]
+    fn bad_input_is_an_error() {
+        let t = Topology::single_switch(4);
+        let p = Profile::builtin("1gbit").unwrap();
+        for kind in [TreeKind::Auto, TreeKind::KBinomial(None), TreeKind::Linear] {
+            let err = plan_for(&t, 9, &kind, &p, 1000).unwrap_err();
+            assert!(
+                matches!(err, ModelError::Plan(PlanError::BadRoot { .. })),
+                "{err}"
+            );
+        }
+        let empty = Profile { points: vec![] };
+        let err = plan_for(&t, 0, &TreeKind::Linear, &empty, 1000).unwrap_err();
+        assert!(matches!(err, ModelError::EmptyProfile));
     }
 
     #[test]
