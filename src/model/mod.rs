@@ -1,9 +1,340 @@
-//! Cost models (seed 003 §4.2 LogP, seed 001 steps, seed 002 Table 1) and the calibration
-//! profile — to be written.
+//! Cost models and the calibration profile.
+//!
+//! * [`profile`]: L(m), g(m) measured at a few sizes (seed 003 §5.1, Table 2; DESIGN.md contract).
+//! * [`logp`]: seed 003 §4.2 formulas (1) and (2), generalized to any tree and to several lanes
+//!   (seed 002 Table 1).
+//! * [`steps`]: seed 001's step model (Theorem 2) for k-binomial trees.
+//! * [`contention`]: where a plan breaks the models' no-contention assumption.
+//!
+//! [`predict`] prices a plan for a message and a segment size; [`choose_segment`] picks the best
+//! candidate segment size (the profile's sizes); [`plan_for`] also resolves `kbinomial` (whose
+//! optimal k depends on the segment count) and `auto` (the best of linear, binary,
+//! kbinomial, multilane and kary:3). Everything here is pure.
+
+pub mod contention;
+pub mod logp;
+pub mod profile;
+pub mod steps;
+
+pub use profile::{Cost, Point, Profile, BUILTIN_NAMES};
+
+use crate::plan::{self, kbinomial, Plan, PlanError, TreeKind};
+use crate::topology::{MachineId, Topology};
+use std::collections::btree_map::{BTreeMap, Entry};
 
 /// What went wrong in the model layer.
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
     #[error("{0}")]
     Profile(String),
+    #[error("the calibration profile has no points: list {{\"bytes\", \"L_us\", \"g_us\"}} entries under \"points\"")]
+    EmptyProfile,
+    #[error("profile point {index} ({bytes} B): {field} is {value}, it must be {need}")]
+    BadPoint {
+        index: usize,
+        bytes: u64,
+        field: &'static str,
+        value: f64,
+        need: &'static str,
+    },
+    #[error("profile point {index} ({bytes} B) does not follow {previous} B: list points by strictly increasing size")]
+    UnsortedProfile {
+        index: usize,
+        bytes: u64,
+        previous: u64,
+    },
+    #[error("not a calibration profile: {0} (expected {{\"points\": [{{\"bytes\": 256, \"L_us\": 110.0, \"g_us\": 30.0}}, …]}}; built-in profiles: {BUILTIN_NAMES})")]
+    ProfileJson(String),
+    #[error("profile {path}: {source}")]
+    ProfileFile {
+        path: String,
+        #[source]
+        source: Box<ModelError>,
+    },
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+}
+
+/// A plan priced by the model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Choice {
+    pub plan: Plan,
+    /// Bytes per segment (per lane); the whole message for non-pipelined baselines.
+    pub segment_bytes: u64,
+    pub predicted_us: f64,
+}
+
+/// The algorithms `auto` chooses among, in tie-breaking order.
+pub const AUTO_CANDIDATES: [TreeKind; 5] = [
+    TreeKind::Linear,
+    TreeKind::Binary,
+    TreeKind::KBinomial(None),
+    TreeKind::Multilane,
+    TreeKind::Kary(3),
+];
+
+/// Bytes each lane carries.
+fn per_lane(plan: &Plan, msize: u64) -> u64 {
+    msize.div_ceil(plan.lanes.len().max(1) as u64)
+}
+
+/// Predicted broadcast time in µs of `msize` bytes over `plan` with segments of `segment`
+/// bytes (per lane). Baselines (`TreeKind::is_baseline`) are priced without pipelining: the
+/// whole message crosses each hop (`segment` is ignored), with L and g interpolated at `msize`.
+/// k-binomial plans use seed 001's step model, every other plan the generalized formula (2).
+/// A segment larger than a lane's share is one segment of that share.
+pub fn predict(plan: &Plan, profile: &Profile, msize: u64, segment: u64) -> f64 {
+    if msize == 0 || plan.lanes.is_empty() {
+        return 0.0;
+    }
+    if plan.tree.is_baseline() {
+        return logp::tree_time(&plan.lanes, 1, profile.cost(msize));
+    }
+    let share = per_lane(plan, msize);
+    let seg = segment.max(1).min(share);
+    let x = share.div_ceil(seg);
+    let cost = profile.cost(seg);
+    match plan.tree {
+        TreeKind::KBinomial(_) if plan.lanes.len() == 1 => {
+            steps::kbinomial_time(&plan.lanes[0], x, cost)
+        }
+        _ => logp::tree_time(&plan.lanes, x, cost),
+    }
+}
+
+/// The candidate segment size (a profile size, capped at a lane's share of the message) with
+/// the smallest predicted time, and that time. Ties go to the smaller segment. Baselines get
+/// the whole message; `msize = 0` gives `(0, 0.0)`.
+pub fn choose_segment(plan: &Plan, profile: &Profile, msize: u64) -> (u64, f64) {
+    if msize == 0 {
+        return (0, 0.0);
+    }
+    if plan.tree.is_baseline() {
+        return (msize, predict(plan, profile, msize, msize));
+    }
+    let share = per_lane(plan, msize);
+    let mut best = (0u64, f64::INFINITY);
+    for size in profile.sizes() {
+        let t = predict(plan, profile, msize, size);
+        if t < best.1 {
+            best = (size.min(share), t);
+        }
+    }
+    best
+}
+
+/// Builds and prices `tree` for `msize` bytes. `kbinomial` without k takes, for every candidate
+/// segment size, Theorem 3's optimal k for that many segments; `auto` takes the cheapest of
+/// [`AUTO_CANDIDATES`] that `plan::check` finds contention-free (the cheapest of all of them
+/// when none is), because the model prices contention-free trees only; candidates whose
+/// planner fails are skipped (the first error is returned if all fail).
+pub fn plan_for(
+    topology: &Topology,
+    root: MachineId,
+    tree: &TreeKind,
+    profile: &Profile,
+    msize: u64,
+) -> Result<Choice, ModelError> {
+    profile.validate()?;
+    match tree {
+        TreeKind::Auto => {
+            // The model assumes contention-free trees (seed 003 §4.2): prefer the candidates
+            // the checker accepts, and fall back to all of them only if it accepts none.
+            let mut best: Option<(bool, Choice)> = None;
+            let mut refused = None;
+            for kind in &AUTO_CANDIDATES {
+                // A planner may refuse a size (e.g. a dynamic program's memory limit): skip it.
+                let c = match plan_for(topology, root, kind, profile, msize) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        refused.get_or_insert(e);
+                        continue;
+                    }
+                };
+                let clean = plan::check(&c.plan, topology).contention_free;
+                let better = match &best {
+                    None => true,
+                    Some((b_clean, b)) => {
+                        (clean && !b_clean)
+                            || (clean == *b_clean && c.predicted_us < b.predicted_us)
+                    }
+                };
+                if better {
+                    best = Some((clean, c));
+                }
+            }
+            match (best, refused) {
+                (Some((_, c)), _) => Ok(c),
+                (None, Some(e)) => Err(e),
+                (None, None) => unreachable!("auto has candidates"),
+            }
+        }
+        TreeKind::KBinomial(None) => {
+            let size = topology.size() as u64;
+            let mut built: BTreeMap<u32, Plan> = BTreeMap::new();
+            let mut best: Option<Choice> = None;
+            for seg in profile.sizes() {
+                let x = msize.div_ceil(seg.max(1)).max(1);
+                let k = kbinomial::optimal_k(size, x);
+                let p = match built.entry(k) {
+                    Entry::Occupied(e) => e.into_mut(),
+                    Entry::Vacant(e) => e.insert(plan::build(
+                        topology,
+                        root,
+                        &TreeKind::KBinomial(Some(k)),
+                        None,
+                    )?),
+                };
+                let t = predict(p, profile, msize, seg);
+                if best.as_ref().map_or(true, |b| t < b.predicted_us) {
+                    best = Some(Choice {
+                        plan: p.clone(),
+                        segment_bytes: seg.min(msize),
+                        predicted_us: t,
+                    });
+                }
+            }
+            Ok(best.expect("a validated profile has a point"))
+        }
+        _ => {
+            let p = plan::build(topology, root, tree, None)?;
+            let (segment_bytes, predicted_us) = choose_segment(&p, profile, msize);
+            Ok(Choice {
+                plan: p,
+                segment_bytes,
+                predicted_us,
+            })
+        }
+    }
+}
+
+/// `auto`: the plan, segment size and predicted µs with the smallest predicted time among the
+/// contention-free candidates (see [`plan_for`]).
+pub fn choose(
+    topology: &Topology,
+    root: MachineId,
+    profile: &Profile,
+    msize: u64,
+) -> Result<(Plan, u64, f64), ModelError> {
+    let c = plan_for(topology, root, &TreeKind::Auto, profile, msize)?;
+    Ok((c.plan, c.segment_bytes, c.predicted_us))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::gen;
+
+    #[test]
+    fn zero_bytes_cost_nothing() {
+        let t = gen::hub(2, 3, false);
+        let p = Profile::builtin("100mbit").unwrap();
+        let plan = plan::build(&t, 0, &TreeKind::Linear, None).unwrap();
+        assert_eq!(choose_segment(&plan, &p, 0), (0, 0.0));
+        let c = plan_for(&t, 0, &TreeKind::Auto, &p, 0).unwrap();
+        assert_eq!(c.predicted_us, 0.0);
+    }
+
+    #[test]
+    fn table3_linear_100mbit_endpoints() {
+        // Seed 003 Table 3, 100 Mbit/s, linear tree, P = 32, model column: 8 KB → 256 B,
+        // 2 MB → 1024 B.
+        let t = Topology::single_switch(32);
+        let p = Profile::builtin("100mbit").unwrap();
+        let plan = plan::build(&t, 0, &TreeKind::Linear, None).unwrap();
+        assert_eq!(choose_segment(&plan, &p, 8 << 10).0, 256);
+        assert_eq!(choose_segment(&plan, &p, 2 << 20).0, 1024);
+    }
+
+    #[test]
+    fn segment_choice_is_monotonic_and_time_grows() {
+        let t = gen::random_cluster(6, 32, 11);
+        for name in ["100mbit", "1gbit"] {
+            let p = Profile::builtin(name).unwrap();
+            for kind in [TreeKind::Linear, TreeKind::Binary, TreeKind::Multilane] {
+                let plan = plan::build(&t, 0, &kind, None).unwrap();
+                let mut last = (0u64, 0.0f64);
+                for shift in 13..=21 {
+                    let (seg, time) = choose_segment(&plan, &p, 1 << shift);
+                    assert!(seg >= last.0, "{name} {kind}: segment shrank at 2^{shift}");
+                    assert!(
+                        time > last.1,
+                        "{name} {kind}: time did not grow at 2^{shift}"
+                    );
+                    last = (seg, time);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn chosen_segment_is_the_argmin() {
+        let t = gen::random_cluster(4, 20, 5);
+        let p = Profile::builtin("1gbit").unwrap();
+        let plan = plan::build(&t, 3, &TreeKind::Binary, None).unwrap();
+        let (seg, time) = choose_segment(&plan, &p, 300_000);
+        assert!(p.sizes().any(|s| s == seg));
+        for s in p.sizes() {
+            assert!(time <= predict(&plan, &p, 300_000, s));
+        }
+    }
+
+    #[test]
+    fn auto_picks_the_cheapest_candidate() {
+        let t = gen::random_cluster(5, 24, 9);
+        let p = Profile::builtin("100mbit").unwrap();
+        for msize in [4096u64, 65536, 4 << 20] {
+            let (plan, _, time) = choose(&t, 2, &p, msize).unwrap();
+            assert_ne!(plan.tree, TreeKind::Auto);
+            assert!(!matches!(plan.tree, TreeKind::KBinomial(None)));
+            let chosen_clean = plan::check(&plan, &t).contention_free;
+            for kind in &AUTO_CANDIDATES {
+                let c = plan_for(&t, 2, kind, &p, msize).unwrap();
+                if plan::check(&c.plan, &t).contention_free == chosen_clean {
+                    assert!(time <= c.predicted_us, "{msize}: {kind} is cheaper");
+                } else {
+                    assert!(
+                        chosen_clean,
+                        "{msize}: a contention-free {kind} was passed over"
+                    );
+                }
+            }
+        }
+        // Large messages: the pipeline term (X − 1)·D·g dominates, so a binary or 3-ary tree
+        // (D ≥ 2 on the whole message) never wins.
+        let (plan, _, _) = choose(&t, 0, &p, 64 << 20).unwrap();
+        assert!(
+            !matches!(plan.tree, TreeKind::Binary | TreeKind::Kary(_)),
+            "{}",
+            plan.tree
+        );
+    }
+
+    #[test]
+    fn bad_input_is_an_error() {
+        let t = Topology::single_switch(4);
+        let p = Profile::builtin("1gbit").unwrap();
+        for kind in [TreeKind::Auto, TreeKind::KBinomial(None), TreeKind::Linear] {
+            let err = plan_for(&t, 9, &kind, &p, 1000).unwrap_err();
+            assert!(
+                matches!(err, ModelError::Plan(PlanError::BadRoot { .. })),
+                "{err}"
+            );
+        }
+        let empty = Profile { points: vec![] };
+        let err = plan_for(&t, 0, &TreeKind::Linear, &empty, 1000).unwrap_err();
+        assert!(matches!(err, ModelError::EmptyProfile));
+    }
+
+    #[test]
+    fn baselines_are_not_pipelined() {
+        let t = Topology::single_switch(8);
+        let p = Profile::builtin("100mbit").unwrap();
+        let flat = plan::build(&t, 0, &TreeKind::Flat, None).unwrap();
+        let (seg, time) = choose_segment(&flat, &p, 1 << 20);
+        assert_eq!(seg, 1 << 20);
+        let c = p.cost(1 << 20);
+        // Flat: the last of 7 children gets the message after L + 7g.
+        assert!((time - (c.l_us + 7.0 * c.g_us)).abs() < 1e-6);
+    }
 }

@@ -1,10 +1,300 @@
-//! `pipecast plan` — to be written.
+//! `pipecast plan`: build a broadcast tree on a topology file and print it as a table, as the
+//! DESIGN.md JSON contract, or as Graphviz (dot / svg).
 
 use crate::CliResult;
+use pipecast::model::{self, contention, Profile};
+use pipecast::plan::{self, Plan, TreeKind};
+use pipecast::topology::{read_topology, Topology};
+use serde_json::{json, Value};
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Topology file (JSON, see `pipecast topo`).
+    #[arg(long)]
+    topology: PathBuf,
+    /// Root rank of the broadcast.
+    #[arg(long, default_value_t = 0)]
+    root: usize,
+    /// Tree algorithm: linear, binary, kary:K, kbinomial, kbinomial:K, multilane, flat,
+    /// binomial, naive-linear, naive-binary, auto. Default: auto with --msize, else linear.
+    #[arg(long)]
+    tree: Option<String>,
+    /// Message size in bytes (suffixes K, M, G = 2^10, 2^20, 2^30): adds the model's segment
+    /// size and predicted time.
+    #[arg(long, value_parser = parse_bytes)]
+    msize: Option<u64>,
+    /// Calibration profile: a JSON file, or a built-in: 100mbit, 1gbit (seed 003 Table 2).
+    #[arg(long, default_value = "100mbit")]
+    profile: String,
+    /// Print the JSON contract (same as --format json).
+    #[arg(long)]
+    json: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+}
 
-pub fn run(_args: Args) -> CliResult {
-    Err("pipecast plan is not implemented yet".into())
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Format {
+    Table,
+    Json,
+    Dot,
+    Svg,
+}
+
+/// `65536`, `64K`, `64KiB`, `1M`, `2G` (binary multiples, case-insensitive).
+fn parse_bytes(text: &str) -> Result<u64, String> {
+    let bad = || format!("{text:?} is not a byte count: write e.g. 65536, 64K, 1M or 2G");
+    let t = text.trim();
+    let lower = t.to_ascii_lowercase();
+    let digits = lower.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let shift = match &lower[digits.len()..] {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        _ => return Err(bad()),
+    };
+    let n: u64 = digits.parse().map_err(|_| bad())?;
+    n.checked_mul(1u64 << shift).ok_or_else(bad)
+}
+
+pub fn run(args: Args) -> CliResult {
+    let topology = read_topology(&args.topology)?;
+    let kind: TreeKind = match &args.tree {
+        Some(name) => name.parse()?,
+        None if args.msize.is_some() => TreeKind::Auto,
+        None => TreeKind::Linear,
+    };
+    let (plan, priced) = match args.msize {
+        Some(msize) => {
+            let profile = Profile::load(&args.profile)?;
+            let c = model::plan_for(&topology, args.root, &kind, &profile, msize)?;
+            (c.plan, Some((msize, c.segment_bytes, c.predicted_us)))
+        }
+        None => (plan::build(&topology, args.root, &kind, None)?, None),
+    };
+    let format = if args.json { Format::Json } else { args.format };
+    let out = match format {
+        Format::Json => plan_json(&plan, &topology, priced),
+        Format::Table => table(&plan, &topology, priced, &args.profile),
+        Format::Dot => dot(&plan, &topology),
+        Format::Svg => svg(&dot(&plan, &topology))?,
+    };
+    print!("{out}");
+    Ok(())
+}
+
+/// The DESIGN.md `pipecast plan` JSON contract, one line, fields in the contract's order.
+fn plan_json(plan: &Plan, topology: &Topology, priced: Option<(u64, u64, f64)>) -> String {
+    let lanes: Vec<Value> = plan
+        .lanes
+        .iter()
+        .map(|l| json!({"parents": l.parents, "children": l.children}))
+        .collect();
+    let mut fields = vec![
+        ("tree", json!(plan.tree.to_string())),
+        ("root", json!(plan.root)),
+        ("ranks", json!(plan.size())),
+        ("lanes", json!(lanes)),
+        ("height", json!(plan.height())),
+        ("max_degree", json!(plan.max_degree())),
+        (
+            "contention_free",
+            json!(plan::check(plan, topology).contention_free),
+        ),
+    ];
+    if let Some((_, segment, predicted)) = priced {
+        fields.push(("segment_bytes", json!(segment)));
+        fields.push(("predicted_us", json!((predicted * 10.0).round() / 10.0)));
+    }
+    let body: Vec<String> = fields
+        .iter()
+        .map(|(k, v)| format!("{}: {}", json!(k), v))
+        .collect();
+    format!("{{{}}}\n", body.join(", "))
+}
+
+fn table(
+    plan: &Plan,
+    topology: &Topology,
+    priced: Option<(u64, u64, f64)>,
+    profile: &str,
+) -> String {
+    let report = plan::check(plan, topology);
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "tree {}, root {}, {} ranks, {} lane{}, height {}, max degree {}, contention-free: {}",
+        plan.tree,
+        plan.root,
+        plan.size(),
+        plan.lanes.len(),
+        if plan.lanes.len() == 1 { "" } else { "s" },
+        plan.height(),
+        plan.max_degree(),
+        if report.contention_free { "yes" } else { "no" },
+    );
+    if let Some((msize, segment, predicted)) = priced {
+        let _ = writeln!(
+            s,
+            "message {msize} B, segment {segment} B, predicted {predicted:.1} us (profile {profile})"
+        );
+    }
+    let name = |r: usize| topology.machines()[r].name.as_str();
+    for (i, lane) in plan.lanes.iter().enumerate() {
+        let _ = writeln!(s, "\nlane {i}");
+        let _ = writeln!(
+            s,
+            "{:>5}  {:<12} {:<10} {:<12} children (send order)",
+            "rank", "machine", "switch", "parent"
+        );
+        for r in 0..plan.size() {
+            let parent = lane.parents[r].map_or("-".to_string(), |p| format!("{p} {}", name(p)));
+            let kids: Vec<String> = lane.children[r].iter().map(|c| c.to_string()).collect();
+            let _ = writeln!(
+                s,
+                "{:>5}  {:<12} {:<10} {:<12} {}",
+                r,
+                name(r),
+                topology.switches()[topology.switch_of(r)].name,
+                parent,
+                kids.join(" ")
+            );
+        }
+        const SHOWN: usize = 20;
+        let found = contention::conflicts(lane, topology, SHOWN + 1);
+        if !found.is_empty() || !report.contention_free {
+            let _ = writeln!(s, "conflicts in lane {i} (pipelined 1-port model):");
+            for c in found.iter().take(SHOWN) {
+                let _ = writeln!(
+                    s,
+                    "  {}->{} and {}->{} both use {}",
+                    name(c.first.0),
+                    name(c.first.1),
+                    name(c.second.0),
+                    name(c.second.1),
+                    topology.edge_name(c.edge)
+                );
+            }
+            if found.len() > SHOWN {
+                let _ = writeln!(s, "  … and more");
+            }
+        }
+    }
+    s
+}
+
+/// Graphviz: switches as boxes joined by their links, machines as ellipses under their switch,
+/// and the broadcast tree drawn over them (one color per lane, labels = send order).
+fn dot(plan: &Plan, topology: &Topology) -> String {
+    const COLORS: [&str; 4] = ["red", "blue", "darkgreen", "darkorange"];
+    let esc = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
+    let q = |s: &str| format!("\"{}\"", esc(s));
+    let sw = |i: usize| q(&format!("switch {}", topology.switches()[i].name));
+    let m = |r: usize| q(&format!("machine {}", topology.machines()[r].name));
+    let mut s = String::from("digraph pipecast {\n  graph [rankdir=TB, fontname=\"Helvetica\"];\n");
+    let _ = writeln!(
+        s,
+        "  label={};\n  labelloc=t;",
+        q(&format!(
+            "pipecast plan: {} rooted at rank {}",
+            plan.tree, plan.root
+        ))
+    );
+    for (i, switch) in topology.switches().iter().enumerate() {
+        let _ = writeln!(s, "  {} [shape=box, label={}];", sw(i), q(&switch.name));
+    }
+    for link in topology.links() {
+        let _ = writeln!(
+            s,
+            "  {} -> {} [dir=none, color=gray40, penwidth=2];",
+            sw(link.a),
+            sw(link.b)
+        );
+    }
+    for (r, machine) in topology.machines().iter().enumerate() {
+        let style = if r == plan.root { ", style=bold" } else { "" };
+        let _ = writeln!(
+            s,
+            "  {} [shape=ellipse, label=\"{}\\nrank {r}\"{style}];",
+            m(r),
+            esc(&machine.name),
+        );
+        let _ = writeln!(
+            s,
+            "  {} -> {} [dir=none, color=gray70];",
+            sw(machine.switch),
+            m(r)
+        );
+    }
+    for (i, lane) in plan.lanes.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        for (p, kids) in lane.children.iter().enumerate() {
+            for (pos, &c) in kids.iter().enumerate() {
+                let _ = writeln!(
+                    s,
+                    "  {} -> {} [color={color}, fontcolor={color}, label=\"{}\", constraint=false];",
+                    m(p),
+                    m(c),
+                    pos + 1
+                );
+            }
+        }
+    }
+    s.push_str("}\n");
+    s
+}
+
+/// Pipes dot text through Graphviz's `dot -Tsvg`.
+fn svg(dot_text: &str) -> Result<String, Box<dyn std::error::Error>> {
+    let mut child = Command::new("dot")
+        .arg("-Tsvg")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            format!(
+                "--format svg runs Graphviz `dot`, which could not be started ({e}): install \
+                 graphviz (e.g. apt-get install graphviz) or use --format dot"
+            )
+        })?;
+    child
+        .stdin
+        .take()
+        .expect("stdin is piped")
+        .write_all(dot_text.as_bytes())?;
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        return Err(format!(
+            "Graphviz dot failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
+        .into());
+    }
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn byte_suffixes() {
+        assert_eq!(parse_bytes("65536"), Ok(65536));
+        assert_eq!(parse_bytes("64K"), Ok(65536));
+        assert_eq!(parse_bytes("64kib"), Ok(65536));
+        assert_eq!(parse_bytes("1M"), Ok(1 << 20));
+        assert_eq!(parse_bytes("2G"), Ok(2 << 30));
+        assert!(parse_bytes("12X").is_err());
+        assert!(parse_bytes("M").is_err());
+        assert!(parse_bytes("-1").is_err());
+        assert!(parse_bytes("99999999999999G").is_err());
+    }
 }

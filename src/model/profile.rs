@@ -1,0 +1,286 @@
+//! The calibration profile: L(m) and g(m) of seed 003 §4.2 measured at a few message sizes
+//! (`../shared/seeds/003_f72e5e0868946953.txt` §5.1, Table 2). JSON contract of DESIGN.md:
+//!
+//! ```json
+//! { "points": [ {"bytes": 256, "L_us": 110.0, "g_us": 30.0}, {"bytes": 512, "L_us": 156.0, "g_us": 51.0} ] }
+//! ```
+//!
+//! The profile's sizes are the model's candidate segment sizes. For other sizes (whole-message
+//! baselines, a last short segment) [`Profile::cost`] interpolates linearly between points; below
+//! the smallest point it holds that point's values; above the largest it extrapolates g linearly
+//! from the last two points (g grows with the bytes on the wire) and holds L at its last value
+//! (L is a latency; extrapolating it can turn negative, as seed 003's 1 Gbit/s L(m) falls from
+//! 8 KB on).
+
+use super::ModelError;
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// One measured size.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Point {
+    /// Message size in bytes.
+    pub bytes: u64,
+    /// L(m) in microseconds: end-to-end latency (RTT/2 − g).
+    #[serde(rename = "L_us")]
+    pub l_us: f64,
+    /// g(m) in microseconds: the gap between consecutive messages of this size.
+    pub g_us: f64,
+}
+
+/// L and g for one message size, in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Cost {
+    pub l_us: f64,
+    pub g_us: f64,
+}
+
+/// A calibration profile: at least one point, sizes strictly increasing, every size and g
+/// positive, every L non-negative and finite. Deserializing validates; a profile built by hand
+/// can be checked with [`Profile::validate`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "RawProfile")]
+pub struct Profile {
+    pub points: Vec<Point>,
+}
+
+/// The JSON shape before validation.
+#[derive(Deserialize)]
+struct RawProfile {
+    points: Vec<Point>,
+}
+
+impl TryFrom<RawProfile> for Profile {
+    type Error = ModelError;
+    fn try_from(raw: RawProfile) -> Result<Profile, ModelError> {
+        Profile::new(raw.points)
+    }
+}
+
+/// Names accepted by [`Profile::builtin`].
+pub const BUILTIN_NAMES: &str = "100mbit, 1gbit";
+
+const TABLE2_100MBIT: &str = include_str!("../../profiles/table2-100mbit.json");
+const TABLE2_1GBIT: &str = include_str!("../../profiles/table2-1gbit.json");
+
+impl Profile {
+    /// A profile from points, validated.
+    pub fn new(points: Vec<Point>) -> Result<Profile, ModelError> {
+        let profile = Profile { points };
+        profile.validate()?;
+        Ok(profile)
+    }
+
+    /// Checks the invariants; errors name the offending point.
+    pub fn validate(&self) -> Result<(), ModelError> {
+        if self.points.is_empty() {
+            return Err(ModelError::EmptyProfile);
+        }
+        for (index, p) in self.points.iter().enumerate() {
+            let bad = |field: &'static str, value: f64, need: &'static str| ModelError::BadPoint {
+                index,
+                bytes: p.bytes,
+                field,
+                value,
+                need,
+            };
+            if p.bytes == 0 {
+                return Err(bad("bytes", 0.0, "a positive size"));
+            }
+            if !(p.g_us.is_finite() && p.g_us > 0.0) {
+                return Err(bad("g_us", p.g_us, "a positive number of microseconds"));
+            }
+            if !(p.l_us.is_finite() && p.l_us >= 0.0) {
+                return Err(bad("L_us", p.l_us, "a non-negative number of microseconds"));
+            }
+            if index > 0 && p.bytes <= self.points[index - 1].bytes {
+                return Err(ModelError::UnsortedProfile {
+                    index,
+                    bytes: p.bytes,
+                    previous: self.points[index - 1].bytes,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Parses and validates profile JSON.
+    pub fn parse(text: &str) -> Result<Profile, ModelError> {
+        let raw: RawProfile =
+            serde_json::from_str(text).map_err(|e| ModelError::ProfileJson(e.to_string()))?;
+        Profile::try_from(raw)
+    }
+
+    /// Reads a profile file; errors carry the path.
+    pub fn read(path: &Path) -> Result<Profile, ModelError> {
+        let wrap = |e: ModelError| ModelError::ProfileFile {
+            path: path.display().to_string(),
+            source: Box::new(e),
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| wrap(ModelError::ProfileJson(format!("cannot read: {e}"))))?;
+        Profile::parse(&text).map_err(wrap)
+    }
+
+    /// A built-in profile name (see [`BUILTIN_NAMES`]) or else a file path.
+    pub fn load(spec: &str) -> Result<Profile, ModelError> {
+        match Profile::builtin(spec) {
+            Some(p) => Ok(p),
+            None => Profile::read(Path::new(spec)),
+        }
+    }
+
+    /// Seed 003 Table 2: `"100mbit"` (Fast Ethernet) or `"1gbit"` (Gigabit Ethernet) columns.
+    pub fn builtin(name: &str) -> Option<Profile> {
+        let text = match name {
+            "100mbit" => TABLE2_100MBIT,
+            "1gbit" => TABLE2_1GBIT,
+            _ => return None,
+        };
+        Some(Profile::parse(text).expect("the shipped Table 2 profiles are valid"))
+    }
+
+    /// Pretty JSON in the contract's shape.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a profile serializes")
+    }
+
+    /// The candidate segment sizes.
+    pub fn sizes(&self) -> impl Iterator<Item = u64> + '_ {
+        self.points.iter().map(|p| p.bytes)
+    }
+
+    /// L(m) and g(m) for any size (see the module doc for inter- and extrapolation).
+    pub fn cost(&self, bytes: u64) -> Cost {
+        let pts = &self.points;
+        let Some(&first) = pts.first() else {
+            return Cost {
+                l_us: 0.0,
+                g_us: 0.0,
+            }; // an unvalidated empty profile: nothing is known
+        };
+        let last = pts[pts.len() - 1];
+        let at = |p: Point| Cost {
+            l_us: p.l_us,
+            g_us: p.g_us,
+        };
+        if bytes <= first.bytes {
+            return at(first);
+        }
+        if bytes >= last.bytes {
+            let slope = if pts.len() >= 2 {
+                let prev = pts[pts.len() - 2];
+                (last.g_us - prev.g_us) / (last.bytes - prev.bytes) as f64
+            } else {
+                last.g_us / last.bytes as f64
+            };
+            let g = last.g_us + slope * (bytes - last.bytes) as f64;
+            return Cost {
+                l_us: last.l_us,
+                g_us: g.max(last.g_us),
+            };
+        }
+        let i = pts.partition_point(|p| p.bytes <= bytes);
+        let (a, b) = (pts[i - 1], pts[i]);
+        let t = (bytes - a.bytes) as f64 / (b.bytes - a.bytes) as f64;
+        Cost {
+            l_us: a.l_us + t * (b.l_us - a.l_us),
+            g_us: a.g_us + t * (b.g_us - a.g_us),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtins_are_table2() {
+        let p = Profile::builtin("100mbit").unwrap();
+        assert_eq!(p.points.len(), 8);
+        assert_eq!(
+            p.points[0],
+            Point {
+                bytes: 256,
+                l_us: 110.0,
+                g_us: 30.0
+            }
+        );
+        let g = Profile::builtin("1gbit").unwrap();
+        assert_eq!(g.points[7].bytes, 32768);
+        assert_eq!(g.points[7].g_us, 541.0);
+        assert!(Profile::builtin("10gbit").is_none());
+    }
+
+    #[test]
+    fn json_round_trip_uses_contract_names() {
+        let text = r#"{"points":[{"bytes":256,"L_us":110.0,"g_us":30.0},{"bytes":512,"L_us":156.0,"g_us":51.0}]}"#;
+        let p = Profile::parse(text).unwrap();
+        assert_eq!(p.points[1].l_us, 156.0);
+        let again = Profile::parse(&p.to_json()).unwrap();
+        assert_eq!(again, p);
+        assert!(p.to_json().contains("\"L_us\""));
+    }
+
+    #[test]
+    fn validation_names_the_point() {
+        let err = Profile::parse(r#"{"points":[]}"#).unwrap_err();
+        assert!(matches!(err, ModelError::EmptyProfile), "{err}");
+        let err = Profile::parse(
+            r#"{"points":[{"bytes":256,"L_us":1,"g_us":2},{"bytes":512,"L_us":1,"g_us":0}]}"#,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ModelError::BadPoint {
+                    index: 1,
+                    field: "g_us",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("512"), "{err}");
+        let err = Profile::parse(r#"{"points":[{"bytes":0,"L_us":1,"g_us":2}]}"#).unwrap_err();
+        assert!(matches!(err, ModelError::BadPoint { field: "bytes", .. }));
+        let err = Profile::parse(r#"{"points":[{"bytes":8,"L_us":-1,"g_us":2}]}"#).unwrap_err();
+        assert!(matches!(err, ModelError::BadPoint { field: "L_us", .. }));
+        let err = Profile::parse(
+            r#"{"points":[{"bytes":512,"L_us":1,"g_us":2},{"bytes":512,"L_us":1,"g_us":3}]}"#,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ModelError::UnsortedProfile {
+                    index: 1,
+                    bytes: 512,
+                    previous: 512
+                }
+            ),
+            "{err}"
+        );
+        let err = Profile::parse(r#"{"points":[{"bytes":8,"g_us":2}]}"#).unwrap_err();
+        assert!(matches!(err, ModelError::ProfileJson(_)), "{err}");
+        // Plain serde deserialization validates too.
+        let err = serde_json::from_str::<Profile>(r#"{"points":[]}"#).unwrap_err();
+        assert!(err.to_string().contains("no points"), "{err}");
+        assert_eq!(Profile { points: vec![] }.cost(1000).g_us, 0.0);
+    }
+
+    #[test]
+    fn cost_interpolates_and_extrapolates() {
+        let p = Profile::builtin("100mbit").unwrap();
+        assert_eq!(p.cost(256).g_us, 30.0);
+        assert_eq!(p.cost(100).g_us, 30.0); // held below the first point
+        let mid = p.cost(384);
+        assert!((mid.g_us - 40.5).abs() < 1e-9 && (mid.l_us - 133.0).abs() < 1e-9);
+        // Above the table: g continues the last slope, L is held.
+        let big = p.cost(65536);
+        assert!((big.g_us - (2781.0 + (2781.0 - 1389.0) * 2.0)).abs() < 1e-6);
+        assert_eq!(big.l_us, 323.0);
+        let g = Profile::builtin("1gbit").unwrap();
+        assert!(g.cost(1 << 30).l_us >= 0.0);
+    }
+}

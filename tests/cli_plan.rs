@@ -1,0 +1,320 @@
+//! `pipecast plan` end to end: runs the built binary on generated topology files and checks the
+//! DESIGN.md JSON contract field by field, the error exits and the Graphviz output.
+
+use pipecast::topology::{gen, to_json, Topology};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn write_topology(name: &str, t: &Topology) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("pipecast-cli-plan-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, to_json(t).to_string()).unwrap();
+    path
+}
+
+fn pipecast(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pipecast"))
+        .args(args)
+        .output()
+        .expect("the pipecast binary runs")
+}
+
+fn plan_json(args: &[&str]) -> Value {
+    let out = pipecast(args);
+    assert!(
+        out.status.success(),
+        "pipecast {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        text.lines().count(),
+        1,
+        "one JSON object on one line: {text}"
+    );
+    serde_json::from_str(&text).unwrap()
+}
+
+/// Checks the contract's fields and that every lane is a spanning tree rooted at `root`.
+fn check_contract(v: &Value, ranks: usize, root: usize) {
+    let obj = v.as_object().unwrap();
+    assert!(obj["tree"].is_string());
+    assert_ne!(obj["tree"], "auto");
+    assert_eq!(obj["root"], root);
+    assert_eq!(obj["ranks"], ranks);
+    assert!(obj["contention_free"].is_boolean());
+    let lanes = obj["lanes"].as_array().unwrap();
+    assert!(!lanes.is_empty());
+    let mut height = 0;
+    let mut degree = 0;
+    for lane in lanes {
+        let parents = lane["parents"].as_array().unwrap();
+        let children = lane["children"].as_array().unwrap();
+        assert_eq!(parents.len(), ranks);
+        assert_eq!(children.len(), ranks);
+        for (r, p) in parents.iter().enumerate() {
+            if r == root {
+                assert!(p.is_null(), "the root has no parent");
+            } else {
+                let p = p.as_u64().unwrap() as usize;
+                let listed = children[p].as_array().unwrap();
+                assert!(
+                    listed.iter().any(|c| c == r),
+                    "rank {r} missing from children[{p}]"
+                );
+            }
+        }
+        // Depth of every rank by walking parents: reaches the root without cycles.
+        for r in 0..ranks {
+            let (mut x, mut d) = (r, 0);
+            while let Some(p) = parents[x].as_u64() {
+                x = p as usize;
+                d += 1;
+                assert!(d <= ranks, "cycle through rank {r}");
+            }
+            assert_eq!(x, root);
+            height = height.max(d);
+        }
+        degree = degree.max(
+            children
+                .iter()
+                .map(|c| c.as_array().unwrap().len())
+                .max()
+                .unwrap(),
+        );
+    }
+    assert_eq!(obj["height"], height);
+    assert_eq!(obj["max_degree"], degree);
+}
+
+#[test]
+fn json_contract_for_every_tree() {
+    let t = gen::random_cluster(5, 21, 3);
+    let path = write_topology("random.json", &t);
+    let file = path.to_str().unwrap();
+    for (tree, lanes) in [
+        ("linear", 1),
+        ("binary", 1),
+        ("kary:3", 1),
+        ("kbinomial:3", 1),
+        ("multilane", 2),
+        ("flat", 1),
+        ("binomial", 1),
+        ("naive-linear", 1),
+        ("naive-binary", 1),
+    ] {
+        let v = plan_json(&[
+            "plan",
+            "--topology",
+            file,
+            "--root",
+            "4",
+            "--tree",
+            tree,
+            "--json",
+        ]);
+        check_contract(&v, 21, 4);
+        assert_eq!(v["tree"], tree);
+        assert_eq!(v["lanes"].as_array().unwrap().len(), lanes);
+        assert!(v.get("segment_bytes").is_none());
+        assert!(v.get("predicted_us").is_none());
+    }
+    // kbinomial without k is resolved; the linear chain has degree 1.
+    let v = plan_json(&["plan", "--topology", file, "--tree", "kbinomial", "--json"]);
+    assert!(v["tree"].as_str().unwrap().starts_with("kbinomial:"), "{v}");
+    let v = plan_json(&["plan", "--topology", file, "--format", "json"]);
+    assert_eq!(v["tree"], "linear");
+    assert_eq!(v["max_degree"], 1);
+    assert_eq!(v["height"], 20);
+}
+
+#[test]
+fn msize_adds_segment_and_prediction() {
+    let t = gen::hub(3, 8, true);
+    let path = write_topology("hub.json", &t);
+    let file = path.to_str().unwrap();
+    let mut last = 0.0;
+    for msize in ["8K", "64K", "1M"] {
+        let v = plan_json(&[
+            "plan",
+            "--topology",
+            file,
+            "--tree",
+            "linear",
+            "--msize",
+            msize,
+            "--json",
+        ]);
+        check_contract(&v, 32, 0);
+        let seg = v["segment_bytes"].as_u64().unwrap();
+        let predicted = v["predicted_us"].as_f64().unwrap();
+        assert!([256, 512, 1024, 2048, 4096, 8192, 16384, 32768].contains(&seg));
+        assert!(predicted > last, "{msize}: {predicted} after {last}");
+        last = predicted;
+    }
+    // Default tree with --msize is auto, resolved to a concrete algorithm.
+    let v = plan_json(&["plan", "--topology", file, "--msize", "2M", "--json"]);
+    check_contract(&v, 32, 0);
+    assert!(v["predicted_us"].as_f64().unwrap() > 0.0);
+    // The 1 Gbit/s profile is faster than the 100 Mbit/s one.
+    let slow = plan_json(&[
+        "plan",
+        "--topology",
+        file,
+        "--tree",
+        "binary",
+        "--msize",
+        "1M",
+        "--json",
+    ]);
+    let fast = plan_json(&[
+        "plan",
+        "--topology",
+        file,
+        "--tree",
+        "binary",
+        "--msize",
+        "1M",
+        "--profile",
+        "1gbit",
+        "--json",
+    ]);
+    assert!(fast["predicted_us"].as_f64() < slow["predicted_us"].as_f64());
+    // A profile file works like the built-in it copies.
+    let dir = path.parent().unwrap().join("p100.json");
+    std::fs::write(
+        &dir,
+        pipecast::model::Profile::builtin("100mbit")
+            .unwrap()
+            .to_json(),
+    )
+    .unwrap();
+    let from_file = plan_json(&[
+        "plan",
+        "--topology",
+        file,
+        "--tree",
+        "binary",
+        "--msize",
+        "1M",
+        "--profile",
+        dir.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(from_file["predicted_us"], slow["predicted_us"]);
+}
+
+#[test]
+fn errors_exit_non_zero_with_a_message() {
+    let t = gen::hub(2, 2, false);
+    let path = write_topology("small.json", &t);
+    let file = path.to_str().unwrap();
+    let bad = path.parent().unwrap().join("cycle.json");
+    std::fs::write(
+        &bad,
+        r#"{"switches":["a","b","c"],"links":[["a","b"],["b","c"],["c","a"]],"machines":[{"name":"n","switch":"a"}]}"#,
+    )
+    .unwrap();
+    let bad_profile = path.parent().unwrap().join("bad-profile.json");
+    std::fs::write(
+        &bad_profile,
+        r#"{"points":[{"bytes":512,"L_us":1,"g_us":2},{"bytes":256,"L_us":1,"g_us":2}]}"#,
+    )
+    .unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--topology", bad.to_str().unwrap()], "cycle"),
+        (vec!["--topology", "/nonexistent/topo.json"], "cannot read"),
+        (vec!["--topology", file, "--root", "6"], "root 6"),
+        (vec!["--topology", file, "--tree", "star"], "unknown tree"),
+        (vec!["--topology", file, "--tree", "kary:0"], "kary:0"),
+        (vec!["--topology", file, "--tree", "auto"], "message size"),
+        (vec!["--topology", file, "--msize", "12X"], "12X"),
+        (
+            vec![
+                "--topology",
+                file,
+                "--msize",
+                "1M",
+                "--profile",
+                bad_profile.to_str().unwrap(),
+            ],
+            "256 B",
+        ),
+    ];
+    for (args, needle) in cases {
+        let mut full = vec!["plan"];
+        full.extend(&args);
+        let out = pipecast(&full);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        assert!(out.stdout.is_empty(), "{args:?} printed on stdout");
+        assert!(
+            stderr.contains(needle),
+            "{args:?}: {stderr:?} lacks {needle:?}"
+        );
+    }
+}
+
+#[test]
+fn dot_output_shape() {
+    let t = gen::hub(2, 3, true);
+    let path = write_topology("dot.json", &t);
+    let file = path.to_str().unwrap();
+    let out = pipecast(&[
+        "plan",
+        "--topology",
+        file,
+        "--tree",
+        "multilane",
+        "--format",
+        "dot",
+    ]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.starts_with("digraph"));
+    assert!(text.trim_end().ends_with('}'));
+    assert_eq!(text.matches("shape=box").count(), 3);
+    assert_eq!(text.matches("shape=ellipse").count(), 9);
+    // Two lanes of 8 tree edges each, in two colors, labelled with send positions.
+    assert_eq!(text.matches("constraint=false").count(), 16);
+    assert_eq!(text.matches("[color=red,").count(), 8);
+    assert_eq!(text.matches("[color=blue,").count(), 8);
+    assert!(text.contains("label=\"1\""));
+    // Switch links and machine attachments are drawn undirected.
+    assert_eq!(text.matches("dir=none").count(), 2 + 9);
+
+    let has_dot = Command::new("dot").arg("-V").output().is_ok();
+    let out = pipecast(&["plan", "--topology", file, "--format", "svg"]);
+    if has_dot {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains("<svg"));
+    } else {
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("graphviz"));
+    }
+}
+
+#[test]
+fn table_lists_every_rank() {
+    let t = gen::hub(1, 3, false);
+    let path = write_topology("table.json", &t);
+    let out = pipecast(&[
+        "plan",
+        "--topology",
+        path.to_str().unwrap(),
+        "--msize",
+        "64K",
+    ]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("predicted"));
+    for name in ["n0", "n1", "n2", "n3", "n4", "n5"] {
+        assert!(text.contains(name), "{name} missing:\n{text}");
+    }
+}
