@@ -318,3 +318,43 @@ fn table_lists_every_rank() {
         assert!(text.contains(name), "{name} missing:\n{text}");
     }
 }
+
+#[test]
+fn hetero_trees_report_their_throughput() {
+    let dir = std::env::temp_dir().join(format!("pipecast-cli-hetero-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("t.json");
+    std::fs::write(
+        &file,
+        r#"{"switches": ["s0", "s1"], "links": [{"a": "s0", "b": "s1", "gbps": 0.1}],
+            "machines": [{"name": "n0", "switch": "s0"}, {"name": "n1", "switch": "s0"},
+                         {"name": "n2", "switch": "s1"}, {"name": "n3", "switch": "s1"}]}"#,
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pipecast"))
+        .args(["plan", "--tree", "hetero:grow", "--json", "--topology"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["tree"], "hetero:grow");
+    assert_eq!(v["ranks"], 4);
+    let parents = v["lanes"][0]["parents"].as_array().unwrap();
+    assert_eq!(parents.iter().filter(|p| p.is_null()).count(), 1);
+    let tp = v["throughput"].as_f64().unwrap();
+    // The 100 Mbit/s switch link bounds the rate: at most 100e6/8 / 65536 slices per second.
+    assert!(tp > 0.0 && tp <= 100e6 / 8.0 / 65536.0 * 1.0001, "{tp}");
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_pipecast"))
+        .args(["plan", "--tree", "hetero:nope", "--topology"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("prune-degree"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

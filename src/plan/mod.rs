@@ -42,11 +42,14 @@ pub enum TreeKind {
     NaiveBinary,
     /// The model's best choice for the message size (resolved by `model::choose`).
     Auto,
+    /// A throughput heuristic of seed 004 (`crate::hetero::HEURISTICS`) on the platform graph
+    /// of the topology's link bandwidths; it ignores shared switch links (see `hetero::cluster`).
+    Hetero(String),
 }
 
 impl TreeKind {
     /// Every concrete algorithm name accepted on the command line, for help texts.
-    pub const NAMES: &'static str = "linear, binary, kary:K, kbinomial, kbinomial:K, multilane, flat, binomial, naive-linear, naive-binary, auto";
+    pub const NAMES: &'static str = "linear, binary, kary:K, kbinomial, kbinomial:K, multilane, flat, binomial, naive-linear, naive-binary, auto, hetero:NAME";
 
     /// Whether the algorithm is one of the topology-unaware baselines.
     pub fn is_baseline(&self) -> bool {
@@ -71,6 +74,7 @@ impl fmt::Display for TreeKind {
             TreeKind::NaiveLinear => f.write_str("naive-linear"),
             TreeKind::NaiveBinary => f.write_str("naive-binary"),
             TreeKind::Auto => f.write_str("auto"),
+            TreeKind::Hetero(name) => write!(f, "hetero:{name}"),
         }
     }
 }
@@ -98,6 +102,12 @@ impl FromStr for TreeKind {
             _ => match s.split_once(':') {
                 Some(("kary", arg)) => TreeKind::Kary(k(arg)?),
                 Some(("kbinomial", arg)) => TreeKind::KBinomial(Some(k(arg)?)),
+                Some(("hetero", name)) if crate::hetero::HEURISTICS.contains(&name) => {
+                    TreeKind::Hetero(name.to_string())
+                }
+                Some(("hetero", name)) => {
+                    return Err(PlanError::UnknownHeuristic(name.to_string()))
+                }
                 _ => return Err(bad()),
             },
         })
@@ -115,6 +125,10 @@ pub enum PlanError {
     BadRoot { root: usize, size: usize },
     #[error("tree {0} is resolved by the cost model: give a message size (and a profile)")]
     NeedsModel(String),
+    #[error("unknown seed 004 heuristic {0:?}: use hetero:NAME with NAME one of {names}", names = crate::hetero::HEURISTICS.join(", "))]
+    UnknownHeuristic(String),
+    #[error("tree hetero:{name}: {reason}")]
+    Hetero { name: String, reason: String },
     #[error("tree {0} is not implemented yet")]
     NotImplemented(String),
     #[error("tree {tree}: {ranks} ranks exceed the planner's limit of {max} (its dynamic program needs O(P²) memory): use linear or kbinomial")]
@@ -204,6 +218,10 @@ impl Plan {
     }
 }
 
+/// Slice size for which `hetero:NAME` trees are built (the heuristics compare edge times, which
+/// scale with it alike, so the tree rarely depends on it).
+pub const HETERO_SLICE: u64 = 64 * 1024;
+
 /// Builds the tree `tree` rooted at `root` over `topology`. `segments` is the number of
 /// pipeline segments when known (the optimal k of `kbinomial` depends on it).
 pub fn build(
@@ -245,6 +263,14 @@ pub fn build(
         TreeKind::NaiveLinear => single(baseline::naive_linear(size, root), TreeKind::NaiveLinear),
         TreeKind::NaiveBinary => single(baseline::naive_binary(size, root), TreeKind::NaiveBinary),
         TreeKind::Auto => return Err(PlanError::NeedsModel("auto".into())),
+        TreeKind::Hetero(name) => {
+            let (lane, _) = crate::hetero::plan_on_topology(topology, root, name, HETERO_SLICE)
+                .map_err(|e| PlanError::Hetero {
+                    name: name.clone(),
+                    reason: e.to_string(),
+                })?;
+            single(lane, tree.clone())
+        }
     })
 }
 

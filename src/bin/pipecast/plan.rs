@@ -112,11 +112,32 @@ fn plan_json(plan: &Plan, topology: &Topology, priced: Option<(u64, u64, f64)>) 
         fields.push(("segment_bytes", json!(segment)));
         fields.push(("predicted_us", json!((predicted * 10.0).round() / 10.0)));
     }
+    if let Some((slice, throughput)) = hetero_throughput(plan, topology, priced) {
+        // Seed 004's one-port throughput in slices per second, shared switch links ignored.
+        fields.push(("throughput", json!(throughput)));
+        fields.push(("slice_bytes", json!(slice)));
+    }
     let body: Vec<String> = fields
         .iter()
         .map(|(k, v)| format!("{}: {}", json!(k), v))
         .collect();
     format!("{{{}}}\n", body.join(", "))
+}
+
+/// For `hetero:NAME` plans: the slice size and the heuristic's throughput (slices/s) on the
+/// platform graph of the topology, with slices of the model's segment size when priced.
+fn hetero_throughput(
+    plan: &Plan,
+    topology: &Topology,
+    priced: Option<(u64, u64, f64)>,
+) -> Option<(u64, f64)> {
+    let TreeKind::Hetero(name) = &plan.tree else {
+        return None;
+    };
+    let slice = priced.map_or(plan::HETERO_SLICE, |(_, segment, _)| segment.max(1));
+    pipecast::hetero::plan_on_topology(topology, plan.root, name, slice)
+        .ok()
+        .map(|(_, throughput)| (slice, throughput))
 }
 
 fn table(
@@ -139,6 +160,13 @@ fn table(
         plan.max_degree(),
         if report.contention_free { "yes" } else { "no" },
     );
+    if let Some((slice, throughput)) = hetero_throughput(plan, topology, priced) {
+        let _ = writeln!(
+            s,
+            "seed 004 one-port throughput: {throughput:.1} slices/s of {slice} bytes ({:.1} MB/s); the model ignores shared switch links",
+            throughput * slice as f64 / 1e6
+        );
+    }
     if let Some((msize, segment, predicted)) = priced {
         let _ = writeln!(
             s,
