@@ -21,7 +21,7 @@ fn grow_by<S>(
         for (e, edge) in platform.edges().iter().enumerate() {
             if in_tree[edge.from] && !in_tree[edge.to] {
                 let c = cost(e, &state);
-                if best.map_or(true, |(b, _)| c < b) {
+                if best.is_none_or(|(b, _)| c < b) {
                     best = Some((c, e));
                 }
             }

@@ -186,7 +186,7 @@ pub fn plan_for(
                     )?),
                 };
                 let t = predict(p, profile, msize, seg);
-                if best.as_ref().map_or(true, |b| t < b.predicted_us) {
+                if best.as_ref().is_none_or(|b| t < b.predicted_us) {
                     best = Some(Choice {
                         plan: p.clone(),
                         segment_bytes: seg.min(msize),

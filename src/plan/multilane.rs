@@ -173,7 +173,10 @@ impl BinaryBuild for Result<Lane, PlanError> {
 fn free_slots(group: &[MachineId], children: &[Vec<MachineId>]) -> Vec<MachineId> {
     let mut slots = Vec::with_capacity(group.len() + 1);
     for &m in group {
-        slots.extend(std::iter::repeat(m).take(2usize.saturating_sub(children[m].len())));
+        slots.extend(std::iter::repeat_n(
+            m,
+            2usize.saturating_sub(children[m].len()),
+        ));
     }
     slots
 }
