@@ -1,0 +1,455 @@
+//! TCP transport: one connection per pair of ranks that share a tree edge, set up lazily and
+//! cached; non-blocking sockets driven by `poll(2)`; `TCP_NODELAY`; segments are sent with
+//! `writev` straight from the user buffer and received with `read` straight into it.
+//!
+//! The lower rank of a pair connects, the higher accepts; the connection's first 24 bytes are
+//! a hello (magic, job cookie, rank) so that a stray or foreign connection is refused.
+
+use super::frame::{self, HEADER};
+use super::TransportError;
+use crate::engine::{Bcast, Message, Placement};
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{self, IoSlice, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::ops::Range;
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+const HELLO_MAGIC: [u8; 8] = *b"pipecast";
+const HELLO: usize = 24;
+/// Most bytes read from one connection per readiness round, so one busy peer cannot starve
+/// the others (or our own sends).
+const READ_BUDGET: usize = 4 << 20;
+
+/// One queued frame: a header and an optional payload range of the user buffer.
+struct Out {
+    head: [u8; HEADER],
+    sent: usize,
+    payload: Range<usize>,
+}
+
+impl Out {
+    fn len(&self) -> usize {
+        HEADER + self.payload.len()
+    }
+}
+
+enum Rx {
+    Header {
+        buf: [u8; HEADER],
+        got: usize,
+    },
+    Payload {
+        msg: Message,
+        into: Option<Range<usize>>,
+        len: usize,
+        got: usize,
+    },
+}
+
+struct Conn {
+    stream: TcpStream,
+    out: VecDeque<Out>,
+    rx: Rx,
+    /// A message of a later broadcast, read up to its header; its payload waits in the socket.
+    parked: Option<Message>,
+}
+
+/// This rank's TCP endpoint.
+pub struct TcpTransport {
+    me: usize,
+    listener: TcpListener,
+    cookie: u64,
+    addrs: Vec<SocketAddr>,
+    conns: BTreeMap<usize, Conn>,
+    scratch: Vec<u8>,
+}
+
+impl TcpTransport {
+    /// Listens on `ip` (any port). Its address goes into the bootstrap blob.
+    pub fn bind(me: usize, ip: &str) -> Result<TcpTransport, TransportError> {
+        let listener = TcpListener::bind((ip, 0)).map_err(|e| TransportError::Setup {
+            what: format!("listen on {ip}"),
+            error: e.to_string(),
+        })?;
+        Ok(TcpTransport {
+            me,
+            listener,
+            cookie: 0,
+            addrs: Vec::new(),
+            conns: BTreeMap::new(),
+            scratch: vec![0; 64 << 10],
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().expect("bound listener")
+    }
+
+    /// Every rank's listening address (from the bootstrap) and the job cookie.
+    pub fn set_peers(&mut self, addrs: Vec<SocketAddr>, cookie: u64) {
+        self.addrs = addrs;
+        self.cookie = cookie;
+    }
+
+    /// Makes sure there is a connection to each of `peers`, within `timeout`.
+    pub fn connect(&mut self, peers: &[usize], timeout: Duration) -> Result<(), TransportError> {
+        let deadline = Instant::now() + timeout;
+        let missing: Vec<usize> = peers
+            .iter()
+            .copied()
+            .filter(|p| *p != self.me && !self.conns.contains_key(p))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let _span = tracing::debug_span!("connect", rank = self.me, peers = ?missing).entered();
+        let me = self.me;
+        for &p in missing.iter().filter(|&&p| p > me) {
+            let addr = *self
+                .addrs
+                .get(p)
+                .ok_or(TransportError::UnknownPeer { peer: p })?;
+            let setup = |e: io::Error| TransportError::Setup {
+                what: format!("connect to rank {p} at {addr}"),
+                error: e.to_string(),
+            };
+            let mut stream = TcpStream::connect_timeout(&addr, timeout).map_err(setup)?;
+            let mut hello = [0u8; HELLO];
+            hello[..8].copy_from_slice(&HELLO_MAGIC);
+            hello[8..16].copy_from_slice(&self.cookie.to_le_bytes());
+            hello[16..24].copy_from_slice(&(self.me as u64).to_le_bytes());
+            stream.write_all(&hello).map_err(setup)?;
+            self.add(p, stream).map_err(setup)?;
+        }
+        self.listener
+            .set_nonblocking(true)
+            .map_err(|e| TransportError::Io {
+                peer: None,
+                error: e.to_string(),
+            })?;
+        while missing.iter().any(|p| !self.conns.contains_key(p)) {
+            match self.listener.accept() {
+                Ok((mut stream, from)) => {
+                    stream.set_nonblocking(false).ok();
+                    stream.set_read_timeout(Some(timeout)).ok();
+                    let mut hello = [0u8; HELLO];
+                    if stream.read_exact(&mut hello).is_err()
+                        || hello[..8] != HELLO_MAGIC
+                        || hello[8..16] != self.cookie.to_le_bytes()
+                    {
+                        tracing::warn!(%from, "refused a connection without this job's hello");
+                        continue;
+                    }
+                    let rank = u64::from_le_bytes(hello[16..24].try_into().expect("8 bytes"));
+                    let rank = rank as usize;
+                    if rank >= self.addrs.len() || rank >= self.me || self.conns.contains_key(&rank)
+                    {
+                        tracing::warn!(%from, rank, "refused a duplicate or misdirected connection");
+                        continue;
+                    }
+                    self.add(rank, stream).map_err(|e| TransportError::Setup {
+                        what: format!("accept rank {rank}"),
+                        error: e.to_string(),
+                    })?;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if Instant::now() >= deadline {
+                        let waiting: Vec<usize> = missing
+                            .iter()
+                            .copied()
+                            .filter(|p| !self.conns.contains_key(p))
+                            .collect();
+                        return Err(TransportError::ConnectTimeout {
+                            waiting,
+                            ms: timeout.as_millis() as u64,
+                        });
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(e) => {
+                    return Err(TransportError::Io {
+                        peer: None,
+                        error: e.to_string(),
+                    });
+                }
+            }
+        }
+        tracing::debug!(connections = self.conns.len(), "connected");
+        Ok(())
+    }
+
+    fn add(&mut self, peer: usize, stream: TcpStream) -> io::Result<()> {
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(None)?;
+        stream.set_nonblocking(true)?;
+        self.conns.insert(
+            peer,
+            Conn {
+                stream,
+                out: VecDeque::new(),
+                rx: Rx::Header {
+                    buf: [0; HEADER],
+                    got: 0,
+                },
+                parked: None,
+            },
+        );
+        Ok(())
+    }
+
+    /// Closes every connection: peers see end-of-file and fail their broadcast at once.
+    pub fn shutdown(&mut self) {
+        for c in self.conns.values() {
+            c.stream.shutdown(std::net::Shutdown::Both).ok();
+        }
+        self.conns.clear();
+    }
+
+    /// Whether every queued frame has been handed to the kernel.
+    pub fn flushed(&self) -> bool {
+        self.conns.values().all(|c| c.out.is_empty())
+    }
+
+    /// Offers parked messages (of a broadcast that has now started) to `bcast`.
+    pub fn resume(&mut self, bcast: &mut Bcast, now: u64) -> Result<(), crate::Error> {
+        for (&peer, conn) in self.conns.iter_mut() {
+            if let Some(msg) = conn.parked.take() {
+                conn.parked = offer(peer, conn, msg, bcast, now)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One round: queue what the engine wants sent, wait up to `wait` for readiness, then
+    /// write and read what can be (delivering arrivals to the engine).
+    pub fn progress(
+        &mut self,
+        buf: &mut [u8],
+        bcast: &mut Bcast,
+        clock: &dyn Fn() -> u64,
+        wait: Duration,
+    ) -> Result<(), crate::Error> {
+        self.queue(bcast, clock())?;
+        let peers: Vec<usize> = self.conns.keys().copied().collect();
+        let mut fds: Vec<libc::pollfd> = peers
+            .iter()
+            .map(|p| {
+                let c = &self.conns[p];
+                let mut events = 0;
+                if c.parked.is_none() {
+                    events |= libc::POLLIN;
+                }
+                if !c.out.is_empty() {
+                    events |= libc::POLLOUT;
+                }
+                libc::pollfd {
+                    fd: c.stream.as_raw_fd(),
+                    events,
+                    revents: 0,
+                }
+            })
+            .collect();
+        let ms = wait.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: `fds` is a live, exclusively borrowed array of `fds.len()` pollfd structs
+        // whose descriptors stay open (owned by `self.conns`) for the duration of the call.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(TransportError::Io {
+                    peer: None,
+                    error: e.to_string(),
+                }
+                .into());
+            }
+            return Ok(());
+        }
+        for (i, &peer) in peers.iter().enumerate() {
+            let revents = fds[i].revents;
+            if revents == 0 {
+                continue;
+            }
+            if revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+                self.read(peer, buf, bcast, clock())?;
+                self.queue(bcast, clock())?;
+            }
+            if revents & libc::POLLOUT != 0 || !self.conns[&peer].out.is_empty() {
+                self.write(peer, buf)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn queue(&mut self, bcast: &mut Bcast, now: u64) -> Result<(), TransportError> {
+        while let Some(t) = bcast.poll_transmit(now) {
+            let conn = self
+                .conns
+                .get_mut(&t.to)
+                .ok_or(TransportError::UnknownPeer { peer: t.to })?;
+            conn.out.push_back(Out {
+                head: frame::encode(&t.message),
+                sent: 0,
+                payload: t.payload,
+            });
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, peer: usize, buf: &[u8]) -> Result<(), TransportError> {
+        let conn = self.conns.get_mut(&peer).expect("connected");
+        while !conn.out.is_empty() {
+            let mut slices = Vec::with_capacity(64);
+            for o in conn.out.iter().take(32) {
+                let (head, body) = (&o.head[..], &buf[o.payload.clone()]);
+                if o.sent < HEADER {
+                    slices.push(IoSlice::new(&head[o.sent..]));
+                    slices.push(IoSlice::new(body));
+                } else {
+                    slices.push(IoSlice::new(&body[o.sent - HEADER..]));
+                }
+            }
+            match conn.stream.write_vectored(&slices) {
+                Ok(0) => return Err(TransportError::Closed { peer }),
+                Ok(mut n) => {
+                    while n > 0 {
+                        let o = conn
+                            .out
+                            .front_mut()
+                            .expect("written bytes belong to a frame");
+                        let left = o.len() - o.sent;
+                        if n >= left {
+                            n -= left;
+                            conn.out.pop_front();
+                        } else {
+                            o.sent += n;
+                            n = 0;
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(io_error(peer, e)),
+            }
+        }
+        Ok(())
+    }
+
+    fn read(
+        &mut self,
+        peer: usize,
+        buf: &mut [u8],
+        bcast: &mut Bcast,
+        now: u64,
+    ) -> Result<(), crate::Error> {
+        let conn = self.conns.get_mut(&peer).expect("connected");
+        let mut budget = READ_BUDGET;
+        while conn.parked.is_none() && budget > 0 {
+            let r = match &mut conn.rx {
+                Rx::Header { buf: head, got } => conn.stream.read(&mut head[*got..]),
+                Rx::Payload {
+                    into: Some(range),
+                    got,
+                    ..
+                } => conn.stream.read(&mut buf[range.start + *got..range.end]),
+                Rx::Payload {
+                    into: None,
+                    len,
+                    got,
+                    ..
+                } => {
+                    let n = (*len - *got).min(self.scratch.len());
+                    conn.stream.read(&mut self.scratch[..n])
+                }
+            };
+            let n = match r {
+                Ok(0) => return Err(TransportError::Closed { peer }.into()),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(io_error(peer, e).into()),
+            };
+            budget = budget.saturating_sub(n);
+            match &mut conn.rx {
+                Rx::Header { buf: head, got } => {
+                    *got += n;
+                    if *got == HEADER {
+                        let msg = frame::decode(peer, head)?;
+                        conn.rx = Rx::Header {
+                            buf: [0; HEADER],
+                            got: 0,
+                        };
+                        conn.parked = offer(peer, conn, msg, bcast, now)?;
+                    }
+                }
+                Rx::Payload {
+                    msg,
+                    len,
+                    got,
+                    into,
+                } => {
+                    *got += n;
+                    if *got == *len {
+                        if let (Message::Data(h), Some(_)) = (msg, into) {
+                            bcast.handle_data(now, h);
+                        }
+                        conn.rx = Rx::Header {
+                            buf: [0; HEADER],
+                            got: 0,
+                        };
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Hands a freshly read header to the engine; returns it back if it belongs to a later
+/// broadcast (the caller parks it).
+fn offer(
+    peer: usize,
+    conn: &mut Conn,
+    msg: Message,
+    bcast: &mut Bcast,
+    now: u64,
+) -> Result<Option<Message>, crate::Error> {
+    let placement = match msg {
+        Message::Data(h) => bcast.place(peer, &h)?,
+        other => bcast.handle_message(now, peer, &other)?,
+    };
+    match (msg, placement) {
+        (_, Placement::Later) => return Ok(Some(msg)),
+        (Message::Data(h), Placement::Into(range)) if h.len > 0 => {
+            conn.rx = Rx::Payload {
+                msg,
+                len: range.len(),
+                into: Some(range),
+                got: 0,
+            };
+        }
+        (Message::Data(h), Placement::Into(_)) => bcast.handle_data(now, &h),
+        (Message::Data(h), Placement::Discard) if h.len > 0 => {
+            conn.rx = Rx::Payload {
+                msg,
+                len: h.len as usize,
+                into: None,
+                got: 0,
+            };
+        }
+        _ => {}
+    }
+    Ok(None)
+}
+
+fn io_error(peer: usize, e: io::Error) -> TransportError {
+    match e.kind() {
+        io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe => {
+            TransportError::Closed { peer }
+        }
+        _ => TransportError::Io {
+            peer: Some(peer),
+            error: e.to_string(),
+        },
+    }
+}
