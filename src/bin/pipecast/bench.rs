@@ -116,8 +116,8 @@ pub fn run(args: Args) -> CliResult {
     for &bytes in &sizes {
         let iters = args
             .iters
-            .unwrap_or_else(|| (128 << 20) / bytes.max(1) as usize)
-            .clamp(if args.iters.is_some() { 1 } else { 2 }, 20);
+            .unwrap_or_else(|| ((128 << 20) / bytes.max(1) as usize).clamp(2, 20))
+            .max(1);
         let mut buf = vec![0u8; bytes as usize];
         let p2p = Algorithm::PointToPoint { to: 1 };
         let whole = Some(bytes.clamp(1, u64::from(u32::MAX)));

@@ -89,7 +89,9 @@ pub fn run(args: Args) -> CliResult {
         loop {
             match listener.accept() {
                 Ok((s, _)) => break s,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline => {
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock && Instant::now() < deadline =>
+                {
                     std::thread::sleep(Duration::from_millis(1))
                 }
                 Err(e) => return Err(format!("rank 0 did not connect: {e}").into()),
