@@ -6,10 +6,13 @@ use pipecast::comm::{Algorithm, Bootstrap, Comm, CommError, Config};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 
+/// One slot per rank, and a barrier to take turns.
+type Board = Arc<(Mutex<Vec<Option<Vec<u8>>>>, Barrier)>;
+
 /// Allgather through shared memory.
 struct Shared {
     rank: usize,
-    board: Arc<(Mutex<Vec<Option<Vec<u8>>>>, Barrier)>,
+    board: Board,
 }
 
 impl Bootstrap for Shared {
