@@ -53,6 +53,9 @@ struct Conn {
     rx: Rx,
     /// A message of a later broadcast, read up to its header; its payload waits in the socket.
     parked: Option<Message>,
+    /// The peer closed its end. Only an error when a broadcast needs this peer: a peer that
+    /// finished (and exited) must not fail ranks that no longer talk to it.
+    closed: bool,
 }
 
 /// This rank's TCP endpoint.
@@ -193,6 +196,7 @@ impl TcpTransport {
                     got: 0,
                 },
                 parked: None,
+                closed: false,
             },
         );
         Ok(())
@@ -231,20 +235,26 @@ impl TcpTransport {
         wait: Duration,
     ) -> Result<(), crate::Error> {
         self.queue(bcast, clock())?;
+        self.check_closed(bcast)?;
         let peers: Vec<usize> = self.conns.keys().copied().collect();
         let mut fds: Vec<libc::pollfd> = peers
             .iter()
             .map(|p| {
                 let c = &self.conns[p];
                 let mut events = 0;
-                if c.parked.is_none() {
+                if c.parked.is_none() && !c.closed {
                     events |= libc::POLLIN;
                 }
                 if !c.out.is_empty() {
                     events |= libc::POLLOUT;
                 }
                 libc::pollfd {
-                    fd: c.stream.as_raw_fd(),
+                    // A closed connection would report POLLHUP forever: leave it out.
+                    fd: if c.closed && c.out.is_empty() {
+                        -1
+                    } else {
+                        c.stream.as_raw_fd()
+                    },
                     events,
                     revents: 0,
                 }
@@ -273,9 +283,24 @@ impl TcpTransport {
             if revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
                 self.read(peer, buf, bcast, clock())?;
                 self.queue(bcast, clock())?;
+                self.check_closed(bcast)?;
             }
             if revents & libc::POLLOUT != 0 || !self.conns[&peer].out.is_empty() {
                 self.write(peer, buf)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Fails if a peer that the broadcast still waits for has closed its connection.
+    fn check_closed(&self, bcast: &Bcast) -> Result<(), TransportError> {
+        if self.conns.values().any(|c| c.closed) {
+            if let Some(peer) = bcast
+                .waiting_for()
+                .into_iter()
+                .find(|p| self.conns.get(p).is_some_and(|c| c.closed))
+            {
+                return Err(TransportError::Closed { peer });
             }
         }
         Ok(())
@@ -287,6 +312,9 @@ impl TcpTransport {
                 .conns
                 .get_mut(&t.to)
                 .ok_or(TransportError::UnknownPeer { peer: t.to })?;
+            if conn.closed {
+                return Err(TransportError::Closed { peer: t.to });
+            }
             conn.out.push_back(Out {
                 head: frame::encode(&t.message),
                 sent: 0,
@@ -309,7 +337,7 @@ impl TcpTransport {
                     slices.push(IoSlice::new(&body[o.sent - HEADER..]));
                 }
             }
-            match conn.stream.write_vectored(&slices) {
+            match send_vectored(&conn.stream, &slices) {
                 Ok(0) => return Err(TransportError::Closed { peer }),
                 Ok(mut n) => {
                     while n > 0 {
@@ -344,7 +372,7 @@ impl TcpTransport {
     ) -> Result<(), crate::Error> {
         let conn = self.conns.get_mut(&peer).expect("connected");
         let mut budget = READ_BUDGET;
-        while conn.parked.is_none() && budget > 0 {
+        while conn.parked.is_none() && !conn.closed && budget > 0 {
             let r = match &mut conn.rx {
                 Rx::Header { buf: head, got } => conn.stream.read(&mut head[*got..]),
                 Rx::Payload {
@@ -363,6 +391,10 @@ impl TcpTransport {
                 }
             };
             let n = match r {
+                Ok(0) if matches!(conn.rx, Rx::Header { got: 0, .. }) => {
+                    conn.closed = true;
+                    return Ok(());
+                }
                 Ok(0) => return Err(TransportError::Closed { peer }.into()),
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
@@ -440,6 +472,24 @@ fn offer(
         _ => {}
     }
     Ok(None)
+}
+
+/// `writev` that never raises SIGPIPE (a library must not kill its host process when a peer
+/// dies): `sendmsg(2)` with `MSG_NOSIGNAL`.
+fn send_vectored(stream: &TcpStream, slices: &[IoSlice<'_>]) -> io::Result<usize> {
+    // SAFETY: an all-zero msghdr is valid (no name, no control data).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    // IoSlice is guaranteed ABI-compatible with iovec on Unix.
+    msg.msg_iov = slices.as_ptr() as *mut libc::iovec;
+    msg.msg_iovlen = slices.len() as _;
+    // SAFETY: the fd is open (owned by `stream`), `msg` points to `slices.len()` iovecs that
+    // borrow live buffers for the duration of the call, and sendmsg only reads them.
+    let n = unsafe { libc::sendmsg(stream.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
 }
 
 fn io_error(peer: usize, e: io::Error) -> TransportError {
