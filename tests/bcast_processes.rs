@@ -7,10 +7,15 @@ use std::time::{Duration, Instant};
 const EXE: &str = env!("CARGO_BIN_EXE_pipecast");
 
 fn bench_local(n: usize, args: &[&str]) -> Output {
+    bench_local_env(n, args, &[])
+}
+
+fn bench_local_env(n: usize, args: &[&str], env: &[(&str, &str)]) -> Output {
     Command::new(EXE)
         .args(["bench", "--local", &n.to_string(), "--json"])
         .args(args)
         .env("PIPECAST_LOG", "warn")
+        .envs(env.iter().copied())
         .output()
         .expect("run pipecast")
 }
@@ -91,6 +96,29 @@ fn two_to_eight_ranks_odd_size() {
         ];
         run_ok(n, &args);
     }
+}
+
+#[test]
+fn plain_sendmsg_without_io_uring() {
+    let args = [
+        "--sizes",
+        "7,300000",
+        "--segment",
+        "8K",
+        "--iters",
+        "3",
+        "--tree",
+        "flat,scatter-allgather",
+    ];
+    let out = bench_local_env(3, &args, &[("PIPECAST_IO_URING", "0")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let results = json["results"].as_array().unwrap();
+    assert!(results.iter().all(|r| r["verified"] == true));
 }
 
 #[test]

@@ -10,6 +10,7 @@
 pub mod frame;
 pub mod loan;
 pub mod tcp;
+pub mod uring;
 
 pub use loan::{lend, BufLoan};
 pub use tcp::TcpTransport;

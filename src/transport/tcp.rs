@@ -6,6 +6,7 @@
 //! a hello (magic, job cookie, rank) so that a stray or foreign connection is refused.
 
 use super::frame::{self, HEADER};
+use super::uring::SendRing;
 use super::TransportError;
 use crate::engine::{Bcast, Message, Placement};
 use std::collections::{BTreeMap, VecDeque};
@@ -66,6 +67,8 @@ pub struct TcpTransport {
     addrs: Vec<SocketAddr>,
     conns: BTreeMap<usize, Conn>,
     scratch: Vec<u8>,
+    /// Batched sends; `None` when io_uring is unavailable or disabled (`PIPECAST_IO_URING=0`).
+    ring: Option<SendRing>,
 }
 
 impl TcpTransport {
@@ -75,6 +78,18 @@ impl TcpTransport {
             what: format!("listen on {ip}"),
             error: e.to_string(),
         })?;
+        let ring = if std::env::var("PIPECAST_IO_URING").is_ok_and(|v| v == "0") {
+            tracing::info!("io_uring disabled by PIPECAST_IO_URING=0: using sendmsg");
+            None
+        } else {
+            match SendRing::new() {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    tracing::info!(error = %e, "io_uring unavailable: using sendmsg");
+                    None
+                }
+            }
+        };
         Ok(TcpTransport {
             me,
             listener,
@@ -82,6 +97,7 @@ impl TcpTransport {
             addrs: Vec::new(),
             conns: BTreeMap::new(),
             scratch: vec![0; 64 << 10],
+            ring,
         })
     }
 
@@ -275,18 +291,67 @@ impl TcpTransport {
             }
             return Ok(());
         }
+        let mut writable = Vec::new();
         for (i, &peer) in peers.iter().enumerate() {
             let revents = fds[i].revents;
-            if revents == 0 {
-                continue;
-            }
             if revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
                 self.read(peer, buf, bcast, clock())?;
                 self.queue(bcast, clock())?;
                 self.check_closed(bcast)?;
             }
-            if revents & libc::POLLOUT != 0 || !self.conns[&peer].out.is_empty() {
+        }
+        for (i, &peer) in peers.iter().enumerate() {
+            // Ready for output, or output queued during this round (worth an optimistic try).
+            let asked = fds[i].events & libc::POLLOUT != 0;
+            let ready = fds[i].revents & libc::POLLOUT != 0;
+            if !self.conns[&peer].out.is_empty() && (ready || !asked) {
+                writable.push(peer);
+            }
+        }
+        if self.ring.is_some() {
+            self.write_batch(&writable, buf)?;
+        } else {
+            for peer in writable {
                 self.write(peer, buf)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One io_uring submission sends on every writable connection.
+    fn write_batch(&mut self, peers: &[usize], buf: &[u8]) -> Result<(), TransportError> {
+        let mut sent_to = Vec::with_capacity(peers.len());
+        let mut batch = Vec::with_capacity(peers.len());
+        for &p in peers {
+            let c = &self.conns[&p];
+            if !c.out.is_empty() {
+                sent_to.push(p);
+                batch.push((c.stream.as_raw_fd(), slices(c, buf)));
+            }
+        }
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let ring = self.ring.as_mut().expect("checked by the caller");
+        let results = match ring.send_batch(&batch) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "io_uring failed: falling back to sendmsg");
+                self.ring = None;
+                return Ok(()); // the next round sends with sendmsg
+            }
+        };
+        drop(batch);
+        for (peer, r) in sent_to.into_iter().zip(results) {
+            match r {
+                Ok(0) => return Err(TransportError::Closed { peer }),
+                Ok(n) => advance(self.conns.get_mut(&peer).expect("connected"), n),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                    ) => {}
+                Err(e) => return Err(io_error(peer, e)),
             }
         }
         Ok(())
@@ -327,34 +392,10 @@ impl TcpTransport {
     fn write(&mut self, peer: usize, buf: &[u8]) -> Result<(), TransportError> {
         let conn = self.conns.get_mut(&peer).expect("connected");
         while !conn.out.is_empty() {
-            let mut slices = Vec::with_capacity(64);
-            for o in conn.out.iter().take(32) {
-                let (head, body) = (&o.head[..], &buf[o.payload.clone()]);
-                if o.sent < HEADER {
-                    slices.push(IoSlice::new(&head[o.sent..]));
-                    slices.push(IoSlice::new(body));
-                } else {
-                    slices.push(IoSlice::new(&body[o.sent - HEADER..]));
-                }
-            }
-            match send_vectored(&conn.stream, &slices) {
+            let r = send_vectored(&conn.stream, &slices(conn, buf));
+            match r {
                 Ok(0) => return Err(TransportError::Closed { peer }),
-                Ok(mut n) => {
-                    while n > 0 {
-                        let o = conn
-                            .out
-                            .front_mut()
-                            .expect("written bytes belong to a frame");
-                        let left = o.len() - o.sent;
-                        if n >= left {
-                            n -= left;
-                            conn.out.pop_front();
-                        } else {
-                            o.sent += n;
-                            n = 0;
-                        }
-                    }
-                }
+                Ok(n) => advance(conn, n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(io_error(peer, e)),
@@ -472,6 +513,38 @@ fn offer(
         _ => {}
     }
     Ok(None)
+}
+
+/// The iovecs of up to 32 queued frames of `conn`: headers and payloads straight from `buf`.
+fn slices<'a>(conn: &'a Conn, buf: &'a [u8]) -> Vec<IoSlice<'a>> {
+    let mut slices = Vec::with_capacity(64);
+    for o in conn.out.iter().take(32) {
+        let (head, body) = (&o.head[..], &buf[o.payload.clone()]);
+        if o.sent < HEADER {
+            slices.push(IoSlice::new(&head[o.sent..]));
+            if !body.is_empty() {
+                slices.push(IoSlice::new(body));
+            }
+        } else {
+            slices.push(IoSlice::new(&body[o.sent - HEADER..]));
+        }
+    }
+    slices
+}
+
+/// Drops the first `n` sent bytes from `conn`'s queue.
+fn advance(conn: &mut Conn, mut n: usize) {
+    while n > 0 {
+        let o = conn.out.front_mut().expect("sent bytes belong to a frame");
+        let left = o.len() - o.sent;
+        if n >= left {
+            n -= left;
+            conn.out.pop_front();
+        } else {
+            o.sent += n;
+            n = 0;
+        }
+    }
 }
 
 /// `writev` that never raises SIGPIPE (a library must not kill its host process when a peer
