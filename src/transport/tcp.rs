@@ -6,7 +6,7 @@
 //! a hello (magic, job cookie, rank) so that a stray or foreign connection is refused.
 
 use super::frame::{self, HEADER};
-use super::uring::SendRing;
+use super::uring::{RecvTarget, Ring};
 use super::TransportError;
 use crate::engine::{Bcast, Message, Placement};
 use std::collections::{BTreeMap, VecDeque};
@@ -68,7 +68,7 @@ pub struct TcpTransport {
     conns: BTreeMap<usize, Conn>,
     scratch: Vec<u8>,
     /// Batched sends; `None` when io_uring is unavailable or disabled (`PIPECAST_IO_URING=0`).
-    ring: Option<SendRing>,
+    ring: Option<Ring>,
 }
 
 impl TcpTransport {
@@ -82,7 +82,7 @@ impl TcpTransport {
             tracing::info!("io_uring disabled by PIPECAST_IO_URING=0: using sendmsg");
             None
         } else {
-            match SendRing::new() {
+            match Ring::new() {
                 Ok(r) => Some(r),
                 Err(e) => {
                     tracing::info!(error = %e, "io_uring unavailable: using sendmsg");
@@ -292,9 +292,16 @@ impl TcpTransport {
             return Ok(());
         }
         let mut writable = Vec::new();
-        for (i, &peer) in peers.iter().enumerate() {
-            let revents = fds[i].revents;
-            if revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+        let readable: Vec<usize> = peers
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| fds[*i].revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0)
+            .map(|(_, &p)| p)
+            .collect();
+        if self.ring.is_some() {
+            self.read_batch(readable, buf, bcast, clock)?;
+        } else {
+            for peer in readable {
                 self.read(peer, buf, bcast, clock())?;
                 self.queue(bcast, clock())?;
                 self.check_closed(bcast)?;
@@ -411,9 +418,12 @@ impl TcpTransport {
         bcast: &mut Bcast,
         now: u64,
     ) -> Result<(), crate::Error> {
-        let conn = self.conns.get_mut(&peer).expect("connected");
         let mut budget = READ_BUDGET;
-        while conn.parked.is_none() && !conn.closed && budget > 0 {
+        loop {
+            let conn = self.conns.get_mut(&peer).expect("connected");
+            if conn.parked.is_some() || conn.closed || budget == 0 {
+                return Ok(());
+            }
             let r = match &mut conn.rx {
                 Rx::Header { buf: head, got } => conn.stream.read(&mut head[*got..]),
                 Rx::Payload {
@@ -431,51 +441,148 @@ impl TcpTransport {
                     conn.stream.read(&mut self.scratch[..n])
                 }
             };
-            let n = match r {
-                Ok(0) if matches!(conn.rx, Rx::Header { got: 0, .. }) => {
-                    conn.closed = true;
+            match r {
+                Ok(0) => return eof(peer, conn).map_err(Into::into),
+                Ok(n) => {
+                    budget = budget.saturating_sub(n);
+                    received(peer, conn, n, bcast, now)?;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(io_error(peer, e).into()),
+            }
+        }
+    }
+
+    /// Reads from every connection in `peers` with one io_uring submission per round, until
+    /// none has more (or a round limit, so sends get their turn).
+    fn read_batch(
+        &mut self,
+        mut active: Vec<usize>,
+        buf: &mut [u8],
+        bcast: &mut Bcast,
+        clock: &dyn Fn() -> u64,
+    ) -> Result<(), crate::Error> {
+        for _round in 0..64 {
+            active.retain(|p| {
+                let c = &self.conns[p];
+                c.parked.is_none() && !c.closed
+            });
+            // Discarded payloads share one scratch buffer: read those one by one.
+            let (discard, batched): (Vec<usize>, Vec<usize>) = active
+                .iter()
+                .partition(|p| matches!(self.conns[p].rx, Rx::Payload { into: None, .. }));
+            for p in discard {
+                self.read(p, buf, bcast, clock())?;
+            }
+            if batched.is_empty() {
+                break;
+            }
+            let base = buf.as_mut_ptr();
+            let entries: Vec<RecvTarget> = batched
+                .iter()
+                .map(|p| {
+                    let c = self.conns.get_mut(p).expect("connected");
+                    let fd = c.stream.as_raw_fd();
+                    match &mut c.rx {
+                        Rx::Header { buf: head, got } => {
+                            (fd, head[*got..].as_mut_ptr(), HEADER - *got)
+                        }
+                        Rx::Payload {
+                            into: Some(r), got, ..
+                        } => (fd, base.wrapping_add(r.start + *got), r.len() - *got),
+                        Rx::Payload { into: None, .. } => unreachable!("partitioned out"),
+                    }
+                })
+                .collect();
+            let ring = self.ring.as_mut().expect("checked by the caller");
+            // SAFETY: each target is either a connection's own header buffer (the map is not
+            // changed during the call) or the payload range the engine placed for that
+            // connection, inside `buf`, which we borrow mutably and do not touch meanwhile;
+            // ranges of different connections are different segments, hence disjoint.
+            let results = match unsafe { ring.recv_batch(&entries) } {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(error = %e, "io_uring failed: falling back to read");
+                    self.ring = None;
+                    for p in batched {
+                        self.read(p, buf, bcast, clock())?;
+                    }
                     return Ok(());
                 }
-                Ok(0) => return Err(TransportError::Closed { peer }.into()),
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(io_error(peer, e).into()),
             };
-            budget = budget.saturating_sub(n);
-            match &mut conn.rx {
-                Rx::Header { buf: head, got } => {
-                    *got += n;
-                    if *got == HEADER {
-                        let msg = frame::decode(peer, head)?;
-                        conn.rx = Rx::Header {
-                            buf: [0; HEADER],
-                            got: 0,
-                        };
-                        conn.parked = offer(peer, conn, msg, bcast, now)?;
+            let now = clock();
+            let mut next = Vec::with_capacity(batched.len());
+            for (peer, r) in batched.into_iter().zip(results) {
+                let conn = self.conns.get_mut(&peer).expect("connected");
+                match r {
+                    Ok(0) => eof(peer, conn)?,
+                    Ok(n) => {
+                        received(peer, conn, n, bcast, now)?;
+                        next.push(peer);
                     }
-                }
-                Rx::Payload {
-                    msg,
-                    len,
-                    got,
-                    into,
-                } => {
-                    *got += n;
-                    if *got == *len {
-                        if let (Message::Data(h), Some(_)) = (msg, into) {
-                            bcast.handle_data(now, h);
-                        }
-                        conn.rx = Rx::Header {
-                            buf: [0; HEADER],
-                            got: 0,
-                        };
-                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => next.push(peer),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(io_error(peer, e).into()),
                 }
             }
+            self.queue(bcast, now)?;
+            self.check_closed(bcast)?;
+            active = next;
         }
         Ok(())
     }
+}
+
+/// The peer closed its end: fine between frames (it may have finished), an error inside one.
+fn eof(peer: usize, conn: &mut Conn) -> Result<(), TransportError> {
+    if matches!(conn.rx, Rx::Header { got: 0, .. }) {
+        conn.closed = true;
+        Ok(())
+    } else {
+        Err(TransportError::Closed { peer })
+    }
+}
+
+/// `n` more bytes of `conn`'s current header or payload arrived.
+fn received(
+    peer: usize,
+    conn: &mut Conn,
+    n: usize,
+    bcast: &mut Bcast,
+    now: u64,
+) -> Result<(), crate::Error> {
+    match &mut conn.rx {
+        Rx::Header { buf: head, got } => {
+            *got += n;
+            if *got == HEADER {
+                let msg = frame::decode(peer, head)?;
+                conn.rx = Rx::Header {
+                    buf: [0; HEADER],
+                    got: 0,
+                };
+                conn.parked = offer(peer, conn, msg, bcast, now)?;
+            }
+        }
+        Rx::Payload {
+            msg,
+            len,
+            got,
+            into,
+        } => {
+            *got += n;
+            if *got == *len {
+                if let (Message::Data(h), Some(_)) = (msg, into) {
+                    bcast.handle_data(now, h);
+                }
+                conn.rx = Rx::Header {
+                    buf: [0; HEADER],
+                    got: 0,
+                };
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Hands a freshly read header to the engine; returns it back if it belongs to a later
