@@ -266,7 +266,7 @@ impl Comm {
             segment,
             deep: false,
         };
-        let elapsed_ns = self.run(buf, lanes.clone(), setup)?;
+        let elapsed_ns = self.run(buf, lanes.clone(), &[setup])?;
         tracing::debug!(
             rank = self.rank,
             seq = setup.seq,
@@ -289,16 +289,14 @@ impl Comm {
     pub fn barrier(&mut self) -> crate::Result<()> {
         let tree = Algorithm::Tree(TreeKind::Binomial);
         let lanes = self.lanes(0, &tree, 1, 0)?;
-        for deep in [true, false] {
-            let setup = Setup {
-                seq: self.next_seq(),
-                root: 0,
-                msize: 0,
-                segment: 1,
-                deep,
-            };
-            self.run(&mut [], lanes.clone(), setup)?;
-        }
+        let phases = [true, false].map(|deep| Setup {
+            seq: self.next_seq(),
+            root: 0,
+            msize: 0,
+            segment: 1,
+            deep,
+        });
+        self.run(&mut [], lanes, &phases)?;
         Ok(())
     }
 
@@ -342,22 +340,31 @@ impl Comm {
         Ok(l)
     }
 
-    fn run(&mut self, buf: &mut [u8], lanes: Arc<Vec<Lane>>, setup: Setup) -> crate::Result<u64> {
+    /// Runs the engine for each of `setups` in turn over `lanes` on the progress thread.
+    fn run(
+        &mut self,
+        buf: &mut [u8],
+        lanes: Arc<Vec<Lane>>,
+        setups: &[Setup],
+    ) -> crate::Result<u64> {
         self.check()?;
         let engine = EngineConfig {
             idle_timeout: self.config.timeout.as_nanos() as u64,
             ..self.config.engine
         };
-        let job = Job {
-            lanes,
-            setup,
-            engine,
-            connect_timeout: self.config.timeout,
-        };
+        let jobs = setups
+            .iter()
+            .map(|&setup| Job {
+                lanes: lanes.clone(),
+                setup,
+                engine,
+                connect_timeout: self.config.timeout,
+            })
+            .collect();
         let (reply, answer) = crossbeam_channel::bounded(1);
         let result = lend(buf, |loan| {
             self.ops
-                .send(Op::Run { loan, job, reply })
+                .send(Op::Run { loan, jobs, reply })
                 .map_err(|_| CommError::ProgressGone)?;
             answer.recv().map_err(|_| CommError::ProgressGone)?
         });

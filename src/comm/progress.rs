@@ -16,9 +16,10 @@ pub struct Job {
 }
 
 pub enum Op {
+    /// Runs `jobs` one after the other on the lent buffer (a barrier is two jobs).
     Run {
         loan: BufLoan,
-        job: Job,
+        jobs: Vec<Job>,
         reply: Sender<crate::Result<u64>>,
     },
 }
@@ -31,14 +32,18 @@ pub fn serve(me: usize, mut transport: TcpTransport, ops: Receiver<Op>) {
         match op {
             Op::Run {
                 mut loan,
-                job,
+                jobs,
                 reply,
             } => {
                 let t0 = clock();
-                let result = drive(me, &mut transport, loan.as_mut_slice(), &job, &clock);
-                if let Err(e) = &result {
-                    tracing::error!(rank = me, seq = job.setup.seq, error = %e, "broadcast failed; closing connections");
-                    transport.shutdown();
+                let mut result = Ok(());
+                for job in &jobs {
+                    result = drive(me, &mut transport, loan.as_mut_slice(), job, &clock);
+                    if let Err(e) = &result {
+                        tracing::error!(rank = me, seq = job.setup.seq, error = %e, "broadcast failed; closing connections");
+                        transport.shutdown();
+                        break;
+                    }
                 }
                 drop(loan);
                 reply.send(result.map(|()| clock() - t0)).ok();

@@ -83,7 +83,10 @@ impl TcpTransport {
             None
         } else {
             match Ring::new() {
-                Ok(r) => Some(r),
+                Ok(r) => {
+                    tracing::debug!("io_uring: batched sends and receives");
+                    Some(r)
+                }
                 Err(e) => {
                     tracing::info!(error = %e, "io_uring unavailable: using sendmsg");
                     None
