@@ -115,3 +115,24 @@ fn bad_root_is_an_error() {
     });
     assert!(results.iter().all(|&e| e));
 }
+
+#[test]
+fn mismatched_roots_fail_instead_of_hanging() {
+    let config = Config {
+        timeout: Duration::from_secs(2),
+        ..Config::default()
+    };
+    let results = run_ranks(2, config, |comm| {
+        let mut buf = vec![1u8; 100];
+        let root = comm.rank(); // each rank believes it is the root
+        let err = comm.bcast(&mut buf, root).err().map(|e| e.to_string());
+        // A failed communicator refuses further work.
+        let again = comm.barrier().is_err();
+        (err, again)
+    });
+    for (err, again) in results {
+        let err = err.expect("a root mismatch is an error");
+        assert!(err.contains("root") || err.contains("closed"), "{err}");
+        assert!(again);
+    }
+}

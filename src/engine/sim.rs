@@ -339,3 +339,46 @@ fn deep_broadcast_root_finishes_last() {
         "root of a deep broadcast waited for the dead leaf"
     );
 }
+
+/// A random tree over `size` ranks rooted at `root`: each rank hangs below an earlier one of
+/// a random order.
+fn random_lane(size: usize, root: usize, rng: &mut ChaCha8Rng) -> Lane {
+    let mut order: Vec<usize> = (0..size).filter(|&r| r != root).collect();
+    for i in (1..order.len()).rev() {
+        order.swap(i, rng.gen_range(0..=i));
+    }
+    order.insert(0, root);
+    let mut children = vec![Vec::new(); size];
+    for i in 1..size {
+        let parent = order[rng.gen_range(0..i)];
+        children[parent].push(order[i]);
+    }
+    Lane::from_children(children)
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    #[test]
+    fn random_trees_windows_and_delays_are_byte_exact(
+        size in 1usize..9,
+        lanes in 1usize..4,
+        msize in 0u64..3000,
+        segment in 1u64..700,
+        window in 1u32..6,
+        credit_every in 1u32..6,
+        max_delay in 0u64..200,
+        seed in 0u64..1000,
+    ) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let root = rng.gen_range(0..size);
+        let plan: Vec<Lane> = (0..lanes).map(|_| random_lane(size, root, &mut rng)).collect();
+        let setup = Setup { seq: 1, root, msize, segment, deep: seed % 3 == 0 };
+        let config = Config { window, credit_every, idle_timeout: 1_000_000_000 };
+        let mut fabric = Fabric::new(&plan, setup, config, seed, max_delay);
+        let outcome = fabric.run();
+        for r in 0..size {
+            proptest::prop_assert_eq!(&outcome[r], &Ok(()));
+            proptest::prop_assert!(fabric.bufs[r] == fabric.bufs[root], "rank {} differs", r);
+        }
+    }
+}
