@@ -376,8 +376,8 @@ proptest::proptest! {
         let config = Config { window, credit_every, idle_timeout: 1_000_000_000 };
         let mut fabric = Fabric::new(&plan, setup, config, seed, max_delay);
         let outcome = fabric.run();
-        for r in 0..size {
-            proptest::prop_assert_eq!(&outcome[r], &Ok(()));
+        for (r, o) in outcome.iter().enumerate() {
+            proptest::prop_assert_eq!(o, &Ok(()));
             proptest::prop_assert!(fabric.bufs[r] == fabric.bufs[root], "rank {} differs", r);
         }
     }
