@@ -258,3 +258,43 @@ fn stopped_rank_makes_the_others_time_out() {
     ranks[1].kill().ok();
     ranks[1].wait().ok();
 }
+
+#[test]
+fn calibrate_writes_a_profile() {
+    let dir = std::env::temp_dir().join(format!("pipecast-calibrate-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("profile.json");
+    let out = Command::new(EXE)
+        .args([
+            "calibrate",
+            "--local",
+            "--sizes",
+            "256,4K,64K",
+            "--count",
+            "50",
+            "--reps",
+            "10",
+            "-o",
+        ])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let profile: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let points = profile["points"].as_array().unwrap();
+    let sizes: Vec<u64> = points
+        .iter()
+        .map(|p| p["bytes"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sizes, vec![256, 4096, 65536]);
+    for p in points {
+        assert!(p["g_us"].as_f64().unwrap() > 0.0, "{p}");
+        assert!(p["L_us"].as_f64().unwrap() >= 0.0, "{p}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -78,7 +78,8 @@ pub fn run(args: Args) -> CliResult {
         .tree
         .split(',')
         .map(|t| t.trim().parse::<Algorithm>())
-        .collect::<Result<_, _>>()?;
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("--tree: {e}, or scatter-allgather"))?;
     let segment = args.segment.as_deref().map(parse_size).transpose()?;
     if segment == Some(0) || segment.is_some_and(|s| s > u64::from(u32::MAX)) {
         return Err("--segment must be between 1 byte and 4 GiB".into());
@@ -89,7 +90,7 @@ pub fn run(args: Args) -> CliResult {
                 "--local needs at least 2 ranks (the point-to-point reference uses two)".into(),
             );
         }
-        return spawn_local(n, "--local");
+        return spawn_local(n, "--local", true);
     }
     let config = Config {
         topology: args
@@ -318,7 +319,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 /// Runs this same command as `n` local ranks on loopback: picks a free rendezvous port,
 /// spawns `n` copies of the current executable with PIPECAST_RANK/SIZE/RENDEZVOUS set (and
 /// the `--local N` argument removed), waits for all, and fails if any failed.
-pub fn spawn_local(n: usize, flag: &str) -> CliResult {
+pub fn spawn_local(n: usize, flag: &str, flag_takes_value: bool) -> CliResult {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
@@ -329,7 +330,7 @@ pub fn spawn_local(n: usize, flag: &str) -> CliResult {
         if skip {
             skip = false;
         } else if a == flag {
-            skip = true;
+            skip = flag_takes_value;
         } else if !a.starts_with(&format!("{flag}=")) {
             args.push(a);
         }

@@ -60,7 +60,7 @@ pub fn run(args: Args) -> CliResult {
         return Err("--count and --reps must be at least 1".into());
     }
     if args.local {
-        return spawn_local(2, "--local");
+        return spawn_local(2, "--local", false);
     }
     let env = |name: &str| {
         std::env::var(name).map_err(|_| {
