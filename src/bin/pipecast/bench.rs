@@ -90,6 +90,16 @@ pub fn run(args: Args) -> CliResult {
                 "--local needs at least 2 ranks (the point-to-point reference uses two)".into(),
             );
         }
+        if let Some(path) = &args.topology {
+            let machines = pipecast::topology::read_topology(path)?.size();
+            if machines != n {
+                return Err(format!(
+                    "{}: {machines} machines, but --local {n} ranks: rank r runs on machine r, so give --local {machines}",
+                    path.display()
+                )
+                .into());
+            }
+        }
         return spawn_local(n, "--local", true);
     }
     let config = Config {
