@@ -302,27 +302,23 @@ pub fn parse_sizes(list: &str) -> Result<Vec<u64>, String> {
     list.split(',').map(|s| parse_size(s.trim())).collect()
 }
 
-/// Parses "4M" (binary units: K = 1024).
+/// Parses "4M", "64KiB", "100" (binary units: K = 1024).
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let bad = || {
         format!("size {s:?}: write a whole number of bytes, optionally with K, M or G (e.g. 64K)")
     };
-    let (digits, shift) = match s.trim().to_ascii_uppercase().strip_suffix(['K', 'M', 'G']) {
-        Some(d) => {
-            let unit = s.trim().chars().last().map(|c| c.to_ascii_uppercase());
-            let shift = match unit {
-                Some('K') => 10,
-                Some('M') => 20,
-                _ => 30,
-            };
-            (d.to_string(), shift)
-        }
-        None => (s.trim().to_string(), 0),
+    let upper = s.trim().to_ascii_uppercase();
+    let unit = upper
+        .strip_suffix("IB")
+        .or_else(|| upper.strip_suffix('B'))
+        .unwrap_or(&upper);
+    let (digits, shift) = match unit.chars().last() {
+        Some('K') => (&unit[..unit.len() - 1], 10),
+        Some('M') => (&unit[..unit.len() - 1], 20),
+        Some('G') => (&unit[..unit.len() - 1], 30),
+        _ => (unit, 0),
     };
-    let n: u64 = digits
-        .trim_end_matches(['I', 'B'])
-        .parse()
-        .map_err(|_| bad())?;
+    let n: u64 = digits.parse().map_err(|_| bad())?;
     n.checked_mul(1 << shift).ok_or_else(bad)
 }
 
