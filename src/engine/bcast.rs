@@ -261,7 +261,12 @@ impl Bcast {
         }
         self.check_agreement(from, h)?;
         let l = usize::from(h.lane);
-        let state = &self.lanes[l];
+        let Some(state) = self.lanes.get(l) else {
+            return Err(self.fail(EngineError::Protocol(format!(
+                "rank {from} sent a segment of lane {l}, but the broadcast has {} lanes",
+                self.lanes.len()
+            ))));
+        };
         if state.parent != Some(from) {
             return Err(self.fail(EngineError::UnexpectedSender {
                 from,

@@ -464,3 +464,40 @@ fn stale_retransmission_is_answered() {
         }
     );
 }
+
+proptest::proptest! {
+    /// Whatever arrives (garbage headers, credits from strangers), the engine answers with a
+    /// value or an error, never a panic.
+    #[test]
+    fn arbitrary_messages_never_panic(
+        from in 0usize..6,
+        seq in 0u64..4,
+        root in 0u32..6,
+        msize in 0u64..100,
+        segment in 0u32..40,
+        lanes in 0u16..3,
+        lane in 0u16..4,
+        index in 0u32..12,
+        len in 0u32..50,
+        kind in 0u8..3,
+    ) {
+        let topo = Topology::single_switch(4);
+        let plan = plan::build(&topo, 1, &TreeKind::Flat, None).unwrap();
+        let setup = Setup { seq: 2, root: 1, msize: 60, segment: 10, deep: kind == 2 };
+        let lossy = Config { retransmit_after: Some(5), ..config() };
+        for me in 0..4 {
+            let mut b = Bcast::new(me, &plan.lanes, setup, lossy, 0).unwrap();
+            let h = DataHeader { seq, root, msize, segment, lanes, lane, index, len };
+            let _ = b.place(from, &h);
+            b.handle_data(1, &h);
+            let msg = match kind {
+                0 => Message::Credit { seq, lane, consumed: index },
+                1 => Message::Done { seq, lane },
+                _ => Message::Data(h),
+            };
+            let _ = b.handle_message(2, from, &msg);
+            while b.poll_transmit(3).is_some() {}
+            let _ = b.handle_timeout(100);
+        }
+    }
+}
