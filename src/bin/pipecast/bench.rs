@@ -242,7 +242,8 @@ fn summarize(comm: &mut Comm, times: &[f64], ok: bool) -> pipecast::Result<(f64,
     let avg = per_iter.iter().sum::<f64>() / per_iter.len().max(1) as f64;
     let min = per_iter.iter().copied().fold(f64::INFINITY, f64::min);
     let max = per_iter.iter().copied().fold(0.0, f64::max);
-    Ok((avg, min, max, all_ok))
+    let ns = |us: f64| (us * 1000.0).round() / 1000.0;
+    Ok((ns(avg), ns(min), ns(max), all_ok))
 }
 
 fn print_table(n: usize, rows: &[Row]) {
