@@ -138,6 +138,13 @@ impl Bcast {
                 lanes.len()
             )));
         }
+        let per_lane = setup.msize / lanes.len() as u64 + 1;
+        if per_lane.div_ceil(setup.segment.max(1)) >= u64::from(u32::MAX) {
+            return Err(EngineError::BadPlan(format!(
+                "{} bytes in {}-byte segments is more than 2^32 segments per lane: use larger segments",
+                setup.msize, setup.segment
+            )));
+        }
         let layout = Layout::new(setup.msize, setup.segment, lanes.len());
         let mut states = Vec::with_capacity(lanes.len());
         for (l, lane) in lanes.iter().enumerate() {
