@@ -12,8 +12,9 @@ use std::os::fd::RawFd;
 /// Most sends per batch (the ring's size).
 pub const BATCH: usize = 64;
 
-/// Where one receive goes: socket, destination, room.
-pub type RecvTarget = (RawFd, *mut u8, usize);
+/// Where one receive goes: socket and up to two (destination, room) pieces (a piece of room
+/// 0 is skipped).
+pub type RecvTarget = (RawFd, [(*mut u8, usize); 2]);
 
 pub struct Ring {
     ring: io_uring::IoUring,
@@ -77,16 +78,35 @@ impl Ring {
         batch: &[RecvTarget],
     ) -> io::Result<Vec<io::Result<usize>>> {
         let n = batch.len().min(BATCH);
+        let iovecs: Vec<[libc::iovec; 2]> = batch[..n]
+            .iter()
+            .map(|(_, pieces)| {
+                pieces.map(|(ptr, len)| libc::iovec {
+                    iov_base: ptr.cast(),
+                    iov_len: len,
+                })
+            })
+            .collect();
+        let mut headers: Vec<libc::msghdr> = iovecs
+            .iter()
+            .map(|iov| {
+                // SAFETY: an all-zero msghdr is valid (no name, no control data).
+                let mut m: libc::msghdr = unsafe { std::mem::zeroed() };
+                m.msg_iov = iov.as_ptr() as *mut libc::iovec;
+                m.msg_iovlen = if iov[1].iov_len == 0 { 1 } else { 2 };
+                m
+            })
+            .collect();
         {
             let mut sq = self.ring.submission();
-            for (i, &(fd, ptr, len)) in batch[..n].iter().enumerate() {
-                let len = len.min(u32::MAX as usize) as u32;
-                let sqe = io_uring::opcode::Recv::new(io_uring::types::Fd(fd), ptr, len)
-                    .flags(libc::MSG_DONTWAIT)
+            for (i, (&(fd, _), header)) in batch[..n].iter().zip(headers.iter_mut()).enumerate() {
+                let sqe = io_uring::opcode::RecvMsg::new(io_uring::types::Fd(fd), header)
+                    .flags(libc::MSG_DONTWAIT as u32)
                     .build()
                     .user_data(i as u64);
-                // SAFETY: the caller guarantees the target stays valid and exclusive until we
-                // return, and we return only after reaping every completion.
+                // SAFETY: the caller guarantees the targets stay valid and exclusive until we
+                // return; `iovecs` and `headers` live (unmoved) until then too, and we return
+                // only after reaping every completion.
                 unsafe { sq.push(&sqe) }
                     .map_err(|_| io::Error::other("io_uring submission queue full"))?;
             }
@@ -166,8 +186,14 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(50));
         let (mut ra, mut rb) = ([0u8; 8], [0u8; 8]);
         let targets = [
-            (a.as_raw_fd(), ra.as_mut_ptr(), ra.len()),
-            (b.as_raw_fd(), rb.as_mut_ptr(), rb.len()),
+            (
+                a.as_raw_fd(),
+                [(ra.as_mut_ptr(), 2), (ra[2..].as_mut_ptr(), 6)],
+            ),
+            (
+                b.as_raw_fd(),
+                [(rb.as_mut_ptr(), rb.len()), (std::ptr::null_mut(), 0)],
+            ),
         ];
         // SAFETY: two distinct live arrays, untouched until the call returns.
         let r = unsafe { ring.recv_batch(&targets) }.unwrap();

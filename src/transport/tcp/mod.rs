@@ -9,7 +9,7 @@ use super::uring::{RecvTarget, Ring};
 use super::TransportError;
 use crate::engine::{Bcast, Message, Placement};
 use std::collections::{BTreeMap, VecDeque};
-use std::io::{self, IoSlice, Read};
+use std::io::{self, IoSlice, IoSliceMut, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::ops::Range;
 use std::os::fd::AsRawFd;
@@ -56,6 +56,9 @@ struct Conn {
     /// The peer closed its end. Only an error when a broadcast needs this peer: a peer that
     /// finished (and exited) must not fail ranks that no longer talk to it.
     closed: bool,
+    /// A payload read also asks for the next frame's header, into here: one syscall per
+    /// segment instead of two.
+    spare: [u8; HEADER],
 }
 
 /// This rank's TCP endpoint.
@@ -325,7 +328,10 @@ impl TcpTransport {
                     into: Some(range),
                     got,
                     ..
-                } => conn.stream.read(&mut buf[range.start + *got..range.end]),
+                } => conn.stream.read_vectored(&mut [
+                    IoSliceMut::new(&mut buf[range.start + *got..range.end]),
+                    IoSliceMut::new(&mut conn.spare),
+                ]),
                 Rx::Payload {
                     into: None,
                     len,
@@ -380,18 +386,28 @@ impl TcpTransport {
                     let c = self.conns.get_mut(p).expect("connected");
                     let fd = c.stream.as_raw_fd();
                     match &mut c.rx {
-                        Rx::Header { buf: head, got } => {
-                            (fd, head[*got..].as_mut_ptr(), HEADER - *got)
-                        }
+                        Rx::Header { buf: head, got } => (
+                            fd,
+                            [
+                                (head[*got..].as_mut_ptr(), HEADER - *got),
+                                (std::ptr::null_mut(), 0),
+                            ],
+                        ),
                         Rx::Payload {
                             into: Some(r), got, ..
-                        } => (fd, base.wrapping_add(r.start + *got), r.len() - *got),
+                        } => (
+                            fd,
+                            [
+                                (base.wrapping_add(r.start + *got), r.len() - *got),
+                                (c.spare.as_mut_ptr(), HEADER),
+                            ],
+                        ),
                         Rx::Payload { into: None, .. } => unreachable!("partitioned out"),
                     }
                 })
                 .collect();
             let ring = self.ring.as_mut().expect("checked by the caller");
-            // SAFETY: each target is either a connection's own header buffer (the map is not
+            // SAFETY: each target is a connection's own header or spare buffer (the map is not
             // changed during the call) or the payload range the engine placed for that
             // connection, inside `buf`, which we borrow mutably and do not touch meanwhile;
             // ranges of different connections are different segments, hence disjoint.
@@ -439,7 +455,8 @@ fn eof(peer: usize, conn: &mut Conn) -> Result<(), TransportError> {
     }
 }
 
-/// `n` more bytes of `conn`'s current header or payload arrived.
+/// `n` more bytes of `conn`'s current header or payload arrived (for a payload, bytes beyond
+/// it went into `conn.spare`: the start of the next header).
 fn received(
     peer: usize,
     conn: &mut Conn,
@@ -448,15 +465,10 @@ fn received(
     now: u64,
 ) -> Result<(), crate::Error> {
     match &mut conn.rx {
-        Rx::Header { buf: head, got } => {
+        Rx::Header { got, .. } => {
             *got += n;
             if *got == HEADER {
-                let msg = frame::decode(peer, head)?;
-                conn.rx = Rx::Header {
-                    buf: [0; HEADER],
-                    got: 0,
-                };
-                conn.parked = offer(peer, conn, msg, bcast, now)?;
+                header_done(peer, conn, bcast, now)?;
             }
         }
         Rx::Payload {
@@ -465,18 +477,41 @@ fn received(
             got,
             into,
         } => {
-            *got += n;
+            let extra = (*got + n).saturating_sub(*len);
+            *got = (*got + n).min(*len);
             if *got == *len {
                 if let (Message::Data(h), Some(_)) = (msg, into) {
                     bcast.handle_data(now, h);
                 }
                 conn.rx = Rx::Header {
-                    buf: [0; HEADER],
-                    got: 0,
+                    buf: conn.spare,
+                    got: extra,
                 };
+                if extra == HEADER {
+                    header_done(peer, conn, bcast, now)?;
+                }
             }
         }
     }
+    Ok(())
+}
+
+/// `conn.rx` holds a whole header: decode it and hand it to the engine.
+fn header_done(
+    peer: usize,
+    conn: &mut Conn,
+    bcast: &mut Bcast,
+    now: u64,
+) -> Result<(), crate::Error> {
+    let Rx::Header { buf: head, .. } = &conn.rx else {
+        return Ok(());
+    };
+    let msg = frame::decode(peer, head)?;
+    conn.rx = Rx::Header {
+        buf: [0; HEADER],
+        got: 0,
+    };
+    conn.parked = offer(peer, conn, msg, bcast, now)?;
     Ok(())
 }
 

@@ -115,6 +115,7 @@ impl TcpTransport {
                 },
                 parked: None,
                 closed: false,
+                spare: [0; HEADER],
             },
         );
         Ok(())
