@@ -128,4 +128,20 @@ mod tests {
         bad[0] = b'X';
         assert!(decode(4, &bad).unwrap_err().to_string().contains("magic"));
     }
+
+    proptest::proptest! {
+        /// Any 40 bytes decode to a message or an error, and a decoded message encodes back
+        /// to the same fields.
+        #[test]
+        fn arbitrary_headers_never_panic(bytes in proptest::collection::vec(0u8..=255, HEADER)) {
+            let mut b = [0u8; HEADER];
+            b.copy_from_slice(&bytes);
+            b[0..2].copy_from_slice(&MAGIC);
+            b[2] = VERSION;
+            if let Ok(m) = decode(1, &b) {
+                proptest::prop_assert_eq!(decode(1, &encode(&m)).unwrap(), m);
+            }
+            let _ = decode(1, &bytes.clone().try_into().unwrap());
+        }
+    }
 }
