@@ -184,7 +184,8 @@ impl Comm {
 
     /// Joins the job described by `PIPECAST_RANK`, `PIPECAST_SIZE`, `PIPECAST_RENDEZVOUS`
     /// (`host:port` where rank 0 listens) and optionally `PIPECAST_TOPOLOGY` (a topology
-    /// file, unless `config.topology` is set) and `PIPECAST_IP` (address to listen on).
+    /// file, unless `config.topology` is set), `PIPECAST_IP` (address to listen on) and
+    /// `PIPECAST_TIMEOUT_MS` (overrides `config.timeout`).
     pub fn from_env(mut config: Config) -> crate::Result<Comm> {
         let var = |name: &'static str| {
             std::env::var(name).map_err(|_| CommError::Env {
@@ -200,6 +201,9 @@ impl Comm {
             })
         };
         let (rank, size) = (number("PIPECAST_RANK")?, number("PIPECAST_SIZE")?);
+        if std::env::var_os("PIPECAST_TIMEOUT_MS").is_some() {
+            config.timeout = Duration::from_millis(number("PIPECAST_TIMEOUT_MS")? as u64);
+        }
         let rendezvous = var("PIPECAST_RENDEZVOUS")?;
         if config.topology.is_none() {
             if let Ok(path) = std::env::var("PIPECAST_TOPOLOGY") {

@@ -38,6 +38,9 @@ pub struct Args {
     /// Segment size in bytes (K/M suffixes allowed; default: the model's choice).
     #[arg(long)]
     segment: Option<String>,
+    /// Most segments in flight from a rank to one child (the engine's window R).
+    #[arg(long, default_value_t = pipecast::engine::Config::default().window)]
+    window: u32,
     /// Fail a broadcast that makes no progress for this many milliseconds.
     #[arg(long, default_value_t = 5000)]
     timeout_ms: u64,
@@ -110,6 +113,10 @@ pub fn run(args: Args) -> CliResult {
             .transpose()?,
         segment,
         timeout: Duration::from_millis(args.timeout_ms),
+        engine: pipecast::engine::Config {
+            window: args.window.max(1),
+            ..Default::default()
+        },
         ..Config::default()
     };
     let mut comm = Comm::from_env(config)?;
