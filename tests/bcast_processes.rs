@@ -298,3 +298,36 @@ fn calibrate_writes_a_profile() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn topology_file_maps_ranks_to_machines() {
+    let dir = std::env::temp_dir().join(format!("pipecast-topo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("two-switches.json");
+    std::fs::write(
+        &path,
+        r#"{"switches": ["s0", "s1"], "links": [["s0", "s1"]],
+            "machines": [{"name": "n0", "switch": "s0"}, {"name": "n1", "switch": "s1"},
+                         {"name": "n2", "switch": "s0"}, {"name": "n3", "switch": "s1"}]}"#,
+    )
+    .unwrap();
+    let topo = path.to_str().unwrap();
+    let args = [
+        "--topology",
+        topo,
+        "--sizes",
+        "100003",
+        "--segment",
+        "8K",
+        "--iters",
+        "4",
+        "--tree",
+        "linear,binary,naive-linear",
+    ];
+    run_ok(4, &args);
+    // A topology of another size is refused up front.
+    let out = bench_local(3, &args);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("4 machines"));
+    std::fs::remove_dir_all(&dir).ok();
+}
