@@ -99,6 +99,21 @@ pub fn choose_tree(tree: &TreeKind) -> TreeKind {
     }
 }
 
+/// The segment size a broadcast of `msize` bytes runs with. The non-pipelined baselines of
+/// seed 000 Table 1 move whole messages: `flat` and `binomial` send the whole message per hop,
+/// `scatter-allgather` one share per hop (MPICH), point-to-point the whole message. Every other
+/// schedule is pipelined with [`choose_segment`].
+pub fn segment_for(tree: &Algorithm, size: usize, msize: u64, configured: Option<u64>) -> u64 {
+    let whole = |bytes: u64| bytes.clamp(1, u64::from(u32::MAX));
+    match tree {
+        Algorithm::Tree(TreeKind::Flat | TreeKind::Binomial) | Algorithm::PointToPoint { .. } => {
+            whole(msize)
+        }
+        Algorithm::ScatterAllgather => whole(msize.div_ceil(size.saturating_sub(1).max(1) as u64)),
+        _ => choose_segment(tree, size, msize, configured),
+    }
+}
+
 /// Default segment size until the model chooses one.
 pub const DEFAULT_SEGMENT: u64 = 64 * 1024;
 
@@ -132,6 +147,20 @@ mod tests {
             assert_eq!(lane.height(), 3);
         }
         assert_eq!(scatter_allgather(1, 0).len(), 1);
+    }
+
+    #[test]
+    fn baselines_move_whole_messages() {
+        let flat = Algorithm::Tree(TreeKind::Flat);
+        assert_eq!(segment_for(&flat, 8, 1 << 20, Some(4096)), 1 << 20);
+        assert_eq!(segment_for(&flat, 8, 0, None), 1);
+        assert_eq!(
+            segment_for(&Algorithm::ScatterAllgather, 5, 1001, None),
+            251
+        );
+        let linear = Algorithm::Tree(TreeKind::Linear);
+        assert_eq!(segment_for(&linear, 8, 1 << 20, Some(4096)), 4096);
+        assert_eq!(segment_for(&linear, 8, 1 << 20, None), DEFAULT_SEGMENT);
     }
 
     #[test]

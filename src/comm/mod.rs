@@ -16,7 +16,7 @@ mod bootstrap;
 mod progress;
 
 pub use algorithm::{
-    choose_segment, choose_tree, lanes, scatter_allgather, Algorithm, DEFAULT_SEGMENT,
+    choose_segment, choose_tree, lanes, scatter_allgather, segment_for, Algorithm, DEFAULT_SEGMENT,
 };
 pub use bootstrap::{Bootstrap, TcpRendezvous};
 
@@ -245,7 +245,8 @@ impl Comm {
             .map(|_| ())
     }
 
-    /// Broadcasts with a given algorithm and segment size (`None`: the model's choice).
+    /// Broadcasts with a given algorithm and segment size (`None`: the model's choice; the
+    /// non-pipelined baselines always move whole messages, see [`segment_for`]).
     pub fn bcast_with(
         &mut self,
         buf: &mut [u8],
@@ -261,7 +262,7 @@ impl Comm {
             .into());
         }
         let msize = buf.len() as u64;
-        let segment = choose_segment(algorithm, self.size, msize, segment);
+        let segment = segment_for(algorithm, self.size, msize, segment);
         let lanes = self.lanes(root, algorithm, segment, msize)?;
         let setup = Setup {
             seq: self.next_seq(),
