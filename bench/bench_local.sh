@@ -17,7 +17,7 @@ trap 'rm -f "$out"' EXIT
 python3 - "$out" <<'PY'
 import json, sys
 report = json.load(open(sys.argv[1]))
-print(f"# {report['ranks']} ranks over {report['transport']} (loopback): time / T(msize)")
+print(f"# {report['ranks']} ranks over {report['transport']} (loopback): avg / T(msize) avg, (min / T(msize) min)")
 rows = report["results"]
 trees = list(dict.fromkeys(r["tree"] for r in rows))
 sizes = list(dict.fromkeys(r["bytes"] for r in rows))
@@ -26,16 +26,20 @@ def human(b):
         if b >= 1 << shift and b % (1 << shift) == 0:
             return f"{b >> shift}{unit}"
     return str(b)
-print(f"{'bytes':>8} {'T(m) us':>10} " + " ".join(f"{t:>18}" for t in trees))
+print(f"{'bytes':>6} {'T(m) us':>9} " + " ".join(f"{t:>17}" for t in trees))
 for s in sizes:
     by_tree = {r["tree"]: r for r in rows if r["bytes"] == s}
-    p2p = next(iter(by_tree.values()))["p2p_us"]
+    first = next(iter(by_tree.values()))
+    p2p, p2p_min = first["p2p_us"], first.get("p2p_min_us", first["p2p_us"])
     cells = []
     for t in trees:
         r = by_tree.get(t)
-        mark = "" if r is None or r["verified"] else "!"
-        cells.append(f"{r['avg_us'] / p2p:>17.2f}{mark}" if r else f"{'-':>18}")
-    print(f"{human(s):>8} {p2p:>10.1f} " + " ".join(cells))
+        if r is None:
+            cells.append(f"{'-':>17}")
+            continue
+        mark = "" if r["verified"] else "!"
+        cells.append(f"{r['avg_us'] / p2p:>9.2f} ({r['min_us'] / p2p_min:>4.2f}){mark}")
+    print(f"{human(s):>6} {p2p:>9.1f} " + " ".join(cells))
 if not all(r["verified"] for r in rows):
     sys.exit("verification failed (marked !)")
 PY

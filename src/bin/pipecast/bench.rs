@@ -64,6 +64,9 @@ struct Row {
     max_us: f64,
     p2p_us: f64,
     verified: bool,
+    /// Extension: the fastest point-to-point iteration (ratios of minima are steadier on a
+    /// loaded machine).
+    p2p_min_us: f64,
 }
 
 #[derive(Serialize)]
@@ -142,7 +145,7 @@ pub fn run(args: Args) -> CliResult {
         // The whole message in one segment (see `comm::segment_for`).
         let (p2p_times, p2p_ok, _) =
             measure(&mut comm, &mut buf, &p2p, None, iters, Some(0), args.seed)?;
-        let p2p_us = summarize(&mut comm, &p2p_times, p2p_ok)?.0;
+        let (p2p_us, p2p_min_us, _, _) = summarize(&mut comm, &p2p_times, p2p_ok)?;
         for tree in &trees {
             if progress {
                 eprint!("\r\x1b[K{bytes} B, {tree} ...");
@@ -164,6 +167,7 @@ pub fn run(args: Args) -> CliResult {
                 max_us,
                 p2p_us,
                 verified,
+                p2p_min_us,
             });
         }
     }
