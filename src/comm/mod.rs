@@ -87,7 +87,9 @@ pub struct Comm {
     bootstrap: Box<dyn Bootstrap>,
     plans: BTreeMap<(usize, Algorithm, u64, u64), Arc<Vec<Lane>>>,
     seq: u64,
-    ops: Sender<Op>,
+    /// `None` only while dropping.
+    ops: Option<Sender<Op>>,
+    progress: Option<std::thread::JoinHandle<()>>,
     failed: Option<String>,
 }
 
@@ -165,7 +167,7 @@ impl Comm {
         transport.set_peers(addrs, job_cookie);
         tracing::info!(addr = %transport.local_addr(), "joined");
         let (ops, rx) = crossbeam_channel::unbounded();
-        std::thread::Builder::new()
+        let progress = std::thread::Builder::new()
             .name(format!("pipecast-progress-{rank}"))
             .spawn(move || progress::serve(rank, transport, rx))
             .map_err(|e| CommError::Bootstrap(format!("cannot start the progress thread: {e}")))?;
@@ -177,7 +179,8 @@ impl Comm {
             bootstrap,
             plans: BTreeMap::new(),
             seq: 0,
-            ops,
+            ops: Some(ops),
+            progress: Some(progress),
             failed: None,
         })
     }
@@ -369,6 +372,8 @@ impl Comm {
         let (reply, answer) = crossbeam_channel::bounded(1);
         let result = lend(buf, |loan| {
             self.ops
+                .as_ref()
+                .ok_or(CommError::ProgressGone)?
                 .send(Op::Run { loan, jobs, reply })
                 .map_err(|_| CommError::ProgressGone)?;
             answer.recv().map_err(|_| CommError::ProgressGone)?
@@ -377,5 +382,15 @@ impl Comm {
             self.failed = Some(e.to_string());
         }
         result
+    }
+}
+
+impl Drop for Comm {
+    /// Stops the progress thread, which closes this rank's connections, before returning.
+    fn drop(&mut self) {
+        self.ops = None;
+        if let Some(thread) = self.progress.take() {
+            thread.join().ok();
+        }
     }
 }
