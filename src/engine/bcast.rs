@@ -364,11 +364,10 @@ impl Bcast {
         }
         self.last_progress = now;
         let state = &mut self.lanes[l];
-        if state.prefix - state.credited >= self.config.credit_every
-            || state.prefix == state.segments
-        {
+        let due = state.prefix - state.credited >= self.config.credit_every
+            || state.prefix == state.segments;
+        if let (true, Some(to)) = (due, state.parent) {
             state.credited = state.prefix;
-            let to = state.parent.expect("a rank that receives has a parent");
             self.control.push_back(Transmit {
                 to,
                 message: Message::Credit {
@@ -413,8 +412,8 @@ impl Bcast {
             .and_then(|s| s.children.iter_mut().find(|c| c.rank == from))
         else {
             return Err(self.fail(EngineError::Protocol(format!(
-                "rank {from} sent a credit for lane {lane} of broadcast {seq} but is not a child \
-                 of rank {} there: do all ranks use the same tree and root?",
+                "rank {from} sent a credit or done for lane {lane} of broadcast {seq} but is not \
+                 a child of rank {} there: do all ranks use the same tree and root?",
                 self.me
             ))));
         };
