@@ -1,10 +1,414 @@
-//! `pipecast bench` — to be written.
+//! `pipecast bench`: time real broadcasts between processes (seed 003 §5, Fig. 10 method:
+//! barrier, then iterations of broadcast + barrier), verify the data at every rank, and
+//! compare with the point-to-point time of the whole message measured in the same run.
 
 use crate::CliResult;
+use pipecast::comm::{Algorithm, Comm, Config};
+use serde::Serialize;
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
 
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Spawn N local ranks on loopback (otherwise join the job given by PIPECAST_RANK,
+    /// PIPECAST_SIZE and PIPECAST_RENDEZVOUS).
+    #[arg(long, value_name = "N")]
+    local: Option<usize>,
+    /// Message sizes: comma list with K/M/G suffixes (binary units).
+    #[arg(long, default_value = "1K,4K,16K,64K,256K,1M,4M,16M,64M")]
+    sizes: String,
+    /// Schedules: comma list of trees of `pipecast plan` or scatter-allgather.
+    #[arg(
+        long,
+        default_value = "auto,flat,binomial,naive-linear,naive-binary,scatter-allgather"
+    )]
+    tree: String,
+    /// Iterations per size and tree (default: 20, fewer for large messages, at least 2).
+    #[arg(long)]
+    iters: Option<usize>,
+    /// Root of every broadcast (default: iteration i uses root i mod N).
+    #[arg(long)]
+    root: Option<usize>,
+    /// Transport (only `tcp` so far).
+    #[arg(long, default_value = "tcp")]
+    transport: String,
+    /// Topology file: rank r runs on machine r (default: PIPECAST_TOPOLOGY, else all on one switch).
+    #[arg(long)]
+    topology: Option<std::path::PathBuf>,
+    /// Segment size in bytes of the pipelined trees (K/M suffixes allowed; default: the
+    /// model's choice). flat, binomial and scatter-allgather always move whole messages.
+    #[arg(long)]
+    segment: Option<String>,
+    /// Most segments in flight from a rank to one child (the engine's window R).
+    #[arg(long, default_value_t = pipecast::engine::Config::default().window)]
+    window: u32,
+    /// Fail a broadcast that makes no progress for this many milliseconds.
+    #[arg(long, default_value_t = 5000)]
+    timeout_ms: u64,
+    /// Seed of the data pattern.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
 
-pub fn run(_args: Args) -> CliResult {
-    Err("pipecast bench is not implemented yet".into())
+/// One line of the results: the JSON contract of `pipecast bench --json`.
+#[derive(Serialize, Clone, Debug)]
+struct Row {
+    bytes: u64,
+    tree: String,
+    segment_bytes: u64,
+    avg_us: f64,
+    min_us: f64,
+    max_us: f64,
+    p2p_us: f64,
+    verified: bool,
+    /// Extension: the fastest point-to-point iteration (ratios of minima are steadier on a
+    /// loaded machine).
+    p2p_min_us: f64,
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    ranks: usize,
+    transport: &'a str,
+    results: &'a [Row],
+}
+
+pub fn run(args: Args) -> CliResult {
+    if args.transport != "tcp" {
+        return Err(format!("transport {:?} is not available: use tcp", args.transport).into());
+    }
+    let sizes = parse_sizes(&args.sizes)?;
+    let trees: Vec<Algorithm> = args
+        .tree
+        .split(',')
+        .map(|t| t.trim().parse::<Algorithm>())
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("--tree: {e}, or scatter-allgather"))?;
+    let segment = args.segment.as_deref().map(parse_size).transpose()?;
+    if segment == Some(0) || segment.is_some_and(|s| s > u64::from(u32::MAX)) {
+        return Err("--segment must be between 1 byte and 4 GiB".into());
+    }
+    if let Some(n) = args.local {
+        if n < 2 {
+            return Err(
+                "--local needs at least 2 ranks (the point-to-point reference uses two)".into(),
+            );
+        }
+        if let Some(path) = &args.topology {
+            let machines = pipecast::topology::read_topology(path)?.size();
+            if machines != n {
+                return Err(format!(
+                    "{}: {machines} machines, but --local {n} ranks: rank r runs on machine r, so give --local {machines}",
+                    path.display()
+                )
+                .into());
+            }
+        }
+        return spawn_local(n, "--local", true);
+    }
+    let config = Config {
+        topology: args
+            .topology
+            .as_deref()
+            .map(pipecast::topology::read_topology)
+            .transpose()?,
+        segment,
+        timeout: Duration::from_millis(args.timeout_ms),
+        engine: pipecast::engine::Config {
+            window: args.window.max(1),
+            ..Default::default()
+        },
+        ..Config::default()
+    };
+    let mut comm = Comm::from_env(config)?;
+    let n = comm.size();
+    if n < 2 {
+        return Err("pipecast bench needs at least 2 ranks".into());
+    }
+    if let Some(r) = args.root.filter(|&r| r >= n) {
+        return Err(format!("--root {r} is not a rank of this {n}-rank job").into());
+    }
+    let me = comm.rank();
+    let progress = me == 0 && std::io::stderr().is_terminal() && !args.json;
+    let mut rows = Vec::new();
+    let mut all_ok = true;
+    for &bytes in &sizes {
+        let iters = args
+            .iters
+            .unwrap_or_else(|| ((128 << 20) / bytes.max(1) as usize).clamp(2, 20))
+            .max(1);
+        let mut buf = vec![0u8; bytes as usize];
+        let p2p = Algorithm::PointToPoint { to: 1 };
+        // The whole message in one segment (see `comm::segment_for`).
+        let (p2p_times, p2p_ok, _) =
+            measure(&mut comm, &mut buf, &p2p, None, iters, Some(0), args.seed)?;
+        let (p2p_us, p2p_min_us, _, _) = summarize(&mut comm, &p2p_times, p2p_ok)?;
+        for tree in &trees {
+            if progress {
+                eprint!("\r\x1b[K{bytes} B, {tree} ...");
+            }
+            let (times, ok, seg) = measure(
+                &mut comm, &mut buf, tree, segment, iters, args.root, args.seed,
+            )?;
+            let (avg_us, min_us, max_us, verified) = {
+                let (avg, min, max, ok) = summarize(&mut comm, &times, ok)?;
+                (avg, min, max, ok)
+            };
+            all_ok &= verified;
+            rows.push(Row {
+                bytes,
+                tree: tree.to_string(),
+                segment_bytes: seg,
+                avg_us,
+                min_us,
+                max_us,
+                p2p_us,
+                verified,
+                p2p_min_us,
+            });
+        }
+    }
+    if progress {
+        eprint!("\r\x1b[K");
+    }
+    if me == 0 {
+        if args.json {
+            let report = Report {
+                ranks: n,
+                transport: "tcp",
+                results: &rows,
+            };
+            println!("{}", serde_json::to_string(&report)?);
+        } else {
+            print_table(n, &rows);
+        }
+    }
+    if !all_ok {
+        return Err(
+            "data verification failed: some rank received wrong bytes (see verified=false)".into(),
+        );
+    }
+    Ok(())
+}
+
+/// Times `iters` broadcasts of `buf`; returns per-iteration times (µs) at this rank, whether
+/// every iteration delivered the right bytes here, and the segment size used.
+fn measure(
+    comm: &mut Comm,
+    buf: &mut [u8],
+    tree: &Algorithm,
+    segment: Option<u64>,
+    iters: usize,
+    root: Option<usize>,
+    seed: u64,
+) -> pipecast::Result<(Vec<f64>, bool, u64)> {
+    let n = comm.size();
+    let me = comm.rank();
+    let mut times = Vec::with_capacity(iters);
+    let mut ok = true;
+    let mut seg = 0;
+    for it in 0..iters {
+        let root = root.unwrap_or(it % n);
+        let receives = match tree {
+            Algorithm::PointToPoint { to } => me == *to,
+            _ => me != root,
+        };
+        let pattern_seed =
+            seed ^ (buf.len() as u64).rotate_left(32) ^ (it as u64) << 8 ^ root as u64;
+        if me == root {
+            fill(buf, pattern_seed);
+        } else {
+            buf.fill(0);
+        }
+        comm.barrier()?;
+        let t0 = Instant::now();
+        let info = comm.bcast_with(buf, root, tree, segment)?;
+        comm.barrier()?;
+        times.push(t0.elapsed().as_secs_f64() * 1e6);
+        seg = info.segment;
+        if receives && !matches(buf, pattern_seed) {
+            tracing::error!(rank = me, root, bytes = buf.len(), tree = %tree, "received wrong bytes");
+            ok = false;
+        }
+    }
+    Ok((times, ok, seg))
+}
+
+/// Gathers every rank's times; an iteration takes as long as its slowest rank. Returns
+/// (avg, min, max) over iterations and whether all ranks verified.
+fn summarize(comm: &mut Comm, times: &[f64], ok: bool) -> pipecast::Result<(f64, f64, f64, bool)> {
+    let mine = serde_json::to_vec(&(times, ok)).expect("serializable");
+    let all = comm.allgather(&mine)?;
+    let mut per_iter = vec![0f64; times.len()];
+    let mut all_ok = true;
+    for blob in all {
+        let (t, ok): (Vec<f64>, bool) = serde_json::from_slice(&blob).unwrap_or_default();
+        all_ok &= ok && t.len() == per_iter.len();
+        for (p, t) in per_iter.iter_mut().zip(t) {
+            *p = p.max(t);
+        }
+    }
+    let avg = per_iter.iter().sum::<f64>() / per_iter.len().max(1) as f64;
+    let min = per_iter.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = per_iter.iter().copied().fold(0.0, f64::max);
+    let ns = |us: f64| (us * 1000.0).round() / 1000.0;
+    Ok((ns(avg), ns(min), ns(max), all_ok))
+}
+
+fn print_table(n: usize, rows: &[Row]) {
+    println!(
+        "# pipecast bench: {n} ranks, tcp; time per iteration = broadcast + barrier, slowest rank"
+    );
+    println!(
+        "{:>10} {:>18} {:>9} {:>11} {:>11} {:>11} {:>9} {:>8} {:>3}",
+        "bytes", "tree", "segment", "avg_us", "min_us", "max_us", "MB/s", "/T(m)", "ok"
+    );
+    for r in rows {
+        let mbps = if r.avg_us > 0.0 {
+            r.bytes as f64 / r.avg_us
+        } else {
+            0.0
+        };
+        println!(
+            "{:>10} {:>18} {:>9} {:>11.1} {:>11.1} {:>11.1} {:>9.1} {:>8.2} {:>3}",
+            r.bytes,
+            r.tree,
+            r.segment_bytes,
+            r.avg_us,
+            r.min_us,
+            r.max_us,
+            mbps,
+            r.avg_us / r.p2p_us.max(1e-9),
+            if r.verified { "yes" } else { "NO" }
+        );
+    }
+}
+
+/// Fills `buf` with the seeded pattern (splitmix64 per 8-byte word).
+pub fn fill(buf: &mut [u8], seed: u64) {
+    for (i, chunk) in buf.chunks_mut(8).enumerate() {
+        let word = splitmix(seed.wrapping_add(i as u64)).to_le_bytes();
+        chunk.copy_from_slice(&word[..chunk.len()]);
+    }
+}
+
+/// Whether `buf` holds the seeded pattern.
+pub fn matches(buf: &[u8], seed: u64) -> bool {
+    buf.chunks(8).enumerate().all(|(i, chunk)| {
+        let word = splitmix(seed.wrapping_add(i as u64)).to_le_bytes();
+        chunk == &word[..chunk.len()]
+    })
+}
+
+fn splitmix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Parses "0,1K,64K,4M".
+pub fn parse_sizes(list: &str) -> Result<Vec<u64>, String> {
+    list.split(',').map(|s| parse_size(s.trim())).collect()
+}
+
+/// Parses "4M", "64KiB", "100" (binary units: K = 1024).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let bad = || {
+        format!("size {s:?}: write a whole number of bytes, optionally with K, M or G (e.g. 64K)")
+    };
+    let upper = s.trim().to_ascii_uppercase();
+    let unit = upper
+        .strip_suffix("IB")
+        .or_else(|| upper.strip_suffix('B'))
+        .unwrap_or(&upper);
+    let (digits, shift) = match unit.chars().last() {
+        Some('K') => (&unit[..unit.len() - 1], 10),
+        Some('M') => (&unit[..unit.len() - 1], 20),
+        Some('G') => (&unit[..unit.len() - 1], 30),
+        _ => (unit, 0),
+    };
+    let n: u64 = digits.parse().map_err(|_| bad())?;
+    n.checked_mul(1 << shift).ok_or_else(bad)
+}
+
+/// Runs this same command as `n` local ranks on loopback: picks a free rendezvous port,
+/// spawns `n` copies of the current executable with PIPECAST_RANK/SIZE/RENDEZVOUS set (and
+/// the `--local N` argument removed), waits for all, and fails if any failed.
+pub fn spawn_local(n: usize, flag: &str, flag_takes_value: bool) -> CliResult {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let exe = std::env::current_exe()?;
+    let mut args: Vec<String> = Vec::new();
+    let mut skip = false;
+    for a in std::env::args().skip(1) {
+        if skip {
+            skip = false;
+        } else if a == flag {
+            skip = flag_takes_value;
+        } else if !a.starts_with(&format!("{flag}=")) {
+            args.push(a);
+        }
+    }
+    let mut children = Vec::with_capacity(n);
+    for rank in 0..n {
+        let child = std::process::Command::new(&exe)
+            .args(&args)
+            .env("PIPECAST_RANK", rank.to_string())
+            .env("PIPECAST_SIZE", n.to_string())
+            .env("PIPECAST_RENDEZVOUS", format!("127.0.0.1:{port}"))
+            .env("PIPECAST_IP", "127.0.0.1")
+            .spawn();
+        match child {
+            Ok(c) => children.push(c),
+            Err(e) => {
+                for mut c in children {
+                    c.kill().ok();
+                    c.wait().ok();
+                }
+                return Err(format!("cannot start rank {rank} ({}): {e}", exe.display()).into());
+            }
+        }
+    }
+    let mut failed = Vec::new();
+    for (rank, mut c) in children.into_iter().enumerate() {
+        if !c.wait()?.success() {
+            failed.push(rank);
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("ranks {failed:?} failed (their errors are above)").into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(
+            parse_sizes("0,1,1K,64K,4M,1G").unwrap(),
+            vec![0, 1, 1024, 65536, 4 << 20, 1 << 30]
+        );
+        assert_eq!(parse_size("64KiB").unwrap(), 65536);
+        assert!(parse_size("x").is_err());
+        assert!(parse_size("").is_err());
+    }
+
+    #[test]
+    fn pattern_detects_a_changed_byte() {
+        let mut buf = vec![0u8; 1003];
+        fill(&mut buf, 5);
+        assert!(matches(&buf, 5));
+        assert!(!matches(&buf, 6));
+        buf[1000] ^= 1;
+        assert!(!matches(&buf, 5));
+    }
 }

@@ -1,0 +1,172 @@
+//! Which schedule a broadcast runs: a tree of `plan/` or the scatter + ring allgather baseline,
+//! and the segment size.
+
+use crate::plan::{self, Lane, PlanError, TreeKind};
+use crate::topology::Topology;
+use std::fmt;
+use std::str::FromStr;
+
+/// A broadcast schedule the engine can run.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Algorithm {
+    /// One of the trees (or baselines) of `plan/`.
+    Tree(TreeKind),
+    /// MPICH's large-message broadcast (seed 000 §3.1): scatter, then ring allgather.
+    ScatterAllgather,
+    /// Point-to-point from the root to one rank (others idle): the T(msize) reference.
+    PointToPoint { to: usize },
+}
+
+impl Algorithm {
+    /// Names for help texts.
+    pub const NAMES: &'static str = "any tree of `pipecast plan` (linear, binary, kary:K, kbinomial[:K], multilane, flat, binomial, naive-linear, naive-binary, auto) or scatter-allgather";
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Algorithm::Tree(t) => t.fmt(f),
+            Algorithm::ScatterAllgather => f.write_str("scatter-allgather"),
+            Algorithm::PointToPoint { to } => write!(f, "p2p:{to}"),
+        }
+    }
+}
+
+impl FromStr for Algorithm {
+    type Err = PlanError;
+    fn from_str(s: &str) -> Result<Algorithm, PlanError> {
+        match s {
+            "scatter-allgather" => Ok(Algorithm::ScatterAllgather),
+            _ => s.parse().map(Algorithm::Tree),
+        }
+    }
+}
+
+/// The lanes of scatter + ring allgather as a multi-lane plan: lane j carries the j-th share of
+/// the message (one share per non-root rank); the root sends it to the j-th non-root rank
+/// (the scatter, flat rather than MPICH's binomial), from where it travels once around the
+/// ring of non-root ranks (the allgather). With one segment per share this is exactly
+/// MPICH's schedule; with smaller segments the engine pipelines it.
+pub fn scatter_allgather(size: usize, root: usize) -> Vec<Lane> {
+    let ring: Vec<usize> = (1..size).map(|i| (root + i) % size).collect();
+    if ring.is_empty() {
+        return vec![Lane::chain(size, &[root])];
+    }
+    (0..ring.len())
+        .map(|j| {
+            let mut order = vec![root];
+            order.extend((0..ring.len()).map(|k| ring[(j + k) % ring.len()]));
+            Lane::chain(size, &order)
+        })
+        .collect()
+}
+
+/// The lanes for `algorithm` rooted at `root`. `auto` is linear until the cost model is
+/// wired in (see [`choose_tree`]).
+pub fn lanes(
+    topology: &Topology,
+    root: usize,
+    algorithm: &Algorithm,
+    segments: u64,
+) -> Result<Vec<Lane>, PlanError> {
+    let size = topology.size();
+    if root >= size {
+        return Err(PlanError::BadRoot { root, size });
+    }
+    Ok(match algorithm {
+        Algorithm::Tree(tree) => {
+            plan::build(topology, root, &choose_tree(tree), Some(segments))?.lanes
+        }
+        Algorithm::ScatterAllgather => scatter_allgather(size, root),
+        Algorithm::PointToPoint { to } => {
+            if *to >= size || *to == root {
+                return Err(PlanError::BadRoot { root: *to, size });
+            }
+            let mut children = vec![Vec::new(); size];
+            children[root].push(*to);
+            vec![Lane::from_children(children)]
+        }
+    })
+}
+
+/// MODEL HOOK (for the lead): resolves `auto`. Until `model::choose` is wired in, `auto`
+/// means the contention-free linear tree (seed 000 Algorithm 1), the best choice for large
+/// messages on one switch.
+pub fn choose_tree(tree: &TreeKind) -> TreeKind {
+    match tree {
+        TreeKind::Auto => TreeKind::Linear,
+        other => other.clone(),
+    }
+}
+
+/// The segment size a broadcast of `msize` bytes runs with. The non-pipelined baselines of
+/// seed 000 Table 1 move whole messages: `flat` and `binomial` send the whole message per hop,
+/// `scatter-allgather` one share per hop (MPICH), point-to-point the whole message. Every other
+/// schedule is pipelined with [`choose_segment`].
+pub fn segment_for(tree: &Algorithm, size: usize, msize: u64, configured: Option<u64>) -> u64 {
+    let whole = |bytes: u64| bytes.clamp(1, u64::from(u32::MAX));
+    match tree {
+        Algorithm::Tree(TreeKind::Flat | TreeKind::Binomial) | Algorithm::PointToPoint { .. } => {
+            whole(msize)
+        }
+        Algorithm::ScatterAllgather => whole(msize.div_ceil(size.saturating_sub(1).max(1) as u64)),
+        _ => choose_segment(tree, size, msize, configured),
+    }
+}
+
+/// Default segment size until the model chooses one.
+pub const DEFAULT_SEGMENT: u64 = 64 * 1024;
+
+/// MODEL HOOK (for the lead): the segment size for a broadcast of `msize` bytes over a
+/// `size`-rank plan. Today: the configured size, else [`DEFAULT_SEGMENT`]; later
+/// `model::choose_segment(plan, msize, profile)`.
+pub fn choose_segment(
+    _tree: &Algorithm,
+    _size: usize,
+    _msize: u64,
+    configured: Option<u64>,
+) -> u64 {
+    configured.unwrap_or(DEFAULT_SEGMENT).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scatter_allgather_lanes_are_rings() {
+        let lanes = scatter_allgather(4, 1);
+        assert_eq!(lanes.len(), 3);
+        assert_eq!(lanes[0].children[1], vec![2]);
+        assert_eq!(lanes[0].children[2], vec![3]);
+        assert_eq!(lanes[0].children[3], vec![0]);
+        assert!(lanes[0].children[0].is_empty());
+        assert_eq!(lanes[1].children[1], vec![3]);
+        for lane in &lanes {
+            assert_eq!(lane.root(), Some(1));
+            assert_eq!(lane.height(), 3);
+        }
+        assert_eq!(scatter_allgather(1, 0).len(), 1);
+    }
+
+    #[test]
+    fn baselines_move_whole_messages() {
+        let flat = Algorithm::Tree(TreeKind::Flat);
+        assert_eq!(segment_for(&flat, 8, 1 << 20, Some(4096)), 1 << 20);
+        assert_eq!(segment_for(&flat, 8, 0, None), 1);
+        assert_eq!(
+            segment_for(&Algorithm::ScatterAllgather, 5, 1001, None),
+            251
+        );
+        let linear = Algorithm::Tree(TreeKind::Linear);
+        assert_eq!(segment_for(&linear, 8, 1 << 20, Some(4096)), 4096);
+        assert_eq!(segment_for(&linear, 8, 1 << 20, None), DEFAULT_SEGMENT);
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for name in ["scatter-allgather", "linear", "kary:3"] {
+            assert_eq!(name.parse::<Algorithm>().unwrap().to_string(), name);
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! Bootstrap: the one collective pipecast needs from its host, an allgather of small blobs.
+
+use super::CommError;
+use std::io::{Read, Write};
+use std::net::{IpAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+/// Allgather of small address blobs. Open MPI implements it with `MPI_Allgather` through a
+/// C callback; the standalone tool with [`TcpRendezvous`].
+pub trait Bootstrap: Send {
+    /// Every rank calls this with its blob; returns all blobs in rank order.
+    fn allgather(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, CommError>;
+}
+
+/// Largest blob accepted, so a foreign peer cannot make us allocate gigabytes.
+const MAX_BLOB: u32 = 1 << 20;
+
+/// A TCP rendezvous: rank 0 listens at a known address, the others connect to it; each
+/// allgather sends blobs to rank 0, which sends the full list back.
+pub struct TcpRendezvous {
+    rank: usize,
+    size: usize,
+    /// Rank 0: streams to ranks 1.. (index r-1); others: the stream to rank 0.
+    streams: Vec<TcpStream>,
+    local_ip: Option<IpAddr>,
+}
+
+impl TcpRendezvous {
+    /// Joins the rendezvous at `addr` (`host:port`) as `rank` of `size`, waiting up to
+    /// `timeout` for everybody.
+    pub fn new(
+        rank: usize,
+        size: usize,
+        addr: &str,
+        timeout: Duration,
+    ) -> Result<TcpRendezvous, CommError> {
+        if size == 0 || rank >= size {
+            return Err(CommError::BadRank { rank, size });
+        }
+        let bad = |e: std::io::Error| CommError::Bootstrap(format!("rendezvous {addr}: {e}"));
+        let deadline = Instant::now() + timeout;
+        let mut streams = Vec::new();
+        let local_ip;
+        if rank == 0 {
+            let listener = TcpListener::bind(addr).map_err(bad)?;
+            local_ip = listener.local_addr().ok().map(|a| a.ip());
+            listener.set_nonblocking(true).map_err(bad)?;
+            let mut by_rank: Vec<Option<TcpStream>> = (1..size).map(|_| None).collect();
+            while by_rank.iter().any(Option::is_none) {
+                match listener.accept() {
+                    Ok((mut s, _)) => {
+                        s.set_nonblocking(false).map_err(bad)?;
+                        s.set_read_timeout(Some(timeout)).map_err(bad)?;
+                        let mut hello = [0u8; 16];
+                        if s.read_exact(&mut hello).is_err() {
+                            continue;
+                        }
+                        let r = u64::from_le_bytes(hello[..8].try_into().expect("8")) as usize;
+                        let n = u64::from_le_bytes(hello[8..].try_into().expect("8")) as usize;
+                        if n != size {
+                            return Err(CommError::Bootstrap(format!(
+                                "rank {r} says the job has {n} ranks, rank 0 says {size}: set the same PIPECAST_SIZE everywhere"
+                            )));
+                        }
+                        match by_rank.get_mut(r.wrapping_sub(1)) {
+                            Some(slot @ None) => *slot = Some(s),
+                            _ => {
+                                return Err(CommError::Bootstrap(format!(
+                                    "rank {r} joined twice or is out of range 1..{size}: give every process its own PIPECAST_RANK"
+                                )))
+                            }
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        if Instant::now() >= deadline {
+                            let missing: Vec<usize> =
+                                (1..size).filter(|r| by_rank[r - 1].is_none()).collect();
+                            return Err(CommError::Bootstrap(format!(
+                                "ranks {missing:?} did not join the rendezvous at {addr} within {} ms",
+                                timeout.as_millis()
+                            )));
+                        }
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                    Err(e) => return Err(bad(e)),
+                }
+            }
+            streams = by_rank
+                .into_iter()
+                .map(|s| s.expect("all joined"))
+                .collect();
+        } else {
+            let target =
+                addr.to_socket_addrs().map_err(bad)?.next().ok_or_else(|| {
+                    CommError::Bootstrap(format!("rendezvous {addr}: no address"))
+                })?;
+            let mut s = loop {
+                match TcpStream::connect_timeout(&target, timeout) {
+                    Ok(s) => break s,
+                    Err(e) if Instant::now() >= deadline => {
+                        return Err(CommError::Bootstrap(format!(
+                            "rank {rank}: rank 0 is not listening at {addr} ({e}) after {} ms: is PIPECAST_RENDEZVOUS the same for all ranks, and is rank 0 running?",
+                            timeout.as_millis()
+                        )))
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            };
+            s.set_nodelay(true).map_err(bad)?;
+            s.set_read_timeout(Some(timeout)).map_err(bad)?;
+            let mut hello = [0u8; 16];
+            hello[..8].copy_from_slice(&(rank as u64).to_le_bytes());
+            hello[8..].copy_from_slice(&(size as u64).to_le_bytes());
+            s.write_all(&hello).map_err(bad)?;
+            local_ip = s.local_addr().ok().map(|a| a.ip());
+            streams.push(s);
+        }
+        for s in &streams {
+            s.set_nodelay(true).map_err(bad)?;
+        }
+        Ok(TcpRendezvous {
+            rank,
+            size,
+            streams,
+            local_ip: local_ip.filter(|ip| !ip.is_unspecified()),
+        })
+    }
+
+    /// This host's address on the way to the rendezvous: a good address to listen on.
+    pub fn local_ip(&self) -> Option<IpAddr> {
+        self.local_ip
+    }
+
+    /// Sets how long an allgather may wait for the slowest rank.
+    pub fn set_timeout(&mut self, timeout: Duration) -> Result<(), CommError> {
+        for s in &self.streams {
+            s.set_read_timeout(Some(timeout))
+                .map_err(|e| CommError::Bootstrap(e.to_string()))?;
+        }
+        Ok(())
+    }
+}
+
+fn send_blob(s: &mut TcpStream, blob: &[u8]) -> std::io::Result<()> {
+    s.write_all(&(blob.len() as u32).to_le_bytes())?;
+    s.write_all(blob)
+}
+
+fn recv_blob(s: &mut TcpStream) -> std::io::Result<Vec<u8>> {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len)?;
+    let len = u32::from_le_bytes(len);
+    if len > MAX_BLOB {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("blob of {len} bytes is larger than {MAX_BLOB}"),
+        ));
+    }
+    let mut blob = vec![0; len as usize];
+    s.read_exact(&mut blob)?;
+    Ok(blob)
+}
+
+impl Bootstrap for TcpRendezvous {
+    fn allgather(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, CommError> {
+        let rank = self.rank;
+        let lost = |peer: usize, e: std::io::Error| {
+            CommError::Bootstrap(format!(
+                "allgather: lost rank {peer} ({e}): it died or called a different collective"
+            ))
+        };
+        if rank == 0 {
+            let mut all = vec![mine.to_vec()];
+            for (i, s) in self.streams.iter_mut().enumerate() {
+                all.push(recv_blob(s).map_err(|e| lost(i + 1, e))?);
+            }
+            for (i, s) in self.streams.iter_mut().enumerate() {
+                for blob in &all {
+                    send_blob(s, blob).map_err(|e| lost(i + 1, e))?;
+                }
+            }
+            Ok(all)
+        } else {
+            let s = &mut self.streams[0];
+            send_blob(s, mine).map_err(|e| lost(0, e))?;
+            (0..self.size)
+                .map(|_| recv_blob(s).map_err(|e| lost(0, e)))
+                .collect()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rendezvous_allgathers_in_rank_order() {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        let threads: Vec<_> = (0..4)
+            .map(|r| {
+                let addr = addr.clone();
+                std::thread::spawn(move || {
+                    let mut b = TcpRendezvous::new(r, 4, &addr, Duration::from_secs(5)).unwrap();
+                    let first = b.allgather(&[r as u8]).unwrap();
+                    let second = b.allgather(&vec![7; r]).unwrap();
+                    (first, second)
+                })
+            })
+            .collect();
+        for t in threads {
+            let (first, second) = t.join().unwrap();
+            assert_eq!(first, vec![vec![0], vec![1], vec![2], vec![3]]);
+            assert_eq!(second[3], vec![7, 7, 7]);
+        }
+    }
+
+    #[test]
+    fn missing_rank_is_an_error_not_a_hang() {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        let err = TcpRendezvous::new(0, 3, &addr, Duration::from_millis(200))
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("[1, 2]"), "{err}");
+    }
+}

@@ -1,0 +1,396 @@
+//! The communicator: bootstrap, plan cache, and the progress thread that joins the engine,
+//! the transport and a real clock.
+//!
+//! ```no_run
+//! # fn main() -> pipecast::Result<()> {
+//! use pipecast::comm::{Comm, Config};
+//! let mut comm = Comm::from_env(Config::default())?; // PIPECAST_RANK, _SIZE, _RENDEZVOUS
+//! let mut buf = vec![0u8; 1 << 20];
+//! comm.bcast(&mut buf, 0)?;
+//! comm.barrier()?;
+//! # Ok(()) }
+//! ```
+
+mod algorithm;
+mod bootstrap;
+mod progress;
+
+pub use algorithm::{
+    choose_segment, choose_tree, lanes, scatter_allgather, segment_for, Algorithm, DEFAULT_SEGMENT,
+};
+pub use bootstrap::{Bootstrap, TcpRendezvous};
+
+use crate::engine::{Config as EngineConfig, Setup};
+use crate::plan::{Lane, TreeKind};
+use crate::topology::Topology;
+use crate::transport::{lend, TcpTransport};
+use crossbeam_channel::Sender;
+use progress::{Job, Op};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What went wrong in a communicator.
+#[derive(Debug, thiserror::Error)]
+pub enum CommError {
+    #[error("bootstrap: {0}")]
+    Bootstrap(String),
+    #[error("rank {rank} is not below the job size {size}")]
+    BadRank { rank: usize, size: usize },
+    #[error("environment variable {name}: {problem}")]
+    Env { name: &'static str, problem: String },
+    #[error("the topology has {machines} machines but the job has {size} ranks: rank r is machine r, so they must match")]
+    TopologySize { machines: usize, size: usize },
+    #[error("this communicator failed earlier ({0}) and can no longer be used")]
+    Failed(String),
+    #[error("the progress thread is gone (it panicked)")]
+    ProgressGone,
+}
+
+/// Communicator settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Schedule of `bcast` (default `auto`).
+    pub algorithm: Algorithm,
+    /// Segment size (default: the model's choice, see [`choose_segment`]).
+    pub segment: Option<u64>,
+    /// Window, credit batching; `idle_timeout` is set from `timeout`.
+    pub engine: EngineConfig,
+    /// A broadcast making no progress this long fails; also bounds connection setup.
+    pub timeout: Duration,
+    /// Rank r runs on machine r; default: all ranks on one switch.
+    pub topology: Option<Topology>,
+    /// IP address to listen on (default: the one that reaches the rendezvous).
+    pub ip: Option<String>,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            algorithm: Algorithm::Tree(TreeKind::Auto),
+            segment: None,
+            engine: EngineConfig::default(),
+            timeout: Duration::from_secs(5),
+            topology: None,
+            ip: None,
+        }
+    }
+}
+
+/// One rank's handle on a group of processes that broadcast together.
+pub struct Comm {
+    rank: usize,
+    size: usize,
+    topology: Topology,
+    config: Config,
+    bootstrap: Box<dyn Bootstrap>,
+    plans: BTreeMap<(usize, Algorithm, u64, u64), Arc<Vec<Lane>>>,
+    seq: u64,
+    /// `None` only while dropping.
+    ops: Option<Sender<Op>>,
+    progress: Option<std::thread::JoinHandle<()>>,
+    failed: Option<String>,
+}
+
+/// What a broadcast ran.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BcastInfo {
+    pub segment: u64,
+    pub lanes: usize,
+    /// Time on the progress thread, ns.
+    pub elapsed_ns: u64,
+}
+
+impl Comm {
+    /// Joins the job through `bootstrap` (one allgather of listening addresses).
+    pub fn new(
+        rank: usize,
+        size: usize,
+        mut bootstrap: Box<dyn Bootstrap>,
+        config: Config,
+    ) -> crate::Result<Comm> {
+        if rank >= size {
+            return Err(CommError::BadRank { rank, size }.into());
+        }
+        let topology = match &config.topology {
+            Some(t) if t.size() != size => {
+                return Err(CommError::TopologySize {
+                    machines: t.size(),
+                    size,
+                }
+                .into())
+            }
+            Some(t) => t.clone(),
+            None => Topology::single_switch(size),
+        };
+        let ip = config.ip.clone().unwrap_or_else(|| "127.0.0.1".into());
+        let _span = tracing::info_span!("comm_setup", rank, size).entered();
+        let transport = TcpTransport::bind(rank, &ip)?;
+        let cookie = {
+            // Rank 0's cookie (its address and process id) identifies the job.
+            let a = transport.local_addr();
+            (u64::from(std::process::id()) << 16) ^ u64::from(a.port()) ^ 0x7069_7065_6361_7374
+        };
+        let mine = format!("{} {cookie}", transport.local_addr());
+        let blobs = bootstrap.allgather(mine.as_bytes())?;
+        if blobs.len() != size {
+            return Err(CommError::Bootstrap(format!(
+                "allgather returned {} blobs for {size} ranks",
+                blobs.len()
+            ))
+            .into());
+        }
+        let mut addrs = Vec::with_capacity(size);
+        let mut job_cookie = 0;
+        for (r, blob) in blobs.iter().enumerate() {
+            let text = String::from_utf8_lossy(blob);
+            let mut parts = text.split_whitespace();
+            let addr: Option<SocketAddr> = parts.next().and_then(|a| a.parse().ok());
+            let c: Option<u64> = parts.next().and_then(|c| c.parse().ok());
+            match (addr, c) {
+                (Some(a), Some(c)) => {
+                    addrs.push(a);
+                    if r == 0 {
+                        job_cookie = c;
+                    }
+                }
+                _ => {
+                    return Err(CommError::Bootstrap(format!(
+                        "rank {r} sent an unreadable address blob {text:?}: is it the same pipecast version?"
+                    ))
+                    .into())
+                }
+            }
+        }
+        let mut transport = transport;
+        transport.set_peers(addrs, job_cookie);
+        tracing::info!(addr = %transport.local_addr(), "joined");
+        let (ops, rx) = crossbeam_channel::unbounded();
+        let progress = std::thread::Builder::new()
+            .name(format!("pipecast-progress-{rank}"))
+            .spawn(move || progress::serve(rank, transport, rx))
+            .map_err(|e| CommError::Bootstrap(format!("cannot start the progress thread: {e}")))?;
+        Ok(Comm {
+            rank,
+            size,
+            topology,
+            config,
+            bootstrap,
+            plans: BTreeMap::new(),
+            seq: 0,
+            ops: Some(ops),
+            progress: Some(progress),
+            failed: None,
+        })
+    }
+
+    /// Joins the job described by `PIPECAST_RANK`, `PIPECAST_SIZE`, `PIPECAST_RENDEZVOUS`
+    /// (`host:port` where rank 0 listens) and optionally `PIPECAST_TOPOLOGY` (a topology
+    /// file, unless `config.topology` is set), `PIPECAST_IP` (address to listen on) and
+    /// `PIPECAST_TIMEOUT_MS` (overrides `config.timeout`).
+    pub fn from_env(mut config: Config) -> crate::Result<Comm> {
+        let var = |name: &'static str| {
+            std::env::var(name).map_err(|_| CommError::Env {
+                name,
+                problem: "not set: launch ranks with `pipecast bench --local N` or set PIPECAST_RANK, PIPECAST_SIZE and PIPECAST_RENDEZVOUS=host:port".into(),
+            })
+        };
+        let number = |name: &'static str| -> Result<usize, CommError> {
+            let v = var(name)?;
+            v.parse().map_err(|_| CommError::Env {
+                name,
+                problem: format!("{v:?} is not a whole number"),
+            })
+        };
+        let (rank, size) = (number("PIPECAST_RANK")?, number("PIPECAST_SIZE")?);
+        if std::env::var_os("PIPECAST_TIMEOUT_MS").is_some() {
+            config.timeout = Duration::from_millis(number("PIPECAST_TIMEOUT_MS")? as u64);
+        }
+        let rendezvous = var("PIPECAST_RENDEZVOUS")?;
+        if config.topology.is_none() {
+            if let Ok(path) = std::env::var("PIPECAST_TOPOLOGY") {
+                config.topology = Some(crate::topology::read_topology(path.as_ref())?);
+            }
+        }
+        let boot = TcpRendezvous::new(
+            rank,
+            size,
+            &rendezvous,
+            config.timeout.max(Duration::from_secs(30)),
+        )?;
+        if config.ip.is_none() {
+            config.ip = Some(std::env::var("PIPECAST_IP").unwrap_or_else(|_| {
+                boot.local_ip()
+                    .map_or_else(|| "127.0.0.1".into(), |ip| ip.to_string())
+            }));
+        }
+        Comm::new(rank, size, Box::new(boot), config)
+    }
+
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+    pub fn size(&self) -> usize {
+        self.size
+    }
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Broadcasts `buf` from `root` to every rank with the configured algorithm.
+    pub fn bcast(&mut self, buf: &mut [u8], root: usize) -> crate::Result<()> {
+        let algorithm = self.config.algorithm.clone();
+        self.bcast_with(buf, root, &algorithm, self.config.segment)
+            .map(|_| ())
+    }
+
+    /// Broadcasts with a given algorithm and segment size (`None`: the model's choice; the
+    /// non-pipelined baselines always move whole messages, see [`segment_for`]).
+    pub fn bcast_with(
+        &mut self,
+        buf: &mut [u8],
+        root: usize,
+        algorithm: &Algorithm,
+        segment: Option<u64>,
+    ) -> crate::Result<BcastInfo> {
+        if root >= self.size {
+            return Err(crate::plan::PlanError::BadRoot {
+                root,
+                size: self.size,
+            }
+            .into());
+        }
+        let msize = buf.len() as u64;
+        let segment = segment_for(algorithm, self.size, msize, segment);
+        let lanes = self.lanes(root, algorithm, segment, msize)?;
+        let setup = Setup {
+            seq: self.next_seq(),
+            root,
+            msize,
+            segment,
+            deep: false,
+        };
+        let elapsed_ns = self.run(buf, lanes.clone(), &[setup])?;
+        tracing::debug!(
+            rank = self.rank,
+            seq = setup.seq,
+            root,
+            bytes = msize,
+            tree = %algorithm,
+            segment,
+            us = elapsed_ns / 1000,
+            "bcast"
+        );
+        Ok(BcastInfo {
+            segment,
+            lanes: lanes.len(),
+            elapsed_ns,
+        })
+    }
+
+    /// Returns once every rank has entered the barrier: a deep zero-byte broadcast from rank
+    /// 0 (its root completes only when all subtrees reported in) followed by a release.
+    pub fn barrier(&mut self) -> crate::Result<()> {
+        let tree = Algorithm::Tree(TreeKind::Binomial);
+        let lanes = self.lanes(0, &tree, 1, 0)?;
+        let phases = [true, false].map(|deep| Setup {
+            seq: self.next_seq(),
+            root: 0,
+            msize: 0,
+            segment: 1,
+            deep,
+        });
+        self.run(&mut [], lanes, &phases)?;
+        Ok(())
+    }
+
+    /// Allgather of small blobs through the bootstrap (for results, not data).
+    pub fn allgather(&mut self, mine: &[u8]) -> crate::Result<Vec<Vec<u8>>> {
+        self.check()?;
+        Ok(self.bootstrap.allgather(mine)?)
+    }
+
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+
+    fn check(&self) -> Result<(), CommError> {
+        match &self.failed {
+            Some(e) => Err(CommError::Failed(e.clone())),
+            None => Ok(()),
+        }
+    }
+
+    fn lanes(
+        &mut self,
+        root: usize,
+        algorithm: &Algorithm,
+        segment: u64,
+        msize: u64,
+    ) -> crate::Result<Arc<Vec<Lane>>> {
+        let segments = msize.div_ceil(segment).max(1);
+        // The tree depends on the segment count only for kbinomial (its optimal k).
+        let key_segments = match algorithm {
+            Algorithm::Tree(TreeKind::KBinomial(None)) => segments,
+            _ => 0,
+        };
+        let key = (root, algorithm.clone(), segment, key_segments);
+        if let Some(l) = self.plans.get(&key) {
+            return Ok(l.clone());
+        }
+        let l = Arc::new(lanes(&self.topology, root, algorithm, segments)?);
+        self.plans.insert(key, l.clone());
+        Ok(l)
+    }
+
+    /// Runs the engine for each of `setups` in turn over `lanes` on the progress thread.
+    fn run(
+        &mut self,
+        buf: &mut [u8],
+        lanes: Arc<Vec<Lane>>,
+        setups: &[Setup],
+    ) -> crate::Result<u64> {
+        self.check()?;
+        let engine = EngineConfig {
+            idle_timeout: self.config.timeout.as_nanos() as u64,
+            ..self.config.engine
+        };
+        let jobs = setups
+            .iter()
+            .map(|&setup| Job {
+                lanes: lanes.clone(),
+                setup,
+                engine,
+                connect_timeout: self.config.timeout,
+            })
+            .collect();
+        let (reply, answer) = crossbeam_channel::bounded(1);
+        let result = lend(buf, |loan| {
+            self.ops
+                .as_ref()
+                .ok_or(CommError::ProgressGone)?
+                .send(Op::Run { loan, jobs, reply })
+                .map_err(|_| CommError::ProgressGone)?;
+            answer.recv().map_err(|_| CommError::ProgressGone)?
+        });
+        if let Err(e) = &result {
+            self.failed = Some(e.to_string());
+        }
+        result
+    }
+}
+
+impl Drop for Comm {
+    /// Stops the progress thread, which closes this rank's connections, before returning.
+    fn drop(&mut self) {
+        self.ops = None;
+        if let Some(thread) = self.progress.take() {
+            thread.join().ok();
+        }
+    }
+}

@@ -1,0 +1,591 @@
+//! One rank's part in one pipelined broadcast: a pure state machine on a virtual clock.
+//!
+//! Seed 000 §3.1 (and seed 003 §4.1): the message is cut into segments that flow down a tree
+//! in a pipeline. Seed 001 §3.2, First-Packet-First-Served: a rank forwards each segment to its
+//! children (in send order) as soon as the segment has arrived, without waiting for the rest
+//! of the message. Among everything that could be sent next, the engine picks the lowest
+//! segment number first, then the lowest lane, then the child earliest in send order.
+//!
+//! Flow control: a rank has at most `window` segments in flight to one child; the child
+//! returns cumulative credits as segments land (they land directly in the user buffer, so
+//! "consumed" means "placed"). Cumulative credits double as acknowledgements, which is what a
+//! lossy transport needs for retransmission: it can add a timer per child on top of
+//! `acked`/`next` without changing this protocol.
+//!
+//! Driven like quinn-proto: `place`/`handle_data`/`handle_message` take events in,
+//! `poll_transmit` hands messages out, `poll_timeout`/`handle_timeout` manage the idle timer.
+//! The engine never touches sockets, clocks or the user buffer.
+
+use super::{DataHeader, EngineError, Layout, Message, Placement, Transmit};
+use crate::plan::Lane;
+use std::collections::VecDeque;
+
+/// Engine tuning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    /// R: most segments in flight from one rank to one child.
+    pub window: u32,
+    /// A child sends a credit after this many new segments (and always after the last one).
+    pub credit_every: u32,
+    /// A broadcast that makes no progress for this long (ns) fails with `Timeout`.
+    pub idle_timeout: u64,
+    /// For lossy transports: resend a child's unacknowledged segments (go-back-N from its
+    /// cumulative credit) after this long (ns) without a credit from it. `None` on reliable
+    /// transports (TCP).
+    pub retransmit_after: Option<u64>,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            window: 16,
+            credit_every: 4,
+            idle_timeout: 5_000_000_000,
+            retransmit_after: None,
+        }
+    }
+}
+
+/// What every rank must agree on for one broadcast.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Setup {
+    pub seq: u64,
+    pub root: usize,
+    pub msize: u64,
+    pub segment: u64,
+    /// A deep broadcast completes at a rank only when its whole subtree holds the message
+    /// (children report `Done`); the root of a deep broadcast thus knows everybody arrived.
+    pub deep: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Child {
+    rank: usize,
+    /// Next segment to send.
+    next: u32,
+    /// Highest `next` ever (differs from `next` after a go-back-N rewind).
+    sent: u32,
+    /// Segments the child has acknowledged (cumulative).
+    acked: u32,
+    done: bool,
+    /// When the child last acknowledged something (or was last sent a retransmission).
+    heard_at: u64,
+}
+
+#[derive(Debug, Clone)]
+struct LaneState {
+    parent: Option<usize>,
+    member: bool,
+    segments: u32,
+    have: Vec<bool>,
+    received: u32,
+    /// Length of the received prefix.
+    prefix: u32,
+    /// Last `consumed` value sent to the parent.
+    credited: u32,
+    done_sent: bool,
+    children: Vec<Child>,
+}
+
+impl LaneState {
+    fn complete(&self) -> bool {
+        self.received == self.segments
+    }
+    fn children_acked(&self) -> bool {
+        self.children.iter().all(|c| c.acked == self.segments)
+    }
+    fn children_done(&self) -> bool {
+        self.children.iter().all(|c| c.done)
+    }
+}
+
+/// One rank's state in one broadcast.
+#[derive(Debug)]
+pub struct Bcast {
+    me: usize,
+    setup: Setup,
+    config: Config,
+    layout: Layout,
+    lanes: Vec<LaneState>,
+    control: VecDeque<Transmit>,
+    last_progress: u64,
+    failed: bool,
+}
+
+impl Bcast {
+    /// Starts rank `me`'s part of broadcast `setup` over `lanes` (each a tree over all ranks
+    /// rooted at `setup.root`; a rank that is neither the root nor has a parent in a lane
+    /// takes no part in that lane, which is how point-to-point transfers run).
+    pub fn new(
+        me: usize,
+        lanes: &[Lane],
+        setup: Setup,
+        config: Config,
+        now: u64,
+    ) -> Result<Bcast, EngineError> {
+        let size = lanes.first().map_or(0, |l| l.parents.len());
+        if lanes.is_empty() || me >= size || setup.root >= size {
+            return Err(EngineError::BadPlan(format!(
+                "rank {me}, root {} and {} lanes over {size} ranks",
+                setup.root,
+                lanes.len()
+            )));
+        }
+        if setup.segment > u64::from(u32::MAX) || lanes.len() > usize::from(u16::MAX) {
+            return Err(EngineError::BadPlan(format!(
+                "segment {} bytes or {} lanes is too large",
+                setup.segment,
+                lanes.len()
+            )));
+        }
+        let per_lane = setup.msize / lanes.len() as u64 + 1;
+        if per_lane.div_ceil(setup.segment.max(1)) >= u64::from(u32::MAX) {
+            return Err(EngineError::BadPlan(format!(
+                "{} bytes in {}-byte segments is more than 2^32 segments per lane: use larger segments",
+                setup.msize, setup.segment
+            )));
+        }
+        let layout = Layout::new(setup.msize, setup.segment, lanes.len());
+        let mut states = Vec::with_capacity(lanes.len());
+        for (l, lane) in lanes.iter().enumerate() {
+            if lane.parents.len() != size || lane.children.len() != size {
+                return Err(EngineError::BadPlan(format!(
+                    "lane {l} does not span {size} ranks"
+                )));
+            }
+            if lane.parents[setup.root].is_some() {
+                return Err(EngineError::BadPlan(format!(
+                    "lane {l}: root {} has a parent",
+                    setup.root
+                )));
+            }
+            let segments = layout.segments(l);
+            let is_root = me == setup.root;
+            let parent = lane.parents[me];
+            let member = is_root || parent.is_some();
+            let children = if member {
+                lane.children[me]
+                    .iter()
+                    .map(|&rank| Child {
+                        rank,
+                        next: 0,
+                        sent: 0,
+                        acked: 0,
+                        done: false,
+                        heard_at: now,
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let got = if is_root || !member { segments } else { 0 };
+            states.push(LaneState {
+                parent,
+                member,
+                segments,
+                have: vec![is_root; if member { segments as usize } else { 0 }],
+                received: got,
+                prefix: got,
+                credited: got,
+                done_sent: !member || is_root,
+                children,
+            });
+        }
+        let mut bcast = Bcast {
+            me,
+            setup,
+            config: Config {
+                window: config.window.max(1),
+                credit_every: config.credit_every.clamp(1, config.window.max(1)),
+                ..config
+            },
+            layout,
+            lanes: states,
+            control: VecDeque::new(),
+            last_progress: now,
+            failed: false,
+        };
+        for l in 0..bcast.lanes.len() {
+            bcast.maybe_done(l);
+        }
+        Ok(bcast)
+    }
+
+    pub fn setup(&self) -> &Setup {
+        &self.setup
+    }
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Every rank this one exchanges messages with (parents and children in any lane), sorted.
+    pub fn peers(&self) -> Vec<usize> {
+        let mut peers: Vec<usize> = self
+            .lanes
+            .iter()
+            .flat_map(|l| {
+                l.parent
+                    .into_iter()
+                    .chain(l.children.iter().map(|c| c.rank))
+            })
+            .collect();
+        peers.sort_unstable();
+        peers.dedup();
+        peers
+    }
+
+    /// Whether this rank's part is over: it holds the message, its children acknowledged all
+    /// of it (and, for a deep broadcast, reported their subtrees done), and its last credit
+    /// is queued.
+    pub fn is_done(&self) -> bool {
+        !self.failed
+            && self.control.is_empty()
+            && self.lanes.iter().all(|s| {
+                s.complete()
+                    && s.children_acked()
+                    && s.credited == s.segments
+                    && (!self.setup.deep || (s.children_done() && s.done_sent))
+            })
+    }
+
+    /// Decides where the payload of an arriving segment goes, checking that the sender and
+    /// this rank agree on the broadcast.
+    pub fn place(&mut self, from: usize, h: &DataHeader) -> Result<Placement, EngineError> {
+        if h.seq < self.setup.seq {
+            // A retransmission of a broadcast this rank completed (its last credit was lost):
+            // answer that it has everything.
+            if self.config.retransmit_after.is_some() {
+                let old = Layout::new(h.msize, u64::from(h.segment), usize::from(h.lanes).max(1));
+                if usize::from(h.lane) < old.lanes() {
+                    let consumed = old.segments(usize::from(h.lane));
+                    self.answer(from, h.seq, h.lane, consumed, true);
+                }
+            }
+            return Ok(Placement::Discard);
+        }
+        if h.seq > self.setup.seq {
+            return Ok(Placement::Later);
+        }
+        self.check_agreement(from, h)?;
+        let l = usize::from(h.lane);
+        let Some(state) = self.lanes.get(l) else {
+            return Err(self.fail(EngineError::Protocol(format!(
+                "rank {from} sent a segment of lane {l}, but the broadcast has {} lanes",
+                self.lanes.len()
+            ))));
+        };
+        if state.parent != Some(from) {
+            return Err(self.fail(EngineError::UnexpectedSender {
+                from,
+                lane: l,
+                parent: state.parent,
+            }));
+        }
+        let range = match self.layout.range(l, h.index) {
+            Some(r) if r.end - r.start == u64::from(h.len) => r,
+            _ => {
+                return Err(self.fail(EngineError::Protocol(format!(
+                    "rank {from} sent segment {} of lane {l} with {} bytes: no such segment in a \
+                     {}-byte message cut into {}-byte segments",
+                    h.index, h.len, h.msize, h.segment
+                ))))
+            }
+        };
+        if state.have[h.index as usize] {
+            // A retransmission: our credit (or Done) was lost, or is late. Say it again.
+            let (prefix, done) = (state.prefix, state.done_sent && self.setup.deep);
+            self.answer(from, h.seq, h.lane, prefix, done);
+            return Ok(Placement::Discard);
+        }
+        Ok(Placement::Into(range.start as usize..range.end as usize))
+    }
+
+    /// Queues a credit (and optionally a Done) for `to`, e.g. in answer to a retransmission.
+    fn answer(&mut self, to: usize, seq: u64, lane: u16, consumed: u32, done: bool) {
+        self.control.push_back(Transmit {
+            to,
+            message: Message::Credit {
+                seq,
+                lane,
+                consumed,
+            },
+            payload: 0..0,
+        });
+        if done {
+            self.control.push_back(Transmit {
+                to,
+                message: Message::Done { seq, lane },
+                payload: 0..0,
+            });
+        }
+    }
+
+    fn check_agreement(&mut self, from: usize, h: &DataHeader) -> Result<(), EngineError> {
+        let ours = [
+            ("root", self.setup.root as u64),
+            ("message size", self.setup.msize),
+            ("segment size", self.layout.segment()),
+            ("lane count", self.lanes.len() as u64),
+        ];
+        let theirs = [
+            u64::from(h.root),
+            h.msize,
+            u64::from(h.segment),
+            u64::from(h.lanes),
+        ];
+        for ((what, ours), theirs) in ours.into_iter().zip(theirs) {
+            if ours != theirs {
+                return Err(self.fail(EngineError::Mismatch {
+                    seq: h.seq,
+                    what,
+                    peer: from,
+                    ours,
+                    theirs,
+                }));
+            }
+        }
+        Ok(())
+    }
+
+    /// The payload of a segment accepted by `place` (`Placement::Into`) has fully landed.
+    pub fn handle_data(&mut self, now: u64, h: &DataHeader) {
+        let l = usize::from(h.lane);
+        let Some(state) = self.lanes.get_mut(l) else {
+            return;
+        };
+        let i = h.index as usize;
+        if h.seq != self.setup.seq || i >= state.have.len() || state.have[i] {
+            return;
+        }
+        state.have[i] = true;
+        state.received += 1;
+        while (state.prefix as usize) < state.have.len() && state.have[state.prefix as usize] {
+            state.prefix += 1;
+        }
+        self.last_progress = now;
+        let state = &mut self.lanes[l];
+        let due = state.prefix - state.credited >= self.config.credit_every
+            || state.prefix == state.segments;
+        if let (true, Some(to)) = (due, state.parent) {
+            state.credited = state.prefix;
+            self.control.push_back(Transmit {
+                to,
+                message: Message::Credit {
+                    seq: self.setup.seq,
+                    lane: l as u16,
+                    consumed: state.prefix,
+                },
+                payload: 0..0,
+            });
+        }
+        self.maybe_done(l);
+    }
+
+    /// A control message (credit or done) from `from`. Returns `Placement::Later` when it
+    /// belongs to a later broadcast (keep it for then), `Discard` when it is stale.
+    pub fn handle_message(
+        &mut self,
+        now: u64,
+        from: usize,
+        message: &Message,
+    ) -> Result<Placement, EngineError> {
+        let seq = message.seq();
+        if seq < self.setup.seq {
+            return Ok(Placement::Discard);
+        }
+        if seq > self.setup.seq {
+            return Ok(Placement::Later);
+        }
+        let (lane, consumed, done) = match *message {
+            Message::Data(h) => {
+                return Err(self.fail(EngineError::Protocol(format!(
+                    "data from rank {from} (lane {}, segment {}) must go through `place`",
+                    h.lane, h.index
+                ))))
+            }
+            Message::Credit { lane, consumed, .. } => (usize::from(lane), Some(consumed), false),
+            Message::Done { lane, .. } => (usize::from(lane), None, true),
+        };
+        let Some(child) = self
+            .lanes
+            .get_mut(lane)
+            .and_then(|s| s.children.iter_mut().find(|c| c.rank == from))
+        else {
+            return Err(self.fail(EngineError::Protocol(format!(
+                "rank {from} sent a credit or done for lane {lane} of broadcast {seq} but is not \
+                 a child of rank {} there: do all ranks use the same tree and root?",
+                self.me
+            ))));
+        };
+        if let Some(consumed) = consumed {
+            if consumed > child.sent {
+                let next = child.sent;
+                return Err(self.fail(EngineError::Protocol(format!(
+                    "rank {from} acknowledged {consumed} segments of lane {lane} but was sent {next}"
+                ))));
+            }
+            if consumed > child.acked || done {
+                child.heard_at = now;
+            }
+            child.acked = child.acked.max(consumed);
+            child.next = child.next.max(child.acked);
+        }
+        if done && !child.done {
+            child.heard_at = now;
+        }
+        child.done |= done;
+        self.last_progress = now;
+        self.maybe_done(lane);
+        Ok(Placement::Into(0..0))
+    }
+
+    fn maybe_done(&mut self, l: usize) {
+        let state = &mut self.lanes[l];
+        if self.setup.deep
+            && !state.done_sent
+            && state.complete()
+            && state.children_done()
+            && state.credited == state.segments
+        {
+            state.done_sent = true;
+            if let Some(to) = state.parent {
+                self.control.push_back(Transmit {
+                    to,
+                    message: Message::Done {
+                        seq: self.setup.seq,
+                        lane: l as u16,
+                    },
+                    payload: 0..0,
+                });
+            }
+        }
+    }
+
+    /// The next message to send: credits first, then the FPFS choice among segments that are
+    /// here and fit in their child's window.
+    pub fn poll_transmit(&mut self, _now: u64) -> Option<Transmit> {
+        if self.failed {
+            return None;
+        }
+        if let Some(t) = self.control.pop_front() {
+            return Some(t);
+        }
+        let window = self.config.window;
+        let mut best: Option<(u32, usize, usize)> = None;
+        for (l, state) in self.lanes.iter().enumerate() {
+            for (c, child) in state.children.iter().enumerate() {
+                let n = child.next;
+                if n < state.segments
+                    && state.have[n as usize]
+                    && n < child.acked.saturating_add(window)
+                    && best.map_or(true, |(bn, _, _)| n < bn)
+                {
+                    best = Some((n, l, c));
+                }
+            }
+        }
+        let (n, l, c) = best?;
+        let child = &mut self.lanes[l].children[c];
+        child.next += 1;
+        child.sent = child.sent.max(child.next);
+        let range = self.layout.range(l, n).expect("segment exists");
+        Some(Transmit {
+            to: child.rank,
+            message: Message::Data(DataHeader {
+                seq: self.setup.seq,
+                root: self.setup.root as u32,
+                msize: self.setup.msize,
+                segment: self.layout.segment() as u32,
+                lanes: self.lanes.len() as u16,
+                lane: l as u16,
+                index: n,
+                len: (range.end - range.start) as u32,
+            }),
+            payload: range.start as usize..range.end as usize,
+        })
+    }
+
+    /// When `handle_timeout` should be called next (virtual ns).
+    pub fn poll_timeout(&self) -> Option<u64> {
+        if self.failed || self.is_done() {
+            return None;
+        }
+        let idle = self.last_progress.saturating_add(self.config.idle_timeout);
+        Some(self.retransmit_at().map_or(idle, |r| r.min(idle)))
+    }
+
+    /// The earliest retransmission deadline, if the transport is lossy and a child owes us.
+    fn retransmit_at(&self) -> Option<u64> {
+        let rto = self.config.retransmit_after?;
+        self.lanes
+            .iter()
+            .flat_map(|s| s.children.iter().map(move |c| (s, c)))
+            .filter(|(s, c)| self.owes(s, c))
+            .map(|(_, c)| c.heard_at.saturating_add(rto))
+            .min()
+    }
+
+    /// Whether `c` has something outstanding: unacknowledged segments, or (deep) its Done.
+    fn owes(&self, s: &LaneState, c: &Child) -> bool {
+        c.acked < c.next || (self.setup.deep && !c.done && c.acked == s.segments)
+    }
+
+    /// Fails the broadcast if it made no progress for the idle timeout; on a lossy transport,
+    /// rewinds children that owe credits so their segments are sent again (go-back-N).
+    pub fn handle_timeout(&mut self, now: u64) -> Result<(), EngineError> {
+        if let Some(rto) = self.config.retransmit_after {
+            let deep = self.setup.deep;
+            for s in &mut self.lanes {
+                let segments = s.segments;
+                for c in &mut s.children {
+                    let owes = c.acked < c.next || (deep && !c.done && c.acked == segments);
+                    if owes && now >= c.heard_at.saturating_add(rto) {
+                        // Resend from the first unacknowledged segment; a child that has it
+                        // all (and owes only Done) gets the last one again, which it answers.
+                        c.next = c.acked.min(segments.saturating_sub(1));
+                        c.heard_at = now;
+                    }
+                }
+            }
+        }
+        let idle = self.last_progress.saturating_add(self.config.idle_timeout);
+        if !self.failed && !self.is_done() && now >= idle {
+            let waiting_for = self.waiting_for();
+            return Err(self.fail(EngineError::Timeout {
+                seq: self.setup.seq,
+                waiting_for,
+                idle_ms: (now - self.last_progress) / 1_000_000,
+            }));
+        }
+        Ok(())
+    }
+
+    /// The ranks this one still waits for: parents with missing segments and children with
+    /// unacknowledged segments (or, deep, unreported subtrees).
+    pub fn waiting_for(&self) -> Vec<usize> {
+        let mut ranks = Vec::new();
+        for s in &self.lanes {
+            if let (Some(p), false) = (s.parent, s.complete()) {
+                ranks.push(p);
+            }
+            for c in &s.children {
+                if c.acked < s.segments || (self.setup.deep && !c.done) {
+                    ranks.push(c.rank);
+                }
+            }
+        }
+        ranks.sort_unstable();
+        ranks.dedup();
+        ranks
+    }
+
+    fn fail(&mut self, e: EngineError) -> EngineError {
+        self.failed = true;
+        e
+    }
+
+    /// Whether lane membership says this rank takes part at all.
+    pub fn is_member(&self) -> bool {
+        self.lanes.iter().any(|s| s.member)
+    }
+}

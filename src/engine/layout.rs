@@ -1,0 +1,97 @@
+//! How a message is cut: lanes get equal contiguous shares, each share is cut into segments.
+//!
+//! Seed 000 §3.1: a pipelined broadcast splits the message into segments of a chosen size; the
+//! last one is shorter. Seed 002 §3.1 splits the message across lanes (one share per tree); the
+//! scatter + allgather baseline uses one lane per non-root rank.
+
+use std::ops::Range;
+
+/// The cut of one message: `lanes[l]` is the byte range of lane l; segments are `segment`
+/// bytes (the last of a lane shorter). A lane with an empty share still carries one empty
+/// segment, so that a zero-byte broadcast still synchronizes the tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    msize: u64,
+    segment: u64,
+    lanes: Vec<Range<u64>>,
+}
+
+impl Layout {
+    /// Cuts `msize` bytes into `lanes` equal shares (the first `msize % lanes` get one more
+    /// byte) and each share into `segment`-byte segments. `segment` 0 is taken as 1.
+    pub fn new(msize: u64, segment: u64, lanes: usize) -> Layout {
+        let lanes = lanes.max(1) as u64;
+        let (base, extra) = (msize / lanes, msize % lanes);
+        let mut start = 0;
+        let ranges = (0..lanes)
+            .map(|l| {
+                let len = base + u64::from(l < extra);
+                let r = start..start + len;
+                start += len;
+                r
+            })
+            .collect();
+        Layout {
+            msize,
+            segment: segment.max(1),
+            lanes: ranges,
+        }
+    }
+
+    pub fn msize(&self) -> u64 {
+        self.msize
+    }
+    pub fn segment(&self) -> u64 {
+        self.segment
+    }
+    pub fn lanes(&self) -> usize {
+        self.lanes.len()
+    }
+
+    /// Number of segments of lane `l` (at least 1).
+    pub fn segments(&self, l: usize) -> u32 {
+        let len = self.lanes[l].end - self.lanes[l].start;
+        len.div_ceil(self.segment).max(1) as u32
+    }
+
+    /// The byte range of segment `i` of lane `l` in the message, or `None` if there is none.
+    pub fn range(&self, l: usize, i: u32) -> Option<Range<u64>> {
+        let lane = self.lanes.get(l)?;
+        if i >= self.segments(l) {
+            return None;
+        }
+        let start = lane.start + u64::from(i) * self.segment;
+        let end = (start + self.segment).min(lane.end);
+        Some(start..end.max(start))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segments_tile_the_message() {
+        for (msize, seg, lanes) in [
+            (0, 8, 1),
+            (1, 8, 1),
+            (17, 8, 1),
+            (16, 8, 2),
+            (23, 4, 3),
+            (5, 8, 7),
+        ] {
+            let layout = Layout::new(msize, seg, lanes);
+            let mut next = 0;
+            for l in 0..layout.lanes() {
+                for i in 0..layout.segments(l) {
+                    let r = layout.range(l, i).unwrap();
+                    assert_eq!(r.start, next, "{msize} {seg} {lanes}");
+                    assert!(r.end - r.start <= seg);
+                    next = r.end;
+                }
+                assert!(layout.range(l, layout.segments(l)).is_none());
+            }
+            assert_eq!(next, msize);
+        }
+    }
+}

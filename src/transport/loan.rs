@@ -1,0 +1,78 @@
+//! Lending the caller's buffer to the progress thread for the length of one operation.
+
+use std::sync::{Arc, Condvar, Mutex};
+
+#[derive(Default)]
+struct Returned {
+    done: Mutex<bool>,
+    cv: Condvar,
+}
+
+/// Exclusive access to a caller's buffer from another thread. The lender (`lend`) does not
+/// return before the loan is dropped, so the buffer outlives every use of it.
+pub struct BufLoan {
+    ptr: *mut u8,
+    len: usize,
+    returned: Arc<Returned>,
+}
+
+// SAFETY: a BufLoan is the only access path to the lent bytes while it lives (the lender holds
+// the `&mut` borrow and blocks), so moving it to another thread is like moving a `&mut [u8]`.
+unsafe impl Send for BufLoan {}
+
+impl BufLoan {
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: ptr/len come from a live `&mut [u8]` whose borrow `lend` holds until this
+        // loan is dropped; `&mut self` makes this the only reference.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for BufLoan {
+    fn drop(&mut self) {
+        let mut done = self.returned.done.lock().unwrap_or_else(|e| e.into_inner());
+        *done = true;
+        self.returned.cv.notify_all();
+    }
+}
+
+/// Waits for the loan on drop, so that even a panic in the lender's closure cannot free the
+/// buffer while another thread writes into it.
+struct WaitForReturn(Arc<Returned>);
+
+impl Drop for WaitForReturn {
+    fn drop(&mut self) {
+        let mut done = self.0.done.lock().unwrap_or_else(|e| e.into_inner());
+        while !*done {
+            done = self.0.cv.wait(done).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// Calls `f` with a loan of `buf` and returns once `f` has returned and the loan was dropped
+/// (wherever it went).
+pub fn lend<R>(buf: &mut [u8], f: impl FnOnce(BufLoan) -> R) -> R {
+    let returned = Arc::new(Returned::default());
+    let _wait = WaitForReturn(returned.clone());
+    f(BufLoan {
+        ptr: buf.as_mut_ptr(),
+        len: buf.len(),
+        returned,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loan_writes_land_in_the_buffer() {
+        let mut buf = vec![0u8; 8];
+        lend(&mut buf, |mut loan| {
+            std::thread::spawn(move || loan.as_mut_slice()[3] = 7)
+                .join()
+                .unwrap();
+        });
+        assert_eq!(buf[3], 7);
+    }
+}

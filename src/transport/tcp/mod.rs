@@ -1,0 +1,615 @@
+//! TCP transport: one connection per pair of ranks that share a tree edge, set up lazily and
+//! cached (`setup.rs`); non-blocking sockets, readiness by `poll(2)`; `TCP_NODELAY`. Each
+//! round sends on every writable connection and receives on every readable one with one
+//! io_uring submission each (`../uring.rs`), or plain `sendmsg`/`read` without io_uring:
+//! segments leave straight from the user buffer and land straight in it.
+
+use super::frame::{self, HEADER};
+use super::uring::{RecvTarget, Ring};
+use super::TransportError;
+use crate::engine::{Bcast, Message, Placement};
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{self, IoSlice, IoSliceMut, Read};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::ops::Range;
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+mod setup;
+
+/// Most bytes read from one connection per readiness round, so one busy peer cannot starve
+/// the others (or our own sends).
+const READ_BUDGET: usize = 4 << 20;
+
+/// One queued frame: a header and an optional payload range of the user buffer.
+struct Out {
+    head: [u8; HEADER],
+    sent: usize,
+    payload: Range<usize>,
+}
+
+impl Out {
+    fn len(&self) -> usize {
+        HEADER + self.payload.len()
+    }
+}
+
+enum Rx {
+    Header {
+        buf: [u8; HEADER],
+        got: usize,
+    },
+    Payload {
+        msg: Message,
+        into: Option<Range<usize>>,
+        len: usize,
+        got: usize,
+    },
+}
+
+struct Conn {
+    stream: TcpStream,
+    out: VecDeque<Out>,
+    rx: Rx,
+    /// A message of a later broadcast, read up to its header; its payload waits in the socket.
+    parked: Option<Message>,
+    /// The peer closed its end. Only an error when a broadcast needs this peer: a peer that
+    /// finished (and exited) must not fail ranks that no longer talk to it.
+    closed: bool,
+    /// A payload read also asks for the next frame's header, into here: one syscall per
+    /// segment instead of two.
+    spare: [u8; HEADER],
+}
+
+/// This rank's TCP endpoint.
+pub struct TcpTransport {
+    me: usize,
+    listener: TcpListener,
+    cookie: u64,
+    addrs: Vec<SocketAddr>,
+    conns: BTreeMap<usize, Conn>,
+    scratch: Vec<u8>,
+    /// Batched sends; `None` when io_uring is unavailable or disabled (`PIPECAST_IO_URING=0`).
+    ring: Option<Ring>,
+}
+
+impl TcpTransport {
+    /// Listens on `ip` (any port). Its address goes into the bootstrap blob.
+    pub fn bind(me: usize, ip: &str) -> Result<TcpTransport, TransportError> {
+        let listener = TcpListener::bind((ip, 0)).map_err(|e| TransportError::Setup {
+            what: format!("listen on {ip}"),
+            error: e.to_string(),
+        })?;
+        let ring = if std::env::var("PIPECAST_IO_URING").is_ok_and(|v| v == "0") {
+            tracing::info!("io_uring disabled by PIPECAST_IO_URING=0: using sendmsg");
+            None
+        } else {
+            match Ring::new() {
+                Ok(r) => {
+                    tracing::debug!("io_uring: batched sends and receives");
+                    Some(r)
+                }
+                Err(e) => {
+                    tracing::info!(error = %e, "io_uring unavailable: using sendmsg");
+                    None
+                }
+            }
+        };
+        Ok(TcpTransport {
+            me,
+            listener,
+            cookie: 0,
+            addrs: Vec::new(),
+            conns: BTreeMap::new(),
+            scratch: vec![0; 64 << 10],
+            ring,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener.local_addr().expect("bound listener")
+    }
+
+    /// Every rank's listening address (from the bootstrap) and the job cookie.
+    pub fn set_peers(&mut self, addrs: Vec<SocketAddr>, cookie: u64) {
+        self.addrs = addrs;
+        self.cookie = cookie;
+    }
+
+    /// Closes every connection: peers see end-of-file and fail their broadcast at once.
+    pub fn shutdown(&mut self) {
+        for c in self.conns.values() {
+            c.stream.shutdown(std::net::Shutdown::Both).ok();
+        }
+        self.conns.clear();
+    }
+
+    /// Whether every queued frame has been handed to the kernel.
+    pub fn flushed(&self) -> bool {
+        self.conns.values().all(|c| c.out.is_empty())
+    }
+
+    /// Offers parked messages (of a broadcast that has now started) to `bcast`.
+    pub fn resume(&mut self, bcast: &mut Bcast, now: u64) -> Result<(), crate::Error> {
+        for (&peer, conn) in self.conns.iter_mut() {
+            if let Some(msg) = conn.parked.take() {
+                conn.parked = offer(peer, conn, msg, bcast, now)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One round: queue what the engine wants sent, wait up to `wait` for readiness, then
+    /// write and read what can be (delivering arrivals to the engine).
+    pub fn progress(
+        &mut self,
+        buf: &mut [u8],
+        bcast: &mut Bcast,
+        clock: &dyn Fn() -> u64,
+        wait: Duration,
+    ) -> Result<(), crate::Error> {
+        self.queue(bcast, clock())?;
+        self.check_closed(bcast)?;
+        let peers: Vec<usize> = self.conns.keys().copied().collect();
+        let mut fds: Vec<libc::pollfd> = peers
+            .iter()
+            .map(|p| {
+                let c = &self.conns[p];
+                let mut events = 0;
+                if c.parked.is_none() && !c.closed {
+                    events |= libc::POLLIN;
+                }
+                if !c.out.is_empty() {
+                    events |= libc::POLLOUT;
+                }
+                libc::pollfd {
+                    // A closed connection would report POLLHUP forever: leave it out.
+                    fd: if c.closed && c.out.is_empty() {
+                        -1
+                    } else {
+                        c.stream.as_raw_fd()
+                    },
+                    events,
+                    revents: 0,
+                }
+            })
+            .collect();
+        let ms = wait.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: `fds` is a live, exclusively borrowed array of `fds.len()` pollfd structs
+        // whose descriptors stay open (owned by `self.conns`) for the duration of the call.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(TransportError::Io {
+                    peer: None,
+                    error: e.to_string(),
+                }
+                .into());
+            }
+            return Ok(());
+        }
+        let mut writable = Vec::new();
+        let readable: Vec<usize> = peers
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| fds[*i].revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0)
+            .map(|(_, &p)| p)
+            .collect();
+        if self.ring.is_some() {
+            self.read_batch(readable, buf, bcast, clock)?;
+        } else {
+            for peer in readable {
+                self.read(peer, buf, bcast, clock())?;
+                self.queue(bcast, clock())?;
+                self.check_closed(bcast)?;
+            }
+        }
+        for (i, &peer) in peers.iter().enumerate() {
+            // Ready for output, or output queued during this round (worth an optimistic try).
+            let asked = fds[i].events & libc::POLLOUT != 0;
+            let ready = fds[i].revents & libc::POLLOUT != 0;
+            if !self.conns[&peer].out.is_empty() && (ready || !asked) {
+                writable.push(peer);
+            }
+        }
+        if self.ring.is_some() {
+            self.write_batch(&writable, buf)?;
+        } else {
+            for peer in writable {
+                self.write(peer, buf)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One io_uring submission sends on every writable connection.
+    fn write_batch(&mut self, peers: &[usize], buf: &[u8]) -> Result<(), TransportError> {
+        let mut sent_to = Vec::with_capacity(peers.len());
+        let mut batch = Vec::with_capacity(peers.len());
+        for &p in peers {
+            let c = &self.conns[&p];
+            if !c.out.is_empty() {
+                sent_to.push(p);
+                batch.push((c.stream.as_raw_fd(), slices(c, buf)));
+            }
+        }
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let ring = self.ring.as_mut().expect("checked by the caller");
+        let results = match ring.send_batch(&batch) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!(error = %e, "io_uring failed: falling back to sendmsg");
+                self.ring = None;
+                return Ok(()); // the next round sends with sendmsg
+            }
+        };
+        drop(batch);
+        for (peer, r) in sent_to.into_iter().zip(results) {
+            match r {
+                Ok(0) => return Err(TransportError::Closed { peer }),
+                Ok(n) => advance(self.conns.get_mut(&peer).expect("connected"), n),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                    ) => {}
+                Err(e) => return Err(io_error(peer, e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Fails if a peer that the broadcast still waits for has closed its connection.
+    fn check_closed(&self, bcast: &Bcast) -> Result<(), TransportError> {
+        if self.conns.values().any(|c| c.closed) {
+            if let Some(peer) = bcast
+                .waiting_for()
+                .into_iter()
+                .find(|p| self.conns.get(p).is_some_and(|c| c.closed))
+            {
+                return Err(TransportError::Closed { peer });
+            }
+        }
+        Ok(())
+    }
+
+    fn queue(&mut self, bcast: &mut Bcast, now: u64) -> Result<(), TransportError> {
+        while let Some(t) = bcast.poll_transmit(now) {
+            let conn = self
+                .conns
+                .get_mut(&t.to)
+                .ok_or(TransportError::UnknownPeer { peer: t.to })?;
+            if conn.closed {
+                return Err(TransportError::Closed { peer: t.to });
+            }
+            conn.out.push_back(Out {
+                head: frame::encode(&t.message),
+                sent: 0,
+                payload: t.payload,
+            });
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, peer: usize, buf: &[u8]) -> Result<(), TransportError> {
+        let conn = self.conns.get_mut(&peer).expect("connected");
+        while !conn.out.is_empty() {
+            let r = send_vectored(&conn.stream, &slices(conn, buf));
+            match r {
+                Ok(0) => return Err(TransportError::Closed { peer }),
+                Ok(n) => advance(conn, n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(io_error(peer, e)),
+            }
+        }
+        Ok(())
+    }
+
+    fn read(
+        &mut self,
+        peer: usize,
+        buf: &mut [u8],
+        bcast: &mut Bcast,
+        now: u64,
+    ) -> Result<(), crate::Error> {
+        let mut budget = READ_BUDGET;
+        loop {
+            let conn = self.conns.get_mut(&peer).expect("connected");
+            if conn.parked.is_some() || conn.closed || budget == 0 {
+                return Ok(());
+            }
+            let r = match &mut conn.rx {
+                Rx::Header { buf: head, got } => conn.stream.read(&mut head[*got..]),
+                Rx::Payload {
+                    into: Some(range),
+                    got,
+                    ..
+                } => conn.stream.read_vectored(&mut [
+                    IoSliceMut::new(&mut buf[range.start + *got..range.end]),
+                    IoSliceMut::new(&mut conn.spare),
+                ]),
+                Rx::Payload {
+                    into: None,
+                    len,
+                    got,
+                    ..
+                } => {
+                    let n = (*len - *got).min(self.scratch.len());
+                    conn.stream.read(&mut self.scratch[..n])
+                }
+            };
+            match r {
+                Ok(0) => return eof(peer, conn).map_err(Into::into),
+                Ok(n) => {
+                    budget = budget.saturating_sub(n);
+                    received(peer, conn, n, bcast, now)?;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(io_error(peer, e).into()),
+            }
+        }
+    }
+
+    /// Reads from every connection in `peers` with one io_uring submission per round, until
+    /// none has more (or a round limit, so sends get their turn).
+    fn read_batch(
+        &mut self,
+        mut active: Vec<usize>,
+        buf: &mut [u8],
+        bcast: &mut Bcast,
+        clock: &dyn Fn() -> u64,
+    ) -> Result<(), crate::Error> {
+        for _round in 0..64 {
+            active.retain(|p| {
+                let c = &self.conns[p];
+                c.parked.is_none() && !c.closed
+            });
+            // Discarded payloads share one scratch buffer: read those one by one.
+            let (discard, batched): (Vec<usize>, Vec<usize>) = active
+                .iter()
+                .partition(|p| matches!(self.conns[p].rx, Rx::Payload { into: None, .. }));
+            for p in discard {
+                self.read(p, buf, bcast, clock())?;
+            }
+            if batched.is_empty() {
+                break;
+            }
+            let base = buf.as_mut_ptr();
+            let entries: Vec<RecvTarget> = batched
+                .iter()
+                .map(|p| {
+                    let c = self.conns.get_mut(p).expect("connected");
+                    let fd = c.stream.as_raw_fd();
+                    match &mut c.rx {
+                        Rx::Header { buf: head, got } => (
+                            fd,
+                            [
+                                (head[*got..].as_mut_ptr(), HEADER - *got),
+                                (std::ptr::null_mut(), 0),
+                            ],
+                        ),
+                        Rx::Payload {
+                            into: Some(r), got, ..
+                        } => (
+                            fd,
+                            [
+                                (base.wrapping_add(r.start + *got), r.len() - *got),
+                                (c.spare.as_mut_ptr(), HEADER),
+                            ],
+                        ),
+                        Rx::Payload { into: None, .. } => unreachable!("partitioned out"),
+                    }
+                })
+                .collect();
+            let ring = self.ring.as_mut().expect("checked by the caller");
+            // SAFETY: each target is a connection's own header or spare buffer (the map is not
+            // changed during the call) or the payload range the engine placed for that
+            // connection, inside `buf`, which we borrow mutably and do not touch meanwhile;
+            // ranges of different connections are different segments, hence disjoint.
+            let results = match unsafe { ring.recv_batch(&entries) } {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(error = %e, "io_uring failed: falling back to read");
+                    self.ring = None;
+                    for p in batched {
+                        self.read(p, buf, bcast, clock())?;
+                    }
+                    return Ok(());
+                }
+            };
+            let now = clock();
+            let mut next = Vec::with_capacity(batched.len());
+            for (peer, r) in batched.into_iter().zip(results) {
+                let conn = self.conns.get_mut(&peer).expect("connected");
+                match r {
+                    Ok(0) => eof(peer, conn)?,
+                    Ok(n) => {
+                        received(peer, conn, n, bcast, now)?;
+                        next.push(peer);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => next.push(peer),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(io_error(peer, e).into()),
+                }
+            }
+            self.queue(bcast, now)?;
+            self.check_closed(bcast)?;
+            active = next;
+        }
+        Ok(())
+    }
+}
+
+/// The peer closed its end: fine between frames (it may have finished), an error inside one.
+fn eof(peer: usize, conn: &mut Conn) -> Result<(), TransportError> {
+    if matches!(conn.rx, Rx::Header { got: 0, .. }) {
+        conn.closed = true;
+        Ok(())
+    } else {
+        Err(TransportError::Closed { peer })
+    }
+}
+
+/// `n` more bytes of `conn`'s current header or payload arrived (for a payload, bytes beyond
+/// it went into `conn.spare`: the start of the next header).
+fn received(
+    peer: usize,
+    conn: &mut Conn,
+    n: usize,
+    bcast: &mut Bcast,
+    now: u64,
+) -> Result<(), crate::Error> {
+    match &mut conn.rx {
+        Rx::Header { got, .. } => {
+            *got += n;
+            if *got == HEADER {
+                header_done(peer, conn, bcast, now)?;
+            }
+        }
+        Rx::Payload {
+            msg,
+            len,
+            got,
+            into,
+        } => {
+            let extra = (*got + n).saturating_sub(*len);
+            *got = (*got + n).min(*len);
+            if *got == *len {
+                if let (Message::Data(h), Some(_)) = (msg, into) {
+                    bcast.handle_data(now, h);
+                }
+                conn.rx = Rx::Header {
+                    buf: conn.spare,
+                    got: extra,
+                };
+                if extra == HEADER {
+                    header_done(peer, conn, bcast, now)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `conn.rx` holds a whole header: decode it and hand it to the engine.
+fn header_done(
+    peer: usize,
+    conn: &mut Conn,
+    bcast: &mut Bcast,
+    now: u64,
+) -> Result<(), crate::Error> {
+    let Rx::Header { buf: head, .. } = &conn.rx else {
+        return Ok(());
+    };
+    let msg = frame::decode(peer, head)?;
+    conn.rx = Rx::Header {
+        buf: [0; HEADER],
+        got: 0,
+    };
+    conn.parked = offer(peer, conn, msg, bcast, now)?;
+    Ok(())
+}
+
+/// Hands a freshly read header to the engine; returns it back if it belongs to a later
+/// broadcast (the caller parks it).
+fn offer(
+    peer: usize,
+    conn: &mut Conn,
+    msg: Message,
+    bcast: &mut Bcast,
+    now: u64,
+) -> Result<Option<Message>, crate::Error> {
+    let placement = match msg {
+        Message::Data(h) => bcast.place(peer, &h)?,
+        other => bcast.handle_message(now, peer, &other)?,
+    };
+    match (msg, placement) {
+        (_, Placement::Later) => return Ok(Some(msg)),
+        (Message::Data(h), Placement::Into(range)) if h.len > 0 => {
+            conn.rx = Rx::Payload {
+                msg,
+                len: range.len(),
+                into: Some(range),
+                got: 0,
+            };
+        }
+        (Message::Data(h), Placement::Into(_)) => bcast.handle_data(now, &h),
+        (Message::Data(h), Placement::Discard) if h.len > 0 => {
+            conn.rx = Rx::Payload {
+                msg,
+                len: h.len as usize,
+                into: None,
+                got: 0,
+            };
+        }
+        _ => {}
+    }
+    Ok(None)
+}
+
+/// The iovecs of up to 32 queued frames of `conn`: headers and payloads straight from `buf`.
+fn slices<'a>(conn: &'a Conn, buf: &'a [u8]) -> Vec<IoSlice<'a>> {
+    let mut slices = Vec::with_capacity(64);
+    for o in conn.out.iter().take(32) {
+        let (head, body) = (&o.head[..], &buf[o.payload.clone()]);
+        if o.sent < HEADER {
+            slices.push(IoSlice::new(&head[o.sent..]));
+            if !body.is_empty() {
+                slices.push(IoSlice::new(body));
+            }
+        } else {
+            slices.push(IoSlice::new(&body[o.sent - HEADER..]));
+        }
+    }
+    slices
+}
+
+/// Drops the first `n` sent bytes from `conn`'s queue.
+fn advance(conn: &mut Conn, mut n: usize) {
+    while n > 0 {
+        let o = conn.out.front_mut().expect("sent bytes belong to a frame");
+        let left = o.len() - o.sent;
+        if n >= left {
+            n -= left;
+            conn.out.pop_front();
+        } else {
+            o.sent += n;
+            n = 0;
+        }
+    }
+}
+
+/// `writev` that never raises SIGPIPE (a library must not kill its host process when a peer
+/// dies): `sendmsg(2)` with `MSG_NOSIGNAL`.
+fn send_vectored(stream: &TcpStream, slices: &[IoSlice<'_>]) -> io::Result<usize> {
+    // SAFETY: an all-zero msghdr is valid (no name, no control data).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    // IoSlice is guaranteed ABI-compatible with iovec on Unix.
+    msg.msg_iov = slices.as_ptr() as *mut libc::iovec;
+    msg.msg_iovlen = slices.len() as _;
+    // SAFETY: the fd is open (owned by `stream`), `msg` points to `slices.len()` iovecs that
+    // borrow live buffers for the duration of the call, and sendmsg only reads them.
+    let n = unsafe { libc::sendmsg(stream.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+fn io_error(peer: usize, e: io::Error) -> TransportError {
+    match e.kind() {
+        io::ErrorKind::ConnectionReset | io::ErrorKind::BrokenPipe => {
+            TransportError::Closed { peer }
+        }
+        _ => TransportError::Io {
+            peer: Some(peer),
+            error: e.to_string(),
+        },
+    }
+}

@@ -1,0 +1,123 @@
+//! Connection setup: the lower rank of a pair connects, the higher accepts; the connection's
+//! first 24 bytes are a hello (magic, job cookie, rank) so that a stray or foreign connection
+//! is refused.
+
+use super::{Conn, Rx, TcpTransport, HEADER};
+use crate::transport::TransportError;
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+const HELLO_MAGIC: [u8; 8] = *b"pipecast";
+const HELLO: usize = 24;
+
+impl TcpTransport {
+    /// Makes sure there is a connection to each of `peers`, within `timeout`.
+    pub fn connect(&mut self, peers: &[usize], timeout: Duration) -> Result<(), TransportError> {
+        let deadline = Instant::now() + timeout;
+        let missing: Vec<usize> = peers
+            .iter()
+            .copied()
+            .filter(|p| *p != self.me && !self.conns.contains_key(p))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let _span = tracing::debug_span!("connect", rank = self.me, peers = ?missing).entered();
+        let me = self.me;
+        for &p in missing.iter().filter(|&&p| p > me) {
+            let addr = *self
+                .addrs
+                .get(p)
+                .ok_or(TransportError::UnknownPeer { peer: p })?;
+            let setup = |e: io::Error| TransportError::Setup {
+                what: format!("connect to rank {p} at {addr}"),
+                error: e.to_string(),
+            };
+            let mut stream = TcpStream::connect_timeout(&addr, timeout).map_err(setup)?;
+            let mut hello = [0u8; HELLO];
+            hello[..8].copy_from_slice(&HELLO_MAGIC);
+            hello[8..16].copy_from_slice(&self.cookie.to_le_bytes());
+            hello[16..24].copy_from_slice(&(self.me as u64).to_le_bytes());
+            stream.write_all(&hello).map_err(setup)?;
+            self.add(p, stream).map_err(setup)?;
+        }
+        self.listener
+            .set_nonblocking(true)
+            .map_err(|e| TransportError::Io {
+                peer: None,
+                error: e.to_string(),
+            })?;
+        while missing.iter().any(|p| !self.conns.contains_key(p)) {
+            match self.listener.accept() {
+                Ok((mut stream, from)) => {
+                    stream.set_nonblocking(false).ok();
+                    stream.set_read_timeout(Some(timeout)).ok();
+                    let mut hello = [0u8; HELLO];
+                    if stream.read_exact(&mut hello).is_err()
+                        || hello[..8] != HELLO_MAGIC
+                        || hello[8..16] != self.cookie.to_le_bytes()
+                    {
+                        tracing::warn!(%from, "refused a connection without this job's hello");
+                        continue;
+                    }
+                    let rank = u64::from_le_bytes(hello[16..24].try_into().expect("8 bytes"));
+                    let rank = rank as usize;
+                    if rank >= self.addrs.len() || rank >= self.me || self.conns.contains_key(&rank)
+                    {
+                        tracing::warn!(%from, rank, "refused a duplicate or misdirected connection");
+                        continue;
+                    }
+                    self.add(rank, stream).map_err(|e| TransportError::Setup {
+                        what: format!("accept rank {rank}"),
+                        error: e.to_string(),
+                    })?;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if Instant::now() >= deadline {
+                        let waiting: Vec<usize> = missing
+                            .iter()
+                            .copied()
+                            .filter(|p| !self.conns.contains_key(p))
+                            .collect();
+                        return Err(TransportError::ConnectTimeout {
+                            waiting,
+                            ms: timeout.as_millis() as u64,
+                        });
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(e) => {
+                    return Err(TransportError::Io {
+                        peer: None,
+                        error: e.to_string(),
+                    });
+                }
+            }
+        }
+        tracing::debug!(connections = self.conns.len(), "connected");
+        Ok(())
+    }
+
+    fn add(&mut self, peer: usize, stream: TcpStream) -> io::Result<()> {
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(None)?;
+        stream.set_nonblocking(true)?;
+        self.conns.insert(
+            peer,
+            Conn {
+                stream,
+                out: VecDeque::new(),
+                rx: Rx::Header {
+                    buf: [0; HEADER],
+                    got: 0,
+                },
+                parked: None,
+                closed: false,
+                spare: [0; HEADER],
+            },
+        );
+        Ok(())
+    }
+}
