@@ -1,0 +1,137 @@
+/*
+ * pipecast C ABI. Generated from src/capi by cbindgen (cbindgen.toml); do not edit by hand:
+ * tests/capi_header.rs fails when this file and the code disagree.
+ */
+
+#ifndef PIPECAST_H
+#define PIPECAST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+// Outcome of a pipecast C call.
+typedef enum {
+  PIPECAST_OK = 0,
+  // A required pointer argument was NULL.
+  PIPECAST_ERR_NULL_ARGUMENT = 1,
+  // An argument was out of range (rank, size, root, length).
+  PIPECAST_ERR_INVALID_ARGUMENT = 2,
+  // The configuration (struct or PIPECAST_* variables) is not valid.
+  PIPECAST_ERR_CONFIG = 3,
+  // The address exchange (allgather callback) or connection setup failed.
+  PIPECAST_ERR_BOOTSTRAP = 4,
+  // A transport error (socket, connection lost).
+  PIPECAST_ERR_TRANSPORT = 5,
+  // A peer made no progress within the timeout.
+  PIPECAST_ERR_TIMEOUT = 6,
+  // Ranks disagree on the broadcast (size or root).
+  PIPECAST_ERR_MISMATCH = 7,
+  // Not supported here (e.g. a transport not built in).
+  PIPECAST_ERR_UNSUPPORTED = 8,
+  // A bug: pipecast panicked; the panic was stopped at the C boundary.
+  PIPECAST_ERR_PANIC = 9,
+  // Any other error; see pipecast_last_error.
+  PIPECAST_ERR_OTHER = 10,
+} pipecast_result;
+
+// An opaque pipecast communicator.
+typedef struct pipecast_comm pipecast_comm;
+
+// Communicator configuration. NULL strings and 0 numbers mean "the default".
+typedef struct {
+  // "auto" (default), "tcp", "raweth" or "verbs".
+  const char *transport;
+  // A tree name as `pipecast plan --tree` takes it; default "auto".
+  const char *tree;
+  // Segment size in bytes; 0 = chosen by the cost model.
+  uint64_t segment_bytes;
+  // Topology file mapping ranks to machines; NULL = all ranks on one switch.
+  const char *topology;
+  // A broadcast that makes no progress for this long fails at every rank; 0 = 5000.
+  uint32_t timeout_ms;
+} pipecast_config;
+
+// The host's allgather: every rank passes `len` bytes at `mine`; on return `all` holds
+// `size × len` bytes, rank r's at offset `r × len`. Returns 0 on success.
+typedef int (*pipecast_allgather_fn)(void *user, const void *mine, void *all, size_t len);
+
+#ifdef __cplusplus
+extern "C" {
+#endif // __cplusplus
+
+// The library version, a static NUL-terminated string such as `"0.1.0"`.
+const char *pipecast_version(void);
+
+// A static NUL-terminated description of a result code.
+const char *pipecast_strerror(pipecast_result result);
+
+// Copies the calling thread's last error message into `buf` (NUL-terminated, truncated to
+// `len` bytes) and returns the message's full length. `buf` may be NULL when `len` is 0.
+//
+// # Safety
+// `buf` must be NULL or point to `len` writable bytes.
+size_t pipecast_last_error(char *buf, size_t len);
+
+// Fills `config` with the defaults (everything NULL or 0).
+//
+// # Safety
+// `config` must be NULL or point to a writable `pipecast_config`.
+void pipecast_config_default(pipecast_config *config);
+
+// Reads `PIPECAST_TRANSPORT`, `PIPECAST_TREE`, `PIPECAST_SEGMENT` (bytes, K/M suffixes),
+// `PIPECAST_TOPOLOGY` and `PIPECAST_TIMEOUT_MS` into `config` (defaults for unset ones) and
+// validates the result; `config` is written only on success.
+//
+// # Safety
+// `config` must be NULL or point to a writable `pipecast_config`.
+pipecast_result pipecast_config_from_env(pipecast_config *config);
+
+// Creates a communicator of `size` ranks, this one being `rank`. Collective: every rank calls
+// it, and it calls `allgather` (twice) to exchange addresses. `config` may be NULL (defaults).
+// On success `*out` receives the handle, to be released with `pipecast_comm_free`.
+//
+// # Safety
+// `allgather` must follow its contract; `user` must stay valid until the handle is freed;
+// `config` must be NULL or point to a valid config whose strings are NUL-terminated; `out`
+// must point to writable storage for a pointer.
+pipecast_result pipecast_comm_create(int rank,
+                                     int size,
+                                     pipecast_allgather_fn allgather,
+                                     void *user,
+                                     const pipecast_config *config,
+                                     pipecast_comm **out);
+
+// Broadcasts `len` bytes at `buf` from `root`. Collective over the communicator's ranks, in
+// the same order everywhere. `buf` may be NULL only when `len` is 0.
+//
+// # Safety
+// `comm` must be a live handle used by one thread at a time; `buf` must point to `len`
+// writable bytes not touched by anyone else during the call.
+pipecast_result pipecast_bcast_bytes(pipecast_comm *comm, void *buf, size_t len, int root);
+
+// Writes the plan this communicator uses for a broadcast of `msize` bytes from `root` as JSON
+// (the `pipecast plan --json` shape) into `buf` (NUL-terminated, truncated to `len` bytes),
+// and its full length (without the NUL) to `*needed` when `needed` is not NULL. Local: no
+// communication.
+//
+// # Safety
+// `comm` must be a live handle; `buf` must be NULL or point to `len` writable bytes; `needed`
+// must be NULL or writable.
+pipecast_result pipecast_plan_json(pipecast_comm *comm,
+                                   int root,
+                                   size_t msize,
+                                   char *buf,
+                                   size_t len,
+                                   size_t *needed);
+
+// Frees a communicator (NULL is ignored). Local: no communication.
+//
+// # Safety
+// `comm` must be NULL or a handle from pipecast_comm_create not freed before.
+void pipecast_comm_free(pipecast_comm *comm);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif  // __cplusplus
+
+#endif  /* PIPECAST_H */

@@ -1,0 +1,308 @@
+//! The communicator handle of the C ABI.
+
+use super::config::Settings;
+use super::{boundary, fail, pipecast_config, pipecast_result};
+use crate::comm::{self, Algorithm, Bootstrap, Comm, CommError, Config};
+use crate::engine::EngineError;
+use crate::transport::TransportError;
+use crate::Error;
+use pipecast_result::*;
+use std::ffi::{c_char, c_int, c_void};
+use std::time::Duration;
+
+/// An opaque pipecast communicator.
+pub struct pipecast_comm {
+    comm: Comm,
+}
+
+/// The host's allgather: every rank passes `len` bytes at `mine`; on return `all` holds
+/// `size × len` bytes, rank r's at offset `r × len`. Returns 0 on success.
+pub type pipecast_allgather_fn = Option<
+    unsafe extern "C" fn(
+        user: *mut c_void,
+        mine: *const c_void,
+        all: *mut c_void,
+        len: usize,
+    ) -> c_int,
+>;
+
+/// [`Bootstrap`] over the host's fixed-size allgather: one round for the lengths, one for the
+/// blobs padded to the longest.
+struct CallbackBootstrap {
+    allgather: unsafe extern "C" fn(*mut c_void, *const c_void, *mut c_void, usize) -> c_int,
+    user: *mut c_void,
+    size: usize,
+}
+
+// SAFETY: the callback and its `user` pointer are only ever called from the thread that calls
+// pipecast_comm_create / pipecast_bcast_bytes (the bootstrap stays on the Comm, never on the
+// progress thread); the header documents that the host keeps `user` valid for the handle's life.
+unsafe impl Send for CallbackBootstrap {}
+
+impl CallbackBootstrap {
+    fn round(&mut self, mine: &[u8]) -> Result<Vec<u8>, CommError> {
+        let mut all = vec![0u8; mine.len() * self.size];
+        // SAFETY: `mine` has `mine.len()` readable bytes and `all` has `size × len` writable
+        // ones, which is what the callback contract asks for.
+        let rc = unsafe {
+            (self.allgather)(
+                self.user,
+                mine.as_ptr().cast(),
+                all.as_mut_ptr().cast(),
+                mine.len(),
+            )
+        };
+        if rc != 0 {
+            return Err(CommError::Bootstrap(format!(
+                "the host's allgather returned {rc}"
+            )));
+        }
+        Ok(all)
+    }
+}
+
+impl Bootstrap for CallbackBootstrap {
+    fn allgather(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, CommError> {
+        let lengths = self.round(&(mine.len() as u64).to_le_bytes())?;
+        let lengths: Vec<usize> = lengths
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8-byte chunk")) as usize)
+            .collect();
+        let longest = lengths.iter().copied().max().unwrap_or(0);
+        if longest > 1 << 20 {
+            return Err(CommError::Bootstrap(format!(
+                "a rank offered a {longest}-byte address blob: is every rank running pipecast?"
+            )));
+        }
+        let mut padded = mine.to_vec();
+        padded.resize(longest, 0);
+        let all = self.round(&padded)?;
+        Ok(lengths
+            .iter()
+            .enumerate()
+            .map(|(r, &n)| all[r * longest..r * longest + n].to_vec())
+            .collect())
+    }
+}
+
+/// The result code for a crate error, with its message recorded for `pipecast_last_error`.
+fn code_of(e: &Error) -> pipecast_result {
+    let code = match e {
+        Error::Engine(EngineError::Timeout { .. }) => PIPECAST_ERR_TIMEOUT,
+        Error::Engine(EngineError::Mismatch { .. }) => PIPECAST_ERR_MISMATCH,
+        Error::Transport(TransportError::ConnectTimeout { .. }) => PIPECAST_ERR_TIMEOUT,
+        Error::Transport(_) => PIPECAST_ERR_TRANSPORT,
+        Error::Comm(CommError::Bootstrap(_)) => PIPECAST_ERR_BOOTSTRAP,
+        Error::Topology(_) | Error::Plan(_) | Error::Model(_) => PIPECAST_ERR_CONFIG,
+        _ => PIPECAST_ERR_OTHER,
+    };
+    fail(code, e.to_string())
+}
+
+fn comm_config(settings: &Settings) -> Result<Config, pipecast_result> {
+    match settings.transport.as_str() {
+        "auto" | "tcp" => {}
+        other => {
+            return Err(fail(
+                PIPECAST_ERR_UNSUPPORTED,
+                format!("transport {other:?} is not available in this build: use tcp or auto"),
+            ))
+        }
+    }
+    let topology = match &settings.topology {
+        Some(path) => Some(crate::topology::read_topology(path).map_err(|e| code_of(&e.into()))?),
+        None => None,
+    };
+    Ok(Config {
+        algorithm: Algorithm::Tree(settings.tree.clone()),
+        segment: settings.segment_bytes,
+        timeout: Duration::from_millis(u64::from(settings.timeout_ms)),
+        topology,
+        ip: std::env::var("PIPECAST_IP").ok().filter(|v| !v.is_empty()),
+        ..Config::default()
+    })
+}
+
+/// Creates a communicator of `size` ranks, this one being `rank`. Collective: every rank calls
+/// it, and it calls `allgather` (twice) to exchange addresses. `config` may be NULL (defaults).
+/// On success `*out` receives the handle, to be released with `pipecast_comm_free`.
+///
+/// # Safety
+/// `allgather` must follow its contract; `user` must stay valid until the handle is freed;
+/// `config` must be NULL or point to a valid config whose strings are NUL-terminated; `out`
+/// must point to writable storage for a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn pipecast_comm_create(
+    rank: c_int,
+    size: c_int,
+    allgather: pipecast_allgather_fn,
+    user: *mut c_void,
+    config: *const pipecast_config,
+    out: *mut *mut pipecast_comm,
+) -> pipecast_result {
+    boundary(|| {
+        let Some(allgather) = allgather else {
+            return fail(PIPECAST_ERR_NULL_ARGUMENT, "allgather callback is NULL");
+        };
+        if out.is_null() {
+            return fail(PIPECAST_ERR_NULL_ARGUMENT, "out is NULL");
+        }
+        if size < 1 || rank < 0 || rank >= size {
+            return fail(
+                PIPECAST_ERR_INVALID_ARGUMENT,
+                format!("rank {rank} of size {size}: need 0 <= rank < size"),
+            );
+        }
+        let defaults = pipecast_config {
+            transport: std::ptr::null(),
+            tree: std::ptr::null(),
+            segment_bytes: 0,
+            topology: std::ptr::null(),
+            timeout_ms: 0,
+        };
+        // SAFETY: NULL or a valid config, by the caller's contract.
+        let config = unsafe { config.as_ref() }.unwrap_or(&defaults);
+        let settings = match Settings::from_c(config) {
+            Ok(s) => s,
+            Err(code) => return code,
+        };
+        let config = match comm_config(&settings) {
+            Ok(c) => c,
+            Err(code) => return code,
+        };
+        let bootstrap = CallbackBootstrap {
+            allgather,
+            user,
+            size: size as usize,
+        };
+        match Comm::new(rank as usize, size as usize, Box::new(bootstrap), config) {
+            Ok(comm) => {
+                let handle = Box::into_raw(Box::new(pipecast_comm { comm }));
+                // SAFETY: `out` is non-NULL (checked) and writable by the caller's contract.
+                unsafe { out.write(handle) };
+                PIPECAST_OK
+            }
+            Err(e) => code_of(&e),
+        }
+    })
+}
+
+/// Broadcasts `len` bytes at `buf` from `root`. Collective over the communicator's ranks, in
+/// the same order everywhere. `buf` may be NULL only when `len` is 0.
+///
+/// # Safety
+/// `comm` must be a live handle used by one thread at a time; `buf` must point to `len`
+/// writable bytes not touched by anyone else during the call.
+#[no_mangle]
+pub unsafe extern "C" fn pipecast_bcast_bytes(
+    comm: *mut pipecast_comm,
+    buf: *mut c_void,
+    len: usize,
+    root: c_int,
+) -> pipecast_result {
+    boundary(|| {
+        // SAFETY: a live handle from pipecast_comm_create, used by one thread (caller contract).
+        let Some(handle) = (unsafe { comm.as_mut() }) else {
+            return fail(PIPECAST_ERR_NULL_ARGUMENT, "comm is NULL");
+        };
+        if buf.is_null() && len > 0 {
+            return fail(PIPECAST_ERR_NULL_ARGUMENT, "buf is NULL but len is not 0");
+        }
+        if root < 0 || root as usize >= handle.comm.size() {
+            return fail(
+                PIPECAST_ERR_INVALID_ARGUMENT,
+                format!(
+                    "root {root} is not a rank of this {}-rank communicator",
+                    handle.comm.size()
+                ),
+            );
+        }
+        let data: &mut [u8] = if len == 0 {
+            &mut []
+        } else {
+            // SAFETY: `buf` points to `len` writable bytes that nobody else touches during the
+            // call (caller contract), and is non-NULL (checked above).
+            unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), len) }
+        };
+        match handle.comm.bcast(data, root as usize) {
+            Ok(()) => PIPECAST_OK,
+            Err(e) => code_of(&e),
+        }
+    })
+}
+
+/// Writes the plan this communicator uses for a broadcast of `msize` bytes from `root` as JSON
+/// (the `pipecast plan --json` shape) into `buf` (NUL-terminated, truncated to `len` bytes),
+/// and its full length (without the NUL) to `*needed` when `needed` is not NULL. Local: no
+/// communication.
+///
+/// # Safety
+/// `comm` must be a live handle; `buf` must be NULL or point to `len` writable bytes; `needed`
+/// must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn pipecast_plan_json(
+    comm: *mut pipecast_comm,
+    root: c_int,
+    msize: usize,
+    buf: *mut c_char,
+    len: usize,
+    needed: *mut usize,
+) -> pipecast_result {
+    boundary(|| {
+        // SAFETY: a live handle (caller contract).
+        let Some(handle) = (unsafe { comm.as_ref() }) else {
+            return fail(PIPECAST_ERR_NULL_ARGUMENT, "comm is NULL");
+        };
+        let c = &handle.comm;
+        if root < 0 || root as usize >= c.size() {
+            return fail(
+                PIPECAST_ERR_INVALID_ARGUMENT,
+                format!("root {root} is out of range"),
+            );
+        }
+        let algorithm = &c.config().algorithm;
+        let segment = comm::choose_segment(algorithm, c.size(), msize as u64, c.config().segment);
+        let segments = (msize as u64).div_ceil(segment).max(1);
+        let lanes = match comm::lanes(c.topology(), root as usize, algorithm, segments) {
+            Ok(l) => l,
+            Err(e) => return code_of(&e.into()),
+        };
+        let text = serde_json::json!({
+            "tree": algorithm.to_string(),
+            "root": root,
+            "ranks": c.size(),
+            "lanes": lanes.iter().map(|l| serde_json::json!({"parents": l.parents, "children": l.children})).collect::<Vec<_>>(),
+            "segment_bytes": segment,
+        })
+        .to_string();
+        if !needed.is_null() {
+            // SAFETY: non-NULL and writable (caller contract).
+            unsafe { needed.write(text.len()) };
+        }
+        if !buf.is_null() && len > 0 {
+            let n = text.len().min(len - 1);
+            // SAFETY: `buf` has `len` writable bytes and `n + 1 <= len`.
+            unsafe {
+                std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), n);
+                *buf.add(n) = 0;
+            }
+        }
+        PIPECAST_OK
+    })
+}
+
+/// Frees a communicator (NULL is ignored). Local: no communication.
+///
+/// # Safety
+/// `comm` must be NULL or a handle from pipecast_comm_create not freed before.
+#[no_mangle]
+pub unsafe extern "C" fn pipecast_comm_free(comm: *mut pipecast_comm) {
+    if comm.is_null() {
+        return;
+    }
+    let _ = boundary(|| {
+        // SAFETY: a handle from Box::into_raw in pipecast_comm_create, freed once (contract).
+        drop(unsafe { Box::from_raw(comm) });
+        PIPECAST_OK
+    });
+}

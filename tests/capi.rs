@@ -1,0 +1,54 @@
+//! The C ABI as C sees it: `tests/c/capi_test.c` is compiled against `include/pipecast.h` and
+//! the shared library cargo built for this test run, then run (4 threads as 4 ranks over TCP).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn target_dir() -> PathBuf {
+    // tests run from target/<profile>/deps/<name>-<hash>
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(|d| d.parent())
+        .expect("target/<profile>")
+        .to_path_buf()
+}
+
+#[test]
+fn c_program_uses_the_api() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let lib_dir = target_dir();
+    assert!(
+        lib_dir.join("libpipecast.so").exists(),
+        "{} has no libpipecast.so: the cdylib was not built",
+        lib_dir.display()
+    );
+    let out = std::env::temp_dir().join(format!("pipecast-capi-test-{}", std::process::id()));
+    let status = Command::new("cc")
+        .args([
+            "-std=c11",
+            "-D_GNU_SOURCE",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-O1",
+            "-g",
+        ])
+        .arg("-I")
+        .arg(root.join("include"))
+        .arg(root.join("tests/c/capi_test.c"))
+        .arg("-o")
+        .arg(&out)
+        .arg("-L")
+        .arg(&lib_dir)
+        .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
+        .args(["-lpipecast", "-lpthread"])
+        .status()
+        .expect("run the C compiler (cc)");
+    assert!(status.success(), "the C test program does not compile");
+    let run = Command::new(&out).output().expect("run the C test program");
+    let _ = std::fs::remove_file(&out);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "C test failed:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("all checks passed"), "{stdout}");
+}

@@ -1,0 +1,23 @@
+//! `include/pipecast.h` is generated from `src/capi` by cbindgen; this fails when the committed
+//! header and the code disagree (regenerate with `cbindgen -o include/pipecast.h`).
+
+#[test]
+fn committed_header_matches_the_code() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let config =
+        cbindgen::Config::from_file(format!("{root}/cbindgen.toml")).expect("cbindgen.toml");
+    let mut generated = Vec::new();
+    cbindgen::Builder::new()
+        .with_crate(root)
+        .with_config(config)
+        .generate()
+        .expect("cbindgen generates the header")
+        .write(&mut generated);
+    let generated = String::from_utf8(generated).expect("UTF-8 header");
+    let committed =
+        std::fs::read_to_string(format!("{root}/include/pipecast.h")).expect("include/pipecast.h");
+    assert!(
+        generated == committed,
+        "include/pipecast.h is out of date: run `cbindgen -o include/pipecast.h` (cargo install cbindgen)\n--- generated ---\n{generated}"
+    );
+}
