@@ -110,51 +110,120 @@ fn check(out: &Output, marker: &str, ranks: u64) {
     );
 }
 
+/// mpirun jobs of this file run one at a time: the machine has 2 cores.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn component_args(dir: &Path, extra: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        "--mca".into(),
+        "mca_base_component_path".into(),
+        format!("SYS_DEFAULT:{}", dir.display()),
+        "--mca".into(),
+        "coll_pipecast_verbose".into(),
+        "1".into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    args
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
 #[test]
-fn component_and_preload_under_mpirun() {
+fn component_under_mpirun() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let Some(dir) = build() else { return };
-    let component_path = format!("SYS_DEFAULT:{}", dir.display());
     let test = dir.join("mpi_bcast_test");
     let test = test.to_str().unwrap();
+    let args = component_args(&dir, &[]);
     for np in [4, 8] {
-        let out = mpirun(
-            np,
-            &[
-                "--mca",
-                "mca_base_component_path",
-                &component_path,
-                "--mca",
-                "coll_pipecast_verbose",
-                "1",
-            ],
-            &[test],
-        );
+        let out = mpirun(np, &strs(&args), &[test]);
         check(&out, "coll:pipecast", np as u64);
     }
-    let out = mpirun(
-        4,
-        &[
-            "--mca",
-            "mca_base_component_path",
-            &component_path,
-            "--mca",
-            "coll_pipecast_verbose",
-            "1",
-        ],
-        &[test, "multiple"],
-    );
+    // MPI_THREAD_MULTIPLE: nothing may block in module enable (OMPI.md).
+    let out = mpirun(4, &strs(&args), &[test, "multiple"]);
     check(&out, "coll:pipecast", 4);
-    let preload = dir.join("libpipecast_preload.so");
-    let out = mpirun(
-        4,
-        &[
-            "-x",
-            &format!("LD_PRELOAD={}", preload.display()),
-            "-x",
-            "PIPECAST_VERBOSE=1",
-        ],
-        &[test],
-    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn preload_under_open_mpi() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(dir) = build() else { return };
+    let test = dir.join("mpi_bcast_test");
+    let preload = format!("LD_PRELOAD={}", dir.join("libpipecast_preload.so").display());
+    let out = mpirun(4, &["-x", &preload, "-x", "PIPECAST_VERBOSE=1"], &[test.to_str().unwrap()]);
     check(&out, "pipecast-preload", 4);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn preload_under_mpich() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !have("mpicc.mpich", &["--version"]) {
+        eprintln!("SKIPPED: MPICH not installed (apt-get install mpich libmpich-dev)");
+        return;
+    }
+    let Some(dir) = build() else { return };
+    let preload = dir.join("libpipecast_preload_mpich.so");
+    assert!(preload.exists(), "make -C ffi built no MPICH shim although mpicc.mpich exists");
+    let test = dir.join("mpi_bcast_test_mpich");
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let cc = Command::new("mpicc.mpich")
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(&test)
+        .arg(root.join("tests/c/mpi_bcast_test.c"))
+        .status()
+        .unwrap();
+    assert!(cc.success());
+    let out = Command::new("timeout")
+        .args(["300", "mpirun.mpich", "-np", "4", "-env", "LD_PRELOAD"])
+        .arg(&preload)
+        .args(["-env", "PIPECAST_VERBOSE", "1", "-env", "PIPECAST_TIMEOUT_MS", "20000"])
+        .arg(&test)
+        .output()
+        .unwrap();
+    check(&out, "pipecast-preload", 4);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// mpi4py's own collective tests (`test_cco`, 350 tests; the sdist's `test/` directory named by
+/// PIPECAST_MPI4PY_TESTS, which `.ci/run` downloads) with every broadcast forced through
+/// pipecast (threshold 1 byte), via the component and via the preload shim. Its
+/// non-contiguous and intercommunicator cases must take the fallback path.
+#[test]
+fn mpi4py_suite() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Ok(tests) = std::env::var("PIPECAST_MPI4PY_TESTS") else {
+        eprintln!("SKIPPED: set PIPECAST_MPI4PY_TESTS to mpi4py 3.1.4's test/ directory (.ci/run does)");
+        return;
+    };
+    if !have("/usr/bin/python3", &["-c", "import mpi4py"]) {
+        eprintln!("SKIPPED: python3-mpi4py not installed");
+        return;
+    }
+    let Some(dir) = build() else { return };
+    let runtests = format!("{tests}/runtests.py");
+    let suite = ["/usr/bin/python3", &runtests, "-q", "-i", "test_cco"];
+    let args = component_args(&dir, &["--mca", "coll_pipecast_min_bytes", "1"]);
+    let out = mpirun(4, &strs(&args), &suite);
+    check_suite(&out, "coll:pipecast");
+    let preload = format!("LD_PRELOAD={}", dir.join("libpipecast_preload.so").display());
+    let out = mpirun(
+        4,
+        &["-x", &preload, "-x", "PIPECAST_VERBOSE=1", "-x", "PIPECAST_MIN_BYTES=1"],
+        &suite,
+    );
+    check_suite(&out, "pipecast-preload");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn check_suite(out: &Output, marker: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "mpi4py's tests failed:\n{stderr}");
+    assert_eq!(stderr.matches("\nOK").count() + usize::from(stderr.starts_with("OK")), 4, "{stderr}");
+    let n = carried(&stderr, marker);
+    assert!(n >= 4 * 100, "pipecast carried only {n} broadcasts:\n{stderr}");
+    assert!(!stderr.contains("falling back"), "a pipecast broadcast failed:\n{stderr}");
 }

@@ -123,8 +123,8 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
     /* Contiguous: no gaps inside an element and none between elements. */
     int contiguous = (MPI_Aint)type_size == true_extent && extent == true_extent;
     size_t bytes = (size_t)type_size * (size_t)count;
-    comm_state *s = (inter || size < 2 || !contiguous || (long)bytes < min_bytes) ? NULL : state_of(comm);
-    if (s == NULL || s->disabled) {
+    comm_state *s = (inter || size < 2) ? NULL : state_of(comm);
+    if (s == NULL || s->disabled || !contiguous || (long)bytes < min_bytes) {
         if (s != NULL) s->fallback++;
         return PMPI_Bcast(buffer, count, datatype, root, comm);
     }
