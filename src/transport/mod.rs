@@ -6,3 +6,5 @@ pub enum TransportError {
     #[error("{0}")]
     Io(String),
 }
+
+pub mod lldp_socket;
