@@ -165,7 +165,16 @@ pub fn up(topology: &Topology, opts: &UpOptions) -> Result<LabState, LabError> {
         }
         Err(e) => {
             teardown(&state);
-            Err(e)
+            let interrupted = opts
+                .interrupted
+                .as_ref()
+                .is_some_and(|f| f.load(Ordering::SeqCst));
+            // A Ctrl-C also kills the running `ip`/`tc`: report the interruption, not that.
+            Err(if interrupted {
+                LabError::Interrupted
+            } else {
+                e
+            })
         }
     }
 }

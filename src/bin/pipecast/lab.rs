@@ -27,9 +27,28 @@ enum LabCommand {
     Down(NameArg),
     /// List the labs on this machine.
     Status,
+    /// TCP throughput probe to check the lab's links: `recv` in one machine, `send` in another.
+    #[command(subcommand)]
+    Tput(Tput),
     /// (internal) Send one broadcast from this machine so that the bridges learn its MAC.
     #[command(hide = true)]
     Announce,
+}
+
+#[derive(clap::Subcommand)]
+enum Tput {
+    /// Accept one connection, read until it closes, print Mbit/s.
+    Recv {
+        #[arg(long, default_value_t = 5001)]
+        port: u16,
+    },
+    /// Connect to ADDR:PORT and send for SECONDS.
+    Send {
+        #[arg(long)]
+        to: String,
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+    },
 }
 
 #[derive(clap::Args)]
@@ -116,6 +135,7 @@ pub fn run(args: Args) -> CliResult {
             Ok(())
         }
         LabCommand::Status => status(),
+        LabCommand::Tput(t) => tput(t),
         LabCommand::Announce => announce(),
     }
 }
@@ -226,4 +246,57 @@ fn announce() -> CliResult {
     socket.set_broadcast(true)?;
     socket.send_to(b"pipecast lab announce", "198.18.255.255:9")?;
     Ok(())
+}
+
+fn tput(t: Tput) -> CliResult {
+    use std::io::{Read, Write};
+    use std::time::Instant;
+    match t {
+        Tput::Recv { port } => {
+            let listener = std::net::TcpListener::bind(("0.0.0.0", port))?;
+            let (mut conn, peer) = listener.accept()?;
+            let mut buf = vec![0u8; 1 << 16];
+            let mut bytes = 0u64;
+            let mut start = None;
+            loop {
+                let n = conn.read(&mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                start.get_or_insert_with(Instant::now);
+                bytes += n as u64;
+            }
+            let secs = start.map_or(0.0, |s| s.elapsed().as_secs_f64());
+            if secs <= 0.0 {
+                return Err(format!("no data from {peer}").into());
+            }
+            println!(
+                "{:.1} Mbit/s from {peer} ({bytes} bytes in {secs:.2} s)",
+                bytes as f64 * 8.0 / secs / 1e6
+            );
+            Ok(())
+        }
+        Tput::Send { to, seconds } => {
+            if !(seconds > 0.0 && seconds <= 3600.0) {
+                return Err("--seconds must be between 0 and 3600".into());
+            }
+            // The receiver may start a moment later: retry for up to 5 s.
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let mut conn = loop {
+                match std::net::TcpStream::connect(&to) {
+                    Ok(c) => break c,
+                    Err(e) if Instant::now() > deadline => {
+                        return Err(format!("cannot connect to {to}: {e}").into())
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(100)),
+                }
+            };
+            let buf = vec![0x5au8; 1 << 16];
+            let end = Instant::now() + Duration::from_secs_f64(seconds);
+            while Instant::now() < end {
+                conn.write_all(&buf)?;
+            }
+            Ok(())
+        }
+    }
 }
