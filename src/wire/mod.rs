@@ -1,5 +1,6 @@
 //! Byte formats as typed views over bytes (smoltcp's `Packet`/`Repr` split, see STYLE.md):
-//! [`ethernet`] (the Ethernet II header) and [`lldp`] (IEEE 802.1AB LLDPDUs and their TLVs).
+//! [`ethernet`] (the Ethernet II header), [`lldp`] (IEEE 802.1AB LLDPDUs and their TLVs) and
+//! [`frame`] (pipecast's own raw-Ethernet frame header).
 //!
 //! A view (`Frame`, `Tlv`) wraps any `T: AsRef<[u8]>`, checks its length once in
 //! `new_checked`, and then reads fields over fixed ranges without panicking. A `Repr` is the
@@ -9,6 +10,7 @@
 #![deny(unsafe_code)]
 
 pub mod ethernet;
+pub mod frame;
 pub mod lldp;
 
 /// A malformed frame.
@@ -26,6 +28,8 @@ pub enum WireError {
     MissingTlv(&'static str),
     #[error("not an LLDP frame: EtherType {0:#06x} (LLDP is 0x88cc)")]
     NotLldp(u16),
+    #[error("pipecast frame version {got}, this build reads version {supported}: run the same pipecast on every rank")]
+    BadVersion { got: u8, supported: u8 },
     #[error("buffer too small to emit: need {need} bytes, have {got}")]
     BufferTooSmall { need: usize, got: usize },
     #[error("field too long for LLDP: {what} is {len} bytes, at most {max} allowed")]
