@@ -382,3 +382,39 @@ fn up_without_root_says_so() {
     assert!(t.contains("the lab needs root"), "{t}");
     assert!(!t.contains("panicked"), "{t}");
 }
+
+#[test]
+fn mpirun_puts_rank_r_on_machine_r() {
+    require_lab!();
+    if pipecast::lab::find_tool("mpirun").is_none() {
+        eprintln!("skipping: mpirun not installed (apt-get install openmpi-bin)");
+        return;
+    }
+    let lab = Lab::up(
+        "m",
+        r#"{"switches": ["s0", "s1"], "links": [["s0", "s1"]],
+            "machines": [{"name": "h0", "switch": "s1"}, {"name": "h1", "switch": "s0"}, {"name": "h2", "switch": "s1"}]}"#,
+        &["--lldp-wait", "0"],
+    );
+    let out = pipecast(&[
+        "lab",
+        "mpirun",
+        "--name",
+        &lab.name,
+        "--",
+        "sh",
+        "-c",
+        "echo mpi $OMPI_COMM_WORLD_RANK $(cat /sys/class/net/eth0/address) $(ip -o -4 addr show eth0)",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for r in 0..3 {
+        let needle = format!("198.18.0.{}/16", r + 1);
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("mpi {r} ")) && l.contains(&needle)),
+            "rank {r} not on machine {r}: {stdout}"
+        );
+    }
+}

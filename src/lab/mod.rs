@@ -18,11 +18,13 @@
 mod build;
 mod command;
 mod launch;
+mod mpi;
 mod state;
 
 pub use build::{down, up, UpOptions};
-pub use command::{is_root, require_tools};
+pub use command::{find_tool, is_root, require_tools};
 pub use launch::{exec, lldp_dump, run, RankOutcome, RunOptions};
+pub use mpi::{hostfile, mpirun, mpirun_command, rsh};
 pub use state::{labs, load, run_root, LabState, MachineState, SwitchState};
 
 /// What went wrong building or using a lab.

@@ -30,6 +30,11 @@ enum LabCommand {
     /// TCP throughput probe to check the lab's links: `recv` in one machine, `send` in another.
     #[command(subcommand)]
     Tput(Tput),
+    /// Remote-shell agent for launchers (Open MPI's plm_rsh_agent): run CMD on HOST, where
+    /// HOST is a machine name or one of its addresses.
+    Rsh(RshArgs),
+    /// Run Open MPI's mpirun in the management namespace with ranks on the lab's machines.
+    Mpirun(MpirunArgs),
     /// (internal) Send one broadcast from this machine so that the bridges learn its MAC.
     #[command(hide = true)]
     Announce,
@@ -102,6 +107,26 @@ struct ExecArgs {
 }
 
 #[derive(clap::Args)]
+struct RshArgs {
+    #[arg(long, default_value = "pc")]
+    name: String,
+    /// Machine name, data address or management address.
+    host: String,
+    /// The command line (joined with spaces and run by sh, as ssh does).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+    command: Vec<String>,
+}
+
+#[derive(clap::Args)]
+struct MpirunArgs {
+    #[arg(long, default_value = "pc")]
+    name: String,
+    /// Arguments for mpirun (program and its arguments last); -np defaults to all machines.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+    args: Vec<String>,
+}
+
+#[derive(clap::Args)]
 struct LldpArgs {
     #[arg(long, default_value = "pc")]
     name: String,
@@ -132,6 +157,20 @@ pub fn run(args: Args) -> CliResult {
         LabCommand::Down(a) => {
             lab::down(&a.name)?;
             eprintln!("lab {} removed", a.name);
+            Ok(())
+        }
+        LabCommand::Rsh(a) => {
+            let state = lab::load(&a.name)?;
+            let code = lab::rsh(&state, &a.host, &a.command)?;
+            std::process::exit(code);
+        }
+        LabCommand::Mpirun(a) => {
+            let state = lab::load(&a.name)?;
+            let exe = std::env::current_exe()?;
+            let code = lab::mpirun(&state, &exe, &a.args)?;
+            if code != 0 {
+                std::process::exit(code);
+            }
             Ok(())
         }
         LabCommand::Status => status(),
