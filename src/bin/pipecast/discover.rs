@@ -35,6 +35,7 @@ pub struct DiscoverArgs {
     /// Output file (default: standard output).
     #[arg(short = 'o', long)]
     pub output: Option<PathBuf>,
+    /// Where this rank learns its own switch and port.
     #[arg(long, value_enum, default_value = "auto")]
     pub lldp: LldpSource,
     /// How long to listen for an LLDPDU (one LLDP interval; 30 s by default on switches).
