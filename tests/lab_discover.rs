@@ -191,6 +191,8 @@ fn discovery_reproduces_the_lab_topology() {
     let out = lab.run(&[
         EXE,
         "discover",
+        "--iface",
+        "eth0",
         "--slurm",
         slurm.to_str().unwrap(),
         "-o",

@@ -350,15 +350,24 @@ pub fn observe_with_lldpd(machine: &str) -> Option<Observation> {
     })
 }
 
-/// Listens on every Ethernet interface for up to `timeout` and takes the first valid LLDPDU
-/// (one LLDP interval is enough: 30 s by default, 1 s in the lab).
+/// Listens on `iface` (or every Ethernet interface that is up) for up to `timeout` and takes
+/// the first valid LLDPDU (one LLDP interval is enough: 30 s by default, 1 s in the lab).
 pub fn observe_by_listening(
     machine: &str,
     timeout: Duration,
+    iface: Option<&str>,
 ) -> Result<Observation, DiscoverError> {
     use crate::transport::lldp_socket::{ethernet_interfaces, LldpSocket};
     use crate::wire::lldp;
-    let interfaces = ethernet_interfaces();
+    let mut interfaces = ethernet_interfaces();
+    if let Some(only) = iface {
+        interfaces.retain(|(name, _)| name == only);
+        if interfaces.is_empty() {
+            return Err(DiscoverError::Listen(format!(
+                "interface {only} is not an Ethernet interface that is up here"
+            )));
+        }
+    }
     let indexes: Vec<u32> = interfaces.iter().map(|(_, i)| *i).collect();
     let socket = LldpSocket::open(&indexes).map_err(|e| DiscoverError::Listen(e.to_string()))?;
     let deadline = std::time::Instant::now() + timeout;
@@ -381,10 +390,15 @@ pub fn observe_by_listening(
             tracing::debug!("ignoring a malformed LLDP frame");
             continue;
         };
-        let iface = interfaces
+        // The socket hears every interface; keep only the chosen ones.
+        let Some(iface) = interfaces
             .iter()
             .find(|(_, i)| *i == rx.ifindex)
-            .map(|(n, _)| n.clone());
+            .map(|(n, _)| n.clone())
+        else {
+            continue;
+        };
+        let iface = Some(iface);
         return Ok(Observation {
             machine: machine.into(),
             switch: Some(repr.switch_name()),

@@ -41,6 +41,9 @@ pub struct DiscoverArgs {
     /// How long to listen for an LLDPDU (one LLDP interval; 30 s by default on switches).
     #[arg(long, default_value_t = 35)]
     pub listen_seconds: u64,
+    /// Listen on this interface only (default: every Ethernet interface that is up).
+    #[arg(long)]
+    pub iface: Option<String>,
     /// This machine's name (default: PIPECAST_MACHINE, else the host name).
     #[arg(long)]
     pub machine: Option<String>,
@@ -82,10 +85,12 @@ pub fn run(args: DiscoverArgs) -> CliResult {
     let mine = match args.lldp {
         LldpSource::Auto => match discover::observe_with_lldpd(&machine) {
             Some(o) => o,
-            None => discover::observe_by_listening(&machine, listen)?,
+            None => discover::observe_by_listening(&machine, listen, args.iface.as_deref())?,
         },
         LldpSource::Lldpd => discover::observe_with_lldpd(&machine).unwrap_or(silent),
-        LldpSource::Listen => discover::observe_by_listening(&machine, listen)?,
+        LldpSource::Listen => {
+            discover::observe_by_listening(&machine, listen, args.iface.as_deref())?
+        }
         LldpSource::None => silent,
     };
     tracing::info!(?mine, "local observation");
