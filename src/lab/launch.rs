@@ -174,7 +174,8 @@ pub fn run(
     Ok(outcomes)
 }
 
-/// Runs `cmd` in one machine's namespace with the terminal attached; returns its exit code.
+/// Runs `cmd` in one machine's namespace with the terminal attached (`PIPECAST_MACHINE` and
+/// `PIPECAST_LAB` set, no rank variables); returns its exit code.
 pub fn exec(state: &LabState, machine: &str, cmd: &[String]) -> Result<i32, LabError> {
     let rank = state
         .machines
@@ -198,7 +199,10 @@ pub fn exec(state: &LabState, machine: &str, cmd: &[String]) -> Result<i32, LabE
     let status = Command::new(ip_path()?)
         .args(["netns", "exec", &state.machines[rank].netns])
         .args(cmd)
-        .envs(rank_env(state, rank, RunOptions::default().port))
+        // Not a job: only the machine's identity (a lone PIPECAST_RANK would make pipecast
+        // wait for the other ranks).
+        .env("PIPECAST_MACHINE", &state.machines[rank].name)
+        .env("PIPECAST_LAB", &state.name)
         .status()
         .map_err(|e| LabError::Command(format!("cannot run {}: {e}", cmd[0])))?;
     Ok(status.code().unwrap_or(128))

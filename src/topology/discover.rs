@@ -325,13 +325,20 @@ fn interface_mac(iface: &str) -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
-/// Asks the host's own lldpd (default socket), if one runs. Only neighbours on interfaces
-/// of this network namespace count (lldpcli would also reach another namespace's lldpd).
-pub fn observe_with_lldpd(machine: &str) -> Option<Observation> {
-    if !Path::new("/run/lldpd.socket").exists() {
+/// lldpd's default control socket.
+pub const LLDPD_SOCKET: &str = "/run/lldpd.socket";
+
+/// Asks the host's own lldpd through its control socket (default [`LLDPD_SOCKET`]), if it
+/// runs. Only neighbours on interfaces of this network namespace count (the socket path may
+/// reach another namespace's lldpd).
+pub fn observe_with_lldpd(machine: &str, socket: Option<&Path>) -> Option<Observation> {
+    let socket = socket.unwrap_or(Path::new(LLDPD_SOCKET));
+    if !socket.exists() {
         return None;
     }
     let out = std::process::Command::new("lldpcli")
+        .arg("-u")
+        .arg(socket)
         .args(["-f", "json0", "show", "neighbors"])
         .stderr(std::process::Stdio::null())
         .output()

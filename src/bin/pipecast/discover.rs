@@ -41,6 +41,9 @@ pub struct DiscoverArgs {
     /// How long to listen for an LLDPDU (one LLDP interval; 30 s by default on switches).
     #[arg(long, default_value_t = 35)]
     pub listen_seconds: u64,
+    /// lldpd control socket of this host (default /run/lldpd.socket).
+    #[arg(long)]
+    pub lldpd_socket: Option<PathBuf>,
     /// Listen on this interface only (default: every Ethernet interface that is up).
     #[arg(long)]
     pub iface: Option<String>,
@@ -83,11 +86,15 @@ pub fn run(args: DiscoverArgs) -> CliResult {
         source: "none".into(),
     };
     let mine = match args.lldp {
-        LldpSource::Auto => match discover::observe_with_lldpd(&machine) {
-            Some(o) => o,
-            None => discover::observe_by_listening(&machine, listen, args.iface.as_deref())?,
-        },
-        LldpSource::Lldpd => discover::observe_with_lldpd(&machine).unwrap_or(silent),
+        LldpSource::Auto => {
+            match discover::observe_with_lldpd(&machine, args.lldpd_socket.as_deref()) {
+                Some(o) => o,
+                None => discover::observe_by_listening(&machine, listen, args.iface.as_deref())?,
+            }
+        }
+        LldpSource::Lldpd => {
+            discover::observe_with_lldpd(&machine, args.lldpd_socket.as_deref()).unwrap_or(silent)
+        }
         LldpSource::Listen => {
             discover::observe_by_listening(&machine, listen, args.iface.as_deref())?
         }

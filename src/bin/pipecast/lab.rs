@@ -218,6 +218,13 @@ fn up(a: UpArgs) -> CliResult {
 
 fn run_all(a: RunArgs) -> CliResult {
     let state = lab::load(&a.name)?;
+    if !state.complete {
+        return Err(format!(
+            "lab {0} is not completely built (did `up` fail?): `pipecast lab down --name {0}` and build it again",
+            a.name
+        )
+        .into());
+    }
     let opts = RunOptions {
         timeout: Duration::from_secs(a.timeout),
         port: a.port,
