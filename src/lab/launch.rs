@@ -7,6 +7,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How to run a command on every machine.
@@ -16,6 +18,9 @@ pub struct RunOptions {
     pub timeout: Duration,
     /// TCP port of the rendezvous on rank 0's data address.
     pub port: u16,
+    /// Set (e.g. by a Ctrl-C handler) to kill every rank now. Ranks run in their own process
+    /// groups, so a terminal's Ctrl-C reaches only us.
+    pub interrupted: Option<Arc<AtomicBool>>,
 }
 
 impl Default for RunOptions {
@@ -23,6 +28,7 @@ impl Default for RunOptions {
         RunOptions {
             timeout: Duration::from_secs(60),
             port: 47_800,
+            interrupted: None,
         }
     }
 }
@@ -147,6 +153,13 @@ pub fn run(
         }
         if Instant::now() > deadline {
             timed_out = true;
+            break;
+        }
+        if opts
+            .interrupted
+            .as_ref()
+            .is_some_and(|f| f.load(Ordering::SeqCst))
+        {
             break;
         }
         std::thread::sleep(Duration::from_millis(10));

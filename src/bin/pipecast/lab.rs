@@ -225,11 +225,19 @@ fn run_all(a: RunArgs) -> CliResult {
         )
         .into());
     }
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let flag = interrupted.clone();
+    // Ctrl-C kills every rank (they run in their own process groups).
+    ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst))?;
     let opts = RunOptions {
         timeout: Duration::from_secs(a.timeout),
         port: a.port,
+        interrupted: Some(interrupted.clone()),
     };
     let outcomes = lab::run(&state, &a.command, &opts)?;
+    if interrupted.load(Ordering::SeqCst) {
+        return Err("interrupted: every rank was killed".into());
+    }
     let failed: Vec<String> = outcomes
         .iter()
         .filter(|o| !o.success())
