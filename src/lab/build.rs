@@ -179,143 +179,107 @@ pub fn up(topology: &Topology, opts: &UpOptions) -> Result<LabState, LabError> {
     }
 }
 
+/// Runs one `ip` or `tc` command line. The line is split at spaces: every name in it was
+/// checked by [`plan`] (no spaces), so it reads like the shell commands of LAB.md.
+fn sh(tool: &str, line: &str) -> Result<(), LabError> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    command::run(tool, &words).map(|_| ())
+}
+
 fn build(t: &Topology, opts: &UpOptions, state: &LabState) -> Result<(), LabError> {
     let check = || match &opts.interrupted {
         Some(flag) if flag.load(Ordering::SeqCst) => Err(LabError::Interrupted),
         _ => Ok(()),
     };
-    let mtu = opts.mtu.to_string();
+    let mtu = opts.mtu;
     for ns in state.namespaces() {
         check()?;
-        ip(&["netns", "add", &ns])?;
+        sh("ip", &format!("netns add {ns}"))?;
         // No IPv6 (router solicitations, MLD) in the lab: only the traffic we make.
-        in_netns(
-            &ns,
-            "sysctl",
-            &[
-                "-q",
-                "-w",
-                "net.ipv6.conf.all.disable_ipv6=1",
-                "net.ipv6.conf.default.disable_ipv6=1",
-            ],
+        sh(
+            "ip",
+            &format!(
+                "netns exec {ns} sysctl -q -w net.ipv6.conf.all.disable_ipv6=1 \
+                 net.ipv6.conf.default.disable_ipv6=1"
+            ),
         )?;
-        ip(&["-n", &ns, "link", "set", "lo", "up"])?;
+        sh("ip", &format!("-n {ns} link set lo up"))?;
     }
-    // Ageing 3600 s (the value is in centiseconds) so learned MACs stay through long runs.
-    for s in state
-        .switches
-        .iter()
-        .map(|s| &s.netns)
-        .chain([&state.mgmt_netns])
-    {
-        ip(&[
-            "-n",
-            s,
-            "link",
-            "add",
-            "name",
-            "br0",
-            "type",
-            "bridge",
-            "stp_state",
-            "0",
-            "mcast_snooping",
-            "0",
-            "ageing_time",
-            "360000",
-        ])?;
+    // FDB ageing 3600 s (in centiseconds) so that learned MACs outlive long runs.
+    let bridges = state.switches.iter().map(|s| &s.netns);
+    for ns in bridges.chain([&state.mgmt_netns]) {
+        sh(
+            "ip",
+            &format!(
+                "-n {ns} link add name br0 type bridge stp_state 0 mcast_snooping 0 \
+                 ageing_time 360000"
+            ),
+        )?;
     }
-    ip(&[
-        "-n",
-        &state.mgmt_netns,
-        "addr",
-        "add",
-        "198.19.255.254/16",
-        "dev",
-        "br0",
-    ])?;
-    ip(&["-n", &state.mgmt_netns, "link", "set", "br0", "up"])?;
-    let tbf = |ns: &str, dev: &str, gbps: Option<f64>| -> Result<(), LabError> {
+    let mg = &state.mgmt_netns;
+    sh("ip", &format!("-n {mg} addr add 198.19.255.254/16 dev br0"))?;
+    sh("ip", &format!("-n {mg} link set br0 up"))?;
+    // One tbf per veth end: the egress of that end is one direction of the link.
+    let tbf = |ns: &str, dev: &str, gbps: Option<f64>| {
         let bits = gbps.map_or(opts.rate_bits, |g| (g * 1e9) as u64);
-        let (burst, limit) = tbf_sizes(bits, opts.mtu);
-        command::run(
+        let (burst, limit) = tbf_sizes(bits, mtu);
+        sh(
             "tc",
-            &[
-                "-n",
-                ns,
-                "qdisc",
-                "replace",
-                "dev",
-                dev,
-                "root",
-                "tbf",
-                "rate",
-                &format!("{bits}bit"),
-                "burst",
-                &burst.to_string(),
-                "limit",
-                &limit.to_string(),
-            ],
+            &format!(
+                "-n {ns} qdisc replace dev {dev} root tbf rate {bits}bit burst {burst} \
+                 limit {limit}"
+            ),
         )
-        .map(|_| ())
     };
     for (i, m) in state.machines.iter().enumerate() {
         check()?;
-        let sw = &state.switches[t.switch_of(i)].netns;
-        let host = &m.netns;
-        ip(&[
-            "-n", sw, "link", "add", "name", &m.name, "type", "veth", "peer", "name", "eth0",
-            "netns", host,
-        ])?;
-        ip(&[
-            "-n", sw, "link", "set", &m.name, "master", "br0", "mtu", &mtu, "up",
-        ])?;
-        ip(&["-n", host, "link", "set", "eth0", "mtu", &mtu, "up"])?;
-        ip(&[
-            "-n",
-            host,
-            "addr",
-            "add",
-            &format!("{}/16", m.address),
-            "dev",
-            "eth0",
-        ])?;
-        let gbps = t.machines()[i].gbps;
-        tbf(host, "eth0", gbps)?;
-        tbf(sw, &m.name, gbps)?;
-        let mg = &state.mgmt_netns;
-        ip(&[
-            "-n", mg, "link", "add", "name", &m.name, "type", "veth", "peer", "name", "mgmt0",
-            "netns", host,
-        ])?;
-        ip(&["-n", mg, "link", "set", &m.name, "master", "br0", "up"])?;
-        ip(&["-n", host, "link", "set", "mgmt0", "up"])?;
-        ip(&[
-            "-n",
-            host,
-            "addr",
-            "add",
-            &format!("{}/16", m.mgmt_address),
-            "dev",
-            "mgmt0",
-        ])?;
+        let (sw, host, port) = (&state.switches[t.switch_of(i)].netns, &m.netns, &m.name);
+        sh(
+            "ip",
+            &format!("-n {sw} link add name {port} type veth peer name eth0 netns {host}"),
+        )?;
+        sh(
+            "ip",
+            &format!("-n {sw} link set {port} master br0 mtu {mtu} up"),
+        )?;
+        sh("ip", &format!("-n {host} link set eth0 mtu {mtu} up"))?;
+        sh(
+            "ip",
+            &format!("-n {host} addr add {}/16 dev eth0", m.address),
+        )?;
+        tbf(host, "eth0", t.machines()[i].gbps)?;
+        tbf(sw, port, t.machines()[i].gbps)?;
+        sh(
+            "ip",
+            &format!("-n {mg} link add name {port} type veth peer name mgmt0 netns {host}"),
+        )?;
+        sh("ip", &format!("-n {mg} link set {port} master br0 up"))?;
+        sh("ip", &format!("-n {host} link set mgmt0 up"))?;
+        sh(
+            "ip",
+            &format!("-n {host} addr add {}/16 dev mgmt0", m.mgmt_address),
+        )?;
     }
     for link in t.links() {
         check()?;
         let (a, b) = (&state.switches[link.a], &state.switches[link.b]);
-        ip(&[
-            "-n", &a.netns, "link", "add", "name", &b.name, "type", "veth", "peer", "name",
-            &a.name, "netns", &b.netns,
-        ])?;
+        sh(
+            "ip",
+            &format!(
+                "-n {} link add name {} type veth peer name {} netns {}",
+                a.netns, b.name, a.name, b.netns
+            ),
+        )?;
         for (ns, port) in [(&a.netns, &b.name), (&b.netns, &a.name)] {
-            ip(&[
-                "-n", ns, "link", "set", port, "master", "br0", "mtu", &mtu, "up",
-            ])?;
+            sh(
+                "ip",
+                &format!("-n {ns} link set {port} master br0 mtu {mtu} up"),
+            )?;
             tbf(ns, port, link.gbps)?;
         }
     }
     for s in &state.switches {
-        ip(&["-n", &s.netns, "link", "set", "br0", "up"])?;
+        sh("ip", &format!("-n {} link set br0 up", s.netns))?;
     }
     for s in &state.switches {
         check()?;
