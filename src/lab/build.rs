@@ -409,6 +409,16 @@ pub fn down(name: &str) -> Result<(), LabError> {
     Ok(())
 }
 
+/// The lab's namespaces that do not exist (e.g. deleted by hand, or after a reboot).
+pub fn missing_namespaces(state: &LabState) -> Result<Vec<String>, LabError> {
+    let existing = netns_list()?;
+    Ok(state
+        .namespaces()
+        .into_iter()
+        .filter(|ns| !existing.contains(ns))
+        .collect())
+}
+
 /// Best effort: every step runs even if an earlier one failed.
 fn teardown(state: &LabState) {
     let namespaces = state.namespaces();

@@ -21,7 +21,7 @@ mod launch;
 mod mpi;
 mod state;
 
-pub use build::{down, up, UpOptions};
+pub use build::{down, missing_namespaces, up, UpOptions};
 pub use command::{find_tool, is_root, require_tools};
 pub use launch::{exec, lldp_dump, run, RankOutcome, RunOptions};
 pub use mpi::{hostfile, mpirun, mpirun_command, rsh};

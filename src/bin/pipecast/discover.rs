@@ -89,7 +89,16 @@ pub fn run(args: DiscoverArgs) -> CliResult {
         LldpSource::Auto => {
             match discover::observe_with_lldpd(&machine, args.lldpd_socket.as_deref()) {
                 Some(o) => o,
-                None => discover::observe_by_listening(&machine, listen, args.iface.as_deref())?,
+                // Without the right to listen, the switch layer may still place this machine.
+                None => {
+                    match discover::observe_by_listening(&machine, listen, args.iface.as_deref()) {
+                        Ok(o) => o,
+                        Err(e) => {
+                            eprintln!("pipecast topo discover: {machine}: {e}; relying on the switch layer");
+                            silent.clone()
+                        }
+                    }
+                }
             }
         }
         LldpSource::Lldpd => {

@@ -275,18 +275,27 @@ fn status() -> CliResult {
     }
     for name in names {
         match lab::load(&name) {
-            Ok(s) => println!(
-                "{name}: {} switches, {} machines, {} bit/s, MTU {}{}",
-                s.switches.len(),
-                s.machines.len(),
-                s.rate_bits,
-                s.mtu,
-                if s.complete {
-                    ""
+            Ok(s) => {
+                let missing = lab::missing_namespaces(&s)?;
+                let health = if !s.complete {
+                    " (incomplete: run `pipecast lab down`)".to_string()
+                } else if !missing.is_empty() {
+                    format!(
+                        " (broken: namespaces {} are gone; run `pipecast lab down`)",
+                        missing.join(", ")
+                    )
                 } else {
-                    " (incomplete: run `pipecast lab down`)"
-                }
-            ),
+                    String::new()
+                };
+                println!(
+                    "{name}: {} switches, {} machines, {} Mbit/s, MTU {}, run dir {}{health}",
+                    s.switches.len(),
+                    s.machines.len(),
+                    s.rate_bits / 1_000_000,
+                    s.mtu,
+                    s.run_dir
+                );
+            }
             Err(e) => println!("{name}: {e}"),
         }
     }
