@@ -135,6 +135,7 @@ pub fn assemble(
             names.sort_by(|a, b| natural_cmp(a, b));
             let known: BTreeSet<&str> = names.iter().map(String::as_str).collect();
             let mut pairs = BTreeSet::new();
+            let mut ignored = Vec::new();
             for (switch, neighbours) in dumps {
                 for n in neighbours {
                     let other = n.chassis_name();
@@ -148,12 +149,19 @@ pub fn assemble(
                             pairs.insert((a, b));
                         }
                     } else {
-                        notes.push(format!(
-                            "switch {switch} port {}: neighbour {other} has no dump of its own; not taken as a switch",
-                            n.interface
-                        ));
+                        ignored.push(format!("{other} (on {switch} port {})", n.interface));
                     }
                 }
+            }
+            if !ignored.is_empty() {
+                let shown = ignored.len().min(5);
+                notes.push(format!(
+                    "{} LLDP neighbour(s) of the switches have no dump of their own and are not \
+                     taken as switches: {}{}",
+                    ignored.len(),
+                    ignored[..shown].join(", "),
+                    if ignored.len() > shown { ", …" } else { "" }
+                ));
             }
             let mut pairs: Vec<(String, String)> = pairs.into_iter().collect();
             pairs.sort_by(|x, y| natural_cmp(&x.0, &y.0).then(natural_cmp(&x.1, &y.1)));
@@ -329,9 +337,13 @@ fn interface_mac(iface: &str) -> Option<String> {
 pub const LLDPD_SOCKET: &str = "/run/lldpd.socket";
 
 /// Asks the host's own lldpd through its control socket (default [`LLDPD_SOCKET`]), if it
-/// runs. Only neighbours on interfaces of this network namespace count (the socket path may
+/// runs, about `iface` (default: any interface). Only neighbours on interfaces of this network namespace count (the socket path may
 /// reach another namespace's lldpd).
-pub fn observe_with_lldpd(machine: &str, socket: Option<&Path>) -> Option<Observation> {
+pub fn observe_with_lldpd(
+    machine: &str,
+    socket: Option<&Path>,
+    iface: Option<&str>,
+) -> Option<Observation> {
     let socket = socket.unwrap_or(Path::new(LLDPD_SOCKET));
     if !socket.exists() {
         return None;
@@ -346,6 +358,7 @@ pub fn observe_with_lldpd(machine: &str, socket: Option<&Path>) -> Option<Observ
     let neighbours = lldpd::parse_neighbors(&String::from_utf8_lossy(&out.stdout)).ok()?;
     let n = neighbours
         .into_iter()
+        .filter(|n| iface.map_or(true, |only| n.interface == only))
         .find(|n| Path::new("/sys/class/net").join(&n.interface).exists())?;
     Some(Observation {
         machine: machine.into(),

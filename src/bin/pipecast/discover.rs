@@ -44,7 +44,7 @@ pub struct DiscoverArgs {
     /// lldpd control socket of this host (default /run/lldpd.socket).
     #[arg(long)]
     pub lldpd_socket: Option<PathBuf>,
-    /// Listen on this interface only (default: every Ethernet interface that is up).
+    /// Use LLDP of this interface only (default: every Ethernet interface that is up).
     #[arg(long)]
     pub iface: Option<String>,
     /// This machine's name (default: PIPECAST_MACHINE, else the host name).
@@ -87,7 +87,11 @@ pub fn run(args: DiscoverArgs) -> CliResult {
     };
     let mine = match args.lldp {
         LldpSource::Auto => {
-            match discover::observe_with_lldpd(&machine, args.lldpd_socket.as_deref()) {
+            match discover::observe_with_lldpd(
+                &machine,
+                args.lldpd_socket.as_deref(),
+                args.iface.as_deref(),
+            ) {
                 Some(o) => o,
                 // Without the right to listen, the switch layer may still place this machine.
                 None => {
@@ -101,9 +105,12 @@ pub fn run(args: DiscoverArgs) -> CliResult {
                 }
             }
         }
-        LldpSource::Lldpd => {
-            discover::observe_with_lldpd(&machine, args.lldpd_socket.as_deref()).unwrap_or(silent)
-        }
+        LldpSource::Lldpd => discover::observe_with_lldpd(
+            &machine,
+            args.lldpd_socket.as_deref(),
+            args.iface.as_deref(),
+        )
+        .unwrap_or(silent),
         LldpSource::Listen => {
             discover::observe_by_listening(&machine, listen, args.iface.as_deref())?
         }
