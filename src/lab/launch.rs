@@ -239,3 +239,28 @@ pub fn lldp_dump(state: &LabState, dir: &Path) -> Result<Vec<std::path::PathBuf>
     }
     Ok(written)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rank_environment() {
+        let env = rank_env(&crate::lab::state::sample_state(), 1, 4000);
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("PIPECAST_RANK"), Some("1"));
+        assert_eq!(get("PIPECAST_SIZE"), Some("2"));
+        assert_eq!(get("PIPECAST_RENDEZVOUS"), Some("198.18.0.1:4000"));
+        assert_eq!(get("PIPECAST_MACHINE"), Some("h1"));
+    }
+
+    #[test]
+    fn empty_commands_are_refused() {
+        let state = crate::lab::state::sample_state();
+        assert!(run(&state, &[], &RunOptions::default()).is_err());
+        let e = exec(&state, "h7", &["true".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("h0, h1"), "{e}");
+    }
+}

@@ -120,3 +120,26 @@ pub fn mpirun(state: &LabState, exe: &Path, args: &[String]) -> Result<i32, LabE
         .map_err(|e| LabError::Command(format!("cannot run mpirun: {e}")))?;
     Ok(status.code().unwrap_or(255))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mpirun_keeps_mpi_data_on_the_shaped_network() {
+        let state = crate::lab::state::sample_state();
+        let cmd = mpirun_command(&state, Path::new("/bin/pipecast"), Path::new("/x/hostfile"));
+        let after = |k: &str| cmd.iter().position(|a| a == k).map(|i| cmd[i + 1].as_str());
+        assert_eq!(&cmd[..5], ["ip", "netns", "exec", "t-mg", "mpirun"]);
+        assert_eq!(after("btl"), Some("tcp,self"));
+        assert_eq!(after("btl_tcp_if_include"), Some("198.18.0.0/16"));
+        assert_eq!(after("oob_tcp_if_include"), Some("198.19.0.0/16"));
+        assert_eq!(
+            after("plm_rsh_agent"),
+            Some("/bin/pipecast lab rsh --name t")
+        );
+        assert_eq!(machine_netns(&state, "198.19.0.2").unwrap(), "t-h1");
+        assert_eq!(machine_netns(&state, "h0").unwrap(), "t-h0");
+        assert!(machine_netns(&state, "10.0.0.1").is_err());
+    }
+}

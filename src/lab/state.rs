@@ -98,3 +98,42 @@ pub fn labs() -> Vec<String> {
     names.sort();
     names
 }
+
+#[cfg(test)]
+pub(crate) fn sample_state() -> LabState {
+    let machine = |i: usize, switch: &str| MachineState {
+        name: format!("h{i}"),
+        netns: format!("t-h{i}"),
+        switch: switch.into(),
+        address: format!("198.18.0.{}", i + 1),
+        mgmt_address: format!("198.19.0.{}", i + 1),
+    };
+    LabState {
+        name: "t".into(),
+        run_dir: "/run/pipecast/lab/t".into(),
+        rate_bits: 100_000_000,
+        mtu: 1500,
+        mgmt_netns: "t-mg".into(),
+        switches: vec![SwitchState {
+            name: "s0".into(),
+            netns: "t-s0".into(),
+            lldp_socket: "/run/pipecast/lab/t/s0.sock".into(),
+        }],
+        machines: vec![machine(0, "s0"), machine(1, "s0")],
+        topology: serde_json::Value::Null,
+        complete: true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_round_trips_through_json() {
+        let s = sample_state();
+        let back: LabState = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(back, s);
+        assert_eq!(s.namespaces(), ["t-s0", "t-h0", "t-h1", "t-mg"]);
+    }
+}
