@@ -38,9 +38,27 @@ pub fn rsh(state: &LabState, host: &str, command: &[String]) -> Result<i32, LabE
     })?;
     let status = Command::new(ip)
         .args(["netns", "exec", netns, "sh", "-c", &command.join(" ")])
+        .env("OMPI_MCA_orte_tmpdir_base", session_base(state, host))
+        .env("TMPDIR", session_base(state, host))
         .status()
         .map_err(|e| LabError::Command(format!("cannot run the command on {host}: {e}")))?;
     Ok(status.code().unwrap_or(255))
+}
+
+/// Open MPI's session-directory base for one machine (or `mg` for mpirun). The lab's machines
+/// share one host name, so orteds sharing a base collide in `<base>/ompi.<hostname>.<uid>/…`
+/// ("orte_session_dir failed … File exists") and the launch hangs — one in ten or so.
+fn session_base(state: &LabState, machine: &str) -> String {
+    let name = state
+        .machines
+        .iter()
+        .find(|m| m.name == machine || m.address == machine || m.mgmt_address == machine)
+        .map_or(machine, |m| m.name.as_str());
+    Path::new(&state.run_dir)
+        .join("ompi")
+        .join(name)
+        .display()
+        .to_string()
 }
 
 /// Writes `<run dir>/hostfile`: one management address per machine, one slot each, in rank
@@ -59,7 +77,6 @@ pub fn hostfile(state: &LabState) -> Result<std::path::PathBuf, LabError> {
 
 /// The mpirun command line for the lab (without the user's arguments).
 pub fn mpirun_command(state: &LabState, exe: &Path, hostfile: &Path) -> Vec<String> {
-    let tmp = Path::new(&state.run_dir).join("ompi");
     let mut cmd: Vec<String> = [
         "ip",
         "netns",
@@ -84,9 +101,6 @@ pub fn mpirun_command(state: &LabState, exe: &Path, hostfile: &Path) -> Vec<Stri
         "--mca",
         "btl_tcp_if_include",
         "198.18.0.0/16",
-        "--mca",
-        "orte_tmpdir_base",
-        &tmp.display().to_string(),
     ]
     .iter()
     .map(|s| s.to_string())
@@ -105,6 +119,11 @@ pub fn mpirun(state: &LabState, exe: &Path, args: &[String]) -> Result<i32, LabE
         });
     }
     let hostfile = hostfile(state)?;
+    for name in state.machines.iter().map(|m| m.name.as_str()).chain(["mg"]) {
+        let dir = session_base(state, name);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| LabError::Io(format!("cannot create {dir}: {e}")))?;
+    }
     let mut cmd = mpirun_command(state, exe, &hostfile);
     if !args
         .iter()
@@ -116,6 +135,8 @@ pub fn mpirun(state: &LabState, exe: &Path, args: &[String]) -> Result<i32, LabE
     let status = Command::new(find_tool("ip").expect("checked with the lab"))
         .args(&cmd[1..])
         .env("PIPECAST_LAB", &state.name)
+        // TMPDIR, not an MCA parameter: mpirun forwards MCA parameters to every orted.
+        .env("TMPDIR", session_base(state, "mg"))
         .status()
         .map_err(|e| LabError::Command(format!("cannot run mpirun: {e}")))?;
     Ok(status.code().unwrap_or(255))
