@@ -63,7 +63,7 @@ fn check_ifname(what: &'static str, name: &str) -> Result<(), LabError> {
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
-        && !matches!(name, "eth0" | "mgmt0" | "br0" | "lo" | "." | "..");
+        && !matches!(name, "eth0" | "mgmt0" | "br0" | "lo" | "mg" | "." | "..");
     if ok {
         Ok(())
     } else {
@@ -474,6 +474,15 @@ mod tests {
         ));
         let t = topology::parse_topology(
             r#"{"switches": ["s0"], "machines": [{"name": "a-very-long-host-name", "switch": "s0"}]}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            plan(&t, &UpOptions::new("x")),
+            Err(LabError::BadName { .. })
+        ));
+        // "mg" would be the management namespace's name.
+        let t = topology::parse_topology(
+            r#"{"switches": ["s0"], "machines": [{"name": "mg", "switch": "s0"}]}"#,
         )
         .unwrap();
         assert!(matches!(

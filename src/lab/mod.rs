@@ -46,7 +46,7 @@ pub enum LabError {
         "lab name {0:?} is not usable: use 1 to 8 letters, digits or '_', starting with a letter"
     )]
     BadLabName(String),
-    #[error("{what} name {name:?} cannot name a network interface: use 1 to 15 letters, digits, '_', '.' or '-' (and not eth0, mgmt0, br0, lo)")]
+    #[error("{what} name {name:?} cannot name a network interface: use 1 to 15 letters, digits, '_', '.' or '-' (and not eth0, mgmt0, br0, lo, mg)")]
     BadName { what: &'static str, name: String },
     #[error("{0:?} names both a switch and a machine: interface names in the lab must be unique")]
     NameClash(String),
