@@ -507,3 +507,57 @@ fn host_lldpd_is_asked_and_down_removes_everything() {
     );
     assert!(!Path::new(&run_dir).exists());
 }
+
+#[test]
+fn ctrl_c_during_up_leaves_nothing_half_built() {
+    require_lab!();
+    use std::os::unix::process::CommandExt;
+    let name = format!("c{}", std::process::id() % 100_000);
+    let dir = std::env::temp_dir().join(format!("pipecast-test-{name}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("t.json");
+    std::fs::write(&file, FOUR_SWITCHES).unwrap();
+    let child = Command::new(EXE)
+        .args([
+            "lab",
+            "up",
+            "--name",
+            &name,
+            "--topology",
+            file.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    // Like a terminal's Ctrl-C: SIGINT to the whole process group (pipecast and its ip/tc).
+    let _ = Command::new("kill")
+        .args(["-INT", "--", &format!("-{}", child.id())])
+        .status();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let namespaces = || {
+        String::from_utf8_lossy(
+            &Command::new("ip")
+                .args(["netns", "list"])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}-")))
+        .count()
+    };
+    match pipecast::lab::load(&name) {
+        // The signal came after the build: a complete lab, removed normally.
+        Ok(state) => {
+            assert!(out.status.success() && state.complete, "{stderr}");
+            assert!(pipecast(&["lab", "down", "--name", &name]).status.success());
+        }
+        Err(_) => assert!(stderr.contains("interrupted"), "{stderr}"),
+    }
+    assert_eq!(namespaces(), 0, "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
