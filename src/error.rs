@@ -21,6 +21,8 @@ pub enum Error {
     Comm(#[from] crate::comm::CommError),
     #[error(transparent)]
     Lab(#[from] crate::lab::LabError),
+    #[error(transparent)]
+    Discover(#[from] crate::topology::discover::DiscoverError),
 }
 
 /// Result with the crate's error.

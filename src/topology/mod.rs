@@ -8,9 +8,13 @@
 //!
 //! Rank `r` of a job is `machines[r]`.
 
+pub mod discover;
 mod error;
+pub mod exchange;
 mod file;
 pub mod gen;
+pub mod lldpd;
+pub mod slurm;
 
 pub use error::TopologyError;
 pub use file::{parse_topology, read_topology, to_json};

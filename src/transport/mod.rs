@@ -31,3 +31,5 @@ pub enum TransportError {
     #[error("rank {peer} has no address: the bootstrap did not include it")]
     UnknownPeer { peer: usize },
 }
+
+pub mod lldp_socket;

@@ -1,8 +1,41 @@
-//! Byte formats: Ethernet, LLDP TLVs, the pipecast frame header — to be written.
+//! Byte formats as typed views over bytes (smoltcp's `Packet`/`Repr` split, see STYLE.md):
+//! [`ethernet`] (the Ethernet II header), [`lldp`] (IEEE 802.1AB LLDPDUs and their TLVs) and
+//! [`frame`] (pipecast's own raw-Ethernet frame header).
+//!
+//! A view (`Frame`, `Tlv`) wraps any `T: AsRef<[u8]>`, checks its length once in
+//! `new_checked`, and then reads fields over fixed ranges without panicking. A `Repr` is the
+//! parsed, high-level form with `parse`, `emit` and `buffer_len`. Nothing here allocates.
+//! Malformed input is a [`WireError`] that says what was wrong, never a panic.
+
+#![deny(unsafe_code)]
+
+pub mod ethernet;
+pub mod frame;
+pub mod lldp;
 
 /// A malformed frame.
-#[derive(Debug, thiserror::Error, PartialEq)]
+#[derive(Debug, thiserror::Error, PartialEq, Eq, Clone)]
 pub enum WireError {
     #[error("truncated: need {need} bytes, got {got}")]
     Truncated { need: usize, got: usize },
+    #[error("bad LLDP TLV of type {kind} at byte {offset}: {reason}")]
+    BadTlv {
+        kind: u8,
+        offset: usize,
+        reason: &'static str,
+    },
+    #[error("LLDPDU has no {0} TLV where IEEE 802.1AB requires it (chassis ID, port ID, TTL come first, in that order)")]
+    MissingTlv(&'static str),
+    #[error("not an LLDP frame: EtherType {0:#06x} (LLDP is 0x88cc)")]
+    NotLldp(u16),
+    #[error("pipecast frame version {got}, this build reads version {supported}: run the same pipecast on every rank")]
+    BadVersion { got: u8, supported: u8 },
+    #[error("buffer too small to emit: need {need} bytes, have {got}")]
+    BufferTooSmall { need: usize, got: usize },
+    #[error("field too long for LLDP: {what} is {len} bytes, at most {max} allowed")]
+    TooLong {
+        what: &'static str,
+        len: usize,
+        max: usize,
+    },
 }

@@ -1,0 +1,161 @@
+//! `pipecast topo discover` — learn the topology from LLDP, on every rank of a job.
+
+use crate::CliResult;
+use pipecast::topology::discover::{self, Observation, SwitchLayer};
+use pipecast::topology::exchange::Rendezvous;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Where a rank learns its own switch and port.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum LldpSource {
+    /// The host's lldpd if it runs, else listen on the wire.
+    Auto,
+    /// Only the host's lldpd.
+    Lldpd,
+    /// Only listen for an LLDPDU (AF_PACKET; root or CAP_NET_RAW).
+    Listen,
+    /// Don't look; the switch layer must place every machine.
+    None,
+}
+
+/// Run on every rank (PIPECAST_RANK/SIZE/RENDEZVOUS, e.g. under `pipecast lab run`); rank 0
+/// writes the topology file, machines in rank order.
+#[derive(clap::Args)]
+pub struct DiscoverArgs {
+    /// Directory of switch lldpd dumps (<switch>.json, `lldpcli -f json0 show neighbors`).
+    #[arg(long)]
+    pub switch_lldp: Option<PathBuf>,
+    /// Slurm topology.conf giving the switch tree.
+    #[arg(long)]
+    pub slurm: Option<PathBuf>,
+    /// Topology file giving the switch tree (machines are still placed by LLDP).
+    #[arg(long)]
+    pub topology: Option<PathBuf>,
+    /// Output file (default: standard output).
+    #[arg(short = 'o', long)]
+    pub output: Option<PathBuf>,
+    /// Where this rank learns its own switch and port.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub lldp: LldpSource,
+    /// How long to listen for an LLDPDU (one LLDP interval; 30 s by default on switches).
+    #[arg(long, default_value_t = 35)]
+    pub listen_seconds: u64,
+    /// lldpd control socket of this host (default /run/lldpd.socket).
+    #[arg(long)]
+    pub lldpd_socket: Option<PathBuf>,
+    /// Use LLDP of this interface only (default: every Ethernet interface that is up).
+    #[arg(long)]
+    pub iface: Option<String>,
+    /// This machine's name (default: PIPECAST_MACHINE, else the host name).
+    #[arg(long)]
+    pub machine: Option<String>,
+    /// Deadline for the exchange between ranks.
+    #[arg(long, default_value_t = 120)]
+    pub exchange_seconds: u64,
+}
+
+fn machine_name(args: &DiscoverArgs) -> String {
+    args.machine
+        .clone()
+        .or_else(|| std::env::var("PIPECAST_MACHINE").ok())
+        .or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|s| s.trim().to_string())
+        })
+        .unwrap_or_else(|| "localhost".into())
+}
+
+pub fn run(args: DiscoverArgs) -> CliResult {
+    let sources = [&args.switch_lldp, &args.slurm, &args.topology]
+        .iter()
+        .filter(|s| s.is_some())
+        .count();
+    if sources > 1 {
+        return Err("give at most one of --switch-lldp, --slurm, --topology".into());
+    }
+    let machine = machine_name(&args);
+    let listen = Duration::from_secs(args.listen_seconds);
+    let silent = Observation {
+        machine: machine.clone(),
+        switch: None,
+        port: None,
+        interface: None,
+        mac: None,
+        source: "none".into(),
+    };
+    let mine = match args.lldp {
+        LldpSource::Auto => {
+            match discover::observe_with_lldpd(
+                &machine,
+                args.lldpd_socket.as_deref(),
+                args.iface.as_deref(),
+            ) {
+                Some(o) => o,
+                // Without the right to listen, the switch layer may still place this machine.
+                None => {
+                    match discover::observe_by_listening(&machine, listen, args.iface.as_deref()) {
+                        Ok(o) => o,
+                        Err(e) => {
+                            eprintln!("pipecast topo discover: {machine}: {e}; relying on the switch layer");
+                            silent.clone()
+                        }
+                    }
+                }
+            }
+        }
+        LldpSource::Lldpd => discover::observe_with_lldpd(
+            &machine,
+            args.lldpd_socket.as_deref(),
+            args.iface.as_deref(),
+        )
+        .unwrap_or(silent),
+        LldpSource::Listen => {
+            discover::observe_by_listening(&machine, listen, args.iface.as_deref())?
+        }
+        LldpSource::None => silent,
+    };
+    tracing::info!(?mine, "local observation");
+    let rendezvous = Rendezvous::from_env()?;
+    let all: Vec<Observation> = match &rendezvous {
+        None => vec![mine],
+        Some(rv) => {
+            let blob = serde_json::to_vec(&mine)?;
+            let blobs = rv.allgather(&blob, Duration::from_secs(args.exchange_seconds))?;
+            blobs
+                .iter()
+                .enumerate()
+                .map(|(rank, b)| {
+                    serde_json::from_slice(b).map_err(|e| discover::DiscoverError::BadObservation {
+                        rank,
+                        reason: e.to_string(),
+                    })
+                })
+                .collect::<Result<_, _>>()?
+        }
+    };
+    if rendezvous.as_ref().is_some_and(|rv| rv.rank != 0) {
+        return Ok(());
+    }
+    let layer = if let Some(dir) = &args.switch_lldp {
+        discover::read_switch_lldp(dir)?
+    } else if let Some(path) = &args.slurm {
+        discover::read_slurm(path)?
+    } else if let Some(path) = &args.topology {
+        SwitchLayer::File(pipecast::topology::read_topology(path)?)
+    } else {
+        SwitchLayer::None
+    };
+    let found = discover::assemble(&all, &layer)?;
+    for note in &found.notes {
+        eprintln!("pipecast topo discover: note: {note}");
+    }
+    let text = serde_json::to_string_pretty(&pipecast::topology::to_json(&found.topology))? + "\n";
+    match &args.output {
+        Some(path) => std::fs::write(path, text)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?,
+        None => print!("{text}"),
+    }
+    Ok(())
+}

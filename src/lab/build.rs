@@ -1,0 +1,493 @@
+//! `lab up` and `lab down`: building a lab from a topology and removing it.
+
+use super::command::{self, in_netns, ip, netns_list, netns_pids};
+use super::state::{load, run_root, LabState, MachineState, SwitchState};
+use super::{tbf_sizes, LabError};
+use crate::topology::{self, Topology};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How to build a lab.
+#[derive(Debug, Clone)]
+pub struct UpOptions {
+    /// Lab name: prefix of every namespace (1–8 letters, digits, '_').
+    pub name: String,
+    /// Rate of every data link direction in bit/s, unless the topology gives `gbps`.
+    pub rate_bits: u64,
+    /// MTU of the data links (1500 or 9000).
+    pub mtu: u32,
+    /// Executable run as `EXE lab announce` in every machine to prime the bridges' MAC tables
+    /// (normally the `pipecast` binary itself); `None` skips priming.
+    pub announce_exe: Option<PathBuf>,
+    /// How long to wait for every switch's lldpd to see its neighbour switches (0: don't).
+    pub lldp_wait: Duration,
+    /// Set (e.g. by a Ctrl-C handler) to abandon the build; the partial lab is removed.
+    pub interrupted: Option<Arc<AtomicBool>>,
+}
+
+impl UpOptions {
+    pub fn new(name: impl Into<String>) -> UpOptions {
+        UpOptions {
+            name: name.into(),
+            rate_bits: 100_000_000,
+            mtu: 1500,
+            announce_exe: None,
+            lldp_wait: Duration::from_secs(15),
+            interrupted: None,
+        }
+    }
+}
+
+/// The data and management addresses of machine `i` (198.18.0.0/16 and 198.19.0.0/16).
+fn addresses(i: usize) -> (String, String) {
+    let n = i + 1;
+    let (hi, lo) = (n / 256, n % 256);
+    (format!("198.18.{hi}.{lo}"), format!("198.19.{hi}.{lo}"))
+}
+
+fn check_lab_name(name: &str) -> Result<(), LabError> {
+    let ok = (1..=8).contains(&name.len())
+        && name.starts_with(|c: char| c.is_ascii_alphabetic())
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(LabError::BadLabName(name.into()))
+    }
+}
+
+fn check_ifname(what: &'static str, name: &str) -> Result<(), LabError> {
+    let ok = (1..=15).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+        && !matches!(name, "eth0" | "mgmt0" | "br0" | "lo" | "mg" | "." | "..");
+    if ok {
+        Ok(())
+    } else {
+        Err(LabError::BadName {
+            what,
+            name: name.into(),
+        })
+    }
+}
+
+/// The plan of a lab before anything is built: names and addresses.
+fn plan(topology: &Topology, opts: &UpOptions) -> Result<LabState, LabError> {
+    check_lab_name(&opts.name)?;
+    if topology.size() > 65_000 {
+        return Err(LabError::TooBig(topology.size()));
+    }
+    for s in topology.switches() {
+        check_ifname("switch", &s.name)?;
+    }
+    for m in topology.machines() {
+        check_ifname("machine", &m.name)?;
+        if topology.switch_named(&m.name).is_some() {
+            return Err(LabError::NameClash(m.name.clone()));
+        }
+    }
+    let run_dir = run_root().join(&opts.name);
+    let lab = &opts.name;
+    let switches = topology
+        .switches()
+        .iter()
+        .map(|s| SwitchState {
+            name: s.name.clone(),
+            netns: format!("{lab}-{}", s.name),
+            lldp_socket: run_dir
+                .join(format!("{}.sock", s.name))
+                .display()
+                .to_string(),
+        })
+        .collect();
+    let machines = topology
+        .machines()
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let (address, mgmt_address) = addresses(i);
+            MachineState {
+                name: m.name.clone(),
+                netns: format!("{lab}-{}", m.name),
+                switch: topology.switches()[m.switch].name.clone(),
+                address,
+                mgmt_address,
+            }
+        })
+        .collect();
+    Ok(LabState {
+        name: opts.name.clone(),
+        run_dir: run_dir.display().to_string(),
+        rate_bits: opts.rate_bits,
+        mtu: opts.mtu,
+        mgmt_netns: format!("{lab}-mg"),
+        switches,
+        machines,
+        topology: topology::to_json(topology),
+        complete: false,
+    })
+}
+
+/// Builds a lab from a topology. On any failure or interruption everything built so far is
+/// removed again.
+pub fn up(topology: &Topology, opts: &UpOptions) -> Result<LabState, LabError> {
+    command::require_tools()?;
+    if !(576..=9000).contains(&opts.mtu) {
+        return Err(LabError::Command(format!(
+            "MTU {} is out of range: use 1500 or 9000",
+            opts.mtu
+        )));
+    }
+    let mut state = plan(topology, opts)?;
+    let run_dir = PathBuf::from(&state.run_dir);
+    if run_dir.exists() {
+        return Err(LabError::Exists(opts.name.clone()));
+    }
+    let existing = netns_list()?;
+    if let Some(ns) = state.namespaces().iter().find(|ns| existing.contains(ns)) {
+        return Err(LabError::Command(format!(
+            "network namespace {ns} already exists: another lab named {} is half built? \
+             remove it with `ip netns del {ns}` or pick another --name",
+            opts.name
+        )));
+    }
+    std::fs::create_dir_all(&run_dir)
+        .map_err(|e| LabError::Io(format!("cannot create {}: {e}", run_dir.display())))?;
+    state.save()?;
+    match build(topology, opts, &state) {
+        Ok(()) => {
+            state.complete = true;
+            state.save()?;
+            Ok(state)
+        }
+        Err(e) => {
+            teardown(&state);
+            let interrupted = opts
+                .interrupted
+                .as_ref()
+                .is_some_and(|f| f.load(Ordering::SeqCst));
+            // A Ctrl-C also kills the running `ip`/`tc`: report the interruption, not that.
+            Err(if interrupted {
+                LabError::Interrupted
+            } else {
+                e
+            })
+        }
+    }
+}
+
+/// Runs one `ip` or `tc` command line. The line is split at spaces: every name in it was
+/// checked by [`plan`] (no spaces), so it reads like the shell commands of LAB.md.
+fn sh(tool: &str, line: &str) -> Result<(), LabError> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    command::run(tool, &words).map(|_| ())
+}
+
+fn build(t: &Topology, opts: &UpOptions, state: &LabState) -> Result<(), LabError> {
+    let check = || match &opts.interrupted {
+        Some(flag) if flag.load(Ordering::SeqCst) => Err(LabError::Interrupted),
+        _ => Ok(()),
+    };
+    let mtu = opts.mtu;
+    for ns in state.namespaces() {
+        check()?;
+        sh("ip", &format!("netns add {ns}"))?;
+        // No IPv6 (router solicitations, MLD) in the lab: only the traffic we make.
+        sh(
+            "ip",
+            &format!(
+                "netns exec {ns} sysctl -q -w net.ipv6.conf.all.disable_ipv6=1 \
+                 net.ipv6.conf.default.disable_ipv6=1"
+            ),
+        )?;
+        sh("ip", &format!("-n {ns} link set lo up"))?;
+    }
+    // FDB ageing 3600 s (in centiseconds) so that learned MACs outlive long runs.
+    let bridges = state.switches.iter().map(|s| &s.netns);
+    for ns in bridges.chain([&state.mgmt_netns]) {
+        sh(
+            "ip",
+            &format!(
+                "-n {ns} link add name br0 type bridge stp_state 0 mcast_snooping 0 \
+                 ageing_time 360000"
+            ),
+        )?;
+    }
+    let mg = &state.mgmt_netns;
+    sh("ip", &format!("-n {mg} addr add 198.19.255.254/16 dev br0"))?;
+    sh("ip", &format!("-n {mg} link set br0 up"))?;
+    // One tbf per veth end: the egress of that end is one direction of the link.
+    let tbf = |ns: &str, dev: &str, gbps: Option<f64>| {
+        let bits = gbps.map_or(opts.rate_bits, |g| (g * 1e9) as u64);
+        let (burst, limit) = tbf_sizes(bits, mtu);
+        sh(
+            "tc",
+            &format!(
+                "-n {ns} qdisc replace dev {dev} root tbf rate {bits}bit burst {burst} \
+                 limit {limit}"
+            ),
+        )
+    };
+    for (i, m) in state.machines.iter().enumerate() {
+        check()?;
+        let (sw, host, port) = (&state.switches[t.switch_of(i)].netns, &m.netns, &m.name);
+        sh(
+            "ip",
+            &format!("-n {sw} link add name {port} type veth peer name eth0 netns {host}"),
+        )?;
+        sh(
+            "ip",
+            &format!("-n {sw} link set {port} master br0 mtu {mtu} up"),
+        )?;
+        sh("ip", &format!("-n {host} link set eth0 mtu {mtu} up"))?;
+        sh(
+            "ip",
+            &format!("-n {host} addr add {}/16 dev eth0", m.address),
+        )?;
+        tbf(host, "eth0", t.machines()[i].gbps)?;
+        tbf(sw, port, t.machines()[i].gbps)?;
+        sh(
+            "ip",
+            &format!("-n {mg} link add name {port} type veth peer name mgmt0 netns {host}"),
+        )?;
+        sh("ip", &format!("-n {mg} link set {port} master br0 up"))?;
+        sh("ip", &format!("-n {host} link set mgmt0 up"))?;
+        sh(
+            "ip",
+            &format!("-n {host} addr add {}/16 dev mgmt0", m.mgmt_address),
+        )?;
+    }
+    for link in t.links() {
+        check()?;
+        let (a, b) = (&state.switches[link.a], &state.switches[link.b]);
+        sh(
+            "ip",
+            &format!(
+                "-n {} link add name {} type veth peer name {} netns {}",
+                a.netns, b.name, a.name, b.netns
+            ),
+        )?;
+        for (ns, port) in [(&a.netns, &b.name), (&b.netns, &a.name)] {
+            sh(
+                "ip",
+                &format!("-n {ns} link set {port} master br0 mtu {mtu} up"),
+            )?;
+            tbf(ns, port, link.gbps)?;
+        }
+    }
+    for s in &state.switches {
+        sh("ip", &format!("-n {} link set br0 up", s.netns))?;
+    }
+    for s in &state.switches {
+        check()?;
+        start_lldpd(state, s)?;
+    }
+    // After LLDP flows every link is up, so the broadcasts reach every bridge.
+    if !opts.lldp_wait.is_zero() {
+        wait_for_lldp(t, state, opts.lldp_wait, &check)?;
+    }
+    if let Some(exe) = &opts.announce_exe {
+        prime_mac_tables(state, exe)?;
+    }
+    Ok(())
+}
+
+/// lldpd in the switch namespace with its own socket, pidfile and configuration (LAB.md).
+fn start_lldpd(state: &LabState, s: &SwitchState) -> Result<(), LabError> {
+    let dir = PathBuf::from(&state.run_dir);
+    let conf = dir.join(format!("{}.conf", s.name));
+    let text = format!(
+        "configure system hostname {0}\nconfigure system chassisid {0}\n\
+         configure lldp tx-interval 1\nconfigure lldp portidsubtype ifname\n",
+        s.name
+    );
+    std::fs::write(&conf, text)
+        .map_err(|e| LabError::Io(format!("cannot write {}: {e}", conf.display())))?;
+    let pid = dir.join(format!("{}.pid", s.name));
+    in_netns(
+        &s.netns,
+        "lldpd",
+        &[
+            "-u",
+            &s.lldp_socket,
+            "-p",
+            &pid.display().to_string(),
+            "-O",
+            &conf.display().to_string(),
+        ],
+    )?;
+    Ok(())
+}
+
+/// One broadcast from every machine teaches every bridge where each MAC lives (otherwise
+/// unknown unicast floods until the first reply).
+fn prime_mac_tables(state: &LabState, exe: &std::path::Path) -> Result<(), LabError> {
+    let ip_path = command::find_tool("ip").expect("checked by require_tools");
+    let children: Vec<_> = state
+        .machines
+        .iter()
+        .map(|m| {
+            std::process::Command::new(&ip_path)
+                .args(["netns", "exec", &m.netns])
+                .arg(exe)
+                .args(["lab", "announce"])
+                .spawn()
+                .map_err(|e| LabError::Command(format!("cannot run {}: {e}", exe.display())))
+        })
+        .collect::<Result<_, _>>()?;
+    for (mut child, m) in children.into_iter().zip(&state.machines) {
+        let status = child.wait().map_err(|e| LabError::Io(e.to_string()))?;
+        if !status.success() {
+            return Err(LabError::Command(format!(
+                "announcing machine {} failed ({status})",
+                m.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Waits until each switch's lldpd lists all its neighbour switches.
+fn wait_for_lldp(
+    t: &Topology,
+    state: &LabState,
+    limit: Duration,
+    check: &dyn Fn() -> Result<(), LabError>,
+) -> Result<(), LabError> {
+    let start = Instant::now();
+    for (i, s) in state.switches.iter().enumerate() {
+        let expected = t.neighbours(i).len();
+        loop {
+            check()?;
+            let out = command::run(
+                "lldpcli",
+                &["-u", &s.lldp_socket, "-f", "json0", "show", "neighbors"],
+            )
+            .unwrap_or_default();
+            let seen = topology::lldpd::parse_neighbors(&out)
+                .map(|n| {
+                    n.iter()
+                        .filter(|n| t.switch_named(&n.chassis_name()).is_some())
+                        .count()
+                })
+                .unwrap_or(0);
+            if seen >= expected {
+                break;
+            }
+            if start.elapsed() > limit {
+                return Err(LabError::LldpTimeout {
+                    switch: s.name.clone(),
+                    expected,
+                    seen,
+                    seconds: limit.as_secs(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    Ok(())
+}
+
+/// Removes lab `name`: stops its processes, deletes its namespaces and its run directory.
+pub fn down(name: &str) -> Result<(), LabError> {
+    command::require_tools()?;
+    let state = load(name)?;
+    teardown(&state);
+    let left: Vec<String> = netns_list()?
+        .into_iter()
+        .filter(|ns| state.namespaces().contains(ns))
+        .collect();
+    if !left.is_empty() {
+        return Err(LabError::Command(format!(
+            "could not delete namespaces {}: try `ip netns del NAME`",
+            left.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// The lab's namespaces that do not exist (e.g. deleted by hand, or after a reboot).
+pub fn missing_namespaces(state: &LabState) -> Result<Vec<String>, LabError> {
+    let existing = netns_list()?;
+    Ok(state
+        .namespaces()
+        .into_iter()
+        .filter(|ns| !existing.contains(ns))
+        .collect())
+}
+
+/// Best effort: every step runs even if an earlier one failed.
+fn teardown(state: &LabState) {
+    let namespaces = state.namespaces();
+    let pids: Vec<u32> = namespaces.iter().flat_map(|ns| netns_pids(ns)).collect();
+    command::kill(&pids, "TERM");
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline && namespaces.iter().any(|ns| !netns_pids(ns).is_empty()) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pids: Vec<u32> = namespaces.iter().flat_map(|ns| netns_pids(ns)).collect();
+    command::kill(&pids, "KILL");
+    let existing = netns_list().unwrap_or_default();
+    for ns in namespaces.iter().filter(|ns| existing.contains(ns)) {
+        if let Err(e) = ip(&["netns", "del", ns]) {
+            tracing::warn!("{e}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&state.run_dir);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::gen;
+
+    #[test]
+    fn plan_names_namespaces_and_addresses() {
+        let t = gen::hub(2, 2, false);
+        let state = plan(&t, &UpOptions::new("t1")).unwrap();
+        assert_eq!(state.switches[0].netns, "t1-s0");
+        assert_eq!(
+            state.machines[0].netns,
+            format!("t1-{}", t.machines()[0].name)
+        );
+        assert_eq!(state.machines[0].address, "198.18.0.1");
+        assert_eq!(addresses(299), ("198.18.1.44".into(), "198.19.1.44".into()));
+        assert_eq!(state.namespaces().len(), 3 + 6 + 1);
+    }
+
+    #[test]
+    fn plan_rejects_unusable_names() {
+        let t = gen::hub(1, 1, false);
+        for bad in ["", "1abc", "toolongname", "a-b"] {
+            assert!(plan(&t, &UpOptions::new(bad)).is_err(), "{bad}");
+        }
+        let t = topology::parse_topology(
+            r#"{"switches": ["s0"], "machines": [{"name": "s0", "switch": "s0"}]}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            plan(&t, &UpOptions::new("x")),
+            Err(LabError::NameClash(_))
+        ));
+        let t = topology::parse_topology(
+            r#"{"switches": ["s0"], "machines": [{"name": "a-very-long-host-name", "switch": "s0"}]}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            plan(&t, &UpOptions::new("x")),
+            Err(LabError::BadName { .. })
+        ));
+        // "mg" would be the management namespace's name.
+        let t = topology::parse_topology(
+            r#"{"switches": ["s0"], "machines": [{"name": "mg", "switch": "s0"}]}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            plan(&t, &UpOptions::new("x")),
+            Err(LabError::BadName { .. })
+        ));
+    }
+}

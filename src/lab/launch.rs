@@ -1,0 +1,266 @@
+//! `lab run`, `lab exec` and `lab lldp`: using a built lab.
+
+use super::command::{self, find_tool};
+use super::state::LabState;
+use super::LabError;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How to run a command on every machine.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Deadline for all ranks together; the rest are killed when it passes.
+    pub timeout: Duration,
+    /// TCP port of the rendezvous on rank 0's data address.
+    pub port: u16,
+    /// Set (e.g. by a Ctrl-C handler) to kill every rank now. Ranks run in their own process
+    /// groups, so a terminal's Ctrl-C reaches only us.
+    pub interrupted: Option<Arc<AtomicBool>>,
+}
+
+impl Default for RunOptions {
+    fn default() -> RunOptions {
+        RunOptions {
+            timeout: Duration::from_secs(60),
+            port: 47_800,
+            interrupted: None,
+        }
+    }
+}
+
+/// How one rank ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RankOutcome {
+    pub rank: usize,
+    pub machine: String,
+    /// Exit code; `None` if killed by a signal (or by the deadline).
+    pub code: Option<i32>,
+    pub timed_out: bool,
+}
+
+impl RankOutcome {
+    pub fn success(&self) -> bool {
+        self.code == Some(0) && !self.timed_out
+    }
+}
+
+fn ip_path() -> Result<std::path::PathBuf, LabError> {
+    find_tool("ip").ok_or_else(|| LabError::MissingTool {
+        tool: "ip".into(),
+        package: "iproute2".into(),
+    })
+}
+
+/// The environment of rank `rank`: `PIPECAST_RANK`, `PIPECAST_SIZE`, `PIPECAST_RENDEZVOUS`
+/// (rank 0's data address and `port`), `PIPECAST_MACHINE` and `PIPECAST_LAB`.
+pub fn rank_env(state: &LabState, rank: usize, port: u16) -> Vec<(String, String)> {
+    vec![
+        ("PIPECAST_RANK".into(), rank.to_string()),
+        ("PIPECAST_SIZE".into(), state.machines.len().to_string()),
+        (
+            "PIPECAST_RENDEZVOUS".into(),
+            format!("{}:{port}", state.machines[0].address),
+        ),
+        ("PIPECAST_MACHINE".into(), state.machines[rank].name.clone()),
+        ("PIPECAST_LAB".into(), state.name.clone()),
+    ]
+}
+
+/// Copies a child's output line by line to ours, each line prefixed with `[rN] `.
+fn forward(
+    from: impl std::io::Read + Send + 'static,
+    prefix: String,
+    to_stderr: bool,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        for line in BufReader::new(from).lines() {
+            let Ok(line) = line else { break };
+            if to_stderr {
+                let _ = writeln!(std::io::stderr().lock(), "{prefix}{line}");
+            } else {
+                let _ = writeln!(std::io::stdout().lock(), "{prefix}{line}");
+            }
+        }
+    })
+}
+
+fn kill_group(child: &Child) {
+    // Each rank leads its own process group, so its children go too.
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{}", child.id())])
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// Runs `cmd` once in every machine namespace (rank = machine index) and waits for all of them,
+/// printing each rank's output prefixed `[rN]`. Ranks still running at the deadline are killed.
+pub fn run(
+    state: &LabState,
+    cmd: &[String],
+    opts: &RunOptions,
+) -> Result<Vec<RankOutcome>, LabError> {
+    if cmd.is_empty() {
+        return Err(LabError::Command(
+            "no command given: write `pipecast lab run --name N -- CMD ARGS…`".into(),
+        ));
+    }
+    let ip = ip_path()?;
+    let mut children = Vec::with_capacity(state.machines.len());
+    let mut pumps = Vec::new();
+    for (rank, m) in state.machines.iter().enumerate() {
+        let spawned = Command::new(&ip)
+            .args(["netns", "exec", &m.netns])
+            .args(cmd)
+            .envs(rank_env(state, rank, opts.port))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn();
+        let mut child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                for c in &children {
+                    kill_group(c);
+                }
+                return Err(LabError::Command(format!("cannot start rank {rank}: {e}")));
+            }
+        };
+        let prefix = format!("[r{rank}] ");
+        if let Some(out) = child.stdout.take() {
+            pumps.push(forward(out, prefix.clone(), false));
+        }
+        if let Some(err) = child.stderr.take() {
+            pumps.push(forward(err, prefix, true));
+        }
+        children.push(child);
+    }
+    let deadline = Instant::now() + opts.timeout;
+    let mut codes: Vec<Option<Option<i32>>> = vec![None; children.len()];
+    let mut timed_out = false;
+    while codes.iter().any(Option::is_none) {
+        for (code, child) in codes.iter_mut().zip(children.iter_mut()) {
+            if code.is_none() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    *code = Some(status.code());
+                }
+            }
+        }
+        if Instant::now() > deadline {
+            timed_out = true;
+            break;
+        }
+        if opts
+            .interrupted
+            .as_ref()
+            .is_some_and(|f| f.load(Ordering::SeqCst))
+        {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut outcomes = Vec::with_capacity(children.len());
+    for (rank, (code, mut child)) in codes.into_iter().zip(children).enumerate() {
+        let late = code.is_none();
+        let code = match code {
+            Some(c) => c,
+            None => {
+                kill_group(&child);
+                child.wait().ok().and_then(|s| s.code())
+            }
+        };
+        outcomes.push(RankOutcome {
+            rank,
+            machine: state.machines[rank].name.clone(),
+            code,
+            timed_out: late && timed_out,
+        });
+    }
+    for p in pumps {
+        let _ = p.join();
+    }
+    Ok(outcomes)
+}
+
+/// Runs `cmd` in one machine's namespace with the terminal attached (`PIPECAST_MACHINE` and
+/// `PIPECAST_LAB` set, no rank variables); returns its exit code.
+pub fn exec(state: &LabState, machine: &str, cmd: &[String]) -> Result<i32, LabError> {
+    let rank = state
+        .machines
+        .iter()
+        .position(|m| m.name == machine)
+        .ok_or_else(|| LabError::NoSuchMachine {
+            lab: state.name.clone(),
+            machine: machine.into(),
+            known: state
+                .machines
+                .iter()
+                .map(|m| m.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })?;
+    if cmd.is_empty() {
+        return Err(LabError::Command(
+            "no command given: write `pipecast lab exec --name N MACHINE -- CMD ARGS…`".into(),
+        ));
+    }
+    let status = Command::new(ip_path()?)
+        .args(["netns", "exec", &state.machines[rank].netns])
+        .args(cmd)
+        // Not a job: only the machine's identity (a lone PIPECAST_RANK would make pipecast
+        // wait for the other ranks).
+        .env("PIPECAST_MACHINE", &state.machines[rank].name)
+        .env("PIPECAST_LAB", &state.name)
+        .status()
+        .map_err(|e| LabError::Command(format!("cannot run {}: {e}", cmd[0])))?;
+    Ok(status.code().unwrap_or(128))
+}
+
+/// Writes each switch's `lldpcli -f json0 show neighbors` to `dir/<switch>.json`; returns the
+/// files written.
+pub fn lldp_dump(state: &LabState, dir: &Path) -> Result<Vec<std::path::PathBuf>, LabError> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| LabError::Io(format!("cannot create {}: {e}", dir.display())))?;
+    let mut written = Vec::new();
+    for s in &state.switches {
+        let out = command::run(
+            "lldpcli",
+            &["-u", &s.lldp_socket, "-f", "json0", "show", "neighbors"],
+        )?;
+        let path = dir.join(format!("{}.json", s.name));
+        std::fs::write(&path, out)
+            .map_err(|e| LabError::Io(format!("cannot write {}: {e}", path.display())))?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rank_environment() {
+        let env = rank_env(&crate::lab::state::sample_state(), 1, 4000);
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("PIPECAST_RANK"), Some("1"));
+        assert_eq!(get("PIPECAST_SIZE"), Some("2"));
+        assert_eq!(get("PIPECAST_RENDEZVOUS"), Some("198.18.0.1:4000"));
+        assert_eq!(get("PIPECAST_MACHINE"), Some("h1"));
+    }
+
+    #[test]
+    fn empty_commands_are_refused() {
+        let state = crate::lab::state::sample_state();
+        assert!(run(&state, &[], &RunOptions::default()).is_err());
+        let e = exec(&state, "h7", &["true".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("h0, h1"), "{e}");
+    }
+}

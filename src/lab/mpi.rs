@@ -1,0 +1,166 @@
+//! Open MPI on the lab (LAB.md "MPI ranks inside host namespaces"): mpirun runs in the
+//! management namespace, reaches every machine over `mgmt0` and starts one orted per machine
+//! through [`rsh`] (its `plm_rsh_agent`), so each rank talks to a local orted; MPI traffic is
+//! pinned to the shaped data network (`btl tcp,self`, `btl_tcp_if_include 198.18.0.0/16`).
+
+use super::command::find_tool;
+use super::state::LabState;
+use super::LabError;
+use std::path::Path;
+use std::process::Command;
+
+/// Finds the machine by name, data address or management address.
+fn machine_netns<'a>(state: &'a LabState, host: &str) -> Result<&'a str, LabError> {
+    state
+        .machines
+        .iter()
+        .find(|m| m.name == host || m.address == host || m.mgmt_address == host)
+        .map(|m| m.netns.as_str())
+        .ok_or_else(|| LabError::NoSuchMachine {
+            lab: state.name.clone(),
+            machine: host.into(),
+            known: state
+                .machines
+                .iter()
+                .map(|m| format!("{} ({})", m.name, m.mgmt_address))
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+}
+
+/// Runs a command line on a machine as ssh would: the words joined by spaces, run by `sh -c`
+/// in the machine's namespace with our stdin/stdout/stderr. Returns the exit code.
+pub fn rsh(state: &LabState, host: &str, command: &[String]) -> Result<i32, LabError> {
+    let netns = machine_netns(state, host)?;
+    let ip = find_tool("ip").ok_or_else(|| LabError::MissingTool {
+        tool: "ip".into(),
+        package: "iproute2".into(),
+    })?;
+    let status = Command::new(ip)
+        .args(["netns", "exec", netns, "sh", "-c", &command.join(" ")])
+        .env("OMPI_MCA_orte_tmpdir_base", session_base(state, host))
+        .env("TMPDIR", session_base(state, host))
+        .status()
+        .map_err(|e| LabError::Command(format!("cannot run the command on {host}: {e}")))?;
+    Ok(status.code().unwrap_or(255))
+}
+
+/// Open MPI's session-directory base for one machine (or `mg` for mpirun). The lab's machines
+/// share one host name, so orteds sharing a base collide in `<base>/ompi.<hostname>.<uid>/…`
+/// ("orte_session_dir failed … File exists") and the launch hangs — one in ten or so.
+fn session_base(state: &LabState, machine: &str) -> String {
+    let name = state
+        .machines
+        .iter()
+        .find(|m| m.name == machine || m.address == machine || m.mgmt_address == machine)
+        .map_or(machine, |m| m.name.as_str());
+    Path::new(&state.run_dir)
+        .join("ompi")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+/// Writes `<run dir>/hostfile`: one management address per machine, one slot each, in rank
+/// order (so MPI rank r runs on machine r with mpirun's default by-slot mapping).
+pub fn hostfile(state: &LabState) -> Result<std::path::PathBuf, LabError> {
+    let path = Path::new(&state.run_dir).join("hostfile");
+    let text: String = state
+        .machines
+        .iter()
+        .map(|m| format!("{} slots=1\n", m.mgmt_address))
+        .collect();
+    std::fs::write(&path, text)
+        .map_err(|e| LabError::Io(format!("cannot write {}: {e}", path.display())))?;
+    Ok(path)
+}
+
+/// The mpirun command line for the lab (without the user's arguments).
+pub fn mpirun_command(state: &LabState, exe: &Path, hostfile: &Path) -> Vec<String> {
+    let mut cmd: Vec<String> = [
+        "ip",
+        "netns",
+        "exec",
+        &state.mgmt_netns,
+        "mpirun",
+        "--allow-run-as-root",
+        "--hostfile",
+        &hostfile.display().to_string(),
+        "--mca",
+        "plm_rsh_agent",
+        &format!("{} lab rsh --name {}", exe.display(), state.name),
+        "--mca",
+        "plm_rsh_no_tree_spawn",
+        "1",
+        "--mca",
+        "oob_tcp_if_include",
+        "198.19.0.0/16",
+        "--mca",
+        "btl",
+        "tcp,self",
+        "--mca",
+        "btl_tcp_if_include",
+        "198.18.0.0/16",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    cmd.extend(["-x".into(), "PIPECAST_LAB".into()]);
+    cmd
+}
+
+/// Runs mpirun with the lab's settings and the user's arguments (`-np` defaults to every
+/// machine); returns mpirun's exit code.
+pub fn mpirun(state: &LabState, exe: &Path, args: &[String]) -> Result<i32, LabError> {
+    if find_tool("mpirun").is_none() {
+        return Err(LabError::MissingTool {
+            tool: "mpirun".into(),
+            package: "openmpi-bin".into(),
+        });
+    }
+    let hostfile = hostfile(state)?;
+    for name in state.machines.iter().map(|m| m.name.as_str()).chain(["mg"]) {
+        let dir = session_base(state, name);
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| LabError::Io(format!("cannot create {dir}: {e}")))?;
+    }
+    let mut cmd = mpirun_command(state, exe, &hostfile);
+    if !args
+        .iter()
+        .any(|a| a == "-np" || a == "-n" || a.starts_with("--np"))
+    {
+        cmd.extend(["-np".into(), state.machines.len().to_string()]);
+    }
+    cmd.extend(args.iter().cloned());
+    let status = Command::new(find_tool("ip").expect("checked with the lab"))
+        .args(&cmd[1..])
+        .env("PIPECAST_LAB", &state.name)
+        // TMPDIR, not an MCA parameter: mpirun forwards MCA parameters to every orted.
+        .env("TMPDIR", session_base(state, "mg"))
+        .status()
+        .map_err(|e| LabError::Command(format!("cannot run mpirun: {e}")))?;
+    Ok(status.code().unwrap_or(255))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mpirun_keeps_mpi_data_on_the_shaped_network() {
+        let state = crate::lab::state::sample_state();
+        let cmd = mpirun_command(&state, Path::new("/bin/pipecast"), Path::new("/x/hostfile"));
+        let after = |k: &str| cmd.iter().position(|a| a == k).map(|i| cmd[i + 1].as_str());
+        assert_eq!(&cmd[..5], ["ip", "netns", "exec", "t-mg", "mpirun"]);
+        assert_eq!(after("btl"), Some("tcp,self"));
+        assert_eq!(after("btl_tcp_if_include"), Some("198.18.0.0/16"));
+        assert_eq!(after("oob_tcp_if_include"), Some("198.19.0.0/16"));
+        assert_eq!(
+            after("plm_rsh_agent"),
+            Some("/bin/pipecast lab rsh --name t")
+        );
+        assert_eq!(machine_netns(&state, "198.19.0.2").unwrap(), "t-h1");
+        assert_eq!(machine_netns(&state, "h0").unwrap(), "t-h0");
+        assert!(machine_netns(&state, "10.0.0.1").is_err());
+    }
+}

@@ -1,0 +1,139 @@
+//! The record of a lab on disk: `<run root>/<lab>/state.json`.
+
+use super::LabError;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// A switch of a lab.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SwitchState {
+    pub name: String,
+    pub netns: String,
+    /// lldpd's control socket (usable from any namespace).
+    pub lldp_socket: String,
+}
+
+/// A machine of a lab; its rank is its index.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct MachineState {
+    pub name: String,
+    pub netns: String,
+    pub switch: String,
+    /// Data address on `eth0` (198.18.0.0/16).
+    pub address: String,
+    /// Management address on `mgmt0` (198.19.0.0/16).
+    pub mgmt_address: String,
+}
+
+/// Everything `run`, `exec`, `lldp`, `down` and `status` need to know about a lab.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LabState {
+    pub name: String,
+    pub run_dir: String,
+    /// Default data-link rate in bit/s (links with `gbps` in the file differ).
+    pub rate_bits: u64,
+    pub mtu: u32,
+    pub mgmt_netns: String,
+    pub switches: Vec<SwitchState>,
+    pub machines: Vec<MachineState>,
+    /// The topology the lab was built from, in the topology-file format.
+    pub topology: serde_json::Value,
+    /// True once `up` finished; a partly built lab can still be taken down.
+    pub complete: bool,
+}
+
+impl LabState {
+    /// All namespaces of the lab, switches first.
+    pub fn namespaces(&self) -> Vec<String> {
+        let mut all: Vec<String> = self.switches.iter().map(|s| s.netns.clone()).collect();
+        all.extend(self.machines.iter().map(|m| m.netns.clone()));
+        all.push(self.mgmt_netns.clone());
+        all
+    }
+    pub fn state_path(&self) -> PathBuf {
+        Path::new(&self.run_dir).join("state.json")
+    }
+    pub fn save(&self) -> Result<(), LabError> {
+        let path = self.state_path();
+        let text = serde_json::to_string_pretty(self).expect("lab state serializes");
+        std::fs::write(&path, text).map_err(|e| LabError::State {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })
+    }
+}
+
+/// Where labs keep their state: `$PIPECAST_LAB_DIR`, or `/run/pipecast/lab`.
+pub fn run_root() -> PathBuf {
+    std::env::var_os("PIPECAST_LAB_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/run/pipecast/lab"))
+}
+
+/// Loads the state of lab `name`.
+pub fn load(name: &str) -> Result<LabState, LabError> {
+    let path = run_root().join(name).join("state.json");
+    let text = std::fs::read_to_string(&path).map_err(|_| LabError::NoSuchLab {
+        name: name.into(),
+        path: path.display().to_string(),
+    })?;
+    serde_json::from_str(&text).map_err(|e| LabError::State {
+        path: path.display().to_string(),
+        reason: format!(
+            "{e}; remove the lab's namespaces by hand (ip netns list) and this directory"
+        ),
+    })
+}
+
+/// Names of the labs with a state file, sorted.
+pub fn labs() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(run_root())
+        .map(|dir| {
+            dir.filter_map(|e| e.ok())
+                .filter(|e| e.path().join("state.json").is_file())
+                .filter_map(|e| e.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+#[cfg(test)]
+pub(crate) fn sample_state() -> LabState {
+    let machine = |i: usize, switch: &str| MachineState {
+        name: format!("h{i}"),
+        netns: format!("t-h{i}"),
+        switch: switch.into(),
+        address: format!("198.18.0.{}", i + 1),
+        mgmt_address: format!("198.19.0.{}", i + 1),
+    };
+    LabState {
+        name: "t".into(),
+        run_dir: "/run/pipecast/lab/t".into(),
+        rate_bits: 100_000_000,
+        mtu: 1500,
+        mgmt_netns: "t-mg".into(),
+        switches: vec![SwitchState {
+            name: "s0".into(),
+            netns: "t-s0".into(),
+            lldp_socket: "/run/pipecast/lab/t/s0.sock".into(),
+        }],
+        machines: vec![machine(0, "s0"), machine(1, "s0")],
+        topology: serde_json::Value::Null,
+        complete: true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn state_round_trips_through_json() {
+        let s = sample_state();
+        let back: LabState = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(back, s);
+        assert_eq!(s.namespaces(), ["t-s0", "t-h0", "t-h1", "t-mg"]);
+    }
+}

@@ -1,0 +1,181 @@
+//! Slurm's `topology.conf` (topology/tree plugin): one line per switch,
+//! `SwitchName=s0 Switches=s[1-3]` or `SwitchName=s1 Nodes=n[0-15]`, with hostlist ranges.
+//! It gives the switch tree and each node's switch (the network model of seed 000 §3).
+
+/// One `SwitchName=` line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlurmSwitch {
+    pub name: String,
+    pub switches: Vec<String>,
+    pub nodes: Vec<String>,
+}
+
+/// A parsed topology.conf, switches in file order.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SlurmTopology {
+    pub switches: Vec<SlurmSwitch>,
+}
+
+impl SlurmTopology {
+    /// The switch a node is listed under.
+    pub fn switch_of(&self, node: &str) -> Option<&str> {
+        self.switches
+            .iter()
+            .find(|s| s.nodes.iter().any(|n| n == node))
+            .map(|s| s.name.as_str())
+    }
+    /// Parent–child switch pairs, in file order.
+    pub fn links(&self) -> Vec<(String, String)> {
+        self.switches
+            .iter()
+            .flat_map(|s| s.switches.iter().map(|c| (s.name.clone(), c.clone())))
+            .collect()
+    }
+}
+
+/// What is wrong with a topology.conf.
+#[derive(Debug, thiserror::Error, PartialEq, Eq, Clone)]
+pub enum SlurmError {
+    #[error("topology.conf line {line}: {reason}")]
+    Line { line: usize, reason: String },
+    #[error("bad hostlist {0:?}: write names and ranges like n[0-3,7],gpu01")]
+    Hostlist(String),
+}
+
+/// Expands a Slurm hostlist: `n[0-3,7],m1,x[01-03]` → n0 n1 n2 n3 n7 m1 x01 x02 x03.
+/// Zero padding of the range start is kept. At most 100 000 names.
+pub fn expand_hostlist(list: &str) -> Result<Vec<String>, SlurmError> {
+    let bad = || SlurmError::Hostlist(list.to_string());
+    // Split on commas outside brackets.
+    let mut items = Vec::new();
+    let (mut depth, mut start) = (0i32, 0usize);
+    for (i, c) in list.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&list[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+        if !(0..=1).contains(&depth) {
+            return Err(bad());
+        }
+    }
+    if depth != 0 {
+        return Err(bad());
+    }
+    items.push(&list[start..]);
+    let mut out = Vec::new();
+    for item in items.into_iter().map(str::trim).filter(|s| !s.is_empty()) {
+        let Some(open) = item.find('[') else {
+            if item.contains(']') {
+                return Err(bad());
+            }
+            out.push(item.to_string());
+            continue;
+        };
+        let close = item.find(']').ok_or_else(bad)?;
+        if close < open {
+            return Err(bad());
+        }
+        let (prefix, ranges, suffix) = (&item[..open], &item[open + 1..close], &item[close + 1..]);
+        if suffix.contains('[') {
+            return Err(bad()); // multi-dimensional hostlists are not supported
+        }
+        for range in ranges.split(',') {
+            let (lo, hi) = range.split_once('-').unwrap_or((range, range));
+            let width = lo.len();
+            let a: u64 = lo.parse().map_err(|_| bad())?;
+            let b: u64 = hi.parse().map_err(|_| bad())?;
+            if b < a || b - a > 100_000 || out.len() as u64 + (b - a) > 100_000 {
+                return Err(bad());
+            }
+            for n in a..=b {
+                out.push(format!("{prefix}{n:0width$}{suffix}"));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Parses topology.conf text. Unknown keys (`LinkSpeed=`, …) are ignored.
+pub fn parse_slurm_topology(text: &str) -> Result<SlurmTopology, SlurmError> {
+    let mut topo = SlurmTopology::default();
+    for (n, raw) in text.lines().enumerate() {
+        let line = raw.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let err = |reason: String| SlurmError::Line {
+            line: n + 1,
+            reason,
+        };
+        let mut switch = SlurmSwitch {
+            name: String::new(),
+            switches: Vec::new(),
+            nodes: Vec::new(),
+        };
+        for pair in line.split_whitespace() {
+            let (key, value) = pair
+                .split_once('=')
+                .ok_or_else(|| err(format!("{pair:?} is not KEY=VALUE")))?;
+            let expand = |v: &str| expand_hostlist(v).map_err(|e| err(e.to_string()));
+            match key.to_ascii_lowercase().as_str() {
+                "switchname" => switch.name = value.to_string(),
+                "switches" => switch.switches = expand(value)?,
+                "nodes" => switch.nodes = expand(value)?,
+                _ => {}
+            }
+        }
+        if switch.name.is_empty() {
+            return Err(err("no SwitchName=".into()));
+        }
+        if topo.switches.iter().any(|s| s.name == switch.name) {
+            return Err(err(format!("switch {} is defined twice", switch.name)));
+        }
+        topo.switches.push(switch);
+    }
+    Ok(topo)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostlists_expand() {
+        assert_eq!(
+            expand_hostlist("n[0-2,7],m1,x[08-10]").unwrap(),
+            ["n0", "n1", "n2", "n7", "m1", "x08", "x09", "x10"]
+        );
+        assert_eq!(expand_hostlist("a[3]b").unwrap(), ["a3b"]);
+        for bad in ["n[0-", "n]0[", "n[3-1]", "n[a-b]", "n[0-1][2-3]", "n[[0]]"] {
+            assert!(expand_hostlist(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn parses_a_two_level_tree() {
+        let t = parse_slurm_topology(
+            "# fat tree\nSwitchName=s0 Switches=s[1-2] LinkSpeed=10\n\
+             SwitchName=s1 Nodes=n[0-1]\nSwitchName=s2 Nodes=n[2-3]\n",
+        )
+        .unwrap();
+        assert_eq!(t.switches.len(), 3);
+        assert_eq!(t.switch_of("n3"), Some("s2"));
+        assert_eq!(t.switch_of("n9"), None);
+        assert_eq!(
+            t.links(),
+            [
+                ("s0".to_string(), "s1".to_string()),
+                ("s0".into(), "s2".into())
+            ]
+        );
+        let e = parse_slurm_topology("SwitchName=s0\nSwitchName=s0\n").unwrap_err();
+        assert!(e.to_string().contains("line 2"), "{e}");
+        assert!(parse_slurm_topology("Nodes=n1\n").is_err());
+        assert!(parse_slurm_topology("SwitchName=s0 junk\n").is_err());
+    }
+}

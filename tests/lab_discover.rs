@@ -1,0 +1,563 @@
+//! The lab end to end: build a multi-switch lab, run ranks in it, discover its topology over
+//! LLDP and check that discovery reproduces the lab's own topology. Needs root and lldpd;
+//! without them each test prints why it skips. Every lab is removed by a guard.
+
+use pipecast::topology::{parse_topology, Topology};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const EXE: &str = env!("CARGO_BIN_EXE_pipecast");
+
+fn skip_reason() -> Option<String> {
+    if !pipecast::lab::is_root() {
+        return Some("not root".into());
+    }
+    if let Err(e) = pipecast::lab::require_tools() {
+        return Some(e.to_string());
+    }
+    None
+}
+
+macro_rules! require_lab {
+    () => {
+        if let Some(reason) = skip_reason() {
+            eprintln!("skipping: {reason}");
+            return;
+        }
+    };
+}
+
+fn pipecast(args: &[&str]) -> Output {
+    Command::new(EXE)
+        .args(args)
+        .output()
+        .expect("runs pipecast")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A lab that is taken down when dropped, also when the test fails.
+struct Lab {
+    name: String,
+    dir: PathBuf,
+    topology: Topology,
+}
+
+impl Lab {
+    fn up(tag: &str, topology_json: &str, extra: &[&str]) -> Lab {
+        let name = format!("{tag}{}", std::process::id() % 100_000);
+        let dir = std::env::temp_dir().join(format!("pipecast-test-{name}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("topology.json");
+        std::fs::write(&file, topology_json).unwrap();
+        let mut args = vec![
+            "lab",
+            "up",
+            "--name",
+            &name,
+            "--topology",
+            file.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let out = pipecast(&args);
+        let lab = Lab {
+            name,
+            dir,
+            topology: parse_topology(topology_json).unwrap(),
+        };
+        assert!(out.status.success(), "lab up failed: {}", text(&out));
+        lab
+    }
+    fn path(&self, file: &str) -> PathBuf {
+        self.dir.join(file)
+    }
+    /// `pipecast lab run --name N --timeout 30 -- ARGS`
+    fn run(&self, args: &[&str]) -> Output {
+        let mut all = vec!["lab", "run", "--name", &self.name, "--timeout", "30", "--"];
+        all.extend_from_slice(args);
+        pipecast(&all)
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let out = pipecast(&["lab", "down", "--name", &self.name]);
+        if !out.status.success() && !text(&out).contains("no lab named") {
+            eprintln!("lab down {}: {}", self.name, text(&out));
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Switch names, links as unordered name pairs, and machine → switch in rank order.
+type Shape = (
+    BTreeSet<String>,
+    BTreeSet<(String, String)>,
+    Vec<(String, String)>,
+);
+
+fn shape(t: &Topology) -> Shape {
+    let name = |s: usize| t.switches()[s].name.clone();
+    let switches = t.switches().iter().map(|s| s.name.clone()).collect();
+    let links = t
+        .links()
+        .iter()
+        .map(|l| {
+            let (a, b) = (name(l.a), name(l.b));
+            if a < b {
+                (a, b)
+            } else {
+                (b, a)
+            }
+        })
+        .collect();
+    let machines = t
+        .machines()
+        .iter()
+        .map(|m| (m.name.clone(), name(m.switch)))
+        .collect();
+    (switches, links, machines)
+}
+
+fn read(path: &Path) -> Topology {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    parse_topology(&text).unwrap()
+}
+
+/// Hub s1 with edges s0 and s2, and s3 behind s2 (depth 2); ranks interleaved over switches.
+const FOUR_SWITCHES: &str = r#"{
+  "switches": ["s0", "s1", "s2", "s3"],
+  "links": [["s1", "s0"], ["s1", "s2"], {"a": "s2", "b": "s3", "gbps": 0.2}],
+  "machines": [
+    {"name": "n0", "switch": "s2"}, {"name": "n1", "switch": "s0"},
+    {"name": "n2", "switch": "s3"}, {"name": "n3", "switch": "s1"},
+    {"name": "n4", "switch": "s2"}, {"name": "n5", "switch": "s0"}
+  ]
+}"#;
+
+#[test]
+fn discovery_reproduces_the_lab_topology() {
+    require_lab!();
+    let lab = Lab::up("d", FOUR_SWITCHES, &[]);
+    let lldp = lab.path("lldp");
+    let out = pipecast(&[
+        "lab",
+        "lldp",
+        "--name",
+        &lab.name,
+        "--out",
+        lldp.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    for s in ["s0", "s1", "s2", "s3"] {
+        assert!(lldp.join(format!("{s}.json")).is_file(), "no dump for {s}");
+    }
+    let found = lab.path("found.json");
+    let out = lab.run(&[
+        EXE,
+        "discover",
+        "--switch-lldp",
+        lldp.to_str().unwrap(),
+        "--listen-seconds",
+        "10",
+        "-o",
+        found.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let t = read(&found);
+    assert_eq!(shape(&t), shape(&lab.topology));
+    // Ports and MACs come from LLDP and the NIC.
+    assert_eq!(t.machines()[3].port.as_deref(), Some("n3"));
+    assert!(t.machines().iter().all(|m| m.mac.is_some()));
+
+    // The same from a Slurm topology.conf, written from the lab's topology.
+    let slurm = lab.path("topology.conf");
+    std::fs::write(
+        &slurm,
+        "SwitchName=s1 Switches=s[0,2]\nSwitchName=s2 Switches=s3 Nodes=n[0,4]\n\
+         SwitchName=s0 Nodes=n[1,5]\nSwitchName=s3 Nodes=n2\n",
+    )
+    .unwrap();
+    let found = lab.path("found-slurm.json");
+    let out = lab.run(&[
+        EXE,
+        "discover",
+        "--iface",
+        "eth0",
+        "--slurm",
+        slurm.to_str().unwrap(),
+        "-o",
+        found.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(shape(&read(&found)), shape(&lab.topology));
+
+    // No switch layer: a valid topology with every attachment right, and the assumption said.
+    let found = lab.path("found-none.json");
+    let out = lab.run(&[EXE, "discover", "-o", found.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("ASSUMING"), "{}", text(&out));
+    let guessed = read(&found);
+    assert_eq!(shape(&guessed).2, shape(&lab.topology).2);
+}
+
+#[test]
+fn run_sets_rank_environment_and_reports_failures() {
+    require_lab!();
+    let lab = Lab::up(
+        "r",
+        r#"{"switches": ["s0", "s1"], "links": [["s0", "s1"]],
+            "machines": [{"name": "h0", "switch": "s0"}, {"name": "h1", "switch": "s1"}, {"name": "h2", "switch": "s1"}]}"#,
+        &["--rate", "50mbit"],
+    );
+    let out = lab.run(&[
+        "sh",
+        "-c",
+        "echo $PIPECAST_RANK/$PIPECAST_SIZE $PIPECAST_MACHINE $PIPECAST_RENDEZVOUS",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for (r, m) in ["h0", "h1", "h2"].iter().enumerate() {
+        let line = format!("[r{r}] {r}/3 {m} 198.18.0.1:47800");
+        assert!(stdout.contains(&line), "missing {line:?} in {stdout}");
+    }
+    // Rank 1 fails: the run fails and names it.
+    let out = lab.run(&["sh", "-c", "test $PIPECAST_RANK != 1"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("r1 (h1) exited with 1"),
+        "{}",
+        text(&out)
+    );
+    // A rank past the deadline is killed.
+    let out = pipecast(&[
+        "lab",
+        "run",
+        "--name",
+        &lab.name,
+        "--timeout",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        "if [ $PIPECAST_RANK = 2 ]; then sleep 30; fi",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("r2 (h2) killed at the 1 s deadline"),
+        "{}",
+        text(&out)
+    );
+    // Data crosses the switches (s0 -> s1), management addresses are reachable too.
+    let out = lab.run(&[
+        "sh",
+        "-c",
+        "if [ $PIPECAST_RANK = 0 ]; then cat /sys/class/net/eth0/mtu; ip -o addr show mgmt0; fi",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("[r0] 1500"), "{}", text(&out));
+    assert!(text(&out).contains("198.19.0.1/16"), "{}", text(&out));
+    // exec on one machine, and its exit code.
+    let out = pipecast(&[
+        "lab", "exec", "--name", &lab.name, "h2", "--", "sh", "-c", "exit 3",
+    ]);
+    assert_eq!(out.status.code(), Some(3));
+    let out = pipecast(&["lab", "exec", "--name", &lab.name, "h9", "--", "true"]);
+    assert!(text(&out).contains("no machine \"h9\""), "{}", text(&out));
+}
+
+#[test]
+fn up_refuses_bad_input_and_leaves_nothing_behind() {
+    require_lab!();
+    let name = format!("b{}", std::process::id() % 100_000);
+    let dir = std::env::temp_dir().join(format!("pipecast-test-{name}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("t.json");
+    // A machine name too long for an interface.
+    std::fs::write(
+        &file,
+        r#"{"switches": ["s0"], "machines": [{"name": "machine-with-long-name", "switch": "s0"}]}"#,
+    )
+    .unwrap();
+    let out = pipecast(&[
+        "lab",
+        "up",
+        "--name",
+        &name,
+        "--topology",
+        file.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("cannot name a network interface"),
+        "{}",
+        text(&out)
+    );
+    let out = pipecast(&[
+        "lab",
+        "up",
+        "--name",
+        "bad-name",
+        "--topology",
+        file.to_str().unwrap(),
+    ]);
+    assert!(text(&out).contains("not usable"), "{}", text(&out));
+    let out = pipecast(&[
+        "lab",
+        "up",
+        "--name",
+        &name,
+        "--rate",
+        "fast",
+        "--topology",
+        file.to_str().unwrap(),
+    ]);
+    assert!(text(&out).contains("not a rate"), "{}", text(&out));
+    let out = pipecast(&["lab", "down", "--name", &name]);
+    assert!(text(&out).contains("no lab named"), "{}", text(&out));
+    let namespaces = String::from_utf8_lossy(
+        &Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .into_owned();
+    assert!(!namespaces.contains(&format!("{name}-")), "{namespaces}");
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // A second lab of the same name is refused while the first exists.
+    let lab = Lab::up(
+        "x",
+        r#"{"switches": ["s0"], "machines": [{"name": "h0", "switch": "s0"}]}"#,
+        &["--lldp-wait", "0"],
+    );
+    let file = lab.path("topology.json");
+    let out = pipecast(&[
+        "lab",
+        "up",
+        "--name",
+        &lab.name,
+        "--topology",
+        file.to_str().unwrap(),
+    ]);
+    assert!(text(&out).contains("already exists"), "{}", text(&out));
+}
+
+#[test]
+fn up_without_root_says_so() {
+    // As root, drop privileges with setpriv (util-linux) to see the message.
+    let out = if pipecast::lab::is_root() {
+        match Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                EXE,
+                "lab",
+                "up",
+                "--topology",
+                "/dev/null",
+            ])
+            .output()
+        {
+            Ok(o) => o,
+            Err(_) => {
+                eprintln!("skipping: setpriv not available");
+                return;
+            }
+        }
+    } else {
+        pipecast(&["lab", "up", "--topology", "/dev/null"])
+    };
+    assert!(!out.status.success());
+    let t = text(&out);
+    assert!(t.contains("the lab needs root"), "{t}");
+    assert!(!t.contains("panicked"), "{t}");
+}
+
+#[test]
+fn mpirun_puts_rank_r_on_machine_r() {
+    require_lab!();
+    if pipecast::lab::find_tool("mpirun").is_none() {
+        eprintln!("skipping: mpirun not installed (apt-get install openmpi-bin)");
+        return;
+    }
+    let lab = Lab::up(
+        "m",
+        r#"{"switches": ["s0", "s1"], "links": [["s0", "s1"]],
+            "machines": [{"name": "h0", "switch": "s1"}, {"name": "h1", "switch": "s0"}, {"name": "h2", "switch": "s1"}]}"#,
+        &["--lldp-wait", "0"],
+    );
+    let out = pipecast(&[
+        "lab",
+        "mpirun",
+        "--name",
+        &lab.name,
+        "--",
+        "sh",
+        "-c",
+        "echo mpi $OMPI_COMM_WORLD_RANK $(cat /sys/class/net/eth0/address) $(ip -o -4 addr show eth0)",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for r in 0..3 {
+        let needle = format!("198.18.0.{}/16", r + 1);
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("mpi {r} ")) && l.contains(&needle)),
+            "rank {r} not on machine {r}: {stdout}"
+        );
+    }
+}
+
+#[test]
+fn host_lldpd_is_asked_and_down_removes_everything() {
+    require_lab!();
+    let lab = Lab::up(
+        "o",
+        r#"{"switches": ["s0", "s1"], "links": [["s0", "s1"]],
+            "machines": [{"name": "h0", "switch": "s0"}, {"name": "h1", "switch": "s1"}]}"#,
+        &[],
+    );
+    // An lldpd of the host itself, with its own socket.
+    let socket = lab.path("h1.sock");
+    let out = pipecast(&[
+        "lab",
+        "exec",
+        "--name",
+        &lab.name,
+        "h1",
+        "--",
+        "lldpd",
+        "-u",
+        socket.to_str().unwrap(),
+        "-p",
+        lab.path("h1.pid").to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let found = lab.path("h1.json");
+    let mut last = String::new();
+    for _ in 0..50 {
+        let out = pipecast(&[
+            "lab",
+            "exec",
+            "--name",
+            &lab.name,
+            "h1",
+            "--",
+            EXE,
+            "discover",
+            "--lldp",
+            "lldpd",
+            "--lldpd-socket",
+            socket.to_str().unwrap(),
+            "-o",
+            found.to_str().unwrap(),
+        ]);
+        last = text(&out);
+        if out.status.success() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let t = read(&found);
+    assert_eq!(t.size(), 1, "{last}");
+    assert_eq!(t.machines()[0].name, "h1");
+    assert_eq!(t.switches()[t.switch_of(0)].name, "s1");
+    assert_eq!(t.machines()[0].port.as_deref(), Some("h1"));
+
+    // Down stops every lldpd (switches' and the host's) and deletes every namespace.
+    let run_dir = pipecast::lab::load(&lab.name).unwrap().run_dir;
+    let pids: Vec<String> = ["s0.pid", "s1.pid"]
+        .iter()
+        .map(|f| Path::new(&run_dir).join(f))
+        .chain([lab.path("h1.pid")])
+        .map(|p| std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+        .map(|s| s.trim().to_string())
+        .collect();
+    let out = pipecast(&["lab", "down", "--name", &lab.name]);
+    assert!(out.status.success(), "{}", text(&out));
+    for pid in pids {
+        let alive =
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "));
+        assert!(!alive, "lldpd {pid} survived lab down");
+    }
+    let namespaces = String::from_utf8_lossy(
+        &Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .into_owned();
+    assert!(
+        !namespaces.contains(&format!("{}-", lab.name)),
+        "{namespaces}"
+    );
+    assert!(!Path::new(&run_dir).exists());
+}
+
+#[test]
+fn ctrl_c_during_up_leaves_nothing_half_built() {
+    require_lab!();
+    use std::os::unix::process::CommandExt;
+    let name = format!("c{}", std::process::id() % 100_000);
+    let dir = std::env::temp_dir().join(format!("pipecast-test-{name}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("t.json");
+    std::fs::write(&file, FOUR_SWITCHES).unwrap();
+    let child = Command::new(EXE)
+        .args([
+            "lab",
+            "up",
+            "--name",
+            &name,
+            "--topology",
+            file.to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    // Like a terminal's Ctrl-C: SIGINT to the whole process group (pipecast and its ip/tc).
+    let _ = Command::new("kill")
+        .args(["-INT", "--", &format!("-{}", child.id())])
+        .status();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let namespaces = || {
+        String::from_utf8_lossy(
+            &Command::new("ip")
+                .args(["netns", "list"])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}-")))
+        .count()
+    };
+    match pipecast::lab::load(&name) {
+        // The signal came after the build: a complete lab, removed normally.
+        Ok(state) => {
+            assert!(out.status.success() && state.complete, "{stderr}");
+            assert!(pipecast(&["lab", "down", "--name", &name]).status.success());
+        }
+        Err(_) => assert!(stderr.contains("interrupted"), "{stderr}"),
+    }
+    assert_eq!(namespaces(), 0, "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
