@@ -164,6 +164,7 @@ fn discovery_reproduces_the_lab_topology() {
     let found = lab.path("found.json");
     let out = lab.run(&[
         EXE,
+        "topo",
         "discover",
         "--switch-lldp",
         lldp.to_str().unwrap(),
@@ -190,6 +191,7 @@ fn discovery_reproduces_the_lab_topology() {
     let found = lab.path("found-slurm.json");
     let out = lab.run(&[
         EXE,
+        "topo",
         "discover",
         "--iface",
         "eth0",
@@ -203,7 +205,7 @@ fn discovery_reproduces_the_lab_topology() {
 
     // No switch layer: a valid topology with every attachment right, and the assumption said.
     let found = lab.path("found-none.json");
-    let out = lab.run(&[EXE, "discover", "-o", found.to_str().unwrap()]);
+    let out = lab.run(&[EXE, "topo", "discover", "-o", found.to_str().unwrap()]);
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("ASSUMING"), "{}", text(&out));
     let guessed = read(&found);
@@ -457,6 +459,7 @@ fn host_lldpd_is_asked_and_down_removes_everything() {
             "h1",
             "--",
             EXE,
+            "topo",
             "discover",
             "--lldp",
             "lldpd",

@@ -152,8 +152,15 @@ fn preload_under_open_mpi() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let Some(dir) = build() else { return };
     let test = dir.join("mpi_bcast_test");
-    let preload = format!("LD_PRELOAD={}", dir.join("libpipecast_preload.so").display());
-    let out = mpirun(4, &["-x", &preload, "-x", "PIPECAST_VERBOSE=1"], &[test.to_str().unwrap()]);
+    let preload = format!(
+        "LD_PRELOAD={}",
+        dir.join("libpipecast_preload.so").display()
+    );
+    let out = mpirun(
+        4,
+        &["-x", &preload, "-x", "PIPECAST_VERBOSE=1"],
+        &[test.to_str().unwrap()],
+    );
     check(&out, "pipecast-preload", 4);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -167,7 +174,10 @@ fn preload_under_mpich() {
     }
     let Some(dir) = build() else { return };
     let preload = dir.join("libpipecast_preload_mpich.so");
-    assert!(preload.exists(), "make -C ffi built no MPICH shim although mpicc.mpich exists");
+    assert!(
+        preload.exists(),
+        "make -C ffi built no MPICH shim although mpicc.mpich exists"
+    );
     let test = dir.join("mpi_bcast_test_mpich");
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let cc = Command::new("mpicc.mpich")
@@ -180,7 +190,14 @@ fn preload_under_mpich() {
     let out = Command::new("timeout")
         .args(["300", "mpirun.mpich", "-np", "4", "-env", "LD_PRELOAD"])
         .arg(&preload)
-        .args(["-env", "PIPECAST_VERBOSE", "1", "-env", "PIPECAST_TIMEOUT_MS", "20000"])
+        .args([
+            "-env",
+            "PIPECAST_VERBOSE",
+            "1",
+            "-env",
+            "PIPECAST_TIMEOUT_MS",
+            "20000",
+        ])
         .arg(&test)
         .output()
         .unwrap();
@@ -196,7 +213,9 @@ fn preload_under_mpich() {
 fn mpi4py_suite() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let Ok(tests) = std::env::var("PIPECAST_MPI4PY_TESTS") else {
-        eprintln!("SKIPPED: set PIPECAST_MPI4PY_TESTS to mpi4py 3.1.4's test/ directory (.ci/run does)");
+        eprintln!(
+            "SKIPPED: set PIPECAST_MPI4PY_TESTS to mpi4py 3.1.4's test/ directory (.ci/run does)"
+        );
         return;
     };
     if !have("/usr/bin/python3", &["-c", "import mpi4py"]) {
@@ -209,10 +228,20 @@ fn mpi4py_suite() {
     let args = component_args(&dir, &["--mca", "coll_pipecast_min_bytes", "1"]);
     let out = mpirun(4, &strs(&args), &suite);
     check_suite(&out, "coll:pipecast");
-    let preload = format!("LD_PRELOAD={}", dir.join("libpipecast_preload.so").display());
+    let preload = format!(
+        "LD_PRELOAD={}",
+        dir.join("libpipecast_preload.so").display()
+    );
     let out = mpirun(
         4,
-        &["-x", &preload, "-x", "PIPECAST_VERBOSE=1", "-x", "PIPECAST_MIN_BYTES=1"],
+        &[
+            "-x",
+            &preload,
+            "-x",
+            "PIPECAST_VERBOSE=1",
+            "-x",
+            "PIPECAST_MIN_BYTES=1",
+        ],
         &suite,
     );
     check_suite(&out, "pipecast-preload");
@@ -222,8 +251,18 @@ fn mpi4py_suite() {
 fn check_suite(out: &Output, marker: &str) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "mpi4py's tests failed:\n{stderr}");
-    assert_eq!(stderr.matches("\nOK").count() + usize::from(stderr.starts_with("OK")), 4, "{stderr}");
+    assert_eq!(
+        stderr.matches("\nOK").count() + usize::from(stderr.starts_with("OK")),
+        4,
+        "{stderr}"
+    );
     let n = carried(&stderr, marker);
-    assert!(n >= 4 * 100, "pipecast carried only {n} broadcasts:\n{stderr}");
-    assert!(!stderr.contains("falling back"), "a pipecast broadcast failed:\n{stderr}");
+    assert!(
+        n >= 4 * 100,
+        "pipecast carried only {n} broadcasts:\n{stderr}"
+    );
+    assert!(
+        !stderr.contains("falling back"),
+        "a pipecast broadcast failed:\n{stderr}"
+    );
 }

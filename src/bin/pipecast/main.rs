@@ -39,9 +39,6 @@ enum Command {
     Calibrate(calibrate::Args),
     /// Emulated multi-switch cluster in network namespaces (root only).
     Lab(lab::Args),
-    /// (temporary, until `pipecast topo discover` is hooked in) Discover the topology via LLDP.
-    #[command(hide = true)]
-    Discover(discover::DiscoverArgs),
 }
 
 fn main() -> ExitCode {
@@ -59,7 +56,6 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(args),
         Command::Calibrate(args) => calibrate::run(args),
         Command::Lab(args) => lab::run(args),
-        Command::Discover(args) => discover::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

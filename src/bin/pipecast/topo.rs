@@ -31,7 +31,9 @@ enum Command {
         /// The topology file.
         file: PathBuf,
     },
-    // `discover` (LLDP) joins here.
+    /// Run on every rank of a job: learn each rank's switch and port by LLDP, exchange the
+    /// observations, and write the topology file with machines in rank order.
+    Discover(crate::discover::DiscoverArgs),
 }
 
 #[derive(clap::Args)]
@@ -81,6 +83,7 @@ pub fn run(args: Args) -> CliResult {
             print!("{}", summary(&file.display().to_string(), &topology));
             Ok(())
         }
+        Command::Discover(args) => crate::discover::run(args),
     }
 }
 
