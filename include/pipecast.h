@@ -34,6 +34,9 @@ typedef enum {
   PIPECAST_ERR_OTHER = 10,
 } pipecast_result;
 
+// A 48-bit MAC address.
+typedef struct Address Address;
+
 // An opaque pipecast communicator.
 typedef struct pipecast_comm pipecast_comm;
 
@@ -49,6 +52,9 @@ typedef struct {
   const char *topology;
   // A broadcast that makes no progress for this long fails at every rank; 0 = 5000.
   uint32_t timeout_ms;
+  // Calibration profile for the cost model: a file from `pipecast calibrate`, or
+  // "100mbit" / "1gbit" (seed 003 Table 2); NULL = "1gbit".
+  const char *profile;
 } pipecast_config;
 
 // The host's allgather: every rank passes `len` bytes at `mine`; on return `all` holds
@@ -79,7 +85,7 @@ size_t pipecast_last_error(char *buf, size_t len);
 void pipecast_config_default(pipecast_config *config);
 
 // Reads `PIPECAST_TRANSPORT`, `PIPECAST_TREE`, `PIPECAST_SEGMENT` (bytes, K/M suffixes),
-// `PIPECAST_TOPOLOGY` and `PIPECAST_TIMEOUT_MS` into `config` (defaults for unset ones) and
+// `PIPECAST_TOPOLOGY`, `PIPECAST_TIMEOUT_MS` and `PIPECAST_PROFILE` into `config` (defaults for unset ones) and
 // validates the result; `config` is written only on success.
 //
 // # Safety

@@ -40,6 +40,7 @@ typedef struct {
     char *tree;
     int segment_bytes;
     char *topology;
+    char *profile;
     int timeout_ms;
     int verbose;
     int output; /* opal_output stream for verbose messages */
@@ -117,7 +118,10 @@ static int pipecast_register(void)
     reg_str("tree", "Tree: auto, linear, binary, kary:K, kbinomial, multilane, flat, binomial, ...",
             &C->tree, "auto");
     reg_int("segment_bytes", "Segment size in bytes (0: chosen by the cost model)", &C->segment_bytes, 0);
-    reg_str("topology", "Topology file (empty: discover)", &C->topology, "");
+    reg_str("topology", "Topology file mapping ranks to machines (empty: all ranks on one switch)",
+            &C->topology, "");
+    reg_str("profile", "Calibration profile (pipecast calibrate) or 100mbit/1gbit (empty: 1gbit)",
+            &C->profile, "");
     reg_int("timeout_ms", "A broadcast that makes no progress for this long fails at every rank",
             &C->timeout_ms, 5000);
     reg_int("verbose", "Verbosity: 0 silent, 1 selection and summary, 2 every broadcast", &C->verbose, 0);
@@ -223,6 +227,7 @@ static pipecast_result ensure_pipecast(mca_coll_pipecast_module_t *m)
     cfg.segment_bytes = C->segment_bytes > 0 ? (uint64_t)C->segment_bytes : 0;
     cfg.topology = (C->topology != NULL && C->topology[0] != '\0') ? C->topology : NULL;
     cfg.timeout_ms = C->timeout_ms > 0 ? (uint32_t)C->timeout_ms : 5000;
+    cfg.profile = (C->profile != NULL && C->profile[0] != '\0') ? C->profile : NULL;
     pipecast_result rc = pipecast_comm_create(ompi_comm_rank(m->comm), ompi_comm_size(m->comm),
                                               allgather_through_prev, m, &cfg, &m->pc);
     if (rc == PIPECAST_OK) {

@@ -21,6 +21,9 @@ pub struct pipecast_config {
     pub topology: *const c_char,
     /// A broadcast that makes no progress for this long fails at every rank; 0 = 5000.
     pub timeout_ms: u32,
+    /// Calibration profile for the cost model: a file from `pipecast calibrate`, or
+    /// "100mbit" / "1gbit" (seed 003 Table 2); NULL = "1gbit".
+    pub profile: *const c_char,
 }
 
 /// The configuration as Rust values, validated.
@@ -31,6 +34,7 @@ pub(crate) struct Settings {
     pub segment_bytes: Option<u64>,
     pub topology: Option<PathBuf>,
     pub timeout_ms: u32,
+    pub profile: Option<String>,
 }
 
 pub(crate) const TRANSPORTS: [&str; 4] = ["auto", "tcp", "raweth", "verbs"];
@@ -62,6 +66,7 @@ impl Settings {
             } else {
                 cfg.timeout_ms
             },
+            profile: opt_str(cfg.profile, "config.profile")?,
         })
     }
 }
@@ -83,6 +88,7 @@ pub unsafe extern "C" fn pipecast_config_default(config: *mut pipecast_config) {
             segment_bytes: 0,
             topology: std::ptr::null(),
             timeout_ms: 0,
+            profile: std::ptr::null(),
         })
     };
 }
@@ -110,7 +116,7 @@ fn env(name: &str) -> Option<String> {
 }
 
 /// Reads `PIPECAST_TRANSPORT`, `PIPECAST_TREE`, `PIPECAST_SEGMENT` (bytes, K/M suffixes),
-/// `PIPECAST_TOPOLOGY` and `PIPECAST_TIMEOUT_MS` into `config` (defaults for unset ones) and
+/// `PIPECAST_TOPOLOGY`, `PIPECAST_TIMEOUT_MS` and `PIPECAST_PROFILE` into `config` (defaults for unset ones) and
 /// validates the result; `config` is written only on success.
 ///
 /// # Safety
@@ -128,7 +134,11 @@ pub unsafe extern "C" fn pipecast_config_from_env(config: *mut pipecast_config) 
                 segment_bytes: 0,
                 topology: std::ptr::null(),
                 timeout_ms: 0,
+                profile: std::ptr::null(),
             };
+            if let Some(v) = env("PIPECAST_PROFILE") {
+                c.profile = keep(v)?;
+            }
             if let Some(v) = env("PIPECAST_TRANSPORT") {
                 c.transport = keep(v)?;
             }
@@ -202,6 +212,7 @@ mod tests {
             segment_bytes: 0,
             topology: std::ptr::null(),
             timeout_ms: 0,
+            profile: std::ptr::null(),
         };
         let s = Settings::from_c(&c).unwrap();
         assert_eq!(s.tree, TreeKind::Binary);

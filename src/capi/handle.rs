@@ -113,7 +113,12 @@ fn comm_config(settings: &Settings) -> Result<Config, pipecast_result> {
         Some(path) => Some(crate::topology::read_topology(path).map_err(|e| code_of(&e.into()))?),
         None => None,
     };
+    let profile = match &settings.profile {
+        Some(spec) => crate::model::Profile::load(spec).map_err(|e| code_of(&e.into()))?,
+        None => Config::default().profile,
+    };
     Ok(Config {
+        profile,
         algorithm: Algorithm::Tree(settings.tree.clone()),
         segment: settings.segment_bytes,
         timeout: Duration::from_millis(u64::from(settings.timeout_ms)),
@@ -159,6 +164,7 @@ pub unsafe extern "C" fn pipecast_comm_create(
             segment_bytes: 0,
             topology: std::ptr::null(),
             timeout_ms: 0,
+            profile: std::ptr::null(),
         };
         // SAFETY: NULL or a valid config, by the caller's contract.
         let config = unsafe { config.as_ref() }.unwrap_or(&defaults);
@@ -260,10 +266,21 @@ pub unsafe extern "C" fn pipecast_plan_json(
                 format!("root {root} is out of range"),
             );
         }
-        let algorithm = &c.config().algorithm;
-        let segment = comm::choose_segment(algorithm, c.size(), msize as u64, c.config().segment);
+        let topology = c.topology();
+        let resolved = comm::resolve(
+            topology,
+            root as usize,
+            &c.config().algorithm,
+            msize as u64,
+            c.config().segment,
+            &c.config().profile,
+        );
+        let (algorithm, segment) = match resolved {
+            Ok(r) => r,
+            Err(e) => return code_of(&e),
+        };
         let segments = (msize as u64).div_ceil(segment).max(1);
-        let lanes = match comm::lanes(c.topology(), root as usize, algorithm, segments) {
+        let lanes = match comm::lanes(topology, root as usize, &algorithm, segments) {
             Ok(l) => l,
             Err(e) => return code_of(&e.into()),
         };

@@ -1,6 +1,7 @@
 //! Which schedule a broadcast runs: a tree of `plan/` or the scatter + ring allgather baseline,
 //! and the segment size.
 
+use crate::model::Profile;
 use crate::plan::{self, Lane, PlanError, TreeKind};
 use crate::topology::Topology;
 use std::fmt;
@@ -61,8 +62,7 @@ pub fn scatter_allgather(size: usize, root: usize) -> Vec<Lane> {
         .collect()
 }
 
-/// The lanes for `algorithm` rooted at `root`. `auto` is linear until the cost model is
-/// wired in (see [`choose_tree`]).
+/// The lanes for `algorithm` rooted at `root` (`auto` must be [`resolve`]d first).
 pub fn lanes(
     topology: &Topology,
     root: usize,
@@ -74,9 +74,7 @@ pub fn lanes(
         return Err(PlanError::BadRoot { root, size });
     }
     Ok(match algorithm {
-        Algorithm::Tree(tree) => {
-            plan::build(topology, root, &choose_tree(tree), Some(segments))?.lanes
-        }
+        Algorithm::Tree(tree) => plan::build(topology, root, tree, Some(segments))?.lanes,
         Algorithm::ScatterAllgather => scatter_allgather(size, root),
         Algorithm::PointToPoint { to } => {
             if *to >= size || *to == root {
@@ -89,14 +87,37 @@ pub fn lanes(
     })
 }
 
-/// MODEL HOOK (for the lead): resolves `auto`. Until `model::choose` is wired in, `auto`
-/// means the contention-free linear tree (seed 000 Algorithm 1), the best choice for large
-/// messages on one switch.
-pub fn choose_tree(tree: &TreeKind) -> TreeKind {
-    match tree {
-        TreeKind::Auto => TreeKind::Linear,
-        other => other.clone(),
+/// The concrete schedule and segment size of a broadcast of `msize` bytes from `root`.
+///
+/// `auto` becomes the tree the extended LogP model of seed 003 §4.2 predicts fastest for this
+/// message on this topology with this calibration profile (`model::plan_for`, which prefers
+/// contention-free candidates); a pipelined tree without a configured segment size gets the
+/// model's segment size (the profile's sizes are the candidates, seed 003 §5.1). A configured
+/// segment size always wins; the non-pipelined baselines move whole messages ([`segment_for`]).
+pub fn resolve(
+    topology: &Topology,
+    root: usize,
+    algorithm: &Algorithm,
+    msize: u64,
+    configured: Option<u64>,
+    profile: &Profile,
+) -> crate::Result<(Algorithm, u64)> {
+    let size = topology.size();
+    if let Algorithm::Tree(kind) = algorithm {
+        if kind.is_pipelined() && (*kind == TreeKind::Auto || configured.is_none()) {
+            let choice = crate::model::plan_for(topology, root, kind, profile, msize)?;
+            let concrete = Algorithm::Tree(choice.plan.tree.clone());
+            let segment = configured.unwrap_or(choice.segment_bytes).max(1);
+            return Ok((
+                concrete.clone(),
+                segment_for(&concrete, size, msize, Some(segment)),
+            ));
+        }
     }
+    Ok((
+        algorithm.clone(),
+        segment_for(algorithm, size, msize, configured),
+    ))
 }
 
 /// The segment size a broadcast of `msize` bytes runs with. The non-pipelined baselines of
@@ -114,12 +135,11 @@ pub fn segment_for(tree: &Algorithm, size: usize, msize: u64, configured: Option
     }
 }
 
-/// Default segment size until the model chooses one.
+/// Segment size of a pipelined schedule that [`resolve`] did not size (scatter-allgather's
+/// shares are whole; trees always come through `resolve`).
 pub const DEFAULT_SEGMENT: u64 = 64 * 1024;
 
-/// MODEL HOOK (for the lead): the segment size for a broadcast of `msize` bytes over a
-/// `size`-rank plan. Today: the configured size, else [`DEFAULT_SEGMENT`]; later
-/// `model::choose_segment(plan, msize, profile)`.
+/// The configured segment size, else [`DEFAULT_SEGMENT`].
 pub fn choose_segment(
     _tree: &Algorithm,
     _size: usize,

@@ -16,11 +16,12 @@ mod bootstrap;
 mod progress;
 
 pub use algorithm::{
-    choose_segment, choose_tree, lanes, scatter_allgather, segment_for, Algorithm, DEFAULT_SEGMENT,
+    choose_segment, lanes, resolve, scatter_allgather, segment_for, Algorithm, DEFAULT_SEGMENT,
 };
 pub use bootstrap::{Bootstrap, TcpRendezvous};
 
 use crate::engine::{Config as EngineConfig, Setup};
+use crate::model::Profile;
 use crate::plan::{Lane, TreeKind};
 use crate::topology::Topology;
 use crate::transport::{lend, TcpTransport};
@@ -53,8 +54,11 @@ pub enum CommError {
 pub struct Config {
     /// Schedule of `bcast` (default `auto`).
     pub algorithm: Algorithm,
-    /// Segment size (default: the model's choice, see [`choose_segment`]).
+    /// Segment size (default: the model's choice, see [`resolve`]).
     pub segment: Option<u64>,
+    /// Calibration profile for the model's choices (`auto`, segment size); default the
+    /// 1 Gbit/s column of seed 003 Table 2. `pipecast calibrate` measures one.
+    pub profile: Profile,
     /// Window, credit batching; `idle_timeout` is set from `timeout`.
     pub engine: EngineConfig,
     /// A broadcast making no progress this long fails; also bounds connection setup.
@@ -70,6 +74,7 @@ impl Default for Config {
         Config {
             algorithm: Algorithm::Tree(TreeKind::Auto),
             segment: None,
+            profile: Profile::builtin("1gbit").expect("built-in profile"),
             engine: EngineConfig::default(),
             timeout: Duration::from_secs(5),
             topology: None,
@@ -86,6 +91,8 @@ pub struct Comm {
     config: Config,
     bootstrap: Box<dyn Bootstrap>,
     plans: BTreeMap<(usize, Algorithm, u64, u64), Arc<Vec<Lane>>>,
+    /// The model's resolutions per (root, requested algorithm, message size, segment).
+    choices: BTreeMap<(usize, Algorithm, u64, Option<u64>), (Algorithm, u64)>,
     seq: u64,
     /// `None` only while dropping.
     ops: Option<Sender<Op>>,
@@ -96,6 +103,8 @@ pub struct Comm {
 /// What a broadcast ran.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BcastInfo {
+    /// The schedule that ran (`auto` resolved by the model).
+    pub tree: Algorithm,
     pub segment: u64,
     pub lanes: usize,
     /// Time on the progress thread, ns.
@@ -178,6 +187,7 @@ impl Comm {
             config,
             bootstrap,
             plans: BTreeMap::new(),
+            choices: BTreeMap::new(),
             seq: 0,
             ops: Some(ops),
             progress: Some(progress),
@@ -208,6 +218,9 @@ impl Comm {
             config.timeout = Duration::from_millis(number("PIPECAST_TIMEOUT_MS")? as u64);
         }
         let rendezvous = var("PIPECAST_RENDEZVOUS")?;
+        if let Ok(spec) = std::env::var("PIPECAST_PROFILE") {
+            config.profile = Profile::load(&spec)?;
+        }
         if config.topology.is_none() {
             if let Ok(path) = std::env::var("PIPECAST_TOPOLOGY") {
                 config.topology = Some(crate::topology::read_topology(path.as_ref())?);
@@ -265,7 +278,8 @@ impl Comm {
             .into());
         }
         let msize = buf.len() as u64;
-        let segment = segment_for(algorithm, self.size, msize, segment);
+        let (algorithm, segment) = self.resolve(root, algorithm, msize, segment)?;
+        let algorithm = &algorithm;
         let lanes = self.lanes(root, algorithm, segment, msize)?;
         let setup = Setup {
             seq: self.next_seq(),
@@ -286,6 +300,7 @@ impl Comm {
             "bcast"
         );
         Ok(BcastInfo {
+            tree: algorithm.clone(),
             segment,
             lanes: lanes.len(),
             elapsed_ns,
@@ -324,6 +339,30 @@ impl Comm {
             Some(e) => Err(CommError::Failed(e.clone())),
             None => Ok(()),
         }
+    }
+
+    /// [`resolve`], cached: `auto` and the segment size for this message.
+    fn resolve(
+        &mut self,
+        root: usize,
+        algorithm: &Algorithm,
+        msize: u64,
+        segment: Option<u64>,
+    ) -> crate::Result<(Algorithm, u64)> {
+        let key = (root, algorithm.clone(), msize, segment);
+        if let Some(c) = self.choices.get(&key) {
+            return Ok(c.clone());
+        }
+        let c = resolve(
+            &self.topology,
+            root,
+            algorithm,
+            msize,
+            segment,
+            &self.config.profile,
+        )?;
+        self.choices.insert(key, c.clone());
+        Ok(c)
     }
 
     fn lanes(

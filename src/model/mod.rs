@@ -79,7 +79,8 @@ fn per_lane(plan: &Plan, msize: u64) -> u64 {
 }
 
 /// Predicted broadcast time in µs of `msize` bytes over `plan` with segments of `segment`
-/// bytes (per lane). Baselines (`TreeKind::is_baseline`) are priced without pipelining: the
+/// bytes (per lane). Non-pipelined trees (`TreeKind::is_pipelined`: flat, binomial) are priced
+/// as moving the whole message per hop: the
 /// whole message crosses each hop (`segment` is ignored), with L and g interpolated at `msize`.
 /// k-binomial plans use seed 001's step model, every other plan the generalized formula (2).
 /// A segment larger than a lane's share is one segment of that share.
@@ -87,7 +88,7 @@ pub fn predict(plan: &Plan, profile: &Profile, msize: u64, segment: u64) -> f64 
     if msize == 0 || plan.lanes.is_empty() {
         return 0.0;
     }
-    if plan.tree.is_baseline() {
+    if !plan.tree.is_pipelined() {
         return logp::tree_time(&plan.lanes, 1, profile.cost(msize));
     }
     let share = per_lane(plan, msize);
@@ -103,13 +104,13 @@ pub fn predict(plan: &Plan, profile: &Profile, msize: u64, segment: u64) -> f64 
 }
 
 /// The candidate segment size (a profile size, capped at a lane's share of the message) with
-/// the smallest predicted time, and that time. Ties go to the smaller segment. Baselines get
-/// the whole message; `msize = 0` gives `(0, 0.0)`.
+/// the smallest predicted time, and that time. Ties go to the smaller segment. Non-pipelined
+/// trees get the whole message; `msize = 0` gives `(0, 0.0)`.
 pub fn choose_segment(plan: &Plan, profile: &Profile, msize: u64) -> (u64, f64) {
     if msize == 0 {
         return (0, 0.0);
     }
-    if plan.tree.is_baseline() {
+    if !plan.tree.is_pipelined() {
         return (msize, predict(plan, profile, msize, msize));
     }
     let share = per_lane(plan, msize);

@@ -51,6 +51,13 @@ impl TreeKind {
     /// Every concrete algorithm name accepted on the command line, for help texts.
     pub const NAMES: &'static str = "linear, binary, kary:K, kbinomial, kbinomial:K, multilane, flat, binomial, naive-linear, naive-binary, auto, hetero:NAME";
 
+    /// Whether the algorithm pipelines segments. `flat` and `binomial` move the whole message
+    /// per hop, as MPICH and LAM do (seed 000 Table 1); every other tree, the topology-unaware
+    /// `naive-*` ones included (seed 003 §5's "topology unaware" trees), is pipelined.
+    pub fn is_pipelined(&self) -> bool {
+        !matches!(self, TreeKind::Flat | TreeKind::Binomial)
+    }
+
     /// Whether the algorithm is one of the topology-unaware baselines.
     pub fn is_baseline(&self) -> bool {
         matches!(

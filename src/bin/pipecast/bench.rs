@@ -67,6 +67,8 @@ struct Row {
     /// Extension: the fastest point-to-point iteration (ratios of minima are steadier on a
     /// loaded machine).
     p2p_min_us: f64,
+    /// Extension: the schedule that ran (`auto` resolved by the cost model).
+    ran: String,
 }
 
 #[derive(Serialize)]
@@ -143,14 +145,14 @@ pub fn run(args: Args) -> CliResult {
         let mut buf = vec![0u8; bytes as usize];
         let p2p = Algorithm::PointToPoint { to: 1 };
         // The whole message in one segment (see `comm::segment_for`).
-        let (p2p_times, p2p_ok, _) =
+        let (p2p_times, p2p_ok, _, _) =
             measure(&mut comm, &mut buf, &p2p, None, iters, Some(0), args.seed)?;
         let (p2p_us, p2p_min_us, _, _) = summarize(&mut comm, &p2p_times, p2p_ok)?;
         for tree in &trees {
             if progress {
                 eprint!("\r\x1b[K{bytes} B, {tree} ...");
             }
-            let (times, ok, seg) = measure(
+            let (times, ok, seg, ran) = measure(
                 &mut comm, &mut buf, tree, segment, iters, args.root, args.seed,
             )?;
             let (avg_us, min_us, max_us, verified) = {
@@ -168,6 +170,7 @@ pub fn run(args: Args) -> CliResult {
                 p2p_us,
                 verified,
                 p2p_min_us,
+                ran,
             });
         }
     }
@@ -204,12 +207,13 @@ fn measure(
     iters: usize,
     root: Option<usize>,
     seed: u64,
-) -> pipecast::Result<(Vec<f64>, bool, u64)> {
+) -> pipecast::Result<(Vec<f64>, bool, u64, String)> {
     let n = comm.size();
     let me = comm.rank();
     let mut times = Vec::with_capacity(iters);
     let mut ok = true;
     let mut seg = 0;
+    let mut ran = tree.to_string();
     for it in 0..iters {
         let root = root.unwrap_or(it % n);
         let receives = match tree {
@@ -229,12 +233,13 @@ fn measure(
         comm.barrier()?;
         times.push(t0.elapsed().as_secs_f64() * 1e6);
         seg = info.segment;
+        ran = info.tree.to_string();
         if receives && !matches(buf, pattern_seed) {
             tracing::error!(rank = me, root, bytes = buf.len(), tree = %tree, "received wrong bytes");
             ok = false;
         }
     }
-    Ok((times, ok, seg))
+    Ok((times, ok, seg, ran))
 }
 
 /// Gathers every rank's times; an iteration takes as long as its slowest rank. Returns
@@ -272,10 +277,15 @@ fn print_table(n: usize, rows: &[Row]) {
         } else {
             0.0
         };
+        let tree = if r.ran == r.tree {
+            r.tree.clone()
+        } else {
+            format!("{}={}", r.tree, r.ran)
+        };
         println!(
             "{:>10} {:>18} {:>9} {:>11.1} {:>11.1} {:>11.1} {:>9.1} {:>8.2} {:>3}",
             r.bytes,
-            r.tree,
+            tree,
             r.segment_bytes,
             r.avg_us,
             r.min_us,
