@@ -30,3 +30,4 @@ pub enum TransportError {
     #[error("rank {peer} has no address: the bootstrap did not include it")]
     UnknownPeer { peer: usize },
 }
+pub mod raweth;
