@@ -110,6 +110,8 @@ struct Pending<T> {
     retransmitted: bool,
     /// Queued for retransmission.
     lost: bool,
+    /// Handed out but refused by the socket: its next send is not a retransmission.
+    unsent: bool,
 }
 
 /// The sending half toward one peer: holds `T` (what to resend) per sequence number.
@@ -163,6 +165,7 @@ impl<T> Sender<T> {
                 sent_at: now,
                 retransmitted: false,
                 lost: false,
+                unsent: false,
             },
         );
         seq
@@ -271,13 +274,25 @@ impl<T> Sender<T> {
             if self.pending.contains_key(&seq) {
                 let p = self.pending.get_mut(&seq).expect("checked");
                 p.lost = false;
-                p.retransmitted = true;
                 p.sent_at = now;
-                self.retransmits += 1;
+                if !std::mem::take(&mut p.unsent) {
+                    p.retransmitted = true;
+                    self.retransmits += 1;
+                }
                 return Some((seq, &p.item));
             }
         }
         None
+    }
+
+    /// Frame `seq` (just handed out by `push` or `poll_retransmit`) did not leave: send it
+    /// again first.
+    pub fn unsent(&mut self, seq: u64) {
+        if let Some(p) = self.pending.get_mut(&seq) {
+            p.unsent = !p.retransmitted;
+            p.lost = true;
+            self.lost.push_front(seq);
+        }
     }
 
     /// A frame waits for retransmission.
@@ -401,6 +416,7 @@ mod tests {
     use rand_chacha::ChaCha8Rng;
 
     /// One direction of a lossy link on a virtual clock: frames (seq, payload) and acks.
+    #[derive(Clone, Copy)]
     enum Pkt {
         Data(u64, u32),
         Ack(u64, u64, u32),
@@ -426,10 +442,6 @@ mod tests {
             for _ in 0..copies {
                 let at = now + self.rng.gen_range(self.delay.clone());
                 self.n += 1;
-                let p = match p {
-                    Pkt::Data(s, v) => Pkt::Data(s, v),
-                    Pkt::Ack(a, s, c) => Pkt::Ack(a, s, c),
-                };
                 self.flight.insert((at, self.n), (p, to_rx));
             }
         }
