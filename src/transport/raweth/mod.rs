@@ -22,7 +22,7 @@ use crate::transport::TransportError;
 use crate::wire::frame::{Frame, Kind, Repr, HEADER_LEN};
 use crate::wire::WireError;
 use reliable::{Accept, Pacer, Receiver, Sender};
-use socket::{Mac, RawSocket, RecvBatch};
+use socket::{Addressed, Mac, RawSocket, RecvBatch};
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{self, IoSlice};
 use std::ops::Range;
@@ -71,6 +71,8 @@ pub struct Counters {
     pub out_of_window: u64,
     pub later_kept: u64,
     pub later_dropped: u64,
+    /// Frames addressed to another host (flooded by a bridge that has not learnt a MAC).
+    pub dropped_otherhost: u64,
     pub dropped_cookie: u64,
     pub dropped_comm: u64,
     pub dropped_unknown_peer: u64,
@@ -616,7 +618,11 @@ impl RawEthTransport {
                 }
             }
             let now = clock();
-            for (mac, truncated, bytes) in recv.frames() {
+            for (mac, to, truncated, bytes) in recv.frames() {
+                if to == Addressed::OtherHost {
+                    self.counters.dropped_otherhost += 1;
+                    continue;
+                }
                 if let Err(e) =
                     self.handle_frame(buf, bcast.as_deref_mut(), now, mac, truncated, bytes)
                 {

@@ -143,24 +143,31 @@ impl RawSocket {
         Ok(sock)
     }
 
-    /// Opens the socket inside network namespace `netns` (a name under /var/run/netns or a
-    /// path), from a short-lived thread: the socket stays in that namespace, the calling
-    /// thread does not move. Needs CAP_SYS_ADMIN as well.
-    pub fn open_in_netns(netns: &str, ifname: &str) -> Result<RawSocket, TransportError> {
+    /// Moves the calling thread into network namespace `netns` (a name under /var/run/netns
+    /// or a path); sockets it opens afterwards live there. Needs CAP_SYS_ADMIN.
+    pub fn enter_netns(netns: &str) -> Result<(), TransportError> {
         let path = if netns.contains('/') {
             netns.to_string()
         } else {
             format!("/var/run/netns/{netns}")
         };
-        let ifname = ifname.to_string();
+        let what = || format!("enter network namespace {path}");
+        let file = std::fs::File::open(&path).map_err(|e| setup(what(), e))?;
+        // SAFETY: setns on an open namespace file; it changes only this thread's network
+        // namespace.
+        if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } < 0 {
+            return Err(setup(what(), io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    /// Opens the socket inside network namespace `netns` (a name under /var/run/netns or a
+    /// path), from a short-lived thread: the socket stays in that namespace, the calling
+    /// thread does not move. Needs CAP_SYS_ADMIN as well.
+    pub fn open_in_netns(netns: &str, ifname: &str) -> Result<RawSocket, TransportError> {
+        let (netns_owned, ifname) = (netns.to_string(), ifname.to_string());
         std::thread::spawn(move || -> Result<RawSocket, TransportError> {
-            let what = || format!("enter network namespace {path}");
-            let file = std::fs::File::open(&path).map_err(|e| setup(what(), e))?;
-            // SAFETY: setns on an open namespace file; it changes only this (temporary)
-            // thread's network namespace.
-            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } < 0 {
-                return Err(setup(what(), io::Error::last_os_error()));
-            }
+            RawSocket::enter_netns(&netns_owned)?;
             RawSocket::open(&ifname)
         })
         .join()
@@ -349,6 +356,15 @@ pub struct RecvBatch {
     n: usize,
 }
 
+/// How a received frame was addressed (`sll_pkttype`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Addressed {
+    /// To this interface's MAC (or broadcast/multicast).
+    Us,
+    /// To another host (a bridge flooding unknown unicast; veth does not filter): not ours.
+    OtherHost,
+}
+
 impl RecvBatch {
     /// `count` frames of up to `frame` bytes each.
     pub fn new(count: usize, frame: usize) -> RecvBatch {
@@ -366,17 +382,22 @@ impl RecvBatch {
         self.bufs.len()
     }
 
-    /// Frames of the last receive: (source MAC, was it cut short, bytes). Frames we sent
-    /// ourselves (seen by packet taps) are left out.
-    pub fn frames(&self) -> impl Iterator<Item = (Mac, bool, &[u8])> {
+    /// Frames of the last receive: (source MAC, addressing, was it cut short, bytes).
+    /// Frames we sent ourselves (seen by packet taps) are left out.
+    pub fn frames(&self) -> impl Iterator<Item = (Mac, Addressed, bool, &[u8])> {
         (0..self.n).filter_map(move |i| {
             let f = &self.from[i];
             if f.sll_pkttype == libc::PACKET_OUTGOING {
                 return None;
             }
+            let to = if f.sll_pkttype == libc::PACKET_OTHERHOST {
+                Addressed::OtherHost
+            } else {
+                Addressed::Us
+            };
             let mut mac = [0u8; 6];
             mac.copy_from_slice(&f.sll_addr[..6]);
-            Some((mac, self.truncated[i], &self.bufs[i][..self.lens[i]]))
+            Some((mac, to, self.truncated[i], &self.bufs[i][..self.lens[i]]))
         })
     }
 }
