@@ -478,3 +478,174 @@ fn a_foreign_cookie_storm_is_dropped_and_counted() {
         "storm sent {sent}, dropped {dropped}: {counters:?}"
     );
 }
+
+// ---- Measurements (ignored by default; run with `--release -- --ignored --nocapture`) ----
+
+/// Which transport a timed job uses.
+#[derive(Clone, Copy, PartialEq)]
+enum Via {
+    RawEth,
+    Tcp,
+}
+
+/// Runs `reps` broadcasts of `msize` bytes from rank 0 down a chain, all ranks starting
+/// together (a barrier before each); returns the slowest rank's time per repetition (ns).
+fn timed_job(hosts: &[String], via: Via, msize: usize, segment: u64, reps: usize) -> Vec<u64> {
+    let n = hosts.len();
+    let board = Arc::new((
+        Mutex::new((vec![[0u8; 6]; n], vec![None; n])),
+        Barrier::new(n),
+    ));
+    let times = Arc::new(Mutex::new(vec![0u64; reps]));
+    let threads: Vec<_> = (0..n)
+        .map(|rank| {
+            let (board, ns, times) = (board.clone(), hosts[rank].clone(), times.clone());
+            std::thread::spawn(move || {
+                RawSocket::enter_netns(&ns).unwrap();
+                let ip = format!("198.18.0.{}", rank + 1);
+                let _ = sh(&["ip", "addr", "add", &format!("{ip}/24"), "dev", "eth0"]);
+                let (shared, barrier) = &*board;
+                let mut raw = None;
+                let mut tcp = None;
+                match via {
+                    Via::RawEth => {
+                        let t = RawEthTransport::bind(rank, "eth0", Config::default()).unwrap();
+                        shared.lock().unwrap().0[rank] = t.local_mac();
+                        raw = Some(t);
+                    }
+                    Via::Tcp => {
+                        let t = pipecast::transport::TcpTransport::bind(rank, &ip).unwrap();
+                        shared.lock().unwrap().1[rank] = Some(t.local_addr());
+                        tcp = Some(t);
+                    }
+                }
+                barrier.wait();
+                let (macs, addrs) = shared.lock().unwrap().clone();
+                if let Some(t) = raw.as_mut() {
+                    t.set_peers(macs, 77).unwrap();
+                }
+                if let Some(t) = tcp.as_mut() {
+                    t.set_peers(addrs.into_iter().map(Option::unwrap).collect(), 77);
+                }
+                let start = Instant::now();
+                let clock = move || start.elapsed().as_nanos() as u64;
+                let lanes = chain(n, 0);
+                let mut buf = pattern(msize, 0);
+                for rep in 0..reps {
+                    if rank != 0 {
+                        buf.fill(0);
+                    }
+                    let setup = Setup {
+                        seq: rep as u64,
+                        root: 0,
+                        msize: msize as u64,
+                        segment,
+                        deep: false,
+                    };
+                    barrier.wait();
+                    let t0 = clock();
+                    let mut bcast =
+                        Bcast::new(rank, &lanes, setup, EngineConfig::default(), t0).unwrap();
+                    if let Some(t) = raw.as_mut() {
+                        t.run(&mut buf, &mut bcast, &clock, Duration::from_millis(300))
+                            .unwrap();
+                    }
+                    if let Some(t) = tcp.as_mut() {
+                        t.connect(&bcast.peers(), Duration::from_secs(5)).unwrap();
+                        t.resume(&mut bcast, clock()).unwrap();
+                        while !(bcast.is_done() && t.flushed()) {
+                            let now = clock();
+                            bcast.handle_timeout(now).unwrap();
+                            t.progress(&mut buf, &mut bcast, &clock, Duration::from_millis(1))
+                                .unwrap();
+                        }
+                    }
+                    let dt = clock() - t0;
+                    assert_eq!(buf, pattern(msize, 0), "rank {rank} rep {rep}");
+                    let mut times = times.lock().unwrap();
+                    times[rep] = times[rep].max(dt);
+                }
+                if let Some(t) = raw.as_mut() {
+                    eprintln!("rank {rank} counters: {:?}", t.counters());
+                }
+                barrier.wait();
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let times = times.lock().unwrap().clone();
+    times
+}
+
+fn median(mut v: Vec<u64>) -> u64 {
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+#[test]
+#[ignore = "measurement: run with --release -- --ignored --nocapture"]
+fn measure_raweth_vs_tcp_on_a_100mbit_pair() {
+    skip_unless_able!(false);
+    let mut lab = Lab::new();
+    let hosts = lab.pair(1500, Some("100mbit"));
+    let msize = 8 << 20;
+    let raw = timed_job(&hosts, Via::RawEth, msize, 65536, 5);
+    let tcp = timed_job(&hosts, Via::Tcp, msize, 65536, 5);
+    let (r, t) = (median(raw.clone()), median(tcp.clone()));
+    let mbit = |ns: u64| msize as f64 * 8.0 / ns as f64 * 1e3;
+    println!("8 MiB over a 100 mbit tbf veth pair, 5 runs each, median:");
+    println!(
+        "  raweth {:.3} s ({:.1} Mbit/s)  runs {raw:?}",
+        r as f64 / 1e9,
+        mbit(r)
+    );
+    println!(
+        "  tcp    {:.3} s ({:.1} Mbit/s)  runs {tcp:?}",
+        t as f64 / 1e9,
+        mbit(t)
+    );
+    println!("  tcp/raweth time ratio {:.3}", t as f64 / r as f64);
+}
+
+#[test]
+#[ignore = "measurement: run with --release -- --ignored --nocapture"]
+fn measure_loss_slowdown_on_a_100mbit_bridge() {
+    skip_unless_able!(true);
+    let mut results = Vec::new();
+    for drop_pct in [0u32, 1] {
+        let mut lab = Lab::new();
+        let (sw, hosts) = lab.star(4);
+        for (h, host) in hosts.iter().enumerate() {
+            tbf(host, "eth0", "100mbit");
+            tbf(&sw, &format!("p{h}"), "100mbit");
+        }
+        if drop_pct > 0 {
+            let rules = format!("table bridge pcrw {{\n chain lossy {{\n  type filter hook forward priority 0; policy accept;\n  ether type 0x88b5 numgen random mod 100 < {drop_pct} counter drop\n }}\n}}\n");
+            let path = std::env::temp_dir().join(format!("{}.nft", lab.prefix));
+            std::fs::write(&path, rules).unwrap();
+            sh(&[
+                "ip",
+                "netns",
+                "exec",
+                &sw,
+                "nft",
+                "-f",
+                path.to_str().unwrap(),
+            ])
+            .unwrap();
+            std::fs::remove_file(path).ok();
+        }
+        let times = timed_job(&hosts, Via::RawEth, 4 << 20, 65536, 5);
+        results.push((drop_pct, median(times.clone()), times));
+    }
+    println!("4 MiB chain over 4 hosts on a 100 mbit bridge, 5 runs each, median:");
+    for (p, m, runs) in &results {
+        println!("  drop {p} %: {:.3} s  runs {runs:?}", *m as f64 / 1e9);
+    }
+    println!(
+        "  slowdown with 1 % loss: {:.3}x",
+        results[1].1 as f64 / results[0].1 as f64
+    );
+}

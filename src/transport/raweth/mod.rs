@@ -485,6 +485,13 @@ impl RawEthTransport {
                 break;
             }
             let sent = self.transmit(buf, &batch)?;
+            for (rank, seq, _, _) in &batch[..sent] {
+                self.peers
+                    .get_mut(rank)
+                    .expect("batched peer")
+                    .tx
+                    .sent(*seq, now);
+            }
             for (rank, seq, _, _) in batch[sent..].iter().rev() {
                 self.peers
                     .get_mut(rank)
@@ -577,6 +584,7 @@ impl RawEthTransport {
         match self.sock.send_batch(&frames) {
             Ok(n) => {
                 self.counters.tx_frames += n as u64;
+
                 self.counters.tx_bytes += frames[..n]
                     .iter()
                     .map(|f| (f.1[0].len() + f.1[1].len()) as u64)

@@ -33,7 +33,9 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Config {
         Config {
-            rto_initial: 20_000_000,
+            // Above a 100 mbit link's queueing delay (default SO_SNDBUF + a tbf queue: ~40 ms)
+            // until RTT samples arrive.
+            rto_initial: 50_000_000,
             rto_min: 2_000_000,
             rto_max: 500_000_000,
             window: 4096,
@@ -106,15 +108,18 @@ impl Pacer {
 #[derive(Debug, Clone)]
 struct Pending<T> {
     item: T,
+    /// When it last left (or was handed out, until `sent` confirms).
     sent_at: u64,
-    retransmitted: bool,
+    /// Times it left the socket.
+    sends: u32,
     /// Queued for retransmission.
     lost: bool,
-    /// Handed out but refused by the socket: its next send is not a retransmission.
-    unsent: bool,
 }
 
 /// The sending half toward one peer: holds `T` (what to resend) per sequence number.
+///
+/// Usage per frame: `push` (new) or `poll_retransmit` (again) hands it out; the caller then
+/// reports `sent` when the socket took it or `unsent` when it did not.
 #[derive(Debug, Clone)]
 pub struct Sender<T> {
     config: Config,
@@ -127,6 +132,9 @@ pub struct Sender<T> {
     srtt: Option<u64>,
     rttvar: u64,
     rto: u64,
+    /// The retransmission timer runs from here: the last acknowledgement that made progress
+    /// (or the first send after the sender was idle).
+    timer_base: u64,
     /// Counters.
     pub retransmits: u64,
     pub timeouts: u64,
@@ -144,6 +152,7 @@ impl<T> Sender<T> {
             srtt: None,
             rttvar: 0,
             rto: config.rto_initial,
+            timer_base: 0,
             retransmits: 0,
             timeouts: 0,
         }
@@ -154,21 +163,43 @@ impl<T> Sender<T> {
         self.next - self.acked < self.credit
     }
 
-    /// Records a new frame sent at `now`; returns its sequence number.
+    /// Records a new frame handed out at `now`; returns its sequence number.
     pub fn push(&mut self, now: u64, item: T) -> u64 {
         let seq = self.next;
         self.next += 1;
+        if self.pending.is_empty() {
+            self.timer_base = now;
+        }
         self.pending.insert(
             seq,
             Pending {
                 item,
                 sent_at: now,
-                retransmitted: false,
+                sends: 0,
                 lost: false,
-                unsent: false,
             },
         );
         seq
+    }
+
+    /// Frame `seq` left the socket at `now`.
+    pub fn sent(&mut self, seq: u64, now: u64) {
+        if let Some(p) = self.pending.get_mut(&seq) {
+            p.sends += 1;
+            p.sent_at = now;
+            if p.sends > 1 {
+                self.retransmits += 1;
+            }
+        }
+    }
+
+    /// Frame `seq` (handed out by `push` or `poll_retransmit`) did not leave: it goes first
+    /// in the retransmission queue.
+    pub fn unsent(&mut self, seq: u64) {
+        if let Some(p) = self.pending.get_mut(&seq) {
+            p.lost = true;
+            self.lost.push_front(seq);
+        }
     }
 
     /// The next sequence number `push` will hand out.
@@ -200,18 +231,20 @@ impl<T> Sender<T> {
             self.credit = u64::from(credit.max(1));
         }
         for (_, p) in &newly {
-            if !p.retransmitted {
+            // Karn: only frames sent once give RTT samples.
+            if p.sends == 1 {
                 self.sample(now.saturating_sub(p.sent_at));
             }
         }
         if !newly.is_empty() {
             self.rto = self.computed_rto();
+            self.timer_base = now;
         }
         // Fast retransmit: a frame three or more numbers below a selectively acknowledged one
         // is presumed lost (once).
         if let Some(h) = highest_sacked {
             for (&seq, p) in self.pending.range_mut(..h.saturating_sub(2)) {
-                if !p.lost && !p.retransmitted {
+                if !p.lost && p.sends == 1 {
                     p.lost = true;
                     self.lost.push_back(seq);
                 }
@@ -241,58 +274,43 @@ impl<T> Sender<T> {
         }
     }
 
-    /// When the retransmission timer fires (the oldest unacknowledged frame's send time + RTO).
+    /// When the retransmission timer fires: an RTO after the last acknowledgement that made
+    /// progress, while something is unacknowledged and not already queued again.
     pub fn poll_timeout(&self) -> Option<u64> {
         self.pending
             .values()
-            .filter(|p| !p.lost)
-            .map(|p| p.sent_at.saturating_add(self.rto))
-            .min()
+            .any(|p| !p.lost)
+            .then(|| self.timer_base.saturating_add(self.rto))
     }
 
-    /// Fires the timer: every frame unacknowledged for an RTO is queued for retransmission
-    /// and the RTO doubles (capped).
+    /// Fires the timer (RFC 6298 §5): the oldest unacknowledged frame is queued for
+    /// retransmission, the RTO doubles (capped) and the timer restarts. Further holes are
+    /// then found by selective acks.
     pub fn handle_timeout(&mut self, now: u64) {
-        let rto = self.rto;
-        let mut fired = false;
-        for (&seq, p) in self.pending.iter_mut() {
-            if !p.lost && p.sent_at.saturating_add(rto) <= now {
-                p.lost = true;
-                self.lost.push_back(seq);
-                fired = true;
-            }
+        match self.poll_timeout() {
+            Some(at) if at <= now => {}
+            _ => return,
         }
-        if fired {
-            self.timeouts += 1;
-            self.rto = (self.rto * 2).min(self.config.rto_max);
+        if let Some((&seq, p)) = self.pending.iter_mut().find(|(_, p)| !p.lost) {
+            p.lost = true;
+            self.lost.push_back(seq);
         }
+        self.timeouts += 1;
+        self.rto = (self.rto * 2).min(self.config.rto_max);
+        self.timer_base = now;
     }
 
-    /// The next frame to retransmit: its number and content. Marks it sent at `now`.
+    /// The next frame to retransmit: its number and content.
     pub fn poll_retransmit(&mut self, now: u64) -> Option<(u64, &T)> {
         while let Some(seq) = self.lost.pop_front() {
             if self.pending.contains_key(&seq) {
                 let p = self.pending.get_mut(&seq).expect("checked");
                 p.lost = false;
                 p.sent_at = now;
-                if !std::mem::take(&mut p.unsent) {
-                    p.retransmitted = true;
-                    self.retransmits += 1;
-                }
                 return Some((seq, &p.item));
             }
         }
         None
-    }
-
-    /// Frame `seq` (just handed out by `push` or `poll_retransmit`) did not leave: send it
-    /// again first.
-    pub fn unsent(&mut self, seq: u64) {
-        if let Some(p) = self.pending.get_mut(&seq) {
-            p.unsent = !p.retransmitted;
-            p.lost = true;
-            self.lost.push_front(seq);
-        }
     }
 
     /// A frame waits for retransmission.
@@ -481,12 +499,14 @@ mod tests {
                         break;
                     }
                     let (s, &v) = tx.poll_retransmit(now).expect("queued");
+                    tx.sent(s, now);
                     net.send(now, Pkt::Data(s, v), true);
                 } else if next_item < n && tx.can_send() {
                     if !pacer.try_take(now, 1500) {
                         break;
                     }
                     let s = tx.push(now, next_item);
+                    tx.sent(s, now);
                     net.send(now, Pkt::Data(s, next_item), true);
                     next_item += 1;
                 } else {
@@ -591,13 +611,15 @@ mod tests {
     fn rto_backs_off_and_is_capped() {
         let config = Config::default();
         let mut tx: Sender<()> = Sender::new(config);
-        tx.push(0, ());
+        let s = tx.push(0, ());
+        tx.sent(s, 0);
         let mut now = 0;
         let mut last = tx.rto();
         for _ in 0..20 {
             now = tx.poll_timeout().unwrap();
             tx.handle_timeout(now);
             assert!(tx.poll_retransmit(now).is_some());
+            tx.sent(s, now);
             assert!(tx.rto() >= last);
             last = tx.rto();
         }
@@ -623,7 +645,8 @@ mod tests {
         assert_eq!(rx.accept(0), Accept::OutOfWindow);
         let mut tx: Sender<u8> = Sender::new(Config::default());
         for i in 0..5 {
-            tx.push(0, i);
+            let s = tx.push(0, i);
+            tx.sent(s, 0);
         }
         assert_eq!(tx.on_ack(10, 3, 0b1, 8), 3);
         assert_eq!(tx.in_flight(), 2);
