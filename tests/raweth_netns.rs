@@ -649,3 +649,54 @@ fn measure_loss_slowdown_on_a_100mbit_bridge() {
         results[1].1 as f64 / results[0].1 as f64
     );
 }
+
+/// LAB.md: with an 8 MB send buffer, senders into a slower downstream port lose frames
+/// silently at the bridge. Two lanes (0→1→2 and 0→2→1) make ranks 0 and 2 both send to rank
+/// 1, whose port is 30 mbit. Unpaced and paced at the link rate, retransmission recovers.
+#[test]
+fn an_oversized_send_buffer_against_tbf_still_completes() {
+    skip_unless_able!(false);
+    for rate in [None, Some(12_500_000u64)] {
+        let mut lab = Lab::new();
+        let (sw, hosts) = lab.star(3);
+        for (h, host) in hosts.iter().enumerate() {
+            tbf(host, "eth0", "100mbit");
+            tbf(
+                &sw,
+                &format!("p{h}"),
+                if h == 1 { "30mbit" } else { "100mbit" },
+            );
+        }
+        let config = Config {
+            sndbuf: Some(8 << 20),
+            reliable: pipecast::transport::raweth::reliable::Config {
+                rate,
+                ..Default::default()
+            },
+            ..Config::default()
+        };
+        let cases = vec![
+            Case {
+                root: 0,
+                msize: (1 << 20) + 3,
+                segment: 65536,
+                lanes: two_lanes,
+            },
+            Case {
+                root: 1,
+                msize: 200_001,
+                segment: 65536,
+                lanes: two_lanes,
+            },
+        ];
+        let c = run_job(&hosts, &cases, config, 0xb16);
+        if rate.is_none() {
+            let lost: u64 = c.iter().map(|c| c.retransmits).sum();
+            assert!(lost > 0, "expected silent drops at the 30 mbit port: {c:?}");
+        }
+        eprintln!(
+            "pacing {rate:?}: retransmits {:?}",
+            c.iter().map(|c| c.retransmits).collect::<Vec<_>>()
+        );
+    }
+}

@@ -41,6 +41,9 @@ pub struct Config {
     pub later_frames: usize,
     /// Payload bytes per frame (default: MTU − header); lower it to test splitting.
     pub max_payload: Option<usize>,
+    /// SO_SNDBUF in bytes (default: the kernel's, ~212 KB, which makes a full tbf push back
+    /// on the sender; a large one turns downstream queues into silent drops, LAB.md).
+    pub sndbuf: Option<usize>,
 }
 
 impl Default for Config {
@@ -51,6 +54,7 @@ impl Default for Config {
             batch: 32,
             later_frames: 8192,
             max_payload: None,
+            sndbuf: None,
         }
     }
 }
@@ -151,6 +155,16 @@ impl RawEthTransport {
         sock: RawSocket,
         config: Config,
     ) -> Result<RawEthTransport, TransportError> {
+        if let Some(bytes) = config.sndbuf {
+            let bytes = bytes.min(i32::MAX as usize) as i32;
+            if sock.set_int(libc::SO_SNDBUFFORCE, bytes).is_err() {
+                sock.set_int(libc::SO_SNDBUF, bytes)
+                    .map_err(|e| TransportError::Setup {
+                        what: format!("SO_SNDBUF {bytes} on {}", sock.ifname()),
+                        error: e.to_string(),
+                    })?;
+            }
+        }
         let fits = sock.mtu().saturating_sub(HEADER_LEN);
         let max_payload = config.max_payload.unwrap_or(fits).min(fits).min(0xffff);
         if max_payload == 0 {
