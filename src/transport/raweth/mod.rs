@@ -253,6 +253,30 @@ impl RawEthTransport {
         Ok(())
     }
 
+    /// Checks that every one of `peers` has a MAC address (there is no connection to make:
+    /// the same shape as `TcpTransport::connect`).
+    pub fn connect(&mut self, peers: &[usize], _timeout: Duration) -> Result<(), TransportError> {
+        match peers
+            .iter()
+            .find(|&&p| p != self.me && !self.peers.contains_key(&p))
+        {
+            Some(&peer) => Err(TransportError::UnknownPeer { peer }),
+            None => Ok(()),
+        }
+    }
+
+    /// Forgets everything in flight (after a failed broadcast): peers then fail by their
+    /// idle timeout, as there is no connection to close.
+    pub fn shutdown(&mut self) {
+        for p in self.peers.values_mut() {
+            p.tx = Sender::new(self.config.reliable);
+            p.rx = Receiver::new(self.config.reliable);
+            p.queue.clear();
+        }
+        self.assembly.clear();
+        self.later.clear();
+    }
+
     /// Whether every frame sent has been acknowledged.
     pub fn flushed(&self) -> bool {
         self.peers
@@ -297,7 +321,7 @@ impl RawEthTransport {
         if self.later.iter().any(|l| l.1.bcast_seq <= self.current) {
             self.deliver_later(buf, bcast, clock())?;
         }
-        self.queue(bcast);
+        self.queue(bcast)?;
         self.send(buf, clock())?;
         let now = clock();
         let mut ms = wait.as_millis().min(i32::MAX as u128) as u64;
@@ -312,7 +336,7 @@ impl RawEthTransport {
         if readable {
             self.receive(buf, Some(bcast), clock)?;
         }
-        self.queue(bcast);
+        self.queue(bcast)?;
         self.send(buf, clock())?;
         Ok(())
     }
@@ -393,17 +417,13 @@ impl RawEthTransport {
     }
 
     /// Turns the engine's transmits into frames on each peer's queue.
-    fn queue(&mut self, bcast: &mut Bcast) {
-        let now_unused = 0;
-        while let Some(t) = bcast.poll_transmit(now_unused) {
-            let Some(peer) = self.peers.get_mut(&t.to) else {
-                tracing::error!(
-                    rank = self.me,
-                    to = t.to,
-                    "engine addressed a rank with no MAC"
-                );
-                continue;
-            };
+    fn queue(&mut self, bcast: &mut Bcast) -> Result<(), TransportError> {
+        // The engine ignores the time here.
+        while let Some(t) = bcast.poll_transmit(0) {
+            let peer = self
+                .peers
+                .get_mut(&t.to)
+                .ok_or(TransportError::UnknownPeer { peer: t.to })?;
             let mut head = Repr {
                 cookie: self.cookie,
                 comm: self.config.comm,
@@ -463,6 +483,7 @@ impl RawEthTransport {
                 }
             }
         }
+        Ok(())
     }
 
     /// Sends retransmissions, then new frames (round robin over peers, within credit and
@@ -656,7 +677,7 @@ impl RawEthTransport {
                 break;
             }
             if let Some(b) = bcast.as_deref_mut() {
-                self.queue(b);
+                self.queue(b)?;
             }
             self.send(buf, clock())?;
         }
