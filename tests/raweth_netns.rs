@@ -469,8 +469,19 @@ fn a_foreign_cookie_storm_is_dropped_and_counted() {
             lanes: if i % 2 == 0 { chain } else { binary },
         })
         .collect();
+    let t0 = Instant::now();
     let counters = run_job(&hosts, &cases, Config::default(), 0x600d);
     stop.store(true, Ordering::Relaxed);
+    eprintln!(
+        "storm: {:?}; timeouts {:?}, retransmits {:?}, dropped_cookie {:?}",
+        t0.elapsed(),
+        counters.iter().map(|c| c.timeouts).collect::<Vec<_>>(),
+        counters.iter().map(|c| c.retransmits).collect::<Vec<_>>(),
+        counters
+            .iter()
+            .map(|c| c.dropped_cookie)
+            .collect::<Vec<_>>()
+    );
     let sent = storm.join().unwrap();
     let dropped = counters[0].dropped_cookie + counters[1].dropped_cookie;
     assert!(
@@ -588,14 +599,16 @@ fn median(mut v: Vec<u64>) -> u64 {
 #[ignore = "measurement: run with --release -- --ignored --nocapture"]
 fn measure_raweth_vs_tcp_on_a_100mbit_pair() {
     skip_unless_able!(false);
+    // PCRW_RATE=1gbit to measure at another rate.
+    let rate = std::env::var("PCRW_RATE").unwrap_or_else(|_| "100mbit".into());
     let mut lab = Lab::new();
-    let hosts = lab.pair(1500, Some("100mbit"));
+    let hosts = lab.pair(1500, Some(&rate));
     let msize = 8 << 20;
     let raw = timed_job(&hosts, Via::RawEth, msize, 65536, 5);
     let tcp = timed_job(&hosts, Via::Tcp, msize, 65536, 5);
     let (r, t) = (median(raw.clone()), median(tcp.clone()));
     let mbit = |ns: u64| msize as f64 * 8.0 / ns as f64 * 1e3;
-    println!("8 MiB over a 100 mbit tbf veth pair, 5 runs each, median:");
+    println!("8 MiB over a {rate} tbf veth pair, 5 runs each, median:");
     println!(
         "  raweth {:.3} s ({:.1} Mbit/s)  runs {raw:?}",
         r as f64 / 1e9,

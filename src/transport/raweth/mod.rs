@@ -277,11 +277,11 @@ impl RawEthTransport {
         self.later.clear();
     }
 
-    /// Whether every frame sent has been acknowledged.
+    /// Whether every frame sent has been acknowledged and every ack owed has been sent.
     pub fn flushed(&self) -> bool {
         self.peers
             .values()
-            .all(|p| p.queue.is_empty() && p.tx.is_idle())
+            .all(|p| p.queue.is_empty() && p.tx.is_idle() && !p.rx.ack_due())
     }
 
     /// Starts serving `bcast`: unacknowledged data of older broadcasts becomes no-ops (their
