@@ -399,7 +399,9 @@ impl RawEthTransport {
     fn next_timer(&self, now: u64) -> Option<u64> {
         let mut at: Option<u64> = None;
         for p in self.peers.values() {
-            let t = if p.tx.has_retransmit() || (!p.queue.is_empty() && p.tx.can_send()) {
+            // While the socket is full, POLLOUT (not a timer) says when to send again.
+            let sendable = p.tx.has_retransmit() || (!p.queue.is_empty() && p.tx.can_send());
+            let t = if sendable && !self.blocked {
                 Some(self.pacer.ready_at(now, self.frame_len()))
             } else {
                 p.tx.poll_timeout()
