@@ -713,3 +713,54 @@ fn an_oversized_send_buffer_against_tbf_still_completes() {
         );
     }
 }
+
+/// Without CAP_NET_RAW, opening fails with an error that names the capability. As root, the
+/// test re-runs itself as `nobody` (setpriv, no capabilities) to get the unprivileged path.
+#[test]
+fn without_cap_net_raw_the_error_names_the_capability() {
+    if std::env::var_os("PCRW_UNPRIVILEGED_PROBE").is_some() {
+        match RawEthTransport::bind(0, "lo", Config::default()) {
+            Ok(_) => println!("PROBE: opened"),
+            Err(e) => println!("PROBE: {e}"),
+        }
+        return;
+    }
+    skip_unless_able!(false);
+    if sh(&["setpriv", "--version"]).is_err() {
+        eprintln!("skipped: setpriv (util-linux) is not installed");
+        return;
+    }
+    let me = std::env::current_exe().unwrap();
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+        ])
+        .arg(&me)
+        .args([
+            "--exact",
+            "without_cap_net_raw_the_error_names_the_capability",
+            "--nocapture",
+        ])
+        .env("PCRW_UNPRIVILEGED_PROBE", "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("PROBE: "))
+        .unwrap_or_else(|| {
+            panic!(
+                "no probe output: {text} {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    assert!(line.contains("CAP_NET_RAW"), "{line}");
+    assert!(
+        line.contains("\"lo\""),
+        "the error names the interface: {line}"
+    );
+}
