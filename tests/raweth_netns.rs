@@ -341,6 +341,27 @@ fn broadcasts_are_byte_exact_across_sizes_roots_and_trees() {
 }
 
 #[test]
+fn broadcasts_are_byte_exact_through_the_mmap_receive_ring() {
+    skip_unless_able!(false);
+    let mut lab = Lab::new();
+    let (_, hosts) = lab.star(4);
+    let config = Config {
+        rx_ring: Some(4 << 20),
+        ..Config::default()
+    };
+    run_job(&hosts, &sizes_and_roots(), config, 0x5eed);
+    let mut lab = Lab::new();
+    let hosts = lab.pair(9000, None);
+    let case = Case {
+        root: 0,
+        msize: (1 << 20) + 3,
+        segment: 131_072,
+        lanes: chain,
+    };
+    run_job(&hosts, &[case], config, 0x5eee);
+}
+
+#[test]
 fn two_ranks_at_mtu_9000() {
     skip_unless_able!(false);
     let mut lab = Lab::new();
@@ -496,6 +517,8 @@ fn a_foreign_cookie_storm_is_dropped_and_counted() {
 #[derive(Clone, Copy, PartialEq)]
 enum Via {
     RawEth,
+    /// With the PACKET_MMAP receive ring.
+    RawEthRing,
     Tcp,
 }
 
@@ -519,8 +542,12 @@ fn timed_job(hosts: &[String], via: Via, msize: usize, segment: u64, reps: usize
                 let mut raw = None;
                 let mut tcp = None;
                 match via {
-                    Via::RawEth => {
-                        let t = RawEthTransport::bind(rank, "eth0", Config::default()).unwrap();
+                    Via::RawEth | Via::RawEthRing => {
+                        let config = Config {
+                            rx_ring: (via == Via::RawEthRing).then_some(4 << 20),
+                            ..Config::default()
+                        };
+                        let t = RawEthTransport::bind(rank, "eth0", config).unwrap();
                         shared.lock().unwrap().0[rank] = t.local_mac();
                         raw = Some(t);
                     }
@@ -605,14 +632,24 @@ fn measure_raweth_vs_tcp_on_a_100mbit_pair() {
     let hosts = lab.pair(1500, Some(&rate));
     let msize = 8 << 20;
     let raw = timed_job(&hosts, Via::RawEth, msize, 65536, 5);
+    let ring = timed_job(&hosts, Via::RawEthRing, msize, 65536, 5);
     let tcp = timed_job(&hosts, Via::Tcp, msize, 65536, 5);
-    let (r, t) = (median(raw.clone()), median(tcp.clone()));
+    let (r, g, t) = (
+        median(raw.clone()),
+        median(ring.clone()),
+        median(tcp.clone()),
+    );
     let mbit = |ns: u64| msize as f64 * 8.0 / ns as f64 * 1e3;
     println!("8 MiB over a {rate} tbf veth pair, 5 runs each, median:");
     println!(
         "  raweth {:.3} s ({:.1} Mbit/s)  runs {raw:?}",
         r as f64 / 1e9,
         mbit(r)
+    );
+    println!(
+        "  ring   {:.3} s ({:.1} Mbit/s)  runs {ring:?}",
+        g as f64 / 1e9,
+        mbit(g)
     );
     println!(
         "  tcp    {:.3} s ({:.1} Mbit/s)  runs {tcp:?}",

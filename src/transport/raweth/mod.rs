@@ -15,6 +15,7 @@
 //! versions or with bad lengths are dropped and counted ([`Counters`]).
 
 pub mod reliable;
+pub mod ring;
 pub mod socket;
 
 use crate::engine::{Bcast, DataHeader, Message, Placement};
@@ -44,6 +45,9 @@ pub struct Config {
     /// SO_SNDBUF in bytes (default: the kernel's, ~212 KB, which makes a full tbf push back
     /// on the sender; a large one turns downstream queues into silent drops, LAB.md).
     pub sndbuf: Option<usize>,
+    /// Receive through a PACKET_MMAP ring of this many bytes ([`ring::RxRing`]) instead of
+    /// `recvmmsg` batches.
+    pub rx_ring: Option<usize>,
 }
 
 impl Default for Config {
@@ -55,6 +59,7 @@ impl Default for Config {
             later_frames: 8192,
             max_payload: None,
             sndbuf: None,
+            rx_ring: None,
         }
     }
 }
@@ -122,6 +127,7 @@ pub struct RawEthTransport {
     assembly: BTreeMap<(usize, u64, u16, u32), Assembly>,
     later: Vec<(usize, Repr, Vec<u8>)>,
     recv: RecvBatch,
+    ring: Option<ring::RxRing>,
     /// The last send hit a full socket buffer: wait for POLLOUT.
     blocked: bool,
     /// The broadcast in progress (older data still unacknowledged becomes no-ops).
@@ -176,8 +182,13 @@ impl RawEthTransport {
                 ),
             });
         }
+        let ring = match config.rx_ring {
+            Some(bytes) => Some(ring::RxRing::new(&sock, bytes)?),
+            None => None,
+        };
         Ok(RawEthTransport {
             me,
+            ring,
             recv: RecvBatch::new(config.batch, sock.mtu() + 64),
             sock,
             max_payload,
@@ -645,6 +656,11 @@ impl RawEthTransport {
         mut bcast: Option<&mut Bcast>,
         clock: &dyn Fn() -> u64,
     ) -> Result<(), crate::Error> {
+        if let Some(mut ring) = self.ring.take() {
+            let result = self.receive_ring(&mut ring, buf, bcast, clock);
+            self.ring = Some(ring);
+            return result;
+        }
         let mut recv = std::mem::replace(&mut self.recv, RecvBatch::new(1, 1));
         let mut result = Ok(());
         for _ in 0..16 {
@@ -685,6 +701,38 @@ impl RawEthTransport {
         }
         self.recv = recv;
         result
+    }
+
+    fn receive_ring(
+        &mut self,
+        ring: &mut ring::RxRing,
+        buf: &mut [u8],
+        mut bcast: Option<&mut Bcast>,
+        clock: &dyn Fn() -> u64,
+    ) -> Result<(), crate::Error> {
+        for _ in 0..16 {
+            let now = clock();
+            let mut result = Ok(());
+            let taken = ring.drain(self.config.batch.max(1), |mac, to, cut, bytes| {
+                if result.is_err() {
+                    return;
+                }
+                if to == Addressed::OtherHost {
+                    self.counters.dropped_otherhost += 1;
+                    return;
+                }
+                result = self.handle_frame(buf, bcast.as_deref_mut(), now, mac, cut, bytes);
+            });
+            result?;
+            if taken == 0 {
+                break;
+            }
+            if let Some(b) = bcast.as_deref_mut() {
+                self.queue(b)?;
+            }
+            self.send(buf, clock())?;
+        }
+        Ok(())
     }
 
     fn handle_frame(

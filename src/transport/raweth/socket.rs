@@ -196,6 +196,29 @@ impl RawSocket {
         }
     }
 
+    /// Sets an `SOL_PACKET` option from raw bytes (ring setup).
+    pub(crate) fn set_packet_opt(&self, option: i32, value: &[u8]) -> io::Result<()> {
+        // SAFETY: `value` is a live byte slice of the length passed.
+        let r = unsafe {
+            libc::setsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                option,
+                value.as_ptr() as *const libc::c_void,
+                value.len() as u32,
+            )
+        };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+
+    pub(crate) fn raw_fd(&self) -> i32 {
+        self.fd.as_raw_fd()
+    }
+
     /// Reads an `SOL_SOCKET` integer option.
     pub fn get_int(&self, option: i32) -> io::Result<i32> {
         let mut value = 0i32;
