@@ -411,12 +411,16 @@ fn broadcasts_complete_byte_exact_when_a_bridge_drops_frames() {
         },
         ..Config::default()
     };
-    let counters = run_job(&hosts, &sizes_and_roots(), config, 0x1055);
-    let retransmits: u64 = counters.iter().map(|c| c.retransmits).sum();
-    assert!(
-        retransmits > 0,
-        "2 % loss must cause retransmissions: {counters:?}"
-    );
+    // Through recvmmsg batches, then through the mmap receive ring.
+    for (cookie, rx_ring) in [(0x1055, None), (0x1056, Some(4 << 20))] {
+        let config = Config { rx_ring, ..config };
+        let counters = run_job(&hosts, &sizes_and_roots(), config, cookie);
+        let retransmits: u64 = counters.iter().map(|c| c.retransmits).sum();
+        assert!(
+            retransmits > 0,
+            "2 % loss must cause retransmissions: {counters:?}"
+        );
+    }
 }
 
 #[test]
