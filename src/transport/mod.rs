@@ -33,3 +33,4 @@ pub enum TransportError {
 }
 
 pub mod lldp_socket;
+pub mod raweth;

@@ -1,68 +1,76 @@
-//! The pipecast raw-Ethernet frame header (EtherType 0x88b5, after the Ethernet header).
+//! The pipecast frame header: what the raw Ethernet transport puts after the Ethernet header
+//! (EtherType 0x88B5). A typed view over bytes in the smoltcp style: [`Frame::new_checked`]
+//! validates lengths and version once, getters read fixed ranges, setters exist when the
+//! buffer is mutable, and [`Repr`] parses/emits the whole header. Nothing here panics on any
+//! input after `new_checked`, and nothing allocates.
 //!
-//! One frame carries one piece of one segment of one broadcast, or an acknowledgement /
-//! credit going back up the tree. The pipelined broadcast of seed 000 §4 and seed 003 §4
-//! (`../shared/seeds/003_f72e5e0868946953.txt`) splits a message into segments that flow down
-//! the tree; over raw Ethernet the receiver must also tell its parent what arrived (the
-//! medium drops frames under contention, LAB.md) and how much more it can take.
+//! All integers little-endian. Fixed 88-byte header, then `len` payload bytes:
 //!
 //! ```text
-//!  0  version u8 (1)     1  kind u8           2  flags u16
-//!  4  job cookie u32                          8  communicator u32
-//! 12  broadcast sequence u32                 16  lane u16          18  reserved u16 (0)
-//! 20  segment u32                            24  offset u64 (byte offset in the message)
-//! 32  length u32 (payload bytes after the header)
-//! 36  ack u32 (segments below this one arrived)  40  credit u32 (segments the sender may add)
-//! 44  payload
+//! 0  version u8 (1)     1  kind u8 (1 data, 2 ack, 3 credit, 4 done, 5 nop)
+//! 2  flags u16          4  lane u16           6  lanes u16
+//! 8  job cookie u64     16 communicator u32   20 root u32
+//! 24 broadcast seq u64  32 message size u64
+//! 40 segment size u32   44 segment index u32  48 byte offset in segment u32
+//! 52 segment length u32 56 payload length u16 58 reserved u16
+//! 60 credit u32         (frames the sender of this frame will accept beyond `ack`)
+//! 64 per-peer seq u64   (0: not sequenced, e.g. a pure ack)
+//! 72 cumulative ack u64 (every per-peer seq below it has arrived)
+//! 80 selective ack u64  (bit i: seq ack+1+i has arrived)
 //! ```
-//! All fields big-endian. Frames shorter than 60 bytes are padded on the wire, hence `length`.
+//!
+//! Control messages of the engine: `credit` carries `consumed` in `offset`; `done` carries
+//! nothing but lane and broadcast. `nop` fills a sequence number whose content was abandoned.
 
 use super::WireError;
 
-/// Header version this code reads and writes.
+/// Header version this build writes and accepts.
 pub const VERSION: u8 = 1;
-/// Header length in bytes.
-pub const HEADER_LEN: usize = 44;
+/// Bytes of the fixed header.
+pub const HEADER_LEN: usize = 88;
 
 mod field {
     use std::ops::Range;
     pub const VERSION: usize = 0;
     pub const KIND: usize = 1;
     pub const FLAGS: Range<usize> = 2..4;
-    pub const COOKIE: Range<usize> = 4..8;
-    pub const COMMUNICATOR: Range<usize> = 8..12;
-    pub const SEQUENCE: Range<usize> = 12..16;
-    pub const LANE: Range<usize> = 16..18;
-    pub const RESERVED: Range<usize> = 18..20;
-    pub const SEGMENT: Range<usize> = 20..24;
-    pub const OFFSET: Range<usize> = 24..32;
-    pub const LENGTH: Range<usize> = 32..36;
-    pub const ACK: Range<usize> = 36..40;
-    pub const CREDIT: Range<usize> = 40..44;
+    pub const LANE: Range<usize> = 4..6;
+    pub const LANES: Range<usize> = 6..8;
+    pub const COOKIE: Range<usize> = 8..16;
+    pub const COMM: Range<usize> = 16..20;
+    pub const ROOT: Range<usize> = 20..24;
+    pub const BSEQ: Range<usize> = 24..32;
+    pub const MSIZE: Range<usize> = 32..40;
+    pub const SEGMENT: Range<usize> = 40..44;
+    pub const INDEX: Range<usize> = 44..48;
+    pub const OFFSET: Range<usize> = 48..52;
+    pub const SEG_LEN: Range<usize> = 52..56;
+    pub const LEN: Range<usize> = 56..58;
+    pub const CREDIT: Range<usize> = 60..64;
+    pub const PSEQ: Range<usize> = 64..72;
+    pub const ACK: Range<usize> = 72..80;
+    pub const SACK: Range<usize> = 80..88;
 }
 
-/// What a frame is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+/// What a frame carries. Unknown values are kept, not rejected (the transport drops them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
-    /// Segment data flowing down a tree.
-    #[default]
     Data,
-    /// Cumulative acknowledgement (and credit) flowing back up.
     Ack,
-    /// Negative acknowledgement: `segment` is missing, please resend.
-    Nack,
-    /// Bootstrap / liveness.
-    Hello,
+    Credit,
+    Done,
+    Nop,
     Unknown(u8),
 }
 
 impl From<u8> for Kind {
     fn from(v: u8) -> Kind {
         match v {
-            0 => Kind::Data,
-            1 => Kind::Ack,
-            2 => Kind::Nack,
-            3 => Kind::Hello,
+            1 => Kind::Data,
+            2 => Kind::Ack,
+            3 => Kind::Credit,
+            4 => Kind::Done,
+            5 => Kind::Nop,
             other => Kind::Unknown(other),
         }
     }
@@ -71,311 +79,351 @@ impl From<u8> for Kind {
 impl From<Kind> for u8 {
     fn from(k: Kind) -> u8 {
         match k {
-            Kind::Data => 0,
-            Kind::Ack => 1,
-            Kind::Nack => 2,
-            Kind::Hello => 3,
+            Kind::Data => 1,
+            Kind::Ack => 2,
+            Kind::Credit => 3,
+            Kind::Done => 4,
+            Kind::Nop => 5,
             Kind::Unknown(v) => v,
         }
     }
 }
 
-/// Flag bits.
-pub mod flags {
-    /// The last segment of the message.
-    pub const LAST: u16 = 1 << 0;
-    /// A retransmission.
-    pub const RETRANSMIT: u16 = 1 << 1;
-    /// The sender wants an acknowledgement now.
-    pub const ACK_REQUESTED: u16 = 1 << 2;
-}
-
-/// A view of a pipecast frame (header and payload) over a byte buffer.
+/// A pipecast frame header over a byte buffer (the Ethernet payload).
 #[derive(Debug, Clone)]
 pub struct Frame<T: AsRef<[u8]>> {
     buffer: T,
 }
 
+macro_rules! getter {
+    ($name:ident, $ty:ty, $field:expr) => {
+        pub fn $name(&self) -> $ty {
+            let b = &self.buffer.as_ref()[$field];
+            let mut a = [0u8; std::mem::size_of::<$ty>()];
+            a.copy_from_slice(b);
+            <$ty>::from_le_bytes(a)
+        }
+    };
+}
+
+macro_rules! setter {
+    ($name:ident, $ty:ty, $field:expr) => {
+        pub fn $name(&mut self, v: $ty) {
+            self.buffer.as_mut()[$field].copy_from_slice(&v.to_le_bytes());
+        }
+    };
+}
+
 impl<T: AsRef<[u8]>> Frame<T> {
+    /// Wraps a buffer without checks (getters may then panic): use [`Frame::new_checked`]
+    /// for anything received.
     pub fn new_unchecked(buffer: T) -> Frame<T> {
         Frame { buffer }
     }
 
-    /// Checks the header length, the version and that `length` payload bytes are present.
+    /// Wraps a buffer after checking that it holds a whole header of a known version and the
+    /// payload the header announces, and that a data frame's payload lies within its segment.
     pub fn new_checked(buffer: T) -> Result<Frame<T>, WireError> {
-        let got = buffer.as_ref().len();
+        let frame = Frame { buffer };
+        frame.check()?;
+        Ok(frame)
+    }
+
+    fn check(&self) -> Result<(), WireError> {
+        let got = self.buffer.as_ref().len();
         if got < HEADER_LEN {
             return Err(WireError::Truncated {
                 need: HEADER_LEN,
                 got,
             });
         }
-        let frame = Frame { buffer };
-        if frame.version() != VERSION {
+        if self.version() != VERSION {
             return Err(WireError::BadVersion {
-                got: frame.version(),
-                supported: VERSION,
+                got: self.version(),
+                want: VERSION,
             });
         }
-        let need = HEADER_LEN + frame.length() as usize;
+        let need = HEADER_LEN + usize::from(self.payload_len());
         if got < need {
             return Err(WireError::Truncated { need, got });
         }
-        Ok(frame)
+        if self.kind() == Kind::Data {
+            let end = u64::from(self.offset()) + u64::from(self.payload_len());
+            if end > u64::from(self.segment_len()) {
+                return Err(WireError::BadLength {
+                    what: "data frame payload",
+                    detail: format!(
+                        "offset {} + length {} exceeds the segment length {}",
+                        self.offset(),
+                        self.payload_len(),
+                        self.segment_len()
+                    ),
+                });
+            }
+        }
+        Ok(())
     }
 
     pub fn into_inner(self) -> T {
         self.buffer
     }
-    fn u16_at(&self, r: std::ops::Range<usize>) -> u16 {
-        let b = &self.buffer.as_ref()[r];
-        u16::from_be_bytes([b[0], b[1]])
-    }
-    fn u32_at(&self, r: std::ops::Range<usize>) -> u32 {
-        let b = &self.buffer.as_ref()[r];
-        u32::from_be_bytes([b[0], b[1], b[2], b[3]])
-    }
+
     pub fn version(&self) -> u8 {
         self.buffer.as_ref()[field::VERSION]
     }
     pub fn kind(&self) -> Kind {
         Kind::from(self.buffer.as_ref()[field::KIND])
     }
-    pub fn flags(&self) -> u16 {
-        self.u16_at(field::FLAGS)
-    }
-    pub fn cookie(&self) -> u32 {
-        self.u32_at(field::COOKIE)
-    }
-    pub fn communicator(&self) -> u32 {
-        self.u32_at(field::COMMUNICATOR)
-    }
-    pub fn sequence(&self) -> u32 {
-        self.u32_at(field::SEQUENCE)
-    }
-    pub fn lane(&self) -> u16 {
-        self.u16_at(field::LANE)
-    }
-    pub fn segment(&self) -> u32 {
-        self.u32_at(field::SEGMENT)
-    }
-    pub fn offset(&self) -> u64 {
-        let b = &self.buffer.as_ref()[field::OFFSET];
-        let mut a = [0u8; 8];
-        a.copy_from_slice(b);
-        u64::from_be_bytes(a)
-    }
-    pub fn length(&self) -> u32 {
-        self.u32_at(field::LENGTH)
-    }
-    pub fn ack(&self) -> u32 {
-        self.u32_at(field::ACK)
-    }
-    pub fn credit(&self) -> u32 {
-        self.u32_at(field::CREDIT)
-    }
-    /// The payload: `length` bytes after the header (padding excluded).
+    getter!(flags, u16, field::FLAGS);
+    getter!(lane, u16, field::LANE);
+    getter!(lanes, u16, field::LANES);
+    getter!(cookie, u64, field::COOKIE);
+    getter!(comm, u32, field::COMM);
+    getter!(root, u32, field::ROOT);
+    getter!(bcast_seq, u64, field::BSEQ);
+    getter!(msize, u64, field::MSIZE);
+    getter!(segment, u32, field::SEGMENT);
+    getter!(index, u32, field::INDEX);
+    getter!(offset, u32, field::OFFSET);
+    getter!(segment_len, u32, field::SEG_LEN);
+    getter!(payload_len, u16, field::LEN);
+    getter!(credit, u32, field::CREDIT);
+    getter!(peer_seq, u64, field::PSEQ);
+    getter!(ack, u64, field::ACK);
+    getter!(sack, u64, field::SACK);
+
+    /// The payload bytes (after `new_checked`, exactly `payload_len` of them).
     pub fn payload(&self) -> &[u8] {
-        &self.buffer.as_ref()[HEADER_LEN..HEADER_LEN + self.length() as usize]
+        let b = self.buffer.as_ref();
+        let end = (HEADER_LEN + usize::from(self.payload_len())).min(b.len());
+        &b[HEADER_LEN.min(end)..end]
     }
 }
 
 impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
-    fn set_u16(&mut self, r: std::ops::Range<usize>, v: u16) {
-        self.buffer.as_mut()[r].copy_from_slice(&v.to_be_bytes());
-    }
-    fn set_u32(&mut self, r: std::ops::Range<usize>, v: u32) {
-        self.buffer.as_mut()[r].copy_from_slice(&v.to_be_bytes());
-    }
     pub fn set_version(&mut self, v: u8) {
         self.buffer.as_mut()[field::VERSION] = v;
     }
     pub fn set_kind(&mut self, k: Kind) {
         self.buffer.as_mut()[field::KIND] = k.into();
     }
-    pub fn set_flags(&mut self, v: u16) {
-        self.set_u16(field::FLAGS, v);
-    }
-    pub fn set_cookie(&mut self, v: u32) {
-        self.set_u32(field::COOKIE, v);
-    }
-    pub fn set_communicator(&mut self, v: u32) {
-        self.set_u32(field::COMMUNICATOR, v);
-    }
-    pub fn set_sequence(&mut self, v: u32) {
-        self.set_u32(field::SEQUENCE, v);
-    }
-    pub fn set_lane(&mut self, v: u16) {
-        self.set_u16(field::LANE, v);
-        self.set_u16(field::RESERVED, 0);
-    }
-    pub fn set_segment(&mut self, v: u32) {
-        self.set_u32(field::SEGMENT, v);
-    }
-    pub fn set_offset(&mut self, v: u64) {
-        self.buffer.as_mut()[field::OFFSET].copy_from_slice(&v.to_be_bytes());
-    }
-    pub fn set_length(&mut self, v: u32) {
-        self.set_u32(field::LENGTH, v);
-    }
-    pub fn set_ack(&mut self, v: u32) {
-        self.set_u32(field::ACK, v);
-    }
-    pub fn set_credit(&mut self, v: u32) {
-        self.set_u32(field::CREDIT, v);
-    }
-    /// The payload area: everything after the header (fill `length` bytes of it).
+    setter!(set_flags, u16, field::FLAGS);
+    setter!(set_lane, u16, field::LANE);
+    setter!(set_lanes, u16, field::LANES);
+    setter!(set_cookie, u64, field::COOKIE);
+    setter!(set_comm, u32, field::COMM);
+    setter!(set_root, u32, field::ROOT);
+    setter!(set_bcast_seq, u64, field::BSEQ);
+    setter!(set_msize, u64, field::MSIZE);
+    setter!(set_segment, u32, field::SEGMENT);
+    setter!(set_index, u32, field::INDEX);
+    setter!(set_offset, u32, field::OFFSET);
+    setter!(set_segment_len, u32, field::SEG_LEN);
+    setter!(set_payload_len, u16, field::LEN);
+    setter!(set_credit, u32, field::CREDIT);
+    setter!(set_peer_seq, u64, field::PSEQ);
+    setter!(set_ack, u64, field::ACK);
+    setter!(set_sack, u64, field::SACK);
+
+    /// The payload bytes, mutable (`payload_len` of them, as far as the buffer reaches).
     pub fn payload_mut(&mut self) -> &mut [u8] {
-        &mut self.buffer.as_mut()[HEADER_LEN..]
+        let len = usize::from(self.payload_len());
+        let b = self.buffer.as_mut();
+        let end = (HEADER_LEN + len).min(b.len());
+        &mut b[HEADER_LEN.min(end)..end]
     }
 }
 
-/// The parsed header.
+/// A parsed header: every field as a value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Repr {
-    pub kind: Kind,
+    pub kind: u8,
     pub flags: u16,
-    pub cookie: u32,
-    pub communicator: u32,
-    pub sequence: u32,
     pub lane: u16,
+    pub lanes: u16,
+    pub cookie: u64,
+    pub comm: u32,
+    pub root: u32,
+    pub bcast_seq: u64,
+    pub msize: u64,
     pub segment: u32,
-    pub offset: u64,
-    pub length: u32,
-    pub ack: u32,
+    pub index: u32,
+    pub offset: u32,
+    pub segment_len: u32,
+    pub payload_len: u16,
     pub credit: u32,
+    pub peer_seq: u64,
+    pub ack: u64,
+    pub sack: u64,
 }
 
 impl Repr {
-    pub fn parse<T: AsRef<[u8]>>(frame: &Frame<T>) -> Repr {
-        Repr {
-            kind: frame.kind(),
+    pub fn kind(&self) -> Kind {
+        Kind::from(self.kind)
+    }
+
+    /// Reads a checked frame's header.
+    pub fn parse<T: AsRef<[u8]>>(frame: &Frame<T>) -> Result<Repr, WireError> {
+        frame.check()?;
+        Ok(Repr {
+            kind: frame.kind().into(),
             flags: frame.flags(),
-            cookie: frame.cookie(),
-            communicator: frame.communicator(),
-            sequence: frame.sequence(),
             lane: frame.lane(),
+            lanes: frame.lanes(),
+            cookie: frame.cookie(),
+            comm: frame.comm(),
+            root: frame.root(),
+            bcast_seq: frame.bcast_seq(),
+            msize: frame.msize(),
             segment: frame.segment(),
+            index: frame.index(),
             offset: frame.offset(),
-            length: frame.length(),
-            ack: frame.ack(),
+            segment_len: frame.segment_len(),
+            payload_len: frame.payload_len(),
             credit: frame.credit(),
-        }
+            peer_seq: frame.peer_seq(),
+            ack: frame.ack(),
+            sack: frame.sack(),
+        })
     }
 
-    /// Header plus payload.
+    /// Bytes a frame with this header needs (header and payload).
     pub fn buffer_len(&self) -> usize {
-        HEADER_LEN + self.length as usize
+        HEADER_LEN + usize::from(self.payload_len)
     }
 
-    /// Writes the header into a buffer of at least `buffer_len()` bytes (the payload is the
-    /// caller's).
-    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(
-        &self,
-        frame: &mut Frame<T>,
-    ) -> Result<(), WireError> {
-        let got = frame.buffer.as_ref().len();
-        if got < self.buffer_len() {
-            return Err(WireError::BufferTooSmall {
-                need: self.buffer_len(),
-                got,
-            });
-        }
+    /// Writes the header (not the payload) into `frame`, whose buffer must hold at least
+    /// [`HEADER_LEN`] bytes.
+    pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, frame: &mut Frame<T>) {
         frame.set_version(VERSION);
-        frame.set_kind(self.kind);
+        frame.set_kind(Kind::from(self.kind));
         frame.set_flags(self.flags);
-        frame.set_cookie(self.cookie);
-        frame.set_communicator(self.communicator);
-        frame.set_sequence(self.sequence);
         frame.set_lane(self.lane);
+        frame.set_lanes(self.lanes);
+        frame.set_cookie(self.cookie);
+        frame.set_comm(self.comm);
+        frame.set_root(self.root);
+        frame.set_bcast_seq(self.bcast_seq);
+        frame.set_msize(self.msize);
         frame.set_segment(self.segment);
+        frame.set_index(self.index);
         frame.set_offset(self.offset);
-        frame.set_length(self.length);
-        frame.set_ack(self.ack);
+        frame.set_segment_len(self.segment_len);
+        frame.set_payload_len(self.payload_len);
+        frame.buffer.as_mut()[58..60].fill(0);
         frame.set_credit(self.credit);
-        Ok(())
+        frame.set_peer_seq(self.peer_seq);
+        frame.set_ack(self.ack);
+        frame.set_sack(self.sack);
+    }
+
+    /// The header as bytes.
+    pub fn to_bytes(&self) -> [u8; HEADER_LEN] {
+        let mut b = [0u8; HEADER_LEN];
+        self.emit(&mut Frame::new_unchecked(&mut b[..]));
+        b
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
-    fn sample() -> Repr {
+    fn data(len: u16) -> Repr {
         Repr {
-            kind: Kind::Data,
-            flags: flags::LAST | flags::RETRANSMIT,
-            cookie: 0xdead_beef,
-            communicator: 7,
-            sequence: 42,
+            kind: Kind::Data.into(),
             lane: 1,
-            segment: 300,
-            offset: 300 * 8192,
-            length: 5,
-            ack: 0,
-            credit: 16,
-        }
-    }
-
-    #[test]
-    fn emit_then_parse_round_trips() {
-        let repr = sample();
-        let mut buf = [0u8; 60];
-        let mut f = Frame::new_unchecked(&mut buf[..]);
-        repr.emit(&mut f).unwrap();
-        f.payload_mut()[..5].copy_from_slice(b"hello");
-        let f = Frame::new_checked(&buf[..]).unwrap();
-        assert_eq!(Repr::parse(&f), repr);
-        assert_eq!(f.payload(), b"hello", "padding is not payload");
-        // Field positions are the documented ones.
-        assert_eq!(&buf[..4], &[1, 0, 0, 3]);
-        assert_eq!(&buf[4..8], &[0xde, 0xad, 0xbe, 0xef]);
-        assert_eq!(&buf[32..36], &[0, 0, 0, 5]);
-    }
-
-    #[test]
-    fn malformed_frames_are_errors() {
-        assert_eq!(
-            Frame::new_checked(&[1u8; 10][..]).unwrap_err(),
-            WireError::Truncated { need: 44, got: 10 }
-        );
-        let mut buf = [0u8; 50];
-        sample()
-            .emit(&mut Frame::new_unchecked(&mut buf[..]))
-            .unwrap();
-        buf[0] = 2;
-        assert_eq!(
-            Frame::new_checked(&buf[..]).unwrap_err(),
-            WireError::BadVersion {
-                got: 2,
-                supported: 1
-            }
-        );
-        buf[0] = 1;
-        buf[32..36].copy_from_slice(&100u32.to_be_bytes());
-        assert_eq!(
-            Frame::new_checked(&buf[..]).unwrap_err(),
-            WireError::Truncated { need: 144, got: 50 }
-        );
-        let mut small = [0u8; 45];
-        assert!(matches!(
-            sample().emit(&mut Frame::new_unchecked(&mut small[..])),
-            Err(WireError::BufferTooSmall { need: 49, got: 45 })
-        ));
-    }
-
-    #[test]
-    fn unknown_kinds_are_kept() {
-        let mut buf = [0u8; 44];
-        Repr {
-            kind: Kind::Unknown(200),
+            lanes: 2,
+            cookie: 0xdead_beef_0123_4567,
+            comm: 7,
+            root: 3,
+            bcast_seq: 1 << 40,
+            msize: 1 << 33,
+            segment: 65536,
+            index: 77,
+            offset: 1412,
+            segment_len: 65536,
+            payload_len: len,
+            credit: 4096,
+            peer_seq: 99,
+            ack: 12,
+            sack: 0b1011,
             ..Repr::default()
         }
-        .emit(&mut Frame::new_unchecked(&mut buf[..]))
-        .unwrap();
+    }
+
+    #[test]
+    fn emit_then_parse() {
+        let r = data(5);
+        let mut buf = vec![0u8; r.buffer_len()];
+        let mut f = Frame::new_unchecked(&mut buf[..]);
+        r.emit(&mut f);
+        f.payload_mut().copy_from_slice(b"hello");
+        let f = Frame::new_checked(&buf[..]).unwrap();
+        assert_eq!(Repr::parse(&f).unwrap(), r);
+        assert_eq!(f.payload(), b"hello");
+        assert_eq!(f.kind(), Kind::Data);
+    }
+
+    #[test]
+    fn errors_say_what_is_wrong() {
         assert_eq!(
-            Frame::new_checked(&buf[..]).unwrap().kind(),
-            Kind::Unknown(200)
+            Frame::new_checked(&[1u8; 10][..]).unwrap_err(),
+            WireError::Truncated {
+                need: HEADER_LEN,
+                got: 10
+            }
         );
+        let mut b = data(100).to_bytes().to_vec();
+        assert_eq!(
+            Frame::new_checked(&b[..]).unwrap_err(),
+            WireError::Truncated {
+                need: HEADER_LEN + 100,
+                got: HEADER_LEN
+            }
+        );
+        b[0] = 9;
+        assert!(matches!(
+            Frame::new_checked(&b[..]),
+            Err(WireError::BadVersion { got: 9, want: 1 })
+        ));
+        let mut r = data(100);
+        r.offset = 65500;
+        let mut b = r.to_bytes().to_vec();
+        b.resize(r.buffer_len(), 0);
+        let e = Frame::new_checked(&b[..]).unwrap_err();
+        assert!(e.to_string().contains("exceeds the segment length"), "{e}");
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            if let Ok(f) = Frame::new_checked(&bytes[..]) {
+                let r = Repr::parse(&f).unwrap();
+                prop_assert_eq!(f.payload().len(), usize::from(r.payload_len));
+                prop_assert!(r.buffer_len() <= bytes.len());
+            }
+        }
+
+        #[test]
+        fn round_trip(kind in 1u8..8, flags: u16, lane: u16, lanes: u16, cookie: u64, comm: u32,
+                      root: u32, bcast_seq: u64, msize: u64, segment: u32, index: u32,
+                      seg_len in 0u32..100_000, off in 0u32..100_000, len in 0u16..2000,
+                      credit: u32, peer_seq: u64, ack: u64, sack: u64) {
+            let (offset, payload_len) = if kind == 1 {
+                let off = off.min(seg_len);
+                (off, len.min((seg_len - off).min(u32::from(u16::MAX)) as u16))
+            } else {
+                (off, len)
+            };
+            let r = Repr { kind, flags, lane, lanes, cookie, comm, root, bcast_seq, msize,
+                segment, index, offset, segment_len: seg_len, payload_len, credit, peer_seq,
+                ack, sack };
+            let mut buf = vec![0u8; r.buffer_len()];
+            r.emit(&mut Frame::new_unchecked(&mut buf[..]));
+            let f = Frame::new_checked(&buf[..]).unwrap();
+            prop_assert_eq!(Repr::parse(&f).unwrap(), r);
+        }
     }
 }

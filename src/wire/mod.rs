@@ -28,8 +28,6 @@ pub enum WireError {
     MissingTlv(&'static str),
     #[error("not an LLDP frame: EtherType {0:#06x} (LLDP is 0x88cc)")]
     NotLldp(u16),
-    #[error("pipecast frame version {got}, this build reads version {supported}: run the same pipecast on every rank")]
-    BadVersion { got: u8, supported: u8 },
     #[error("buffer too small to emit: need {need} bytes, have {got}")]
     BufferTooSmall { need: usize, got: usize },
     #[error("field too long for LLDP: {what} is {len} bytes, at most {max} allowed")]
@@ -38,4 +36,9 @@ pub enum WireError {
         len: usize,
         max: usize,
     },
+    #[error("unknown frame version {got} (this build speaks {want}): run the same pipecast version on every rank")]
+    BadVersion { got: u8, want: u8 },
+    #[error("bad length in {what}: {detail}")]
+    BadLength { what: &'static str, detail: String },
 }
+

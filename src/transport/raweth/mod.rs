@@ -1,0 +1,438 @@
+//! Raw Ethernet transport: pipecast frames (wire/frame.rs) in Ethernet frames of EtherType
+//! 0x88B5, sent to each peer's MAC address from an `AF_PACKET` socket ([`socket`]), made
+//! reliable per peer by [`reliable`] (sequence numbers, cumulative + selective acks, RTO,
+//! credit, pacing).
+//!
+//! Same shape as [`TcpTransport`](crate::transport::TcpTransport): the communicator gives it
+//! the peers' MAC addresses and the job cookie from the bootstrap, then drives one
+//! [`Bcast`] at a time with `resume`/`progress`/`flushed`. An engine segment larger than one
+//! frame goes out as several frames (payload per frame = MTU − 88-byte header); the receiver
+//! copies each frame's payload straight to its offset in the user buffer and hands the
+//! segment to the engine (`handle_data`) once all its bytes arrived. Frames of a later
+//! broadcast are kept (copied, up to [`Config::later_frames`]) until that broadcast starts.
+//!
+//! Frames with another job's cookie or communicator id, from unknown MACs, of unknown
+//! versions or with bad lengths are dropped and counted ([`Counters`]).
+
+pub mod reliable;
+pub mod ring;
+mod rx;
+pub mod socket;
+mod tx;
+
+use crate::engine::{Bcast, DataHeader};
+use crate::transport::TransportError;
+use crate::wire::frame::{Kind, Repr, HEADER_LEN};
+use reliable::{Pacer, Receiver, Sender};
+use socket::{Mac, RawSocket, RecvBatch};
+use std::collections::{BTreeMap, VecDeque};
+use std::io;
+use std::ops::Range;
+use std::time::Duration;
+
+/// Transport tuning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    pub reliable: reliable::Config,
+    /// Communicator id carried in every frame (frames of other communicators are dropped).
+    pub comm: u32,
+    /// Frames per `sendmmsg`/`recvmmsg`.
+    pub batch: usize,
+    /// Frames of later broadcasts kept until they start (beyond: dropped unacknowledged, so
+    /// the sender retransmits them).
+    pub later_frames: usize,
+    /// Payload bytes per frame (default: MTU − header); lower it to test splitting.
+    pub max_payload: Option<usize>,
+    /// SO_SNDBUF in bytes (default: the kernel's, ~212 KB, which makes a full tbf push back
+    /// on the sender; a large one turns downstream queues into silent drops, LAB.md).
+    pub sndbuf: Option<usize>,
+    /// Receive through a PACKET_MMAP ring of this many bytes ([`ring::RxRing`]) instead of
+    /// `recvmmsg` batches.
+    pub rx_ring: Option<usize>,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            reliable: reliable::Config::default(),
+            comm: 0,
+            batch: 32,
+            later_frames: 8192,
+            max_payload: None,
+            sndbuf: None,
+            rx_ring: None,
+        }
+    }
+}
+
+/// What the transport saw (monotonic counters).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Counters {
+    pub tx_frames: u64,
+    pub tx_bytes: u64,
+    pub rx_frames: u64,
+    pub rx_bytes: u64,
+    pub acks_sent: u64,
+    pub retransmits: u64,
+    pub timeouts: u64,
+    /// Sends refused by a full socket buffer (EAGAIN/ENOBUFS): retried later.
+    pub send_blocked: u64,
+    pub duplicates: u64,
+    pub out_of_window: u64,
+    pub later_kept: u64,
+    pub later_dropped: u64,
+    /// Frames addressed to another host (flooded by a bridge that has not learnt a MAC).
+    pub dropped_otherhost: u64,
+    pub dropped_cookie: u64,
+    pub dropped_comm: u64,
+    pub dropped_unknown_peer: u64,
+    pub dropped_version: u64,
+    pub dropped_length: u64,
+    pub dropped_kind: u64,
+}
+
+/// One frame's content to (re)send: a header without the reliability fields and a range of
+/// the user buffer.
+#[derive(Debug, Clone)]
+struct Item {
+    head: Repr,
+    payload: Range<usize>,
+}
+
+struct Peer {
+    mac: Mac,
+    tx: Sender<Item>,
+    rx: Receiver,
+    /// New frames waiting for credit or pacing.
+    queue: VecDeque<Item>,
+}
+
+/// A segment being reassembled: where it goes in the user buffer and how much arrived.
+struct Assembly {
+    start: usize,
+    len: usize,
+    got: usize,
+    head: DataHeader,
+}
+
+/// This rank's raw Ethernet endpoint.
+pub struct RawEthTransport {
+    me: usize,
+    sock: RawSocket,
+    config: Config,
+    max_payload: usize,
+    cookie: u64,
+    peers: BTreeMap<usize, Peer>,
+    by_mac: BTreeMap<Mac, usize>,
+    pacer: Pacer,
+    assembly: BTreeMap<(usize, u64, u16, u32), Assembly>,
+    later: Vec<(usize, Repr, Vec<u8>)>,
+    recv: RecvBatch,
+    ring: Option<ring::RxRing>,
+    /// The last send hit a full socket buffer: wait for POLLOUT.
+    blocked: bool,
+    /// The broadcast in progress (older data still unacknowledged becomes no-ops).
+    current: u64,
+    counters: Counters,
+}
+
+impl RawEthTransport {
+    /// Opens interface `ifname` (in this thread's network namespace).
+    pub fn bind(
+        me: usize,
+        ifname: &str,
+        config: Config,
+    ) -> Result<RawEthTransport, TransportError> {
+        Self::with_socket(me, RawSocket::open(ifname)?, config)
+    }
+
+    /// Opens interface `ifname` inside network namespace `netns` (see
+    /// [`RawSocket::open_in_netns`]).
+    pub fn bind_in_netns(
+        me: usize,
+        netns: &str,
+        ifname: &str,
+        config: Config,
+    ) -> Result<RawEthTransport, TransportError> {
+        Self::with_socket(me, RawSocket::open_in_netns(netns, ifname)?, config)
+    }
+
+    fn with_socket(
+        me: usize,
+        sock: RawSocket,
+        config: Config,
+    ) -> Result<RawEthTransport, TransportError> {
+        if let Some(bytes) = config.sndbuf {
+            let bytes = bytes.min(i32::MAX as usize) as i32;
+            if sock.set_int(libc::SO_SNDBUFFORCE, bytes).is_err() {
+                sock.set_int(libc::SO_SNDBUF, bytes)
+                    .map_err(|e| TransportError::Setup {
+                        what: format!("SO_SNDBUF {bytes} on {}", sock.ifname()),
+                        error: e.to_string(),
+                    })?;
+            }
+        }
+        let fits = sock.mtu().saturating_sub(HEADER_LEN);
+        let max_payload = config.max_payload.unwrap_or(fits).min(fits).min(0xffff);
+        if max_payload == 0 {
+            return Err(TransportError::Setup {
+                what: format!("raw Ethernet on {}", sock.ifname()),
+                error: format!(
+                    "MTU {} leaves no room for payload after the {HEADER_LEN}-byte header",
+                    sock.mtu()
+                ),
+            });
+        }
+        let ring = match config.rx_ring {
+            Some(bytes) => Some(ring::RxRing::new(&sock, bytes)?),
+            None => None,
+        };
+        Ok(RawEthTransport {
+            me,
+            ring,
+            recv: RecvBatch::new(config.batch, sock.mtu() + 64),
+            sock,
+            max_payload,
+            cookie: 0,
+            peers: BTreeMap::new(),
+            by_mac: BTreeMap::new(),
+            pacer: Pacer::new(config.reliable.rate, config.reliable.burst, 0),
+            assembly: BTreeMap::new(),
+            later: Vec::new(),
+            blocked: false,
+            current: 0,
+            counters: Counters::default(),
+            config,
+        })
+    }
+
+    /// This endpoint's MAC address (goes into the bootstrap blob).
+    pub fn local_mac(&self) -> Mac {
+        self.sock.mac()
+    }
+
+    pub fn mtu(&self) -> usize {
+        self.sock.mtu()
+    }
+
+    /// Payload bytes per frame.
+    pub fn max_payload(&self) -> usize {
+        self.max_payload
+    }
+
+    pub fn socket(&self) -> &RawSocket {
+        &self.sock
+    }
+
+    pub fn counters(&self) -> Counters {
+        let mut c = self.counters;
+        for p in self.peers.values() {
+            c.retransmits += p.tx.retransmits;
+            c.timeouts += p.tx.timeouts;
+            c.duplicates += p.rx.duplicates;
+        }
+        c
+    }
+
+    /// Every rank's MAC address (from the bootstrap, indexed by rank) and the job cookie.
+    pub fn set_peers(&mut self, macs: Vec<Mac>, cookie: u64) -> Result<(), TransportError> {
+        self.cookie = cookie;
+        self.peers.clear();
+        self.by_mac.clear();
+        for (rank, mac) in macs.into_iter().enumerate() {
+            if rank == self.me {
+                continue;
+            }
+            if let Some(other) = self.by_mac.insert(mac, rank) {
+                return Err(TransportError::Setup {
+                    what: "raw Ethernet peers".into(),
+                    error: format!(
+                        "ranks {other} and {rank} share MAC {}: run one rank per interface",
+                        socket::mac_to_string(&mac)
+                    ),
+                });
+            }
+            self.peers.insert(
+                rank,
+                Peer {
+                    mac,
+                    tx: Sender::new(self.config.reliable),
+                    rx: Receiver::new(self.config.reliable),
+                    queue: VecDeque::new(),
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Checks that every one of `peers` has a MAC address (there is no connection to make:
+    /// the same shape as `TcpTransport::connect`).
+    pub fn connect(&mut self, peers: &[usize], _timeout: Duration) -> Result<(), TransportError> {
+        match peers
+            .iter()
+            .find(|&&p| p != self.me && !self.peers.contains_key(&p))
+        {
+            Some(&peer) => Err(TransportError::UnknownPeer { peer }),
+            None => Ok(()),
+        }
+    }
+
+    /// Forgets everything in flight (after a failed broadcast): peers then fail by their
+    /// idle timeout, as there is no connection to close.
+    pub fn shutdown(&mut self) {
+        for p in self.peers.values_mut() {
+            p.tx = Sender::new(self.config.reliable);
+            p.rx = Receiver::new(self.config.reliable);
+            p.queue.clear();
+        }
+        self.assembly.clear();
+        self.later.clear();
+    }
+
+    /// Whether every frame sent has been acknowledged and every ack owed has been sent.
+    pub fn flushed(&self) -> bool {
+        self.peers
+            .values()
+            .all(|p| p.queue.is_empty() && p.tx.is_idle() && !p.rx.ack_due())
+    }
+
+    /// Starts serving `bcast`: unacknowledged data of older broadcasts becomes no-ops (their
+    /// buffers are gone), and kept frames of this broadcast are delivered.
+    pub fn resume(&mut self, bcast: &mut Bcast, _now: u64) -> Result<(), crate::Error> {
+        let seq = bcast.setup().seq;
+        self.current = seq;
+        let nop = |i: &mut Item| {
+            if i.head.kind() == Kind::Data && i.head.bcast_seq < seq {
+                i.head.kind = Kind::Nop.into();
+                i.head.payload_len = 0;
+                i.payload = 0..0;
+            }
+        };
+        for p in self.peers.values_mut() {
+            p.tx.rewrite(nop);
+            p.queue.retain(|i| i.head.bcast_seq >= seq);
+        }
+        self.assembly.retain(|k, _| k.1 >= seq);
+        // Kept frames of this broadcast are offered by `progress`, which has the buffer.
+        Ok(())
+    }
+
+    /// One round: queue what the engine wants sent, send what credit and pacing allow, wait
+    /// up to `wait` for frames, and deliver arrivals to the engine.
+    pub fn progress(
+        &mut self,
+        buf: &mut [u8],
+        bcast: &mut Bcast,
+        clock: &dyn Fn() -> u64,
+        wait: Duration,
+    ) -> Result<(), crate::Error> {
+        if bcast.setup().seq != self.current {
+            self.resume(bcast, clock())?;
+        }
+        if self.later.iter().any(|l| l.1.bcast_seq <= self.current) {
+            self.deliver_later(buf, bcast, clock())?;
+        }
+        self.queue(bcast)?;
+        self.send(buf, clock())?;
+        let now = clock();
+        let mut ms = wait.as_millis().min(i32::MAX as u128) as u64;
+        if let Some(t) = self.next_timer(now) {
+            ms = ms.min(t.saturating_sub(now).div_ceil(1_000_000));
+        }
+        let (readable, _) = self
+            .sock
+            .poll(self.blocked, ms as i32)
+            .map_err(|e| io_err(None, e))?;
+        self.blocked = false;
+        if readable {
+            self.receive(buf, Some(bcast), clock)?;
+        }
+        self.queue(bcast)?;
+        self.send(buf, clock())?;
+        Ok(())
+    }
+
+    /// Runs `bcast` to completion on this transport, the way the communicator's progress
+    /// thread drives the TCP transport; then lingers up to `linger` until peers acknowledged
+    /// this rank's last frames (a lost final ack would otherwise leave a parent waiting).
+    pub fn run(
+        &mut self,
+        buf: &mut [u8],
+        bcast: &mut Bcast,
+        clock: &dyn Fn() -> u64,
+        linger: Duration,
+    ) -> Result<(), crate::Error> {
+        self.resume(bcast, clock())?;
+        loop {
+            if bcast.is_done() && self.flushed() {
+                return Ok(());
+            }
+            if bcast.is_done() {
+                self.linger(buf, clock, linger)?;
+                return Ok(());
+            }
+            let now = clock();
+            bcast.handle_timeout(now)?;
+            let wait = bcast
+                .poll_timeout()
+                .map_or(1_000_000, |t| t.saturating_sub(now))
+                .min(100_000_000);
+            self.progress(buf, bcast, clock, Duration::from_nanos(wait))?;
+        }
+    }
+
+    /// Keeps acknowledging and retransmitting without a broadcast (e.g. after the last one,
+    /// until peers acknowledged everything) for at most `limit`. Returns whether flushed.
+    pub fn linger(
+        &mut self,
+        buf: &mut [u8],
+        clock: &dyn Fn() -> u64,
+        limit: Duration,
+    ) -> Result<bool, crate::Error> {
+        let end = clock() + limit.as_nanos() as u64;
+        while !self.flushed() && clock() < end {
+            self.send(buf, clock())?;
+            let (readable, _) = self
+                .sock
+                .poll(self.blocked, 1)
+                .map_err(|e| io_err(None, e))?;
+            self.blocked = false;
+            if readable {
+                self.receive(buf, None, clock)?;
+            }
+            self.send(buf, clock())?;
+        }
+        Ok(self.flushed())
+    }
+
+    /// When something must happen without a frame arriving: a retransmission timer, or the
+    /// pacer allowing a queued frame.
+    fn next_timer(&self, now: u64) -> Option<u64> {
+        let mut at: Option<u64> = None;
+        for p in self.peers.values() {
+            // While the socket is full, POLLOUT (not a timer) says when to send again.
+            let sendable = p.tx.has_retransmit() || (!p.queue.is_empty() && p.tx.can_send());
+            let t = if sendable && !self.blocked {
+                Some(self.pacer.ready_at(now, self.frame_len()))
+            } else {
+                p.tx.poll_timeout()
+            };
+            at = match (at, t) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        at
+    }
+
+    fn frame_len(&self) -> u64 {
+        (HEADER_LEN + self.max_payload + 14) as u64
+    }
+}
+
+fn io_err(peer: Option<usize>, e: io::Error) -> TransportError {
+    TransportError::Io {
+        peer,
+        error: e.to_string(),
+    }
+}

@@ -1,0 +1,654 @@
+//! Per-peer reliability for raw Ethernet frames: pure (no sockets, time passed in as u64 ns).
+//!
+//! Each frame to a peer gets a per-peer sequence number (from 1). The receiver returns a
+//! cumulative acknowledgement (every number below `ack` arrived), a 64-bit selective
+//! acknowledgement bitmap (bit i: `ack + 1 + i` arrived) and a credit (how many numbers from
+//! `ack` on it will accept). The sender keeps every unacknowledged frame, limits what is in
+//! flight to the credit, retransmits on a timeout (RTO from smoothed RTT, RFC 6298, doubled on
+//! every expiry up to a cap, Karn's rule for samples) or as soon as three later frames are
+//! selectively acknowledged, and paces itself with a token bucket. The receiver suppresses
+//! duplicates, so every frame is delivered exactly once; order is not restored, because
+//! payloads go straight to their offset in the user buffer and engine credits are cumulative.
+//!
+//! Why pacing: LAB.md, "Raw Ethernet frames": with a large send buffer, a sender that outruns
+//! its link turns a downstream tbf into silent drops.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// Reliability tuning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    /// RTO before the first RTT sample (ns).
+    pub rto_initial: u64,
+    pub rto_min: u64,
+    pub rto_max: u64,
+    /// Frames a receiver accepts beyond its cumulative ack (its advertised credit).
+    pub window: u32,
+    /// Pacing rate in bytes per second (`None`: no pacing).
+    pub rate: Option<u64>,
+    /// Token bucket depth in bytes.
+    pub burst: u64,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            // Above a 100 mbit link's queueing delay (default SO_SNDBUF + a tbf queue: ~40 ms)
+            // until RTT samples arrive.
+            rto_initial: 50_000_000,
+            rto_min: 2_000_000,
+            rto_max: 500_000_000,
+            window: 4096,
+            rate: None,
+            burst: 64 << 10,
+        }
+    }
+}
+
+/// A token bucket: `rate` bytes per second, at most `burst` bytes at once.
+#[derive(Debug, Clone)]
+pub struct Pacer {
+    rate: Option<u64>,
+    burst: u64,
+    /// Tokens in byte-nanoseconds-per-second units (bytes × 1e9) to stay in integers.
+    tokens: u128,
+    last: u64,
+}
+
+const NS: u128 = 1_000_000_000;
+
+impl Pacer {
+    pub fn new(rate: Option<u64>, burst: u64, now: u64) -> Pacer {
+        Pacer {
+            rate: rate.filter(|r| *r > 0),
+            burst: burst.max(1),
+            tokens: u128::from(burst.max(1)) * NS,
+            last: now,
+        }
+    }
+
+    fn refill(&mut self, now: u64) {
+        if let Some(rate) = self.rate {
+            let dt = u128::from(now.saturating_sub(self.last));
+            self.tokens = (self.tokens + dt * u128::from(rate)).min(u128::from(self.burst) * NS);
+        }
+        self.last = self.last.max(now);
+    }
+
+    /// Takes `bytes` tokens if there are enough (a frame larger than the bucket passes when
+    /// the bucket is full).
+    pub fn try_take(&mut self, now: u64, bytes: u64) -> bool {
+        if self.rate.is_none() {
+            return true;
+        }
+        self.refill(now);
+        let need = u128::from(bytes.min(self.burst)) * NS;
+        if self.tokens >= need {
+            self.tokens -= need;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// When `bytes` tokens will be there.
+    pub fn ready_at(&self, now: u64, bytes: u64) -> u64 {
+        let Some(rate) = self.rate else { return now };
+        let need = u128::from(bytes.min(self.burst)) * NS;
+        let dt = u128::from(now.saturating_sub(self.last));
+        let have = (self.tokens + dt * u128::from(rate)).min(u128::from(self.burst) * NS);
+        if have >= need {
+            now
+        } else {
+            now + ((need - have).div_ceil(u128::from(rate))) as u64
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Pending<T> {
+    item: T,
+    /// When it last left (or was handed out, until `sent` confirms).
+    sent_at: u64,
+    /// Times it left the socket.
+    sends: u32,
+    /// Queued for retransmission.
+    lost: bool,
+}
+
+/// The sending half toward one peer: holds `T` (what to resend) per sequence number.
+///
+/// Usage per frame: `push` (new) or `poll_retransmit` (again) hands it out; the caller then
+/// reports `sent` when the socket took it or `unsent` when it did not.
+#[derive(Debug, Clone)]
+pub struct Sender<T> {
+    config: Config,
+    next: u64,
+    /// Every number below this one is acknowledged.
+    acked: u64,
+    credit: u64,
+    pending: BTreeMap<u64, Pending<T>>,
+    lost: VecDeque<u64>,
+    srtt: Option<u64>,
+    rttvar: u64,
+    rto: u64,
+    /// The retransmission timer runs from here: the last acknowledgement that made progress
+    /// (or the first send after the sender was idle).
+    timer_base: u64,
+    /// Counters.
+    pub retransmits: u64,
+    pub timeouts: u64,
+}
+
+impl<T> Sender<T> {
+    pub fn new(config: Config) -> Sender<T> {
+        Sender {
+            config,
+            next: 1,
+            acked: 1,
+            credit: u64::from(config.window.max(1)),
+            pending: BTreeMap::new(),
+            lost: VecDeque::new(),
+            srtt: None,
+            rttvar: 0,
+            rto: config.rto_initial,
+            timer_base: 0,
+            retransmits: 0,
+            timeouts: 0,
+        }
+    }
+
+    /// Whether the peer's credit allows one more new frame.
+    pub fn can_send(&self) -> bool {
+        self.next - self.acked < self.credit
+    }
+
+    /// Records a new frame handed out at `now`; returns its sequence number.
+    pub fn push(&mut self, now: u64, item: T) -> u64 {
+        let seq = self.next;
+        self.next += 1;
+        if self.pending.is_empty() {
+            self.timer_base = now;
+        }
+        self.pending.insert(
+            seq,
+            Pending {
+                item,
+                sent_at: now,
+                sends: 0,
+                lost: false,
+            },
+        );
+        seq
+    }
+
+    /// Frame `seq` left the socket at `now`.
+    pub fn sent(&mut self, seq: u64, now: u64) {
+        if let Some(p) = self.pending.get_mut(&seq) {
+            p.sends += 1;
+            p.sent_at = now;
+            if p.sends > 1 {
+                self.retransmits += 1;
+            }
+        }
+    }
+
+    /// Frame `seq` (handed out by `push` or `poll_retransmit`) did not leave: it goes first
+    /// in the retransmission queue.
+    pub fn unsent(&mut self, seq: u64) {
+        if let Some(p) = self.pending.get_mut(&seq) {
+            p.lost = true;
+            self.lost.push_front(seq);
+        }
+    }
+
+    /// The next sequence number `push` will hand out.
+    pub fn next_seq(&self) -> u64 {
+        self.next
+    }
+
+    /// Takes an acknowledgement: cumulative `ack`, selective bitmap `sack`, the peer's credit.
+    /// Returns how many frames it acknowledged.
+    pub fn on_ack(&mut self, now: u64, ack: u64, sack: u64, credit: u32) -> usize {
+        let ack = ack.min(self.next);
+        let mut newly = Vec::new();
+        if ack > self.acked {
+            let rest = self.pending.split_off(&ack);
+            newly.extend(std::mem::replace(&mut self.pending, rest));
+            self.acked = ack;
+        }
+        let mut highest_sacked = None;
+        for i in 0..64 {
+            if sack & (1 << i) != 0 {
+                let seq = ack + 1 + i;
+                if let Some(p) = self.pending.remove(&seq) {
+                    newly.push((seq, p));
+                }
+                highest_sacked = Some(seq);
+            }
+        }
+        if ack >= self.acked {
+            self.credit = u64::from(credit.max(1));
+        }
+        for (_, p) in &newly {
+            // Karn: only frames sent once give RTT samples.
+            if p.sends == 1 {
+                self.sample(now.saturating_sub(p.sent_at));
+            }
+        }
+        if !newly.is_empty() {
+            self.rto = self.computed_rto();
+            self.timer_base = now;
+        }
+        // Fast retransmit: a frame three or more numbers below a selectively acknowledged one
+        // is presumed lost (once).
+        if let Some(h) = highest_sacked {
+            for (&seq, p) in self.pending.range_mut(..h.saturating_sub(2)) {
+                if !p.lost && p.sends == 1 {
+                    p.lost = true;
+                    self.lost.push_back(seq);
+                }
+            }
+        }
+        self.lost.retain(|s| self.pending.contains_key(s));
+        newly.len()
+    }
+
+    fn sample(&mut self, rtt: u64) {
+        match self.srtt {
+            None => {
+                self.srtt = Some(rtt);
+                self.rttvar = rtt / 2;
+            }
+            Some(srtt) => {
+                self.rttvar = (3 * self.rttvar + srtt.abs_diff(rtt)) / 4;
+                self.srtt = Some((7 * srtt + rtt) / 8);
+            }
+        }
+    }
+
+    fn computed_rto(&self) -> u64 {
+        match self.srtt {
+            Some(srtt) => (srtt + 4 * self.rttvar).clamp(self.config.rto_min, self.config.rto_max),
+            None => self.config.rto_initial,
+        }
+    }
+
+    /// When the retransmission timer fires: an RTO after the last acknowledgement that made
+    /// progress, while something is unacknowledged and not already queued again.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        self.pending
+            .values()
+            .any(|p| !p.lost)
+            .then(|| self.timer_base.saturating_add(self.rto))
+    }
+
+    /// Fires the timer (RFC 6298 §5): the oldest unacknowledged frame is queued for
+    /// retransmission, the RTO doubles (capped) and the timer restarts. Further holes are
+    /// then found by selective acks.
+    pub fn handle_timeout(&mut self, now: u64) {
+        match self.poll_timeout() {
+            Some(at) if at <= now => {}
+            _ => return,
+        }
+        if let Some((&seq, p)) = self.pending.iter_mut().find(|(_, p)| !p.lost) {
+            p.lost = true;
+            self.lost.push_back(seq);
+        }
+        self.timeouts += 1;
+        self.rto = (self.rto * 2).min(self.config.rto_max);
+        self.timer_base = now;
+    }
+
+    /// The next frame to retransmit: its number and content.
+    pub fn poll_retransmit(&mut self, now: u64) -> Option<(u64, &T)> {
+        while let Some(seq) = self.lost.pop_front() {
+            if self.pending.contains_key(&seq) {
+                let p = self.pending.get_mut(&seq).expect("checked");
+                p.lost = false;
+                p.sent_at = now;
+                return Some((seq, &p.item));
+            }
+        }
+        None
+    }
+
+    /// A frame waits for retransmission.
+    pub fn has_retransmit(&self) -> bool {
+        !self.lost.is_empty()
+    }
+
+    /// Nothing is unacknowledged.
+    pub fn is_idle(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.pending.len()
+    }
+
+    pub fn rto(&self) -> u64 {
+        self.rto
+    }
+
+    /// Replaces the content of every unacknowledged frame (e.g. data whose buffer is gone
+    /// becomes a no-op that still fills its number).
+    pub fn rewrite(&mut self, mut f: impl FnMut(&mut T)) {
+        for p in self.pending.values_mut() {
+            f(&mut p.item);
+        }
+    }
+}
+
+/// What the receiver makes of an arriving sequence number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accept {
+    /// First arrival: deliver it.
+    Fresh,
+    /// Seen before: drop it (but acknowledge again).
+    Duplicate,
+    /// Beyond the advertised credit: drop it unacknowledged.
+    OutOfWindow,
+}
+
+/// The receiving half from one peer.
+#[derive(Debug, Clone)]
+pub struct Receiver {
+    window: u64,
+    /// Every number below this one arrived.
+    cum: u64,
+    ahead: BTreeSet<u64>,
+    ack_due: bool,
+    pub duplicates: u64,
+}
+
+impl Receiver {
+    pub fn new(config: Config) -> Receiver {
+        Receiver {
+            window: u64::from(config.window.max(1)),
+            cum: 1,
+            ahead: BTreeSet::new(),
+            ack_due: false,
+            duplicates: 0,
+        }
+    }
+
+    /// Whether `seq` would be accepted as new, without recording it.
+    pub fn would_accept(&self, seq: u64) -> Accept {
+        if seq < self.cum || self.ahead.contains(&seq) {
+            Accept::Duplicate
+        } else if seq >= self.cum + self.window {
+            Accept::OutOfWindow
+        } else {
+            Accept::Fresh
+        }
+    }
+
+    /// Records an arriving sequence number (0 is "not sequenced" and never accepted).
+    pub fn accept(&mut self, seq: u64) -> Accept {
+        if seq == 0 {
+            return Accept::OutOfWindow;
+        }
+        let verdict = self.would_accept(seq);
+        match verdict {
+            Accept::Fresh => {
+                self.ahead.insert(seq);
+                while self.ahead.remove(&self.cum) {
+                    self.cum += 1;
+                }
+                self.ack_due = true;
+            }
+            Accept::Duplicate => {
+                self.duplicates += 1;
+                self.ack_due = true;
+            }
+            Accept::OutOfWindow => {}
+        }
+        verdict
+    }
+
+    /// The acknowledgement to send: (cumulative, selective bitmap, credit).
+    pub fn ack(&self) -> (u64, u64, u32) {
+        let mut sack = 0u64;
+        for &s in self.ahead.range(self.cum + 1..self.cum + 65) {
+            sack |= 1 << (s - self.cum - 1);
+        }
+        (self.cum, sack, self.window as u32)
+    }
+
+    /// Whether something arrived since the last [`Receiver::acked`].
+    pub fn ack_due(&self) -> bool {
+        self.ack_due
+    }
+
+    /// An acknowledgement went out (piggybacked or alone).
+    pub fn acked(&mut self) {
+        self.ack_due = false;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    /// One direction of a lossy link on a virtual clock: frames (seq, payload) and acks.
+    #[derive(Clone, Copy)]
+    enum Pkt {
+        Data(u64, u32),
+        Ack(u64, u64, u32),
+    }
+
+    struct Net {
+        rng: ChaCha8Rng,
+        loss: f64,
+        dup: f64,
+        /// Delay range: frames sent close together overtake each other when it is wide.
+        delay: std::ops::Range<u64>,
+        /// (arrival time, tiebreak, packet, to receiver?)
+        flight: BTreeMap<(u64, u64), (Pkt, bool)>,
+        n: u64,
+    }
+
+    impl Net {
+        fn send(&mut self, now: u64, p: Pkt, to_rx: bool) {
+            if self.rng.gen_bool(self.loss) {
+                return;
+            }
+            let copies = if self.rng.gen_bool(self.dup) { 2 } else { 1 };
+            for _ in 0..copies {
+                let at = now + self.rng.gen_range(self.delay.clone());
+                self.n += 1;
+                self.flight.insert((at, self.n), (p, to_rx));
+            }
+        }
+    }
+
+    /// Sends `n` items over a link with the given loss and duplication; returns what the
+    /// receiver delivered and the virtual time it took.
+    fn run(seed: u64, n: u32, loss: f64, dup: f64, config: Config) -> (Vec<u32>, u64, u64) {
+        // 50-150 µs: reorders frames sent close together (in-order only when lossless).
+        let delay = if loss == 0.0 && dup == 0.0 {
+            100_000..100_001
+        } else {
+            50_000..150_000
+        };
+        let mut net = Net {
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            loss,
+            dup,
+            delay,
+            flight: BTreeMap::new(),
+            n: 0,
+        };
+        let mut tx: Sender<u32> = Sender::new(config);
+        let mut rx = Receiver::new(config);
+        let mut pacer = Pacer::new(config.rate, config.burst, 0);
+        let mut delivered = Vec::new();
+        let mut next_item = 0u32;
+        let mut now = 0u64;
+        let mut steps = 0;
+        while (next_item < n || !tx.is_idle()) && steps < 1_000_000 {
+            steps += 1;
+            tx.handle_timeout(now);
+            // Send what the pacer and credit allow.
+            loop {
+                if tx.has_retransmit() {
+                    if !pacer.try_take(now, 1500) {
+                        break;
+                    }
+                    let (s, &v) = tx.poll_retransmit(now).expect("queued");
+                    tx.sent(s, now);
+                    net.send(now, Pkt::Data(s, v), true);
+                } else if next_item < n && tx.can_send() {
+                    if !pacer.try_take(now, 1500) {
+                        break;
+                    }
+                    let s = tx.push(now, next_item);
+                    tx.sent(s, now);
+                    net.send(now, Pkt::Data(s, next_item), true);
+                    next_item += 1;
+                } else {
+                    break;
+                }
+            }
+            // Next event: an arrival, a timer or the pacer.
+            let mut at = tx.poll_timeout().unwrap_or(u64::MAX);
+            if let Some((&(t, _), _)) = net.flight.iter().next() {
+                at = at.min(t);
+            }
+            if next_item < n && tx.can_send() || tx.has_retransmit() {
+                at = at.min(pacer.ready_at(now, 1500).max(now + 1));
+            }
+            if at == u64::MAX {
+                break;
+            }
+            now = now.max(at);
+            while let Some(entry) = net.flight.first_entry() {
+                if entry.key().0 > now {
+                    break;
+                }
+                let (p, to_rx) = entry.remove();
+                match (p, to_rx) {
+                    (Pkt::Data(s, v), true) => {
+                        if rx.accept(s) == Accept::Fresh {
+                            delivered.push(v);
+                        }
+                    }
+                    (Pkt::Ack(a, s, c), false) => {
+                        tx.on_ack(now, a, s, c);
+                    }
+                    _ => unreachable!(),
+                }
+            }
+            if rx.ack_due() {
+                let (a, s, c) = rx.ack();
+                rx.acked();
+                net.send(now, Pkt::Ack(a, s, c), false);
+            }
+        }
+        (delivered, now, tx.retransmits)
+    }
+
+    fn exactly_once(delivered: &[u32], n: u32) {
+        let mut sorted = delivered.to_vec();
+        sorted.sort_unstable();
+        assert_eq!(
+            sorted,
+            (0..n).collect::<Vec<_>>(),
+            "every item exactly once"
+        );
+    }
+
+    #[test]
+    fn lossless_link_delivers_everything_without_retransmits() {
+        let (d, _, re) = run(1, 2000, 0.0, 0.0, Config::default());
+        exactly_once(&d, 2000);
+        assert_eq!(re, 0);
+    }
+
+    #[test]
+    fn loss_duplication_and_reordering_still_deliver_exactly_once() {
+        for seed in 0..4 {
+            for (loss, dup) in [(0.01, 0.0), (0.05, 0.05), (0.3, 0.1)] {
+                let (d, _, re) = run(seed, 1000, loss, dup, Config::default());
+                exactly_once(&d, 1000);
+                assert!(re > 0, "seed {seed}: loss {loss} needs retransmits");
+            }
+        }
+    }
+
+    #[test]
+    fn a_small_credit_still_completes() {
+        let config = Config {
+            window: 4,
+            ..Config::default()
+        };
+        let (d, _, _) = run(3, 500, 0.1, 0.05, config);
+        exactly_once(&d, 500);
+    }
+
+    #[test]
+    fn pacing_bounds_the_rate() {
+        // 1500-byte frames at 1.5 MB/s: 1000 frames need at least ~1 s minus the burst.
+        let config = Config {
+            rate: Some(1_500_000),
+            burst: 15_000,
+            ..Config::default()
+        };
+        let (d, t, _) = run(4, 1000, 0.0, 0.0, config);
+        exactly_once(&d, 1000);
+        assert!(
+            t >= 980_000_000,
+            "finished at {t} ns, faster than the pacing rate"
+        );
+        let (_, t_unpaced, _) = run(4, 1000, 0.0, 0.0, Config::default());
+        assert!(t_unpaced < t / 10);
+    }
+
+    #[test]
+    fn rto_backs_off_and_is_capped() {
+        let config = Config::default();
+        let mut tx: Sender<()> = Sender::new(config);
+        let s = tx.push(0, ());
+        tx.sent(s, 0);
+        let mut now = 0;
+        let mut last = tx.rto();
+        for _ in 0..20 {
+            now = tx.poll_timeout().unwrap();
+            tx.handle_timeout(now);
+            assert!(tx.poll_retransmit(now).is_some());
+            tx.sent(s, now);
+            assert!(tx.rto() >= last);
+            last = tx.rto();
+        }
+        assert_eq!(tx.rto(), config.rto_max);
+        assert_eq!(tx.timeouts, 20);
+        assert_eq!(tx.on_ack(now, 2, 0, 10), 1);
+        assert!(tx.is_idle());
+    }
+
+    #[test]
+    fn receiver_sack_and_credit() {
+        let mut rx = Receiver::new(Config {
+            window: 8,
+            ..Config::default()
+        });
+        assert_eq!(rx.accept(2), Accept::Fresh);
+        assert_eq!(rx.accept(4), Accept::Fresh);
+        assert_eq!(rx.ack(), (1, 0b101, 8));
+        assert_eq!(rx.accept(1), Accept::Fresh);
+        assert_eq!(rx.ack(), (3, 0b1, 8));
+        assert_eq!(rx.accept(2), Accept::Duplicate);
+        assert_eq!(rx.accept(11), Accept::OutOfWindow);
+        assert_eq!(rx.accept(0), Accept::OutOfWindow);
+        let mut tx: Sender<u8> = Sender::new(Config::default());
+        for i in 0..5 {
+            let s = tx.push(0, i);
+            tx.sent(s, 0);
+        }
+        assert_eq!(tx.on_ack(10, 3, 0b1, 8), 3);
+        assert_eq!(tx.in_flight(), 2);
+    }
+}

@@ -1,0 +1,807 @@
+//! The raw Ethernet transport between network namespaces: frames cross a veth pair, and
+//! whole broadcasts run between ranks (threads, each with its socket in its own host
+//! namespace) behind a bridge, byte for byte, across sizes and roots, with frames dropped by
+//! an nftables rule, and under a storm of frames carrying another job's cookie.
+//!
+//! Needs root (namespaces, CAP_NET_RAW) and `ip`; `nft` for the loss test. Without them each
+//! test prints why and passes. Namespaces are named `pcrw-<pid>-<n>-…` and deleted on drop.
+
+use pipecast::engine::{Bcast, Config as EngineConfig, Setup};
+use pipecast::plan::Lane;
+use pipecast::transport::raweth::socket::{Mac, RawSocket, RecvBatch};
+use pipecast::transport::raweth::{Config, Counters, RawEthTransport};
+use pipecast::wire::frame::{Kind, Repr};
+use std::io::IoSlice;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+static NEXT: AtomicUsize = AtomicUsize::new(0);
+
+fn sh(args: &[&str]) -> Result<(), String> {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .map_err(|e| format!("{}: {e}", args[0]))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+fn why_skip(need_nft: bool) -> Option<String> {
+    // SAFETY-free check: root is uid 0 in /proc/self/status.
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let uid_root = status
+        .lines()
+        .find(|l| l.starts_with("Uid:"))
+        .is_some_and(|l| l.split_whitespace().nth(2) == Some("0"));
+    if !uid_root {
+        return Some("not root: network namespaces and CAP_NET_RAW are needed".into());
+    }
+    if sh(&["ip", "-V"]).is_err() {
+        return Some("`ip` (iproute2) is not installed".into());
+    }
+    if need_nft && sh(&["nft", "--version"]).is_err() {
+        return Some("`nft` (nftables) is not installed".into());
+    }
+    None
+}
+
+macro_rules! skip_unless_able {
+    ($nft:expr) => {
+        if let Some(reason) = why_skip($nft) {
+            eprintln!("skipped: {reason}");
+            return;
+        }
+    };
+}
+
+/// Namespaces of one test, deleted on drop.
+struct Lab {
+    prefix: String,
+    names: Vec<String>,
+}
+
+impl Lab {
+    fn new() -> Lab {
+        Lab {
+            prefix: format!(
+                "pcrw-{}-{}",
+                std::process::id(),
+                NEXT.fetch_add(1, Ordering::SeqCst)
+            ),
+            names: Vec::new(),
+        }
+    }
+
+    fn ns(&mut self, tag: &str) -> String {
+        let name = format!("{}-{tag}", self.prefix);
+        sh(&["ip", "netns", "add", &name]).unwrap();
+        self.names.push(name.clone());
+        sh(&["ip", "-n", &name, "link", "set", "lo", "up"]).unwrap();
+        name
+    }
+
+    /// Two hosts joined by a veth pair (`eth0` in each), optionally with a tbf on both ends.
+    fn pair(&mut self, mtu: u32, rate: Option<&str>) -> Vec<String> {
+        let (a, b) = (self.ns("a"), self.ns("b"));
+        sh(&[
+            "ip", "-n", &a, "link", "add", "name", "eth0", "type", "veth", "peer", "name", "eth0",
+            "netns", &b,
+        ])
+        .unwrap();
+        for n in [&a, &b] {
+            sh(&[
+                "ip",
+                "-n",
+                n,
+                "link",
+                "set",
+                "eth0",
+                "mtu",
+                &mtu.to_string(),
+                "up",
+            ])
+            .unwrap();
+            if let Some(rate) = rate {
+                tbf(n, "eth0", rate);
+            }
+        }
+        vec![a, b]
+    }
+
+    /// `hosts` hosts on one bridge (in its own namespace `sw`); returns the host namespaces.
+    fn star(&mut self, hosts: usize) -> (String, Vec<String>) {
+        let sw = self.ns("sw");
+        sh(&[
+            "ip",
+            "-n",
+            &sw,
+            "link",
+            "add",
+            "name",
+            "br0",
+            "type",
+            "bridge",
+            "stp_state",
+            "0",
+            "mcast_snooping",
+            "0",
+        ])
+        .unwrap();
+        sh(&["ip", "-n", &sw, "link", "set", "br0", "up"]).unwrap();
+        let mut names = Vec::new();
+        for h in 0..hosts {
+            let host = self.ns(&format!("h{h}"));
+            let port = format!("p{h}");
+            sh(&[
+                "ip", "-n", &host, "link", "add", "name", "eth0", "type", "veth", "peer", "name",
+                &port, "netns", &sw,
+            ])
+            .unwrap();
+            sh(&["ip", "-n", &host, "link", "set", "eth0", "up"]).unwrap();
+            sh(&["ip", "-n", &sw, "link", "set", &port, "master", "br0", "up"]).unwrap();
+            names.push(host);
+        }
+        (sw, names)
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for n in self.names.iter().rev() {
+            let _ = sh(&["ip", "netns", "del", n]);
+        }
+    }
+}
+
+fn tbf(ns: &str, dev: &str, rate: &str) {
+    sh(&[
+        "ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate",
+        rate, "burst", "65536", "limit", "262144",
+    ])
+    .unwrap();
+}
+
+fn pattern(len: usize, salt: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i * 131 + salt * 17 + i / 977) as u8)
+        .collect()
+}
+
+#[derive(Clone)]
+struct Case {
+    root: usize,
+    msize: usize,
+    segment: u64,
+    /// Lanes for `size` ranks and this root.
+    lanes: fn(usize, usize) -> Vec<Lane>,
+}
+
+fn chain(size: usize, root: usize) -> Vec<Lane> {
+    let order: Vec<usize> = (0..size).map(|i| (root + i) % size).collect();
+    vec![Lane::chain(size, &order)]
+}
+
+fn binary(size: usize, root: usize) -> Vec<Lane> {
+    // Heap order over ranks relabelled so that the root is first.
+    let label = |i: usize| (root + i) % size;
+    let mut children = vec![Vec::new(); size];
+    for i in 1..size {
+        children[label((i - 1) / 2)].push(label(i));
+    }
+    vec![Lane::from_children(children)]
+}
+
+fn two_lanes(size: usize, root: usize) -> Vec<Lane> {
+    pipecast::comm::scatter_allgather(size, root)
+}
+
+/// Runs `cases` in order on `hosts.len()` ranks (rank r's socket in `hosts[r]`); returns each
+/// rank's counters. Panics if any byte differs.
+fn run_job(hosts: &[String], cases: &[Case], config: Config, cookie: u64) -> Vec<Counters> {
+    let n = hosts.len();
+    let board = Arc::new((Mutex::new(vec![[0u8; 6]; n]), Barrier::new(n)));
+    let threads: Vec<_> = (0..n)
+        .map(|rank| {
+            let (board, cases, ns) = (board.clone(), cases.to_vec(), hosts[rank].clone());
+            std::thread::spawn(move || {
+                let mut t = RawEthTransport::bind_in_netns(rank, &ns, "eth0", config).unwrap();
+                let (macs, barrier) = &*board;
+                macs.lock().unwrap()[rank] = t.local_mac();
+                barrier.wait();
+                let all = macs.lock().unwrap().clone();
+                t.set_peers(all, cookie).unwrap();
+                let start = Instant::now();
+                let clock = move || start.elapsed().as_nanos() as u64;
+                for (seq, case) in cases.iter().enumerate() {
+                    let lanes = (case.lanes)(n, case.root);
+                    let setup = Setup {
+                        seq: seq as u64,
+                        root: case.root,
+                        msize: case.msize as u64,
+                        segment: case.segment,
+                        deep: false,
+                    };
+                    let engine = EngineConfig {
+                        idle_timeout: 10_000_000_000,
+                        ..EngineConfig::default()
+                    };
+                    let want = pattern(case.msize, seq);
+                    let mut buf = if rank == case.root {
+                        want.clone()
+                    } else {
+                        vec![0u8; case.msize]
+                    };
+                    let mut bcast = Bcast::new(rank, &lanes, setup, engine, clock()).unwrap();
+                    t.run(&mut buf, &mut bcast, &clock, Duration::from_millis(300))
+                        .unwrap_or_else(|e| panic!("rank {rank}, broadcast {seq}: {e}"));
+                    if let Some(i) = (0..case.msize).find(|&i| buf[i] != want[i]) {
+                        panic!(
+                            "rank {rank}, broadcast {seq} ({} bytes from root {}): first \
+                             difference at byte {i}",
+                            case.msize, case.root
+                        );
+                    }
+                }
+                // Peers may still need our acks for their last frames.
+                let mut empty = Vec::new();
+                t.linger(&mut empty, &clock, Duration::from_millis(300))
+                    .unwrap();
+                t.counters()
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+#[test]
+fn frames_cross_a_veth_pair_at_both_mtus() {
+    skip_unless_able!(false);
+    for mtu in [1500u32, 9000] {
+        let mut lab = Lab::new();
+        let hosts = lab.pair(mtu, None);
+        let a = RawSocket::open_in_netns(&hosts[0], "eth0").unwrap();
+        let b = RawSocket::open_in_netns(&hosts[1], "eth0").unwrap();
+        assert_eq!(a.mtu(), mtu as usize);
+        assert_ne!(a.mac(), b.mac());
+        let ta = RawEthTransport::bind_in_netns(0, &hosts[0], "eth0", Config::default()).unwrap();
+        assert_eq!(ta.max_payload(), mtu as usize - 88);
+        // A frame of exactly MTU bytes crosses; its bytes arrive intact.
+        let head = Repr {
+            kind: Kind::Nop.into(),
+            cookie: 42,
+            ..Repr::default()
+        }
+        .to_bytes();
+        let body = pattern(mtu as usize - head.len(), 3);
+        let sent = a
+            .send_batch(&[(b.mac(), [IoSlice::new(&head), IoSlice::new(&body)])])
+            .unwrap();
+        assert_eq!(sent, 1);
+        let mut batch = RecvBatch::new(4, mtu as usize + 64);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let got = loop {
+            b.poll(false, 100).unwrap();
+            if b.recv_batch(&mut batch).unwrap_or(0) > 0 {
+                break batch
+                    .frames()
+                    .map(|(mac, _, _, bytes)| (mac, bytes.to_vec()))
+                    .next()
+                    .unwrap();
+            }
+            assert!(Instant::now() < deadline, "no frame arrived at MTU {mtu}");
+        };
+        assert_eq!(got.0, a.mac());
+        assert_eq!(got.1.len(), mtu as usize);
+        assert_eq!(&got.1[..88], &head[..]);
+        assert_eq!(&got.1[88..], &body[..]);
+        // One byte more than the MTU is refused by the kernel, not silently cut.
+        let big = vec![0u8; body.len() + 1];
+        assert!(a
+            .send_batch(&[(b.mac(), [IoSlice::new(&head), IoSlice::new(&big)])])
+            .is_err());
+    }
+}
+
+fn sizes_and_roots() -> Vec<Case> {
+    let mut cases = Vec::new();
+    let sizes = [0usize, 1, 1411, 1412, 1413, 4097, 100_003, (1 << 20) + 3];
+    for (i, &msize) in sizes.iter().enumerate() {
+        let lanes: fn(usize, usize) -> Vec<Lane> = match i % 3 {
+            0 => chain,
+            1 => binary,
+            _ => two_lanes,
+        };
+        cases.push(Case {
+            root: i % 4,
+            msize,
+            segment: if i % 2 == 0 { 65536 } else { 10_000 },
+            lanes,
+        });
+    }
+    cases
+}
+
+#[test]
+fn broadcasts_are_byte_exact_across_sizes_roots_and_trees() {
+    skip_unless_able!(false);
+    let mut lab = Lab::new();
+    let (_, hosts) = lab.star(4);
+    let counters = run_job(&hosts, &sizes_and_roots(), Config::default(), 0x5eed);
+    let total: u64 = counters.iter().map(|c| c.rx_frames).sum();
+    assert!(total > 700, "a 1 MiB broadcast needs hundreds of frames");
+}
+
+#[test]
+fn broadcasts_are_byte_exact_through_the_mmap_receive_ring() {
+    skip_unless_able!(false);
+    let mut lab = Lab::new();
+    let (_, hosts) = lab.star(4);
+    let config = Config {
+        rx_ring: Some(4 << 20),
+        ..Config::default()
+    };
+    run_job(&hosts, &sizes_and_roots(), config, 0x5eed);
+    let mut lab = Lab::new();
+    let hosts = lab.pair(9000, None);
+    let case = Case {
+        root: 0,
+        msize: (1 << 20) + 3,
+        segment: 131_072,
+        lanes: chain,
+    };
+    run_job(&hosts, &[case], config, 0x5eee);
+}
+
+#[test]
+fn two_ranks_at_mtu_9000() {
+    skip_unless_able!(false);
+    let mut lab = Lab::new();
+    let hosts = lab.pair(9000, None);
+    let cases = vec![
+        Case {
+            root: 1,
+            msize: (1 << 20) + 3,
+            segment: 131_072,
+            lanes: chain,
+        },
+        Case {
+            root: 0,
+            msize: 8911,
+            segment: 4000,
+            lanes: chain,
+        },
+    ];
+    let c = run_job(&hosts, &cases, Config::default(), 9);
+    // 1 MiB in 8912-byte payloads: about 118 data frames, not 743.
+    assert!(c[0].rx_frames < 400, "{:?}", c[0]);
+}
+
+#[test]
+fn broadcasts_complete_byte_exact_when_a_bridge_drops_frames() {
+    skip_unless_able!(true);
+    let mut lab = Lab::new();
+    let (sw, hosts) = lab.star(4);
+    let rules = "table bridge pcrw {\n chain lossy {\n  type filter hook forward priority 0; policy accept;\n  ether type 0x88b5 numgen random mod 100 < 2 counter drop\n }\n}\n";
+    let mut nft = Command::new("ip")
+        .args(["netns", "exec", &sw, "nft", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut nft.stdin.take().unwrap(), rules.as_bytes()).unwrap();
+    let out = nft.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let config = Config {
+        reliable: pipecast::transport::raweth::reliable::Config {
+            rto_initial: 5_000_000,
+            ..Default::default()
+        },
+        ..Config::default()
+    };
+    // Through recvmmsg batches, then through the mmap receive ring.
+    for (cookie, rx_ring) in [(0x1055, None), (0x1056, Some(4 << 20))] {
+        let config = Config { rx_ring, ..config };
+        let counters = run_job(&hosts, &sizes_and_roots(), config, cookie);
+        let retransmits: u64 = counters.iter().map(|c| c.retransmits).sum();
+        assert!(
+            retransmits > 0,
+            "2 % loss must cause retransmissions: {counters:?}"
+        );
+    }
+}
+
+#[test]
+fn a_foreign_cookie_storm_is_dropped_and_counted() {
+    skip_unless_able!(false);
+    let mut lab = Lab::new();
+    let (_, hosts) = lab.star(3);
+    // Another "job" on rank 2's interface (same MAC) sends frames with its own cookie to
+    // ranks 0 and 1 while they broadcast.
+    let stop = Arc::new(AtomicBool::new(false));
+    let running = Arc::new(AtomicBool::new(false));
+    let storm = {
+        let running = running.clone();
+        let (stop, ns0, ns1, ns2) = (
+            stop.clone(),
+            hosts[0].clone(),
+            hosts[1].clone(),
+            hosts[2].clone(),
+        );
+        std::thread::spawn(move || {
+            let targets: Vec<Mac> = [ns0, ns1]
+                .iter()
+                .map(|ns| RawSocket::open_in_netns(ns, "eth0").unwrap().mac())
+                .collect();
+            let s = RawSocket::open_in_netns(&ns2, "eth0").unwrap();
+            let body = vec![0xeeu8; 1000];
+            let mut sent = 0u64;
+            let mut pseq = 1;
+            let mut rounds = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                for &to in &targets {
+                    let head = Repr {
+                        kind: Kind::Data.into(),
+                        cookie: 0xbad_c0de,
+                        segment_len: 1000,
+                        payload_len: 1000,
+                        peer_seq: pseq,
+                        msize: 1 << 20,
+                        segment: 1000,
+                        lanes: 1,
+                        ..Repr::default()
+                    }
+                    .to_bytes();
+                    pseq += 1;
+                    sent += s
+                        .send_batch(&[(to, [IoSlice::new(&head), IoSlice::new(&body)])])
+                        .unwrap_or_else(|e| {
+                            eprintln!("storm send: {e}");
+                            0
+                        }) as u64;
+                }
+                rounds += 1;
+                if rounds % 32 == 0 {
+                    running.store(true, Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+            }
+            sent
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !running.load(Ordering::Relaxed) && !storm.is_finished() {
+        assert!(Instant::now() < deadline, "the storm did not start");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let cases: Vec<Case> = (0..6)
+        .map(|i| Case {
+            root: i % 3,
+            msize: 2_000_001 + i,
+            segment: 32768,
+            lanes: if i % 2 == 0 { chain } else { binary },
+        })
+        .collect();
+    let t0 = Instant::now();
+    let counters = run_job(&hosts, &cases, Config::default(), 0x600d);
+    stop.store(true, Ordering::Relaxed);
+    eprintln!(
+        "storm: {:?}; timeouts {:?}, retransmits {:?}, dropped_cookie {:?}",
+        t0.elapsed(),
+        counters.iter().map(|c| c.timeouts).collect::<Vec<_>>(),
+        counters.iter().map(|c| c.retransmits).collect::<Vec<_>>(),
+        counters
+            .iter()
+            .map(|c| c.dropped_cookie)
+            .collect::<Vec<_>>()
+    );
+    let sent = storm.join().unwrap();
+    let dropped = counters[0].dropped_cookie + counters[1].dropped_cookie;
+    assert!(
+        sent > 0 && dropped > 0,
+        "storm sent {sent}, dropped {dropped}: {counters:?}"
+    );
+}
+
+// ---- Measurements (ignored by default; run with `--release -- --ignored --nocapture`) ----
+
+/// Which transport a timed job uses.
+#[derive(Clone, Copy, PartialEq)]
+enum Via {
+    RawEth,
+    /// With the PACKET_MMAP receive ring.
+    RawEthRing,
+    Tcp,
+}
+
+/// Runs `reps` broadcasts of `msize` bytes from rank 0 down a chain, all ranks starting
+/// together (a barrier before each); returns the slowest rank's time per repetition (ns).
+fn timed_job(hosts: &[String], via: Via, msize: usize, segment: u64, reps: usize) -> Vec<u64> {
+    let n = hosts.len();
+    let board = Arc::new((
+        Mutex::new((vec![[0u8; 6]; n], vec![None; n])),
+        Barrier::new(n),
+    ));
+    let times = Arc::new(Mutex::new(vec![0u64; reps]));
+    let threads: Vec<_> = (0..n)
+        .map(|rank| {
+            let (board, ns, times) = (board.clone(), hosts[rank].clone(), times.clone());
+            std::thread::spawn(move || {
+                RawSocket::enter_netns(&ns).unwrap();
+                let ip = format!("198.18.0.{}", rank + 1);
+                let _ = sh(&["ip", "addr", "add", &format!("{ip}/24"), "dev", "eth0"]);
+                let (shared, barrier) = &*board;
+                let mut raw = None;
+                let mut tcp = None;
+                match via {
+                    Via::RawEth | Via::RawEthRing => {
+                        let config = Config {
+                            rx_ring: (via == Via::RawEthRing).then_some(4 << 20),
+                            ..Config::default()
+                        };
+                        let t = RawEthTransport::bind(rank, "eth0", config).unwrap();
+                        shared.lock().unwrap().0[rank] = t.local_mac();
+                        raw = Some(t);
+                    }
+                    Via::Tcp => {
+                        let t = pipecast::transport::TcpTransport::bind(rank, &ip).unwrap();
+                        shared.lock().unwrap().1[rank] = Some(t.local_addr());
+                        tcp = Some(t);
+                    }
+                }
+                barrier.wait();
+                let (macs, addrs) = shared.lock().unwrap().clone();
+                if let Some(t) = raw.as_mut() {
+                    t.set_peers(macs, 77).unwrap();
+                }
+                if let Some(t) = tcp.as_mut() {
+                    t.set_peers(addrs.into_iter().map(Option::unwrap).collect(), 77);
+                }
+                let start = Instant::now();
+                let clock = move || start.elapsed().as_nanos() as u64;
+                let lanes = chain(n, 0);
+                let mut buf = pattern(msize, 0);
+                for rep in 0..reps {
+                    if rank != 0 {
+                        buf.fill(0);
+                    }
+                    let setup = Setup {
+                        seq: rep as u64,
+                        root: 0,
+                        msize: msize as u64,
+                        segment,
+                        deep: false,
+                    };
+                    barrier.wait();
+                    let t0 = clock();
+                    let mut bcast =
+                        Bcast::new(rank, &lanes, setup, EngineConfig::default(), t0).unwrap();
+                    if let Some(t) = raw.as_mut() {
+                        t.run(&mut buf, &mut bcast, &clock, Duration::from_millis(300))
+                            .unwrap();
+                    }
+                    if let Some(t) = tcp.as_mut() {
+                        t.connect(&bcast.peers(), Duration::from_secs(5)).unwrap();
+                        t.resume(&mut bcast, clock()).unwrap();
+                        while !(bcast.is_done() && t.flushed()) {
+                            let now = clock();
+                            bcast.handle_timeout(now).unwrap();
+                            t.progress(&mut buf, &mut bcast, &clock, Duration::from_millis(1))
+                                .unwrap();
+                        }
+                    }
+                    let dt = clock() - t0;
+                    assert_eq!(buf, pattern(msize, 0), "rank {rank} rep {rep}");
+                    let mut times = times.lock().unwrap();
+                    times[rep] = times[rep].max(dt);
+                }
+                if let Some(t) = raw.as_mut() {
+                    eprintln!("rank {rank} counters: {:?}", t.counters());
+                }
+                barrier.wait();
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let times = times.lock().unwrap().clone();
+    times
+}
+
+fn median(mut v: Vec<u64>) -> u64 {
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+#[test]
+#[ignore = "measurement: run with --release -- --ignored --nocapture"]
+fn measure_raweth_vs_tcp_on_a_100mbit_pair() {
+    skip_unless_able!(false);
+    // PCRW_RATE=1gbit to measure at another rate.
+    let rate = std::env::var("PCRW_RATE").unwrap_or_else(|_| "100mbit".into());
+    let mut lab = Lab::new();
+    let hosts = lab.pair(1500, Some(&rate));
+    let msize = 8 << 20;
+    let raw = timed_job(&hosts, Via::RawEth, msize, 65536, 5);
+    let ring = timed_job(&hosts, Via::RawEthRing, msize, 65536, 5);
+    let tcp = timed_job(&hosts, Via::Tcp, msize, 65536, 5);
+    let (r, g, t) = (
+        median(raw.clone()),
+        median(ring.clone()),
+        median(tcp.clone()),
+    );
+    let mbit = |ns: u64| msize as f64 * 8.0 / ns as f64 * 1e3;
+    println!("8 MiB over a {rate} tbf veth pair, 5 runs each, median:");
+    println!(
+        "  raweth {:.3} s ({:.1} Mbit/s)  runs {raw:?}",
+        r as f64 / 1e9,
+        mbit(r)
+    );
+    println!(
+        "  ring   {:.3} s ({:.1} Mbit/s)  runs {ring:?}",
+        g as f64 / 1e9,
+        mbit(g)
+    );
+    println!(
+        "  tcp    {:.3} s ({:.1} Mbit/s)  runs {tcp:?}",
+        t as f64 / 1e9,
+        mbit(t)
+    );
+    println!("  tcp/raweth time ratio {:.3}", t as f64 / r as f64);
+}
+
+#[test]
+#[ignore = "measurement: run with --release -- --ignored --nocapture"]
+fn measure_loss_slowdown_on_a_100mbit_bridge() {
+    skip_unless_able!(true);
+    let mut results = Vec::new();
+    for drop_pct in [0u32, 1] {
+        let mut lab = Lab::new();
+        let (sw, hosts) = lab.star(4);
+        for (h, host) in hosts.iter().enumerate() {
+            tbf(host, "eth0", "100mbit");
+            tbf(&sw, &format!("p{h}"), "100mbit");
+        }
+        if drop_pct > 0 {
+            let rules = format!("table bridge pcrw {{\n chain lossy {{\n  type filter hook forward priority 0; policy accept;\n  ether type 0x88b5 numgen random mod 100 < {drop_pct} counter drop\n }}\n}}\n");
+            let path = std::env::temp_dir().join(format!("{}.nft", lab.prefix));
+            std::fs::write(&path, rules).unwrap();
+            sh(&[
+                "ip",
+                "netns",
+                "exec",
+                &sw,
+                "nft",
+                "-f",
+                path.to_str().unwrap(),
+            ])
+            .unwrap();
+            std::fs::remove_file(path).ok();
+        }
+        let times = timed_job(&hosts, Via::RawEth, 4 << 20, 65536, 5);
+        results.push((drop_pct, median(times.clone()), times));
+    }
+    println!("4 MiB chain over 4 hosts on a 100 mbit bridge, 5 runs each, median:");
+    for (p, m, runs) in &results {
+        println!("  drop {p} %: {:.3} s  runs {runs:?}", *m as f64 / 1e9);
+    }
+    println!(
+        "  slowdown with 1 % loss: {:.3}x",
+        results[1].1 as f64 / results[0].1 as f64
+    );
+}
+
+/// LAB.md: with an 8 MB send buffer, senders into a slower downstream port lose frames
+/// silently at the bridge. Two lanes (0→1→2 and 0→2→1) make ranks 0 and 2 both send to rank
+/// 1, whose port is 30 mbit. Unpaced and paced at the link rate, retransmission recovers.
+#[test]
+fn an_oversized_send_buffer_against_tbf_still_completes() {
+    skip_unless_able!(false);
+    for rate in [None, Some(12_500_000u64)] {
+        let mut lab = Lab::new();
+        let (sw, hosts) = lab.star(3);
+        for (h, host) in hosts.iter().enumerate() {
+            tbf(host, "eth0", "100mbit");
+            tbf(
+                &sw,
+                &format!("p{h}"),
+                if h == 1 { "30mbit" } else { "100mbit" },
+            );
+        }
+        let config = Config {
+            sndbuf: Some(8 << 20),
+            reliable: pipecast::transport::raweth::reliable::Config {
+                rate,
+                ..Default::default()
+            },
+            ..Config::default()
+        };
+        let cases = vec![
+            Case {
+                root: 0,
+                msize: (1 << 20) + 3,
+                segment: 65536,
+                lanes: two_lanes,
+            },
+            Case {
+                root: 1,
+                msize: 200_001,
+                segment: 65536,
+                lanes: two_lanes,
+            },
+        ];
+        let c = run_job(&hosts, &cases, config, 0xb16);
+        if rate.is_none() {
+            let lost: u64 = c.iter().map(|c| c.retransmits).sum();
+            assert!(lost > 0, "expected silent drops at the 30 mbit port: {c:?}");
+        }
+        eprintln!(
+            "pacing {rate:?}: retransmits {:?}",
+            c.iter().map(|c| c.retransmits).collect::<Vec<_>>()
+        );
+    }
+}
+
+/// Without CAP_NET_RAW, opening fails with an error that names the capability. As root, the
+/// test re-runs itself as `nobody` (setpriv, no capabilities) to get the unprivileged path.
+#[test]
+fn without_cap_net_raw_the_error_names_the_capability() {
+    if std::env::var_os("PCRW_UNPRIVILEGED_PROBE").is_some() {
+        match RawEthTransport::bind(0, "lo", Config::default()) {
+            Ok(_) => println!("PROBE: opened"),
+            Err(e) => println!("PROBE: {e}"),
+        }
+        return;
+    }
+    skip_unless_able!(false);
+    if sh(&["setpriv", "--version"]).is_err() {
+        eprintln!("skipped: setpriv (util-linux) is not installed");
+        return;
+    }
+    let me = std::env::current_exe().unwrap();
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+        ])
+        .arg(&me)
+        .args([
+            "--exact",
+            "without_cap_net_raw_the_error_names_the_capability",
+            "--nocapture",
+        ])
+        .env("PCRW_UNPRIVILEGED_PROBE", "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("PROBE: "))
+        .unwrap_or_else(|| {
+            panic!(
+                "no probe output: {text} {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    assert!(line.contains("CAP_NET_RAW"), "{line}");
+    assert!(
+        line.contains("\"lo\""),
+        "the error names the interface: {line}"
+    );
+}
