@@ -83,6 +83,9 @@ impl Default for Config {
     }
 }
 
+/// (root, requested algorithm, message size, configured segment size).
+type ChoiceKey = (usize, Algorithm, u64, Option<u64>);
+
 /// One rank's handle on a group of processes that broadcast together.
 pub struct Comm {
     rank: usize,
@@ -92,7 +95,7 @@ pub struct Comm {
     bootstrap: Box<dyn Bootstrap>,
     plans: BTreeMap<(usize, Algorithm, u64, u64), Arc<Vec<Lane>>>,
     /// The model's resolutions per (root, requested algorithm, message size, segment).
-    choices: BTreeMap<(usize, Algorithm, u64, Option<u64>), (Algorithm, u64)>,
+    choices: BTreeMap<ChoiceKey, (Algorithm, u64)>,
     seq: u64,
     /// `None` only while dropping.
     ops: Option<Sender<Op>>,

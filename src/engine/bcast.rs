@@ -478,7 +478,7 @@ impl Bcast {
                 if n < state.segments
                     && state.have[n as usize]
                     && n < child.acked.saturating_add(window)
-                    && best.map_or(true, |(bn, _, _)| n < bn)
+                    && best.is_none_or(|(bn, _, _)| n < bn)
                 {
                     best = Some((n, l, c));
                 }

@@ -102,7 +102,7 @@ impl Fabric {
                 .min();
             let next_msg = self.queue.keys().next().map(|k| k.0);
             match (next_msg, next_timeout) {
-                (Some(m), t) if t.map_or(true, |t| m <= t) => {
+                (Some(m), t) if t.is_none_or(|t| m <= t) => {
                     let (key, (from, to, msg, payload)) = self.queue.pop_first().unwrap();
                     let now = key.0;
                     // Finished ranks keep answering (a lossy peer may still need a credit).

@@ -358,7 +358,7 @@ pub fn observe_with_lldpd(
     let neighbours = lldpd::parse_neighbors(&String::from_utf8_lossy(&out.stdout)).ok()?;
     let n = neighbours
         .into_iter()
-        .filter(|n| iface.map_or(true, |only| n.interface == only))
+        .filter(|n| iface.is_none_or(|only| n.interface == only))
         .find(|n| Path::new("/sys/class/net").join(&n.interface).exists())?;
     Some(Observation {
         machine: machine.into(),

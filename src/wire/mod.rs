@@ -41,4 +41,3 @@ pub enum WireError {
     #[error("bad length in {what}: {detail}")]
     BadLength { what: &'static str, detail: String },
 }
-
