@@ -16,12 +16,7 @@ fn target_dir() -> PathBuf {
 #[test]
 fn c_program_uses_the_api() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let lib_dir = target_dir();
-    assert!(
-        lib_dir.join("libpipecast.so").exists(),
-        "{} has no libpipecast.so: the cdylib was not built",
-        lib_dir.display()
-    );
+    let lib_dir = common::built_lib_dir();
     let out = std::env::temp_dir().join(format!("pipecast-capi-test-{}", std::process::id()));
     let status = Command::new("cc")
         .args([

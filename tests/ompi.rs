@@ -4,6 +4,8 @@
 //! checks every byte; the component's own verbose summary proves pipecast carried broadcasts
 //! (an unloadable component silently falls back, OMPI.md).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -21,8 +23,7 @@ fn build() -> Option<PathBuf> {
         return None;
     }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
+    let profile_dir = common::built_lib_dir().to_path_buf();
     let target = profile_dir.parent().unwrap();
     let profile = profile_dir.file_name().unwrap().to_str().unwrap();
     let out = std::env::temp_dir().join(format!("pipecast-ompi-{}", std::process::id()));

@@ -1,0 +1,36 @@
+//! Shared by the tests that link the library from C: `cargo test` builds only the rlib, so
+//! they build the cdylib and staticlib themselves (once per test binary).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// `target/<dir>` holding `libpipecast.so` and `libpipecast.a`, built with the test profile.
+pub fn built_lib_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let exe = std::env::current_exe().expect("test executable path");
+        // tests run from target/<dir>/deps/<name>-<hash>
+        let dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("target/<dir>")
+            .to_path_buf();
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let out = Command::new(cargo)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args(["build", "--lib", "--profile", "test"])
+            .env("CARGO_TARGET_DIR", dir.parent().expect("target"))
+            .output()
+            .expect("run cargo build --lib");
+        assert!(
+            out.status.success(),
+            "cargo build --lib failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for lib in ["libpipecast.so", "libpipecast.a"] {
+            assert!(dir.join(lib).exists(), "{} has no {lib}", dir.display());
+        }
+        dir
+    })
+}
