@@ -1,17 +1,10 @@
 //! The C ABI as C sees it: `tests/c/capi_test.c` is compiled against `include/pipecast.h` and
 //! the shared library cargo built for this test run, then run (4 threads as 4 ranks over TCP).
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::Command;
-
-fn target_dir() -> PathBuf {
-    // tests run from target/<profile>/deps/<name>-<hash>
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(|d| d.parent())
-        .expect("target/<profile>")
-        .to_path_buf()
-}
 
 #[test]
 fn c_program_uses_the_api() {
