@@ -27,7 +27,7 @@ fn c_program_uses_the_api() {
         .arg("-o")
         .arg(&out)
         .arg("-L")
-        .arg(&lib_dir)
+        .arg(lib_dir)
         .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
         .args(["-lpipecast", "-lpthread"])
         .status()
