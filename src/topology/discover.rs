@@ -83,8 +83,6 @@ pub enum DiscoverError {
     Invalid(#[from] TopologyError),
     #[error("cannot listen for LLDP: {0} (needs root or CAP_NET_RAW)")]
     Listen(String),
-    #[error(transparent)]
-    Exchange(#[from] super::exchange::ExchangeError),
     #[error("rank {rank} sent an unreadable observation: {reason}")]
     BadObservation { rank: usize, reason: String },
 }

@@ -10,7 +10,6 @@
 
 pub mod discover;
 mod error;
-pub mod exchange;
 mod file;
 pub mod gen;
 pub mod lldpd;

@@ -1,8 +1,8 @@
 //! `pipecast topo discover` — learn the topology from LLDP, on every rank of a job.
 
 use crate::CliResult;
+use pipecast::comm::{Bootstrap, TcpRendezvous};
 use pipecast::topology::discover::{self, Observation, SwitchLayer};
-use pipecast::topology::exchange::Rendezvous;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -117,12 +117,13 @@ pub fn run(args: DiscoverArgs) -> CliResult {
         LldpSource::None => silent,
     };
     tracing::info!(?mine, "local observation");
-    let rendezvous = Rendezvous::from_env()?;
-    let all: Vec<Observation> = match &rendezvous {
+    let job = job_from_env()?;
+    let all: Vec<Observation> = match &job {
         None => vec![mine],
-        Some(rv) => {
+        Some((rank, size, addr)) => {
             let blob = serde_json::to_vec(&mine)?;
-            let blobs = rv.allgather(&blob, Duration::from_secs(args.exchange_seconds))?;
+            let timeout = Duration::from_secs(args.exchange_seconds);
+            let blobs = TcpRendezvous::new(*rank, *size, addr, timeout)?.allgather(&blob)?;
             blobs
                 .iter()
                 .enumerate()
@@ -135,7 +136,7 @@ pub fn run(args: DiscoverArgs) -> CliResult {
                 .collect::<Result<_, _>>()?
         }
     };
-    if rendezvous.as_ref().is_some_and(|rv| rv.rank != 0) {
+    if job.as_ref().is_some_and(|(rank, _, _)| *rank != 0) {
         return Ok(());
     }
     let layer = if let Some(dir) = &args.switch_lldp {
@@ -158,4 +159,29 @@ pub fn run(args: DiscoverArgs) -> CliResult {
         None => print!("{text}"),
     }
     Ok(())
+}
+
+/// `PIPECAST_RANK`, `PIPECAST_SIZE`, `PIPECAST_RENDEZVOUS` (host:port of rank 0) when this
+/// process is one rank of a job (`pipecast lab run` sets them); `None` for a lone process.
+fn job_from_env() -> Result<Option<(usize, usize, String)>, String> {
+    let Ok(rank) = std::env::var("PIPECAST_RANK") else {
+        return Ok(None);
+    };
+    let var = |name: &str| {
+        std::env::var(name).map_err(|_| format!("PIPECAST_RANK is set but {name} is not: set PIPECAST_SIZE and PIPECAST_RENDEZVOUS=host:port too"))
+    };
+    let number = |name: &str, value: &str| {
+        value
+            .trim()
+            .parse::<usize>()
+            .map_err(|_| format!("{name}={value:?} is not a whole number"))
+    };
+    let size = number("PIPECAST_SIZE", &var("PIPECAST_SIZE")?)?;
+    let rank = number("PIPECAST_RANK", &rank)?;
+    if size == 0 || rank >= size {
+        return Err(format!(
+            "PIPECAST_RANK={rank} must be below PIPECAST_SIZE={size}"
+        ));
+    }
+    Ok(Some((rank, size, var("PIPECAST_RENDEZVOUS")?)))
 }
