@@ -3,7 +3,8 @@
 //!
 //! Each rank makes an [`Observation`]: the switch and port its NIC is plugged into, read from
 //! the host's lldpd if one runs, else from one LLDPDU heard on the wire. The ranks share their
-//! observations (a small allgather, [`super::exchange`]) and [`assemble`] joins them with a
+//! observations (a small allgather; the `pipecast topo discover` command uses the communicator's
+//! TCP rendezvous) and [`assemble`] joins them with a
 //! switch layer — lldpd neighbour dumps of the switches, a Slurm `topology.conf`, or a topology
 //! file — into a [`Topology`] with machines in rank order.
 
