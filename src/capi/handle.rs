@@ -100,15 +100,10 @@ fn code_of(e: &Error) -> pipecast_result {
 }
 
 fn comm_config(settings: &Settings) -> Result<Config, pipecast_result> {
-    match settings.transport.as_str() {
-        "auto" | "tcp" => {}
-        other => {
-            return Err(fail(
-                PIPECAST_ERR_UNSUPPORTED,
-                format!("transport {other:?} is not available in this build: use tcp or auto"),
-            ))
-        }
-    }
+    let transport: crate::comm::Transport = match settings.transport.parse() {
+        Ok(t) => t,
+        Err(e) => return Err(fail(PIPECAST_ERR_UNSUPPORTED, e)),
+    };
     let topology = match &settings.topology {
         Some(path) => Some(crate::topology::read_topology(path).map_err(|e| code_of(&e.into()))?),
         None => None,
@@ -124,6 +119,7 @@ fn comm_config(settings: &Settings) -> Result<Config, pipecast_result> {
         timeout: Duration::from_millis(u64::from(settings.timeout_ms)),
         topology,
         ip: std::env::var("PIPECAST_IP").ok().filter(|v| !v.is_empty()),
+        transport,
         ..Config::default()
     })
 }

@@ -13,12 +13,14 @@
 
 mod algorithm;
 mod bootstrap;
+mod link;
 mod progress;
 
 pub use algorithm::{
     choose_segment, lanes, resolve, scatter_allgather, segment_for, Algorithm, DEFAULT_SEGMENT,
 };
 pub use bootstrap::{Bootstrap, TcpRendezvous};
+pub use link::Transport;
 
 use crate::engine::{Config as EngineConfig, Setup};
 use crate::model::Profile;
@@ -67,6 +69,8 @@ pub struct Config {
     pub topology: Option<Topology>,
     /// IP address to listen on (default: the one that reaches the rendezvous).
     pub ip: Option<String>,
+    /// Transport of broadcast data (default `tcp`; env PIPECAST_TRANSPORT).
+    pub transport: Transport,
 }
 
 impl Default for Config {
@@ -79,6 +83,7 @@ impl Default for Config {
             timeout: Duration::from_secs(5),
             topology: None,
             ip: None,
+            transport: Transport::Tcp,
         }
     }
 }
@@ -101,6 +106,8 @@ pub struct Comm {
     ops: Option<Sender<Op>>,
     progress: Option<std::thread::JoinHandle<()>>,
     failed: Option<String>,
+    /// The transport that runs (`tcp`, `raweth:IFACE`).
+    link: String,
 }
 
 /// What a broadcast ran.
@@ -139,12 +146,17 @@ impl Comm {
         let ip = config.ip.clone().unwrap_or_else(|| "127.0.0.1".into());
         let _span = tracing::info_span!("comm_setup", rank, size).entered();
         let transport = TcpTransport::bind(rank, &ip)?;
+        let raw = link::open_raw(rank, &config.transport, ip.parse().ok())?;
         let cookie = {
             // Rank 0's cookie (its address and process id) identifies the job.
             let a = transport.local_addr();
             (u64::from(std::process::id()) << 16) ^ u64::from(a.port()) ^ 0x7069_7065_6361_7374
         };
-        let mine = format!("{} {cookie}", transport.local_addr());
+        let mine = format!(
+            "{} {cookie}{}",
+            transport.local_addr(),
+            link::blob_suffix(&raw)
+        );
         let blobs = bootstrap.allgather(mine.as_bytes())?;
         if blobs.len() != size {
             return Err(CommError::Bootstrap(format!(
@@ -178,6 +190,9 @@ impl Comm {
         let mut transport = transport;
         transport.set_peers(addrs, job_cookie);
         tracing::info!(addr = %transport.local_addr(), "joined");
+        let transport = link::choose(&config.transport, transport, raw, &blobs, job_cookie)?;
+        let link = transport.describe();
+        tracing::info!(rank, transport = %link, "transport");
         let (ops, rx) = crossbeam_channel::unbounded();
         let progress = std::thread::Builder::new()
             .name(format!("pipecast-progress-{rank}"))
@@ -195,13 +210,16 @@ impl Comm {
             ops: Some(ops),
             progress: Some(progress),
             failed: None,
+            link,
         })
     }
 
     /// Joins the job described by `PIPECAST_RANK`, `PIPECAST_SIZE`, `PIPECAST_RENDEZVOUS`
     /// (`host:port` where rank 0 listens) and optionally `PIPECAST_TOPOLOGY` (a topology
     /// file, unless `config.topology` is set), `PIPECAST_IP` (address to listen on) and
-    /// `PIPECAST_TIMEOUT_MS` (overrides `config.timeout`).
+    /// `PIPECAST_TIMEOUT_MS` (overrides `config.timeout`), `PIPECAST_TRANSPORT` (`tcp`,
+    /// `raweth`, `raweth:IFACE`, `auto`; overrides `config.transport`) and `PIPECAST_IFACE`
+    /// (the raw Ethernet interface when the transport names none).
     pub fn from_env(mut config: Config) -> crate::Result<Comm> {
         let var = |name: &'static str| {
             std::env::var(name).map_err(|_| CommError::Env {
@@ -219,6 +237,12 @@ impl Comm {
         let (rank, size) = (number("PIPECAST_RANK")?, number("PIPECAST_SIZE")?);
         if std::env::var_os("PIPECAST_TIMEOUT_MS").is_some() {
             config.timeout = Duration::from_millis(number("PIPECAST_TIMEOUT_MS")? as u64);
+        }
+        if let Ok(t) = std::env::var("PIPECAST_TRANSPORT") {
+            config.transport = t.parse().map_err(|problem| CommError::Env {
+                name: "PIPECAST_TRANSPORT",
+                problem,
+            })?;
         }
         let rendezvous = var("PIPECAST_RENDEZVOUS")?;
         if let Ok(spec) = std::env::var("PIPECAST_PROFILE") {
@@ -255,6 +279,10 @@ impl Comm {
     }
     pub fn config(&self) -> &Config {
         &self.config
+    }
+    /// The transport that runs: `tcp` or `raweth:IFACE` (`auto` resolved).
+    pub fn transport(&self) -> &str {
+        &self.link
     }
 
     /// Broadcasts `buf` from `root` to every rank with the configured algorithm.

@@ -1,8 +1,9 @@
 //! The progress thread: owns the transport, runs one engine at a time on a real clock.
 
+use super::link::{Link, LINGER};
 use crate::engine::{Bcast, Config as EngineConfig, Setup};
 use crate::plan::Lane;
-use crate::transport::{BufLoan, TcpTransport};
+use crate::transport::BufLoan;
 use crossbeam_channel::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,7 +26,7 @@ pub enum Op {
 }
 
 /// Serves `ops` until the communicator drops its end. Replies with the run's duration (ns).
-pub fn serve(me: usize, mut transport: TcpTransport, ops: Receiver<Op>) {
+pub fn serve(me: usize, mut transport: Link, ops: Receiver<Op>) {
     let start = Instant::now();
     let clock = move || start.elapsed().as_nanos() as u64;
     for op in ops {
@@ -55,7 +56,7 @@ pub fn serve(me: usize, mut transport: TcpTransport, ops: Receiver<Op>) {
 
 fn drive(
     me: usize,
-    transport: &mut TcpTransport,
+    transport: &mut Link,
     buf: &mut [u8],
     job: &Job,
     clock: &dyn Fn() -> u64,
@@ -65,6 +66,13 @@ fn drive(
     transport.resume(&mut bcast, clock())?;
     loop {
         if bcast.is_done() && transport.flushed() {
+            return Ok(());
+        }
+        if bcast.is_done() && transport.lingers() {
+            // Done but not all acknowledged: answer peers for a while, then return (the
+            // engine's idle timer is off, so `progress` would wait for frames that may never
+            // come). Unacknowledged frames left over become no-ops in the next broadcast.
+            transport.linger(buf, clock, LINGER)?;
             return Ok(());
         }
         let now = clock();

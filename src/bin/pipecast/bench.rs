@@ -3,7 +3,7 @@
 //! compare with the point-to-point time of the whole message measured in the same run.
 
 use crate::CliResult;
-use pipecast::comm::{Algorithm, Comm, Config};
+use pipecast::comm::{Algorithm, Comm, Config, Transport};
 use serde::Serialize;
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
@@ -29,9 +29,10 @@ pub struct Args {
     /// Root of every broadcast (default: iteration i uses root i mod N).
     #[arg(long)]
     root: Option<usize>,
-    /// Transport (only `tcp` so far).
-    #[arg(long, default_value = "tcp")]
-    transport: String,
+    /// Transport: tcp, raweth, raweth:IFACE or auto (default: PIPECAST_TRANSPORT, else tcp).
+    /// raweth needs CAP_NET_RAW and one interface per rank (e.g. `pipecast lab run`).
+    #[arg(long)]
+    transport: Option<String>,
     /// Topology file: rank r runs on machine r (default: PIPECAST_TOPOLOGY, else all on one switch).
     #[arg(long)]
     topology: Option<std::path::PathBuf>,
@@ -74,13 +75,17 @@ struct Row {
 #[derive(Serialize)]
 struct Report<'a> {
     ranks: usize,
+    /// What ran: `tcp` or `raweth:IFACE` (`auto` resolved).
     transport: &'a str,
     results: &'a [Row],
 }
 
 pub fn run(args: Args) -> CliResult {
-    if args.transport != "tcp" {
-        return Err(format!("transport {:?} is not available: use tcp", args.transport).into());
+    if let Some(t) = &args.transport {
+        t.parse::<Transport>()
+            .map_err(|e| format!("--transport: {e}"))?;
+        // Wins over an inherited PIPECAST_TRANSPORT (Comm::from_env reads it).
+        std::env::set_var("PIPECAST_TRANSPORT", t);
     }
     let sizes = parse_sizes(&args.sizes)?;
     let trees: Vec<Algorithm> = args
@@ -181,12 +186,12 @@ pub fn run(args: Args) -> CliResult {
         if args.json {
             let report = Report {
                 ranks: n,
-                transport: "tcp",
+                transport: comm.transport(),
                 results: &rows,
             };
             println!("{}", serde_json::to_string(&report)?);
         } else {
-            print_table(n, &rows);
+            print_table(n, comm.transport(), &rows);
         }
     }
     if !all_ok {
@@ -263,9 +268,9 @@ fn summarize(comm: &mut Comm, times: &[f64], ok: bool) -> pipecast::Result<(f64,
     Ok((ns(avg), ns(min), ns(max), all_ok))
 }
 
-fn print_table(n: usize, rows: &[Row]) {
+fn print_table(n: usize, transport: &str, rows: &[Row]) {
     println!(
-        "# pipecast bench: {n} ranks, tcp; time per iteration = broadcast + barrier, slowest rank"
+        "# pipecast bench: {n} ranks, {transport}; time per iteration = broadcast + barrier, slowest rank"
     );
     println!(
         "{:>10} {:>18} {:>9} {:>11} {:>11} {:>11} {:>9} {:>8} {:>3}",

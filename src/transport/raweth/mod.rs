@@ -239,9 +239,20 @@ impl RawEthTransport {
         self.cookie = cookie;
         self.peers.clear();
         self.by_mac.clear();
+        let mine = self.sock.mac();
         for (rank, mac) in macs.into_iter().enumerate() {
             if rank == self.me {
                 continue;
+            }
+            if mac == mine {
+                return Err(TransportError::Setup {
+                    what: "raw Ethernet peers".into(),
+                    error: format!(
+                        "ranks {} and {rank} share MAC {}: run one rank per interface",
+                        self.me.min(rank),
+                        socket::mac_to_string(&mac)
+                    ),
+                });
             }
             if let Some(other) = self.by_mac.insert(mac, rank) {
                 return Err(TransportError::Setup {

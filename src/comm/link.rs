@@ -1,0 +1,282 @@
+//! The communicator's choice of transport (TCP or raw Ethernet), what each rank publishes
+//! about it in the bootstrap, and [`Link`]: one type over both transports for the progress
+//! thread.
+//!
+//! Every rank binds a TCP listener (its address is the first word of the bootstrap blob,
+//! which other parts read). With `raweth` or `auto` it also opens a raw Ethernet socket and
+//! appends `raweth=<mac>` to its blob. After the allgather every rank decides the same way
+//! from the same blobs: raw Ethernet when every rank published a MAC and no two are equal;
+//! otherwise `auto` falls back to TCP (logging why) and `raweth` fails naming the rank.
+
+use super::CommError;
+use crate::engine::Bcast;
+use crate::transport::raweth::{self, socket, RawEthTransport};
+use crate::transport::{TcpTransport, TransportError};
+use std::fmt;
+use std::net::IpAddr;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// How long a rank whose broadcast is done keeps answering until its last frames are
+/// acknowledged (raw Ethernet; TCP's kernel does this).
+pub const LINGER: Duration = Duration::from_millis(200);
+
+/// Which transport moves broadcast data.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Transport {
+    /// TCP between every pair of ranks (default).
+    #[default]
+    Tcp,
+    /// Raw Ethernet frames (EtherType 0x88B5) on `iface`, or when `None` on PIPECAST_IFACE,
+    /// else the interface holding the address that reaches the rendezvous, else the first
+    /// non-loopback interface with an address. Needs CAP_NET_RAW.
+    RawEth { iface: Option<String> },
+    /// Raw Ethernet when CAP_NET_RAW is available, an interface is found and every rank has
+    /// its own MAC address; TCP otherwise.
+    Auto,
+}
+
+impl FromStr for Transport {
+    type Err = String;
+    /// `tcp`, `raweth`, `raweth:IFACE`, `auto`.
+    fn from_str(s: &str) -> Result<Transport, String> {
+        match s.trim() {
+            "tcp" => Ok(Transport::Tcp),
+            "auto" => Ok(Transport::Auto),
+            "raweth" => Ok(Transport::RawEth { iface: None }),
+            t => match t.strip_prefix("raweth:") {
+                Some(i) if !i.is_empty() => Ok(Transport::RawEth {
+                    iface: Some(i.to_string()),
+                }),
+                _ => Err(format!(
+                    "transport {t:?}: write tcp, raweth, raweth:IFACE (e.g. raweth:eth0) or auto"
+                )),
+            },
+        }
+    }
+}
+
+impl fmt::Display for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Transport::Tcp => f.write_str("tcp"),
+            Transport::Auto => f.write_str("auto"),
+            Transport::RawEth { iface: None } => f.write_str("raweth"),
+            Transport::RawEth { iface: Some(i) } => write!(f, "raweth:{i}"),
+        }
+    }
+}
+
+/// The transport the progress thread drives.
+pub enum Link {
+    Tcp(Box<TcpTransport>),
+    RawEth(Box<RawEthTransport>),
+}
+
+impl Link {
+    /// `tcp` or `raweth:IFACE`: what runs.
+    pub fn describe(&self) -> String {
+        match self {
+            Link::Tcp(_) => "tcp".into(),
+            Link::RawEth(t) => format!("raweth:{}", t.socket().ifname()),
+        }
+    }
+
+    pub fn connect(&mut self, peers: &[usize], timeout: Duration) -> Result<(), TransportError> {
+        match self {
+            Link::Tcp(t) => t.connect(peers, timeout),
+            Link::RawEth(t) => t.connect(peers, timeout),
+        }
+    }
+
+    pub fn resume(&mut self, bcast: &mut Bcast, now: u64) -> crate::Result<()> {
+        match self {
+            Link::Tcp(t) => t.resume(bcast, now),
+            Link::RawEth(t) => t.resume(bcast, now),
+        }
+    }
+
+    pub fn progress(
+        &mut self,
+        buf: &mut [u8],
+        bcast: &mut Bcast,
+        clock: &dyn Fn() -> u64,
+        wait: Duration,
+    ) -> crate::Result<()> {
+        match self {
+            Link::Tcp(t) => t.progress(buf, bcast, clock, wait),
+            Link::RawEth(t) => t.progress(buf, bcast, clock, wait),
+        }
+    }
+
+    pub fn flushed(&self) -> bool {
+        match self {
+            Link::Tcp(t) => t.flushed(),
+            Link::RawEth(t) => t.flushed(),
+        }
+    }
+
+    /// Whether a rank whose engine is done should stop driving it and [`Link::linger`]
+    /// instead (raw Ethernet: the engine's idle timer is off, so waiting in `progress` for a
+    /// lost final ack would spin until the peer's next frame).
+    pub fn lingers(&self) -> bool {
+        matches!(self, Link::RawEth(_))
+    }
+
+    /// Keeps acknowledging and retransmitting for at most `limit` until flushed.
+    pub fn linger(
+        &mut self,
+        buf: &mut [u8],
+        clock: &dyn Fn() -> u64,
+        limit: Duration,
+    ) -> crate::Result<bool> {
+        match self {
+            Link::Tcp(t) => Ok(t.flushed()),
+            Link::RawEth(t) => t.linger(buf, clock, limit),
+        }
+    }
+
+    pub fn shutdown(&mut self) {
+        match self {
+            Link::Tcp(t) => t.shutdown(),
+            Link::RawEth(t) => t.shutdown(),
+        }
+    }
+}
+
+/// Opens the raw Ethernet side for `transport` (`None` for `tcp`, and for `auto` when it is
+/// not possible, logging why). `ip` is the address that reaches the rendezvous.
+pub fn open_raw(
+    rank: usize,
+    transport: &Transport,
+    ip: Option<IpAddr>,
+) -> Result<Option<RawEthTransport>, TransportError> {
+    let (iface, required) = match transport {
+        Transport::Tcp => return Ok(None),
+        Transport::RawEth { iface } => (iface.clone(), true),
+        Transport::Auto => (None, false),
+    };
+    let fallback = |why: String| -> Result<Option<RawEthTransport>, TransportError> {
+        tracing::info!(rank, "transport auto: using tcp: {why}");
+        Ok(None)
+    };
+    if !socket::has_cap_net_raw() {
+        let why = "raw Ethernet needs the CAP_NET_RAW capability (run as root or `setcap cap_net_raw+ep` the binary)";
+        return if required {
+            Err(TransportError::Setup {
+                what: "transport raweth".into(),
+                error: format!("{why}; or use PIPECAST_TRANSPORT=tcp"),
+            })
+        } else {
+            fallback(why.into())
+        };
+    }
+    let iface = iface
+        .or_else(|| {
+            std::env::var("PIPECAST_IFACE")
+                .ok()
+                .filter(|v| !v.is_empty())
+        })
+        .or_else(|| socket::default_interface(ip));
+    let Some(iface) = iface else {
+        let why = "no non-loopback interface with an address: name one with raweth:IFACE or PIPECAST_IFACE";
+        return if required {
+            Err(TransportError::Setup {
+                what: "transport raweth".into(),
+                error: why.into(),
+            })
+        } else {
+            fallback(why.into())
+        };
+    };
+    match RawEthTransport::bind(rank, &iface, raweth::Config::default()) {
+        Ok(t) => Ok(Some(t)),
+        Err(e) if !required => fallback(e.to_string()),
+        Err(e) => Err(e),
+    }
+}
+
+/// What this rank appends to its bootstrap blob: ` raweth=<mac>` or nothing.
+pub fn blob_suffix(raw: &Option<RawEthTransport>) -> String {
+    raw.as_ref()
+        .map(|t| format!(" raweth={}", socket::mac_to_string(&t.local_mac())))
+        .unwrap_or_default()
+}
+
+/// Picks the transport from everybody's blobs (the same choice at every rank) and gives it
+/// its peers. `tcp` already has its peers.
+pub fn choose(
+    transport: &Transport,
+    tcp: TcpTransport,
+    raw: Option<RawEthTransport>,
+    blobs: &[Vec<u8>],
+    job_cookie: u64,
+) -> Result<Link, CommError> {
+    let Some(mut raw) = raw else {
+        return match transport {
+            Transport::RawEth { .. } => Err(CommError::Bootstrap(
+                "transport raweth: this rank has no raw Ethernet endpoint".into(),
+            )),
+            _ => Ok(Link::Tcp(Box::new(tcp))),
+        };
+    };
+    let macs: Vec<Option<socket::Mac>> = blobs
+        .iter()
+        .map(|b| {
+            String::from_utf8_lossy(b)
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("raweth="))
+                .and_then(socket::parse_mac)
+        })
+        .collect();
+    let missing: Vec<usize> = (0..macs.len()).filter(|&r| macs[r].is_none()).collect();
+    let problem = if !missing.is_empty() {
+        Some(format!(
+            "ranks {missing:?} have no raw Ethernet endpoint (they run with transport tcp, or lack CAP_NET_RAW or an interface: see their logs)"
+        ))
+    } else {
+        let macs: Vec<socket::Mac> = macs.iter().flatten().copied().collect();
+        raw.set_peers(macs, job_cookie).err().map(|e| e.to_string())
+    };
+    match problem {
+        None => Ok(Link::RawEth(Box::new(raw))),
+        Some(why) if *transport == Transport::Auto => {
+            tracing::info!("transport auto: using tcp: {why}");
+            Ok(Link::Tcp(Box::new(tcp)))
+        }
+        Some(why) => Err(CommError::Bootstrap(format!(
+            "transport raweth: {why}; use PIPECAST_TRANSPORT=tcp or auto"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transports_parse_and_print_back() {
+        for s in ["tcp", "auto", "raweth", "raweth:eth0"] {
+            assert_eq!(s.parse::<Transport>().unwrap().to_string(), s);
+        }
+        assert_eq!(
+            "raweth:eth1".parse::<Transport>().unwrap(),
+            Transport::RawEth {
+                iface: Some("eth1".into())
+            }
+        );
+        for bad in ["udp", "raweth:", "", "RAW"] {
+            let e = bad.parse::<Transport>().unwrap_err();
+            assert!(e.contains("raweth:IFACE"), "{e}");
+        }
+    }
+
+    #[test]
+    fn tcp_stays_tcp_and_auto_without_raw_endpoint_is_tcp() {
+        let tcp = TcpTransport::bind(0, "127.0.0.1").unwrap();
+        let blobs = vec![b"127.0.0.1:1 5".to_vec(), b"127.0.0.1:2 6".to_vec()];
+        let l = choose(&Transport::Auto, tcp, None, &blobs, 5).unwrap();
+        assert_eq!(l.describe(), "tcp");
+        assert!(!l.lingers());
+    }
+}

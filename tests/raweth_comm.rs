@@ -1,0 +1,366 @@
+//! The communicator over raw Ethernet, end to end: `pipecast bench --transport raweth` in a
+//! multi-switch lab (`pipecast lab up`), every byte verified at every rank, also with 1 % of
+//! the pipecast frames dropped at one switch (an nftables bridge-family rule); `auto` picking
+//! raweth in the lab and tcp on loopback; the errors of `raweth` without CAP_NET_RAW and with
+//! ranks sharing one interface.
+//!
+//! Lab tests need root, the lab's tools and `nft`; without them they print why they skip.
+//! Every lab is removed by a guard, also when a test fails.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+const EXE: &str = env!("CARGO_BIN_EXE_pipecast");
+
+/// Three switches, five machines, two of them behind each leaf switch (the data between
+/// leaves crosses s0).
+const TOPOLOGY: &str = r#"{"switches": ["s0", "s1", "s2"], "links": [["s0", "s1"], ["s0", "s2"]],
+ "machines": [{"name": "n0", "switch": "s1"}, {"name": "n1", "switch": "s2"}, {"name": "n2", "switch": "s0"},
+              {"name": "n3", "switch": "s1"}, {"name": "n4", "switch": "s2"}]}"#;
+
+fn skip_reason(need_nft: bool) -> Option<String> {
+    if !pipecast::lab::is_root() {
+        return Some("not root".into());
+    }
+    if let Err(e) = pipecast::lab::require_tools() {
+        return Some(e.to_string());
+    }
+    if need_nft && Command::new("nft").arg("--version").output().is_err() {
+        return Some("`nft` (nftables) is not installed".into());
+    }
+    None
+}
+
+macro_rules! require_lab {
+    ($nft:expr) => {
+        if let Some(reason) = skip_reason($nft) {
+            eprintln!("skipped: {reason}");
+            return;
+        }
+    };
+}
+
+fn pipecast(args: &[&str]) -> Output {
+    Command::new(EXE)
+        .args(args)
+        .output()
+        .expect("runs pipecast")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A lab taken down when dropped.
+struct Lab {
+    name: String,
+    dir: PathBuf,
+}
+
+impl Lab {
+    fn up(tag: &str) -> Lab {
+        let name = format!("{tag}{}", std::process::id() % 10_000);
+        let dir = std::env::temp_dir().join(format!("pipecast-rwc-{name}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("topology.json");
+        std::fs::write(&file, TOPOLOGY).unwrap();
+        let out = pipecast(&[
+            "lab",
+            "up",
+            "--name",
+            &name,
+            "--topology",
+            file.to_str().unwrap(),
+            "--rate",
+            "100mbit",
+        ]);
+        let lab = Lab { name, dir };
+        assert!(out.status.success(), "lab up failed: {}", text(&out));
+        lab
+    }
+
+    fn topology(&self) -> String {
+        self.dir.join("topology.json").display().to_string()
+    }
+
+    /// `pipecast lab run --name N --timeout 30 -- pipecast bench ARGS --json --topology T`;
+    /// returns rank 0's JSON report.
+    fn bench(&self, args: &[&str]) -> serde_json::Value {
+        let topology = self.topology();
+        let mut all = vec![
+            "lab",
+            "run",
+            "--name",
+            &self.name,
+            "--timeout",
+            "30",
+            "--",
+            EXE,
+            "bench",
+            "--json",
+            "--topology",
+            &topology,
+        ];
+        all.extend_from_slice(args);
+        let out = pipecast(&all);
+        assert!(out.status.success(), "bench failed: {}", text(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let line = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("[r0] ").filter(|j| j.starts_with('{')))
+            .unwrap_or_else(|| panic!("no JSON from rank 0: {}", text(&out)));
+        serde_json::from_str(line).unwrap()
+    }
+
+    /// Drops `pct` % of the pipecast frames (EtherType 0x88b5) forwarded by switch `sw`.
+    fn lossy(&self, sw: &str, pct: u32) {
+        let rules = format!(
+            "table bridge pcloss {{\n chain lossy {{\n  type filter hook forward priority 0; policy accept;\n  ether type 0x88b5 numgen random mod 100 < {pct} counter drop\n }}\n}}\n"
+        );
+        let path = self.dir.join("loss.nft");
+        std::fs::write(&path, rules).unwrap();
+        let ns = format!("{}-{sw}", self.name);
+        let out = Command::new("ip")
+            .args(["netns", "exec", &ns, "nft", "-f"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "nft: {}", text(&out));
+    }
+
+    /// Frames the loss rule dropped so far.
+    fn dropped(&self, sw: &str) -> u64 {
+        let ns = format!("{}-{sw}", self.name);
+        let out = Command::new("ip")
+            .args([
+                "netns", "exec", &ns, "nft", "list", "table", "bridge", "pcloss",
+            ])
+            .output()
+            .unwrap();
+        let listing = String::from_utf8_lossy(&out.stdout);
+        listing
+            .split_whitespace()
+            .skip_while(|w| *w != "packets")
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let out = pipecast(&["lab", "down", "--name", &self.name]);
+        if !out.status.success() {
+            eprintln!("lab down {}: {}", self.name, text(&out));
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Checks a report: ran over raw Ethernet, every size × tree present and verified.
+fn check(report: &serde_json::Value, sizes: &[u64], trees: &[&str], transport: &str) {
+    assert!(
+        report["transport"]
+            .as_str()
+            .is_some_and(|t| t.starts_with(transport)),
+        "transport: {report}"
+    );
+    assert_eq!(report["ranks"], 5, "{report}");
+    let rows = report["results"].as_array().unwrap();
+    for &bytes in sizes {
+        for &tree in trees {
+            let row = rows
+                .iter()
+                .find(|r| r["bytes"] == bytes && r["tree"] == tree)
+                .unwrap_or_else(|| panic!("no row {bytes} B {tree}: {report}"));
+            assert_eq!(row["verified"], true, "{bytes} B {tree}: {row}");
+        }
+    }
+}
+
+const SIZES: &str = "0,1,7,100003,1M";
+const SIZE_LIST: [u64; 5] = [0, 1, 7, 100_003, 1 << 20];
+
+#[test]
+fn raweth_broadcasts_are_byte_exact_in_a_three_switch_lab() {
+    require_lab!(false);
+    let lab = Lab::up("rwc");
+    let report = lab.bench(&[
+        "--transport",
+        "raweth",
+        "--sizes",
+        SIZES,
+        "--iters",
+        "2",
+        "--tree",
+        "linear,binary",
+    ]);
+    check(&report, &SIZE_LIST, &["linear", "binary"], "raweth:eth0");
+    // `auto` finds CAP_NET_RAW, eth0 (which holds the rendezvous route) and five MACs.
+    let report = lab.bench(&[
+        "--transport",
+        "auto",
+        "--sizes",
+        "100003",
+        "--iters",
+        "2",
+        "--tree",
+        "linear",
+    ]);
+    check(&report, &[100_003], &["linear"], "raweth:eth0");
+    // PIPECAST_IFACE names the interface when the transport does not.
+    let report = lab.bench(&[
+        "--transport",
+        "raweth:eth0",
+        "--sizes",
+        "7",
+        "--iters",
+        "2",
+        "--tree",
+        "binary",
+    ]);
+    check(&report, &[7], &["binary"], "raweth:eth0");
+}
+
+#[test]
+fn raweth_broadcasts_are_byte_exact_with_one_percent_loss_at_a_switch() {
+    require_lab!(true);
+    let lab = Lab::up("rwl");
+    // s0 carries every frame between the leaf switches.
+    lab.lossy("s0", 1);
+    let report = lab.bench(&[
+        "--transport",
+        "raweth",
+        "--sizes",
+        SIZES,
+        "--iters",
+        "2",
+        "--tree",
+        "linear,binary",
+    ]);
+    check(&report, &SIZE_LIST, &["linear", "binary"], "raweth:eth0");
+    let dropped = lab.dropped("s0");
+    eprintln!("s0 dropped {dropped} pipecast frames");
+    assert!(
+        dropped > 0,
+        "the loss rule dropped nothing: is it in place?"
+    );
+}
+
+/// Ranks on loopback share one interface: `auto` falls back to tcp.
+#[test]
+fn auto_on_one_host_falls_back_to_tcp() {
+    let out = pipecast(&[
+        "bench",
+        "--local",
+        "2",
+        "--transport",
+        "auto",
+        "--sizes",
+        "1000",
+        "--iters",
+        "1",
+        "--tree",
+        "linear",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(report["transport"], "tcp", "{report}");
+    assert_eq!(report["results"][0]["verified"], true, "{report}");
+}
+
+/// `raweth` with two ranks on one interface: a clear error (as root), or the capability
+/// (as an unprivileged user).
+#[test]
+fn raweth_on_one_host_is_a_clear_error() {
+    let out = pipecast(&[
+        "bench",
+        "--local",
+        "2",
+        "--transport",
+        "raweth",
+        "--sizes",
+        "1",
+        "--iters",
+        "1",
+        "--tree",
+        "linear",
+        "--timeout-ms",
+        "3000",
+    ]);
+    assert!(!out.status.success(), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    if pipecast::lab::is_root() {
+        assert!(
+            err.contains("share MAC") || err.contains("no non-loopback interface"),
+            "{err}"
+        );
+    } else {
+        assert!(err.contains("CAP_NET_RAW"), "{err}");
+    }
+}
+
+/// As root, run `raweth` as `nobody` without capabilities: the error names CAP_NET_RAW; and
+/// `auto` runs over tcp.
+#[test]
+fn without_cap_net_raw_raweth_names_the_capability_and_auto_uses_tcp() {
+    if !pipecast::lab::is_root() {
+        eprintln!(
+            "skipped: not root (the unprivileged case is raweth_on_one_host_is_a_clear_error)"
+        );
+        return;
+    }
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("skipped: setpriv (util-linux) is not installed");
+        return;
+    }
+    let run = |transport: &str| {
+        Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                EXE,
+                "bench",
+                "--local",
+                "2",
+                "--transport",
+                transport,
+                "--sizes",
+                "1000",
+                "--iters",
+                "1",
+                "--tree",
+                "linear",
+                "--json",
+            ])
+            .output()
+            .unwrap()
+    };
+    let out = run("raweth");
+    if text(&out).contains("Permission denied") && !text(&out).contains("CAP_NET_RAW") {
+        eprintln!("skipped: nobody cannot execute {EXE}: {}", text(&out));
+        return;
+    }
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("CAP_NET_RAW"),
+        "{}",
+        text(&out)
+    );
+    let out = run("auto");
+    assert!(out.status.success(), "{}", text(&out));
+    let report: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    assert_eq!(report["transport"], "tcp", "{report}");
+}
