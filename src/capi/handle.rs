@@ -93,6 +93,7 @@ fn code_of(e: &Error) -> pipecast_result {
         Error::Transport(TransportError::ConnectTimeout { .. }) => PIPECAST_ERR_TIMEOUT,
         Error::Transport(_) => PIPECAST_ERR_TRANSPORT,
         Error::Comm(CommError::Bootstrap(_)) => PIPECAST_ERR_BOOTSTRAP,
+        Error::Comm(CommError::Env { .. } | CommError::TopologyHosts { .. }) => PIPECAST_ERR_CONFIG,
         Error::Topology(_) | Error::Plan(_) | Error::Model(_) => PIPECAST_ERR_CONFIG,
         _ => PIPECAST_ERR_OTHER,
     };
@@ -123,7 +124,9 @@ fn comm_config(settings: &Settings) -> Result<Config, pipecast_result> {
         segment: settings.segment_bytes,
         timeout: Duration::from_millis(u64::from(settings.timeout_ms)),
         topology,
-        ip: std::env::var("PIPECAST_IP").ok().filter(|v| !v.is_empty()),
+        ip: Some(
+            comm::hosts::listen_ip(settings.iface.as_deref()).map_err(|e| code_of(&e.into()))?,
+        ),
         ..Config::default()
     })
 }
@@ -165,6 +168,7 @@ pub unsafe extern "C" fn pipecast_comm_create(
             topology: std::ptr::null(),
             timeout_ms: 0,
             profile: std::ptr::null(),
+            iface: std::ptr::null(),
         };
         // SAFETY: NULL or a valid config, by the caller's contract.
         let config = unsafe { config.as_ref() }.unwrap_or(&defaults);

@@ -13,6 +13,7 @@
 
 mod algorithm;
 mod bootstrap;
+pub mod hosts;
 mod progress;
 
 pub use algorithm::{
@@ -43,6 +44,12 @@ pub enum CommError {
     Env { name: &'static str, problem: String },
     #[error("the topology has {machines} machines but the job has {size} ranks: rank r is machine r, so they must match")]
     TopologySize { machines: usize, size: usize },
+    #[error("the topology has {machines} machines, the job {size} ranks, and these ranks' hosts are not machines of it (by `host` or `name`): {missing}; name the hosts in the file or set PIPECAST_MACHINE")]
+    TopologyHosts {
+        machines: usize,
+        size: usize,
+        missing: String,
+    },
     #[error("this communicator failed earlier ({0}) and can no longer be used")]
     Failed(String),
     #[error("the progress thread is gone (it panicked)")]
@@ -125,18 +132,13 @@ impl Comm {
         if rank >= size {
             return Err(CommError::BadRank { rank, size }.into());
         }
-        let topology = match &config.topology {
-            Some(t) if t.size() != size => {
-                return Err(CommError::TopologySize {
-                    machines: t.size(),
-                    size,
-                }
-                .into())
-            }
-            Some(t) => t.clone(),
-            None => Topology::single_switch(size),
+        if let Some(t) = &config.topology {
+            hosts::check_file(t, size, &hosts::host_name())?;
+        }
+        let ip = match &config.ip {
+            Some(ip) => ip.clone(),
+            None => hosts::listen_ip(None)?,
         };
-        let ip = config.ip.clone().unwrap_or_else(|| "127.0.0.1".into());
         let _span = tracing::info_span!("comm_setup", rank, size).entered();
         let transport = TcpTransport::bind(rank, &ip)?;
         let cookie = {
@@ -144,7 +146,7 @@ impl Comm {
             let a = transport.local_addr();
             (u64::from(std::process::id()) << 16) ^ u64::from(a.port()) ^ 0x7069_7065_6361_7374
         };
-        let mine = format!("{} {cookie}", transport.local_addr());
+        let mine = format!("{} {cookie} {}", transport.local_addr(), hosts::host_name());
         let blobs = bootstrap.allgather(mine.as_bytes())?;
         if blobs.len() != size {
             return Err(CommError::Bootstrap(format!(
@@ -154,6 +156,7 @@ impl Comm {
             .into());
         }
         let mut addrs = Vec::with_capacity(size);
+        let mut rank_hosts = Vec::with_capacity(size);
         let mut job_cookie = 0;
         for (r, blob) in blobs.iter().enumerate() {
             let text = String::from_utf8_lossy(blob);
@@ -163,6 +166,10 @@ impl Comm {
             match (addr, c) {
                 (Some(a), Some(c)) => {
                     addrs.push(a);
+                    rank_hosts.push(hosts::RankHost {
+                        name: parts.next().unwrap_or("unnamed").to_string(),
+                        ip: a.ip(),
+                    });
                     if r == 0 {
                         job_cookie = c;
                     }
@@ -175,6 +182,8 @@ impl Comm {
                 }
             }
         }
+        let keys = hosts::host_keys(&rank_hosts);
+        let topology = hosts::topology(config.topology.as_ref(), &rank_hosts, &keys)?;
         let mut transport = transport;
         transport.set_peers(addrs, job_cookie);
         tracing::info!(addr = %transport.local_addr(), "joined");
