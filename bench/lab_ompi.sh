@@ -7,29 +7,33 @@
 #   default          Open MPI's own decision (coll tuned)
 #   pipeline-S       coll_tuned_bcast_algorithm 3, segment S, for each S in $SEGS
 #   chain-S          coll_tuned_bcast_algorithm 2, segment S
-#   pipecast         the component (tcp; its topology = the placement's file, profile 100mbit)
+#   pipecast         the component (tcp; its topology = the placement's file, profile 100mbit,
+#                    tree and segment size chosen by its model)
+#   pipecast_seg-S   the same with segment S forced, for each S in $PIPECAST_SEGS
 # with `--mca btl tcp,self` and `btl_tcp_if_include 198.18.0.0/16` (`pipecast lab mpirun` sets
 # both, LAB.md), so every byte crosses the shaped links. Output: $OUT/results.jsonl (one line
 # per configuration and size, "label" = placement/configuration), $OUT/*.err (stderr per run;
 # the pipecast runs' component counters), and the table of bench/lab_ompi_table.py on stdout.
 #
 # Usage: bench/lab_ompi.sh [OUT_DIR]       (default /tmp/pipecast-lab-ompi)
-# Environment (defaults): PLACEMENTS="hub4x4 hub4x4-interleaved" (files in examples/),
-#   SIZES=64K,256K,1M,4M,16M  ITERS=5  BUDGET=3 (seconds of timed iterations per size, at least
+# Environment (defaults): PLACEMENTS="hub4x4-interleaved hub4x4" (files in examples/),
+#   SIZES=64K,256K,1M,4M,16M  ITERS=10  BUDGET=3 (seconds of timed iterations per size, at least
 #   one iteration)  SEGS="16384 65536 262144"  RATE=100mbit  NAME=ob  PIPECAST_TREE=auto
-#   CONFIGS="default pipeline chain pipecast"  BUILD=1 (0: use what is built)
+#   PIPECAST_SEGS=65536  CONFIGS="default pipeline chain pipecast"  BUILD=1 (0: use what is built)
 #   TOPODIR=examples (where the placement files are)
+#   STOP_AT=HH:MM:SS (UTC; configurations not started by then are skipped)
 set -eu
 cd "$(dirname "$0")/.."
 OUT=${1:-/tmp/pipecast-lab-ompi}
-PLACEMENTS=${PLACEMENTS:-"hub4x4 hub4x4-interleaved"}
+PLACEMENTS=${PLACEMENTS:-"hub4x4-interleaved hub4x4"}
 SIZES=${SIZES:-64K,256K,1M,4M,16M}
-ITERS=${ITERS:-5}
+ITERS=${ITERS:-10}
 BUDGET=${BUDGET:-3}
 SEGS=${SEGS:-"16384 65536 262144"}
 RATE=${RATE:-100mbit}
 NAME=${NAME:-ob}
 TREE=${PIPECAST_TREE:-auto}
+PIPECAST_SEGS=${PIPECAST_SEGS:-65536}
 CONFIGS=${CONFIGS:-"default pipeline chain pipecast"}
 P=$PWD/target/release/pipecast
 mkdir -p "$OUT"
@@ -42,6 +46,10 @@ trap '"$P" lab down --name $NAME >/dev/null 2>&1 || true' EXIT INT TERM
 
 run() { # PLACEMENT LABEL MPIRUN-ARGS...
   placement=$1; label=$2; shift 2
+  if [ -n "${STOP_AT:-}" ] && [ "$(date -u +%H:%M:%S)" \> "$STOP_AT" ]; then
+    echo "== $placement $label: skipped, past STOP_AT=$STOP_AT" >&2
+    return 0
+  fi
   err="$OUT/$placement.$label.err"
   echo "== $placement $label ($(date -u +%T))" >&2
   if ! timeout 600 "$P" lab mpirun --name "$NAME" -- "$@" "$OUT/mpi_bcast" --sizes "$SIZES" \
@@ -64,17 +72,21 @@ for placement in $PLACEMENTS; do
             --mca coll_tuned_bcast_algorithm $alg --mca coll_tuned_bcast_algorithm_segmentsize "$s"
         done ;;
       pipecast)
-        run "$placement" pipecast --mca mca_base_component_path "SYS_DEFAULT:$PWD/ffi/build" \
-          --mca coll_pipecast_verbose 1 --mca coll_pipecast_topology "$topo" \
-          --mca coll_pipecast_profile 100mbit --mca coll_pipecast_tree "$TREE" \
-          --mca coll_pipecast_if_include 198.18.0.0/16 --mca coll_pipecast_timeout_ms 30000
-        carried=$(grep -h 'broadcasts by pipecast' "$OUT/$placement.pipecast.err" \
-          | grep MPI_COMM_WORLD | sed 's/.*: \([0-9]*\) broadcasts by pipecast.*/\1/' \
-          | paste -sd+ | bc 2>/dev/null || echo 0)
-        echo "   pipecast carried $carried broadcasts on MPI_COMM_WORLD (all ranks)" >&2
-        if grep -q 'falling back' "$OUT/$placement.pipecast.err"; then
-          echo "   WARNING: pipecast fell back (see $OUT/$placement.pipecast.err)" >&2
-        fi ;;
+        for s in 0 $PIPECAST_SEGS; do
+          label=pipecast; [ "$s" = 0 ] || label=pipecast_seg-$s
+          run "$placement" "$label" --mca mca_base_component_path "SYS_DEFAULT:$PWD/ffi/build" \
+            --mca coll_pipecast_verbose 1 --mca coll_pipecast_topology "$topo" \
+            --mca coll_pipecast_profile 100mbit --mca coll_pipecast_tree "$TREE" \
+            --mca coll_pipecast_segment_bytes "$s" \
+            --mca coll_pipecast_if_include 198.18.0.0/16 --mca coll_pipecast_timeout_ms 30000
+          err="$OUT/$placement.$label.err"
+          carried=$(grep -h 'MPI_COMM_WORLD: [0-9]* broadcasts by pipecast' "$err" \
+            | sed 's/.*: \([0-9]*\) broadcasts by pipecast.*/\1/' | awk '{n += $1} END {print n + 0}')
+          echo "   $label carried $carried broadcasts on MPI_COMM_WORLD (sum over ranks)" >&2
+          if grep -q 'falling back' "$err"; then
+            echo "   WARNING: pipecast fell back (see $err)" >&2
+          fi
+        done ;;
       *) echo "unknown configuration $config" >&2; exit 2 ;;
     esac
   done
