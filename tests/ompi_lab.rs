@@ -201,5 +201,34 @@ fn component_carries_broadcasts_between_lab_hosts() {
         mgmt * 10 < data,
         "mgmt0 carried {mgmt} bytes against eth0's {data}: data went over the management NIC"
     );
+    // Two ranks per host (`--map-by node`: rank r on machine r mod 4), so each host is a
+    // host switch with two machines behind its NIC; through the file (PIPECAST_MACHINE names
+    // the machine) and without it (hosts behind one switch).
+    for with_file in [true, false] {
+        let mut cmd = Command::new("timeout");
+        cmd.args(["240", EXE, "lab", "mpirun", "--name", &name, "--"])
+            .args(["-np", "8", "--oversubscribe", "--map-by", "node"])
+            .args(["--mca", "mca_base_component_path", &component_path])
+            .args(["--mca", "coll_pipecast_verbose", "1"])
+            .args(["--mca", "coll_pipecast_timeout_ms", "20000"]);
+        if with_file {
+            cmd.args(["--mca", "coll_pipecast_topology"]).arg(&topology);
+        }
+        let out = cmd.arg(&program).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success()
+                && String::from_utf8_lossy(&out.stdout).contains("mpi_bcast_test: ok"),
+            "8 ranks on 4 hosts (file: {with_file}): {}",
+            text(&out)
+        );
+        assert!(
+            !stderr.contains("falling back"),
+            "8 ranks on 4 hosts (file: {with_file}): {}",
+            text(&out)
+        );
+        let n = carried(&stderr);
+        assert!(n >= 8 * 3 * 8, "pipecast carried only {n}: {}", text(&out));
+    }
     drop(lab);
 }
