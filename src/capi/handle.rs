@@ -100,6 +100,8 @@ fn code_of(e: &Error) -> pipecast_result {
     fail(code, e.to_string())
 }
 
+// `..Config::default()` stays: comm::Config grows fields (transport binding) on other branches.
+#[allow(clippy::needless_update)]
 fn comm_config(settings: &Settings) -> Result<Config, pipecast_result> {
     match settings.transport.as_str() {
         "auto" | "tcp" => {}
@@ -118,8 +120,18 @@ fn comm_config(settings: &Settings) -> Result<Config, pipecast_result> {
         Some(spec) => crate::model::Profile::load(spec).map_err(|e| code_of(&e.into()))?,
         None => Config::default().profile,
     };
+    let mut engine = crate::engine::Config::default();
+    if let Ok(v) = std::env::var("PIPECAST_WINDOW") {
+        engine.window = v.trim().parse().ok().filter(|w| *w >= 1).ok_or_else(|| {
+            fail(
+                PIPECAST_ERR_CONFIG,
+                format!("PIPECAST_WINDOW={v:?}: expected a whole number of segments, at least 1"),
+            )
+        })?;
+    }
     Ok(Config {
         profile,
+        engine,
         algorithm: Algorithm::Tree(settings.tree.clone()),
         segment: settings.segment_bytes,
         timeout: Duration::from_millis(u64::from(settings.timeout_ms)),
