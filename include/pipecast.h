@@ -55,6 +55,11 @@ typedef struct {
   // Calibration profile for the cost model: a file from `pipecast calibrate`, or
   // "100mbit" / "1gbit" (seed 003 Table 2); NULL = "1gbit".
   const char *profile;
+  // Where to listen: interface names or IPv4 subnets, comma-separated, like Open MPI's
+  // `btl_tcp_if_include` ("eth0", "198.18.0.0/16"). NULL = `PIPECAST_IFACE`, else the first
+  // interface that is up, not loopback and not named `mgmt*`, else 127.0.0.1.
+  // `PIPECAST_IP` (an address) overrides both.
+  const char *iface;
 } pipecast_config;
 
 // The host's allgather: every rank passes `len` bytes at `mine`; on return `all` holds
@@ -85,7 +90,7 @@ size_t pipecast_last_error(char *buf, size_t len);
 void pipecast_config_default(pipecast_config *config);
 
 // Reads `PIPECAST_TRANSPORT`, `PIPECAST_TREE`, `PIPECAST_SEGMENT` (bytes, K/M suffixes),
-// `PIPECAST_TOPOLOGY`, `PIPECAST_TIMEOUT_MS` and `PIPECAST_PROFILE` into `config` (defaults for unset ones) and
+// `PIPECAST_TOPOLOGY`, `PIPECAST_TIMEOUT_MS`, `PIPECAST_PROFILE` and `PIPECAST_IFACE` into `config` (defaults for unset ones) and
 // validates the result; `config` is written only on success.
 //
 // # Safety

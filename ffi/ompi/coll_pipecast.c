@@ -41,6 +41,7 @@ typedef struct {
     int segment_bytes;
     char *topology;
     char *profile;
+    char *if_include;
     int timeout_ms;
     int verbose;
     int output; /* opal_output stream for verbose messages */
@@ -122,6 +123,11 @@ static int pipecast_register(void)
             &C->topology, "");
     reg_str("profile", "Calibration profile (pipecast calibrate) or 100mbit/1gbit (empty: 1gbit)",
             &C->profile, "");
+    reg_str("if_include",
+            "Where pipecast listens: interface names or IPv4 subnets, comma-separated, like "
+            "btl_tcp_if_include (empty: PIPECAST_IFACE, else the first up non-loopback interface "
+            "not named mgmt*; PIPECAST_IP overrides)",
+            &C->if_include, "");
     reg_int("timeout_ms", "A broadcast that makes no progress for this long fails at every rank",
             &C->timeout_ms, 5000);
     reg_int("verbose", "Verbosity: 0 silent, 1 selection and summary, 2 every broadcast", &C->verbose, 0);
@@ -228,6 +234,7 @@ static pipecast_result ensure_pipecast(mca_coll_pipecast_module_t *m)
     cfg.topology = (C->topology != NULL && C->topology[0] != '\0') ? C->topology : NULL;
     cfg.timeout_ms = C->timeout_ms > 0 ? (uint32_t)C->timeout_ms : 5000;
     cfg.profile = (C->profile != NULL && C->profile[0] != '\0') ? C->profile : NULL;
+    cfg.iface = (C->if_include != NULL && C->if_include[0] != '\0') ? C->if_include : NULL;
     pipecast_result rc = pipecast_comm_create(ompi_comm_rank(m->comm), ompi_comm_size(m->comm),
                                               allgather_through_prev, m, &cfg, &m->pc);
     if (rc == PIPECAST_OK) {

@@ -24,6 +24,11 @@ pub struct pipecast_config {
     /// Calibration profile for the cost model: a file from `pipecast calibrate`, or
     /// "100mbit" / "1gbit" (seed 003 Table 2); NULL = "1gbit".
     pub profile: *const c_char,
+    /// Where to listen: interface names or IPv4 subnets, comma-separated, like Open MPI's
+    /// `btl_tcp_if_include` ("eth0", "198.18.0.0/16"). NULL = `PIPECAST_IFACE`, else the first
+    /// interface that is up, not loopback and not named `mgmt*`, else 127.0.0.1.
+    /// `PIPECAST_IP` (an address) overrides both.
+    pub iface: *const c_char,
 }
 
 /// The configuration as Rust values, validated.
@@ -35,6 +40,7 @@ pub(crate) struct Settings {
     pub topology: Option<PathBuf>,
     pub timeout_ms: u32,
     pub profile: Option<String>,
+    pub iface: Option<String>,
 }
 
 pub(crate) const TRANSPORTS: [&str; 4] = ["auto", "tcp", "raweth", "verbs"];
@@ -67,6 +73,7 @@ impl Settings {
                 cfg.timeout_ms
             },
             profile: opt_str(cfg.profile, "config.profile")?,
+            iface: opt_str(cfg.iface, "config.iface")?,
         })
     }
 }
@@ -89,6 +96,7 @@ pub unsafe extern "C" fn pipecast_config_default(config: *mut pipecast_config) {
             topology: std::ptr::null(),
             timeout_ms: 0,
             profile: std::ptr::null(),
+            iface: std::ptr::null(),
         })
     };
 }
@@ -116,7 +124,7 @@ fn env(name: &str) -> Option<String> {
 }
 
 /// Reads `PIPECAST_TRANSPORT`, `PIPECAST_TREE`, `PIPECAST_SEGMENT` (bytes, K/M suffixes),
-/// `PIPECAST_TOPOLOGY`, `PIPECAST_TIMEOUT_MS` and `PIPECAST_PROFILE` into `config` (defaults for unset ones) and
+/// `PIPECAST_TOPOLOGY`, `PIPECAST_TIMEOUT_MS`, `PIPECAST_PROFILE` and `PIPECAST_IFACE` into `config` (defaults for unset ones) and
 /// validates the result; `config` is written only on success.
 ///
 /// # Safety
@@ -135,12 +143,16 @@ pub unsafe extern "C" fn pipecast_config_from_env(config: *mut pipecast_config) 
                 topology: std::ptr::null(),
                 timeout_ms: 0,
                 profile: std::ptr::null(),
+                iface: std::ptr::null(),
             };
             if let Some(v) = env("PIPECAST_PROFILE") {
                 c.profile = keep(v)?;
             }
             if let Some(v) = env("PIPECAST_TRANSPORT") {
                 c.transport = keep(v)?;
+            }
+            if let Some(v) = env("PIPECAST_IFACE") {
+                c.iface = keep(v)?;
             }
             if let Some(v) = env("PIPECAST_TREE") {
                 c.tree = keep(v)?;
@@ -213,6 +225,7 @@ mod tests {
             topology: std::ptr::null(),
             timeout_ms: 0,
             profile: std::ptr::null(),
+            iface: std::ptr::null(),
         };
         let s = Settings::from_c(&c).unwrap();
         assert_eq!(s.tree, TreeKind::Binary);

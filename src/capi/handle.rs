@@ -93,12 +93,15 @@ fn code_of(e: &Error) -> pipecast_result {
         Error::Transport(TransportError::ConnectTimeout { .. }) => PIPECAST_ERR_TIMEOUT,
         Error::Transport(_) => PIPECAST_ERR_TRANSPORT,
         Error::Comm(CommError::Bootstrap(_)) => PIPECAST_ERR_BOOTSTRAP,
+        Error::Comm(CommError::Env { .. } | CommError::TopologyHosts { .. }) => PIPECAST_ERR_CONFIG,
         Error::Topology(_) | Error::Plan(_) | Error::Model(_) => PIPECAST_ERR_CONFIG,
         _ => PIPECAST_ERR_OTHER,
     };
     fail(code, e.to_string())
 }
 
+// `..Config::default()` stays: comm::Config grows fields (transport binding) on other branches.
+#[allow(clippy::needless_update)]
 fn comm_config(settings: &Settings) -> Result<Config, pipecast_result> {
     let transport: crate::comm::Transport = match settings.transport.parse() {
         Ok(t) => t,
@@ -112,13 +115,25 @@ fn comm_config(settings: &Settings) -> Result<Config, pipecast_result> {
         Some(spec) => crate::model::Profile::load(spec).map_err(|e| code_of(&e.into()))?,
         None => Config::default().profile,
     };
+    let mut engine = crate::engine::Config::default();
+    if let Ok(v) = std::env::var("PIPECAST_WINDOW") {
+        engine.window = v.trim().parse().ok().filter(|w| *w >= 1).ok_or_else(|| {
+            fail(
+                PIPECAST_ERR_CONFIG,
+                format!("PIPECAST_WINDOW={v:?}: expected a whole number of segments, at least 1"),
+            )
+        })?;
+    }
     Ok(Config {
         profile,
+        engine,
         algorithm: Algorithm::Tree(settings.tree.clone()),
         segment: settings.segment_bytes,
         timeout: Duration::from_millis(u64::from(settings.timeout_ms)),
         topology,
-        ip: std::env::var("PIPECAST_IP").ok().filter(|v| !v.is_empty()),
+        ip: Some(
+            comm::hosts::listen_ip(settings.iface.as_deref()).map_err(|e| code_of(&e.into()))?,
+        ),
         transport,
         ..Config::default()
     })
@@ -161,6 +176,7 @@ pub unsafe extern "C" fn pipecast_comm_create(
             topology: std::ptr::null(),
             timeout_ms: 0,
             profile: std::ptr::null(),
+            iface: std::ptr::null(),
         };
         // SAFETY: NULL or a valid config, by the caller's contract.
         let config = unsafe { config.as_ref() }.unwrap_or(&defaults);

@@ -13,6 +13,7 @@
 
 mod algorithm;
 mod bootstrap;
+pub mod hosts;
 mod link;
 mod progress;
 
@@ -45,6 +46,12 @@ pub enum CommError {
     Env { name: &'static str, problem: String },
     #[error("the topology has {machines} machines but the job has {size} ranks: rank r is machine r, so they must match")]
     TopologySize { machines: usize, size: usize },
+    #[error("the topology has {machines} machines, the job {size} ranks, and these ranks' hosts are not machines of it (by `host` or `name`): {missing}; name the hosts in the file or set PIPECAST_MACHINE")]
+    TopologyHosts {
+        machines: usize,
+        size: usize,
+        missing: String,
+    },
     #[error("this communicator failed earlier ({0}) and can no longer be used")]
     Failed(String),
     #[error("the progress thread is gone (it panicked)")]
@@ -132,18 +139,13 @@ impl Comm {
         if rank >= size {
             return Err(CommError::BadRank { rank, size }.into());
         }
-        let topology = match &config.topology {
-            Some(t) if t.size() != size => {
-                return Err(CommError::TopologySize {
-                    machines: t.size(),
-                    size,
-                }
-                .into())
-            }
-            Some(t) => t.clone(),
-            None => Topology::single_switch(size),
+        if let Some(t) = &config.topology {
+            hosts::check_file(t, size, &hosts::host_name())?;
+        }
+        let ip = match &config.ip {
+            Some(ip) => ip.clone(),
+            None => hosts::listen_ip(None)?,
         };
-        let ip = config.ip.clone().unwrap_or_else(|| "127.0.0.1".into());
         let _span = tracing::info_span!("comm_setup", rank, size).entered();
         let transport = TcpTransport::bind(rank, &ip)?;
         let raw = link::open_raw(rank, &config.transport, ip.parse().ok())?;
@@ -152,9 +154,12 @@ impl Comm {
             let a = transport.local_addr();
             (u64::from(std::process::id()) << 16) ^ u64::from(a.port()) ^ 0x7069_7065_6361_7374
         };
+        // "<tcp addr> <job cookie> <host> [raweth=<mac>]": hosts reads the third word, link
+        // looks for the raweth= word.
         let mine = format!(
-            "{} {cookie}{}",
+            "{} {cookie} {}{}",
             transport.local_addr(),
+            hosts::host_name(),
             link::blob_suffix(&raw)
         );
         let blobs = bootstrap.allgather(mine.as_bytes())?;
@@ -166,6 +171,7 @@ impl Comm {
             .into());
         }
         let mut addrs = Vec::with_capacity(size);
+        let mut rank_hosts = Vec::with_capacity(size);
         let mut job_cookie = 0;
         for (r, blob) in blobs.iter().enumerate() {
             let text = String::from_utf8_lossy(blob);
@@ -175,6 +181,10 @@ impl Comm {
             match (addr, c) {
                 (Some(a), Some(c)) => {
                     addrs.push(a);
+                    rank_hosts.push(hosts::RankHost {
+                        name: parts.next().unwrap_or("unnamed").to_string(),
+                        ip: a.ip(),
+                    });
                     if r == 0 {
                         job_cookie = c;
                     }
@@ -187,6 +197,8 @@ impl Comm {
                 }
             }
         }
+        let keys = hosts::host_keys(&rank_hosts);
+        let topology = hosts::topology(config.topology.as_ref(), &rank_hosts, &keys)?;
         let mut transport = transport;
         transport.set_peers(addrs, job_cookie);
         tracing::info!(addr = %transport.local_addr(), "joined");

@@ -40,23 +40,30 @@ pub fn rsh(state: &LabState, host: &str, command: &[String]) -> Result<i32, LabE
         .args(["netns", "exec", netns, "sh", "-c", &command.join(" ")])
         .env("OMPI_MCA_orte_tmpdir_base", session_base(state, host))
         .env("TMPDIR", session_base(state, host))
+        .env("PIPECAST_MACHINE", machine_name(state, host))
         .status()
         .map_err(|e| LabError::Command(format!("cannot run the command on {host}: {e}")))?;
     Ok(status.code().unwrap_or(255))
+}
+
+/// The machine a host argument (name, data or management address) names; the argument itself
+/// when none does. The orted and its ranks get it as `PIPECAST_MACHINE`, which pipecast uses
+/// to place ranks on the topology's machines.
+fn machine_name<'a>(state: &'a LabState, host: &'a str) -> &'a str {
+    state
+        .machines
+        .iter()
+        .find(|m| m.name == host || m.address == host || m.mgmt_address == host)
+        .map_or(host, |m| m.name.as_str())
 }
 
 /// Open MPI's session-directory base for one machine (or `mg` for mpirun). The lab's machines
 /// share one host name, so orteds sharing a base collide in `<base>/ompi.<hostname>.<uid>/…`
 /// ("orte_session_dir failed … File exists") and the launch hangs — one in ten or so.
 fn session_base(state: &LabState, machine: &str) -> String {
-    let name = state
-        .machines
-        .iter()
-        .find(|m| m.name == machine || m.address == machine || m.mgmt_address == machine)
-        .map_or(machine, |m| m.name.as_str());
     Path::new(&state.run_dir)
         .join("ompi")
-        .join(name)
+        .join(machine_name(state, machine))
         .display()
         .to_string()
 }

@@ -32,5 +32,6 @@ pub enum TransportError {
     UnknownPeer { peer: usize },
 }
 
+pub mod ifaddrs;
 pub mod lldp_socket;
 pub mod raweth;

@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Markdown table from bench/lab_ompi.sh's results.jsonl (bench/mpi_bcast.c's JSON lines).
+
+Every time is reported as a ratio to T(msize), the point-to-point time measured in the same run
+(bcast_s / p2p_s), so rows from runs on a busier or calmer machine stay comparable. Per
+placement and size: Open MPI's default, its best forced pipeline and chain (best segment size
+in brackets), pipecast, and pipecast's speed-ups against the default and the best forced one.
+Usage: lab_ompi_table.py results.jsonl
+"""
+import json
+import sys
+from collections import defaultdict
+
+
+def human(n):
+    for unit, shift in (("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} B"
+
+
+def main(path):
+    rows = defaultdict(dict)  # (placement, bytes) -> config -> (ratio, line)
+    bad = []
+    with open(path) as f:
+        for text in f:
+            text = text.strip()
+            if not text.startswith("{"):
+                continue
+            r = json.loads(text)
+            placement, config = r["label"].split("/", 1)
+            if not r["ok"]:
+                bad.append(r["label"])
+            if r["p2p_s"] <= 0:
+                continue
+            rows[(placement, r["bytes"])][config] = (r["bcast_s"] / r["p2p_s"], r)
+    if bad:
+        print(f"WRONG DATA in: {', '.join(sorted(set(bad)))}\n")
+    placements = sorted({p for p, _ in rows}, key=lambda p: (len(p), p))
+    for placement in placements:
+        print(f"### {placement}\n")
+        print("| size | T(msize) s | OMPI default | best pipeline | best chain | pipecast "
+              "| pipecast, fixed segment | pipecast, window | vs default | vs best forced |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        for (p, size) in sorted(k for k in rows if k[0] == placement):
+            c = rows[(p, size)]
+
+            def best(prefix):
+                found = [(v[0], k.split("-", 1)[1]) for k, v in c.items() if k.startswith(prefix + "-")]
+                return min(found) if found else None
+
+            d = c.get("default")
+            fixed = best("pipecast_seg")
+            win = best("pipecast_win")
+            pl, ch, pc = best("pipeline"), best("chain"), c.get("pipecast")
+            wcell = lambda x: "—" if x is None else f"{x[0]:.2f} (W {x[1]})"
+            cell = lambda x: "—" if x is None else f"{x[0]:.2f}"
+            seg = lambda x: "—" if x is None else f"{x[0]:.2f} ({human(int(x[1]))})"
+            t = (pc or d or next(iter(c.values())))[1]["p2p_s"]
+            forced = min([x for x in (pl, ch) if x], default=None)
+            vs_d = f"{d[0] / pc[0]:.2f}×" if d and pc else "—"
+            vs_f = f"{forced[0] / pc[0]:.2f}×" if forced and pc else "—"
+            print(f"| {human(size)} | {t:.4f} | {cell(d)} | {seg(pl)} | {seg(ch)} | {cell(pc)} | {seg(fixed)} | {wcell(win)} "
+                  f"| {vs_d} | {vs_f} |")
+        print()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

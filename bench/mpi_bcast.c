@@ -1,0 +1,161 @@
+/*
+ * Times MPI_Bcast the way seed 003 Fig. 10 does (../shared/seeds/003_f72e5e0868946953.txt §5):
+ *
+ *     MPI_Barrier; start = MPI_Wtime();
+ *     for (i = 0; i < ITER; i++) { MPI_Bcast(...); MPI_Barrier(...); }
+ *     elapsed = MPI_Wtime() - start;          reported: elapsed / ITER
+ *
+ * and, in the same run, the point-to-point time T(msize) from the root to a peer (MPI_Send of
+ * msize bytes answered by a 0-byte message, timed the same way), so results can be reported as
+ * bcast / T(msize) — a ratio that does not depend on how fast this machine happens to be.
+ *
+ * Before the timed loop one untimed broadcast warms up (connections, pipecast's bootstrap);
+ * receivers then clear their buffer, and after the loop every rank checks every byte against
+ * the root's pattern. One JSON line per size on stdout (rank 0):
+ *   {"label":"…","np":16,"bytes":65536,"iters":5,"bcast_s":…,"bcast_max_s":…,"p2p_s":…,
+ *    "ratio":…,"ok":true}
+ * bcast_s is the slowest rank's elapsed/ITER, p2p_s the round trip's elapsed/ITER.
+ * Exit code 1 when any byte is wrong anywhere.
+ *
+ * Usage: mpi_bcast [--sizes 64K,1M,16M] [--iters N] [--budget SECONDS] [--root R]
+ *                  [--peer P] [--no-p2p] [--label TEXT]
+ * --budget caps the timed iterations per size at about SECONDS (from the warm-up's time; at
+ * least 1 iteration). Build: mpicc -O2 -o mpi_bcast bench/mpi_bcast.c
+ */
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static unsigned char pattern(size_t i, size_t bytes) { return (unsigned char)((i * 131u + bytes / 7u + 1u) & 0xff); }
+
+static size_t parse_size(const char *s)
+{
+    char *end = NULL;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (end == s) return 0;
+    switch (*end) {
+    case 'k': case 'K': v <<= 10; break;
+    case 'm': case 'M': v <<= 20; break;
+    case 'g': case 'G': v <<= 30; break;
+    default: break;
+    }
+    return (size_t)v;
+}
+
+static void usage(int rank, const char *why)
+{
+    if (rank == 0)
+        fprintf(stderr, "mpi_bcast: %s\nusage: mpi_bcast [--sizes 64K,1M,16M] [--iters N] [--budget S] "
+                        "[--root R] [--peer P] [--no-p2p] [--label TEXT]\n", why);
+    MPI_Finalize();
+    exit(2);
+}
+
+/* Average time of `iters` point-to-point transfers root → peer of `bytes`, each answered by a
+ * 0-byte message (so the next one starts only after the data arrived). */
+static double p2p_time(unsigned char *buf, size_t bytes, int iters, int rank, int root, int peer)
+{
+    MPI_Barrier(MPI_COMM_WORLD);
+    double start = MPI_Wtime();
+    for (int i = 0; i < iters; i++) {
+        if (rank == root) {
+            MPI_Send(buf, (int)bytes, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+            MPI_Recv(NULL, 0, MPI_BYTE, peer, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else if (rank == peer) {
+            MPI_Recv(buf, (int)bytes, MPI_BYTE, root, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Send(NULL, 0, MPI_BYTE, root, 2, MPI_COMM_WORLD);
+        }
+    }
+    double t = (MPI_Wtime() - start) / iters;
+    MPI_Bcast(&t, 1, MPI_DOUBLE, root, MPI_COMM_WORLD);
+    return t;
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    int rank, np;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &np);
+    const char *sizes_arg = "64K,256K,1M,4M,16M";
+    const char *label = "";
+    int iters = 5, root = 0, peer = -1, p2p = 1;
+    double budget = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--no-p2p")) { p2p = 0; continue; }
+        if (v == NULL) usage(rank, "an option is missing its value");
+        if (!strcmp(a, "--sizes")) sizes_arg = v;
+        else if (!strcmp(a, "--iters")) iters = atoi(v);
+        else if (!strcmp(a, "--budget")) budget = atof(v);
+        else if (!strcmp(a, "--root")) root = atoi(v);
+        else if (!strcmp(a, "--peer")) peer = atoi(v);
+        else if (!strcmp(a, "--label")) label = v;
+        else usage(rank, "unknown option");
+        i++;
+    }
+    if (peer < 0) peer = root == np - 1 ? 0 : np - 1;
+    if (np < 2 || iters < 1 || root < 0 || root >= np || peer < 0 || peer >= np || peer == root)
+        usage(rank, "need at least 2 ranks, --iters >= 1, and root and peer distinct ranks of the job");
+
+    int all_ok = 1;
+    char *list = strdup(sizes_arg);
+    for (char *tok = strtok(list, ","); tok != NULL; tok = strtok(NULL, ",")) {
+        size_t bytes = parse_size(tok);
+        if (bytes == 0 || bytes > (size_t)INT32_MAX) usage(rank, "a size is 0, unreadable or above 2 GiB");
+        unsigned char *buf = malloc(bytes);
+        if (buf == NULL) { fprintf(stderr, "rank %d: out of memory for %zu bytes\n", rank, bytes); MPI_Abort(MPI_COMM_WORLD, 3); }
+        if (rank == root) for (size_t i = 0; i < bytes; i++) buf[i] = pattern(i, bytes);
+        else memset(buf, 0, bytes);
+
+        /* Warm-up (untimed except to size the iteration count). */
+        MPI_Barrier(MPI_COMM_WORLD);
+        double w = MPI_Wtime();
+        MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD);
+        MPI_Barrier(MPI_COMM_WORLD);
+        w = MPI_Wtime() - w;
+        int n = iters;
+        if (budget > 0 && w > 0 && budget / w < n) n = (int)(budget / w) < 1 ? 1 : (int)(budget / w);
+        MPI_Bcast(&n, 1, MPI_INT, root, MPI_COMM_WORLD);
+        if (rank != root) memset(buf, 0, bytes);
+
+        /* Seed 003 Fig. 10. */
+        MPI_Barrier(MPI_COMM_WORLD);
+        double start = MPI_Wtime();
+        for (int i = 0; i < n; i++) {
+            MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD);
+            MPI_Barrier(MPI_COMM_WORLD);
+        }
+        double mine = (MPI_Wtime() - start) / n, slowest = 0, at_root = mine;
+        MPI_Reduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+        MPI_Bcast(&at_root, 1, MPI_DOUBLE, root, MPI_COMM_WORLD);
+
+        int ok = 1;
+        for (size_t i = 0; i < bytes; i++)
+            if (buf[i] != pattern(i, bytes)) {
+                fprintf(stderr, "rank %d: %zu-byte bcast: byte %zu is %u, want %u\n", rank, bytes, i,
+                        buf[i], pattern(i, bytes));
+                ok = 0;
+                break;
+            }
+        int every = 0;
+        MPI_Allreduce(&ok, &every, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        all_ok &= every;
+
+        double t = p2p ? p2p_time(buf, bytes, n, rank, root, peer) : 0;
+        if (rank == 0) {
+            printf("{\"label\":\"%s\",\"np\":%d,\"root\":%d,\"bytes\":%zu,\"iters\":%d,\"bcast_s\":%.6f,"
+                   "\"bcast_root_s\":%.6f,\"p2p_s\":%.6f,\"p2p_peer\":%d,\"ratio\":%.4f,\"ok\":%s}\n",
+                   label, np, root, bytes, n, slowest, at_root, t, peer, t > 0 ? slowest / t : 0,
+                   every ? "true" : "false");
+            fflush(stdout);
+        }
+        free(buf);
+    }
+    free(list);
+    MPI_Finalize();
+    return all_ok ? 0 : 1;
+}
