@@ -4,7 +4,7 @@
 # Root only; needs the lab's tools (docs/lab.md) and nft for the loss run. Usage:
 #   bench/lab_bcast.sh [PIPECAST_BINARY] [OUT_DIR]   (default: target/release/pipecast, a temp dir)
 # Environment: RATE (100mbit), PIPECAST_PROFILE (100mbit), SIZE (4M), ITERS (5), LOSS_ITERS (200), LOSS_SIZE (1M),
-# PARTS (all of: main sweep loss).
+# PARTS (all of: main sweep loss), BENCH_ARGS (more bench options, e.g. "--segment 64K").
 #   main:  on examples/hub4x4.json and examples/hub4x4-interleaved.json, raweth and tcp:
 #          linear and naive-linear, SIZE bytes, root 0; linear / T(m) (the bench's own
 #          point-to-point of the whole message in the same run), naive-linear / linear,
@@ -38,7 +38,7 @@ up() { # TOPOLOGY_FILE
 bench() { # JSON_OUT TOPOLOGY_FILE BENCH_ARGS...; keeps rank 0's JSON line
   _out=$1; _topo=$2; shift 2
   "$P" lab run --name $NAME --timeout 900 -- "$P" bench --json --topology "$_topo" \
-    --timeout-ms 30000 "$@" > "$_out.log" 2> "$_out.err" || {
+    --timeout-ms 30000 ${BENCH_ARGS:-} "$@" > "$_out.log" 2> "$_out.err" || {
     echo "bench failed ($_out): see $_out.err" >&2; tail -5 "$_out.err" >&2; return 1; }
   sed -n 's/^\[r0\] \({.*\)$/\1/p' "$_out.log" > "$_out"
 }

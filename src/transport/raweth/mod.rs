@@ -321,7 +321,10 @@ impl RawEthTransport {
         };
         for p in self.peers.values_mut() {
             p.tx.rewrite(nop);
-            p.queue.retain(|i| i.head.bcast_seq >= seq);
+            // Old data is useless now, but a queued credit or done of an older broadcast may
+            // be what a slower peer still waits for.
+            p.queue
+                .retain(|i| i.head.bcast_seq >= seq || i.head.kind() != Kind::Data);
         }
         self.assembly.retain(|k, _| k.1 >= seq);
         // Kept frames of this broadcast are offered by `progress`, which has the buffer.
