@@ -115,7 +115,8 @@ static int pipecast_register(void)
 {
     reg_int("priority", "Priority of the pipecast coll component (tuned is 30)", &C->priority, 40);
     reg_int("min_bytes", "Broadcasts smaller than this go to the previous module", &C->min_bytes, 65536);
-    reg_str("transport", "Transport: auto, tcp, raweth or verbs", &C->transport, "auto");
+    reg_str("transport", "Transport: tcp, raweth, auto (raweth where every rank can) or verbs",
+            &C->transport, "tcp");
     reg_str("tree", "Tree: auto, linear, binary, kary:K, kbinomial, multilane, flat, binomial, ...",
             &C->tree, "auto");
     reg_int("segment_bytes", "Segment size in bytes (0: chosen by the cost model)", &C->segment_bytes, 0);
