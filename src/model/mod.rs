@@ -65,11 +65,15 @@ pub struct Choice {
 }
 
 /// The algorithms `auto` chooses among, in tie-breaking order.
-pub const AUTO_CANDIDATES: [TreeKind; 5] = [
+///
+/// `multilane` is left out: the model predicts it near T(msize), but on the 16-host lab it
+/// measured about 2 × T(msize) at every size, segment and window tried (docs/results-ompi.md),
+/// and slower than `linear` on loopback — its two concurrent lanes are not priced right yet.
+/// It stays available by name.
+pub const AUTO_CANDIDATES: [TreeKind; 4] = [
     TreeKind::Linear,
     TreeKind::Binary,
     TreeKind::KBinomial(None),
-    TreeKind::Multilane,
     TreeKind::Kary(3),
 ];
 
