@@ -267,3 +267,41 @@ fn check_suite(out: &Output, marker: &str) {
         "a pipecast broadcast failed:\n{stderr}"
     );
 }
+
+/// `ompi_info` lists the component's MCA parameters (OMPI.md: it ignores `--mca` for the
+/// component path, so the path goes through the environment).
+#[test]
+fn ompi_info_lists_the_parameters() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(dir) = build() else { return };
+    let out = Command::new("ompi_info")
+        .args(["--param", "coll", "pipecast", "--level", "9"])
+        .env(
+            "OMPI_MCA_mca_base_component_path",
+            format!(
+                "/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3:{}",
+                dir.display()
+            ),
+        )
+        .output()
+        .expect("run ompi_info");
+    let text = String::from_utf8_lossy(&out.stdout);
+    for p in [
+        "priority",
+        "min_bytes",
+        "transport",
+        "tree",
+        "segment_bytes",
+        "topology",
+        "profile",
+        "if_include",
+        "timeout_ms",
+        "verbose",
+    ] {
+        assert!(
+            text.contains(&format!("parameter \"coll_pipecast_{p}\"")),
+            "ompi_info does not list coll_pipecast_{p}:\n{text}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
