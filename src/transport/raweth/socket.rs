@@ -49,59 +49,15 @@ pub fn has_cap_net_raw() -> bool {
         .is_some_and(|caps| caps >> CAP_NET_RAW & 1 == 1)
 }
 
-/// The interfaces of this network namespace that have an IPv4 or IPv6 address, in the
-/// kernel's order: (name, address, is loopback).
-pub fn interface_addresses() -> Vec<(String, std::net::IpAddr, bool)> {
-    let mut out = Vec::new();
-    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs writes a list head to `head` on success; we free it below.
-    if unsafe { libc::getifaddrs(&mut head) } != 0 {
-        return out;
-    }
-    let mut cur = head;
-    while !cur.is_null() {
-        // SAFETY: `cur` is a node of the list getifaddrs returned, not yet freed.
-        let ifa = unsafe { &*cur };
-        cur = ifa.ifa_next;
-        if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
-            continue;
-        }
-        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-        let name = unsafe { std::ffi::CStr::from_ptr(ifa.ifa_name) }
-            .to_string_lossy()
-            .into_owned();
-        // SAFETY: ifa_addr is non-NULL and points to a sockaddr of the family it announces.
-        let family = i32::from(unsafe { (*ifa.ifa_addr).sa_family });
-        let ip = match family {
-            libc::AF_INET => {
-                // SAFETY: the family is AF_INET, so the sockaddr is a sockaddr_in.
-                let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-                std::net::IpAddr::from(u32::from_be(sin.sin_addr.s_addr).to_be_bytes())
-            }
-            libc::AF_INET6 => {
-                // SAFETY: the family is AF_INET6, so the sockaddr is a sockaddr_in6.
-                let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
-                std::net::IpAddr::from(sin6.sin6_addr.s6_addr)
-            }
-            _ => continue,
-        };
-        let loopback = ifa.ifa_flags & libc::IFF_LOOPBACK as u32 != 0;
-        out.push((name, ip, loopback));
-    }
-    // SAFETY: `head` came from a successful getifaddrs and is freed once.
-    unsafe { libc::freeifaddrs(head) };
-    out
-}
-
 /// The interface for raw Ethernet when none is named: the one holding `ip` (the address
 /// that reaches the rendezvous) unless that is loopback, else the first non-loopback
 /// interface with an address. `None` when there is none.
 pub fn default_interface(ip: Option<std::net::IpAddr>) -> Option<String> {
-    let all = interface_addresses();
+    let all = crate::transport::ifaddrs::ipv4_interfaces().ok()?;
     all.iter()
-        .find(|(_, a, lo)| !lo && Some(*a) == ip)
-        .or_else(|| all.iter().find(|(_, _, lo)| !lo))
-        .map(|(name, _, _)| name.clone())
+        .find(|i| !i.loopback && ip == Some(std::net::IpAddr::V4(i.addr)))
+        .or_else(|| all.iter().find(|i| !i.loopback))
+        .map(|i| i.name.clone())
 }
 
 /// One packet socket bound to an interface and [`ETHERTYPE`].
