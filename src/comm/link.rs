@@ -136,6 +136,14 @@ impl Link {
         }
     }
 
+    /// The transport's state for a failure report.
+    pub fn describe_state(&self, now: u64) -> String {
+        match self {
+            Link::Tcp(t) => t.describe(),
+            Link::RawEth(t) => t.describe(now),
+        }
+    }
+
     pub fn shutdown(&mut self) {
         match self {
             Link::Tcp(t) => t.shutdown(),

@@ -64,6 +64,24 @@ fn drive(
     let mut bcast = Bcast::new(me, &job.lanes, job.setup, job.engine, clock())?;
     transport.connect(&bcast.peers(), job.connect_timeout)?;
     transport.resume(&mut bcast, clock())?;
+    let result = run(transport, buf, &mut bcast, clock);
+    if result.is_err() {
+        tracing::warn!(
+            rank = me,
+            "state at the failure: {}\n{}",
+            bcast.describe(),
+            transport.describe_state(clock())
+        );
+    }
+    result
+}
+
+fn run(
+    transport: &mut Link,
+    buf: &mut [u8],
+    bcast: &mut Bcast,
+    clock: &dyn Fn() -> u64,
+) -> crate::Result<()> {
     loop {
         if bcast.is_done() && transport.flushed() {
             return Ok(());
@@ -81,6 +99,6 @@ fn drive(
             .poll_timeout()
             .map_or(1_000_000, |t| t.saturating_sub(now))
             .min(100_000_000);
-        transport.progress(buf, &mut bcast, clock, Duration::from_nanos(wait))?;
+        transport.progress(buf, bcast, clock, Duration::from_nanos(wait))?;
     }
 }

@@ -579,6 +579,32 @@ impl Bcast {
         ranks
     }
 
+    /// The lanes' state for a failure report.
+    pub fn describe(&self) -> String {
+        let mut out = format!(
+            "bcast {} at rank {}: control queued {}",
+            self.setup.seq,
+            self.me,
+            self.control.len()
+        );
+        for (l, s) in self.lanes.iter().enumerate() {
+            if !s.member {
+                continue;
+            }
+            out += &format!(
+                "\n  lane {l}: parent {:?} received {}/{} prefix {} credited {} done_sent {}",
+                s.parent, s.received, s.segments, s.prefix, s.credited, s.done_sent
+            );
+            for c in &s.children {
+                out += &format!(
+                    "\n    child {}: next {} sent {} acked {} done {}",
+                    c.rank, c.next, c.sent, c.acked, c.done
+                );
+            }
+        }
+        out
+    }
+
     fn fail(&mut self, e: EngineError) -> EngineError {
         self.failed = true;
         e

@@ -83,6 +83,8 @@ pub struct Counters {
     pub later_dropped: u64,
     /// Frames addressed to another host (flooded by a bridge that has not learnt a MAC).
     pub dropped_otherhost: u64,
+    /// Frames the kernel dropped because this socket's receive buffer or ring was full.
+    pub kernel_drops: u64,
     pub dropped_cookie: u64,
     pub dropped_comm: u64,
     pub dropped_unknown_peer: u64,
@@ -134,6 +136,7 @@ pub struct RawEthTransport {
     /// The broadcast in progress (older data still unacknowledged becomes no-ops).
     current: u64,
     counters: Counters,
+    kernel_drops: std::cell::Cell<u64>,
 }
 
 impl RawEthTransport {
@@ -202,6 +205,7 @@ impl RawEthTransport {
             blocked: false,
             current: 0,
             counters: Counters::default(),
+            kernel_drops: std::cell::Cell::new(0),
             config,
         })
     }
@@ -226,12 +230,46 @@ impl RawEthTransport {
 
     pub fn counters(&self) -> Counters {
         let mut c = self.counters;
+        // PACKET_STATISTICS resets on read: keep the running total.
+        let total = self.kernel_drops.get() + self.sock.take_kernel_drops().unwrap_or(0);
+        self.kernel_drops.set(total);
+        c.kernel_drops = total;
         for p in self.peers.values() {
             c.retransmits += p.tx.retransmits;
             c.timeouts += p.tx.timeouts;
             c.duplicates += p.rx.duplicates;
         }
         c
+    }
+
+    /// The per-peer state for a failure report (peers with nothing outstanding are left out).
+    pub fn describe(&self, now: u64) -> String {
+        let mut out = format!(
+            "raweth current bcast {} blocked {} assembling {} later {} counters {}",
+            self.current,
+            self.blocked,
+            self.assembly.len(),
+            self.later.len(),
+            serde_json::to_string(&self.counters()).unwrap_or_default()
+        );
+        for ((rank, seq, lane, index), a) in &self.assembly {
+            out += &format!(
+                "\n  assembling from {rank}: bcast {seq} lane {lane} segment {index}: {}/{} bytes",
+                a.got, a.len
+            );
+        }
+        for (rank, p) in &self.peers {
+            if p.queue.is_empty() && p.tx.is_idle() && !p.rx.ack_due() {
+                continue;
+            }
+            out += &format!(
+                "\n  peer {rank}: queued {} | tx {} | rx {}",
+                p.queue.len(),
+                p.tx.describe(now),
+                p.rx.describe()
+            );
+        }
+        out
     }
 
     /// Every rank's MAC address (from the bootstrap, indexed by rank) and the job cookie.

@@ -202,6 +202,31 @@ impl RawSocket {
         })?
     }
 
+    /// Frames the kernel dropped on this socket since the last call because its receive
+    /// buffer (or ring) was full (`PACKET_STATISTICS`, which resets on read).
+    pub fn take_kernel_drops(&self) -> io::Result<u64> {
+        let mut stats = libc::tpacket_stats {
+            tp_packets: 0,
+            tp_drops: 0,
+        };
+        let mut len = std::mem::size_of::<libc::tpacket_stats>() as libc::socklen_t;
+        // SAFETY: `stats` is a live tpacket_stats and `len` holds its size; the kernel
+        // writes at most `len` bytes.
+        let r = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_STATISTICS,
+                &mut stats as *mut libc::tpacket_stats as *mut libc::c_void,
+                &mut len,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(u64::from(stats.tp_drops))
+    }
+
     /// Sets an `SOL_SOCKET` integer option (e.g. `SO_SNDBUF`).
     pub fn set_int(&self, option: i32, value: i32) -> io::Result<()> {
         // SAFETY: `value` is a live int of the size passed.

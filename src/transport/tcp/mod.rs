@@ -74,6 +74,23 @@ pub struct TcpTransport {
 }
 
 impl TcpTransport {
+    /// The per-connection state for a failure report (idle connections are left out).
+    pub fn describe(&self) -> String {
+        let mut out = String::from("tcp");
+        for (peer, c) in &self.conns {
+            if c.out.is_empty() && c.parked.is_none() && !c.closed {
+                continue;
+            }
+            out += &format!(
+                "\n  peer {peer}: {} messages queued, parked {}, closed {}",
+                c.out.len(),
+                c.parked.is_some(),
+                c.closed
+            );
+        }
+        out
+    }
+
     /// Listens on `ip` (any port). Its address goes into the bootstrap blob.
     pub fn bind(me: usize, ip: &str) -> Result<TcpTransport, TransportError> {
         let listener = TcpListener::bind((ip, 0)).map_err(|e| TransportError::Setup {
