@@ -12,6 +12,8 @@
 #   pipecast_seg-S   the same with segment S forced, for each S in $PIPECAST_SEGS
 #   pipecast_win-W   the model's choices with the engine window (segments in flight per child,
 #                    default 16) set to W (PIPECAST_WINDOW), for each W in $PIPECAST_WINDOWS
+#   raweth           the component over raw Ethernet frames (coll_pipecast_transport raweth,
+#                    the lab's eth0), tree and segment size from its model
 # with `--mca btl tcp,self` and `btl_tcp_if_include 198.18.0.0/16` (`pipecast lab mpirun` sets
 # both, LAB.md), so every byte crosses the shaped links. Output: $OUT/results.jsonl (one line
 # per configuration and size, "label" = placement/configuration), $OUT/*.err (stderr per run;
@@ -21,7 +23,7 @@
 # Environment (defaults): PLACEMENTS="hub4x4-interleaved hub4x4" (files in examples/),
 #   SIZES=64K,256K,1M,4M,16M  ITERS=10  BUDGET=3 (seconds of timed iterations per size, at least
 #   one iteration)  SEGS="16384 65536 262144"  RATE=100mbit  NAME=ob  PIPECAST_TREE=auto
-#   PIPECAST_SEGS="16384 65536"  PIPECAST_WINDOWS=256  CONFIGS="default pipeline chain pipecast"  BUILD=1 (0: use what is built)
+#   PIPECAST_SEGS="16384 65536"  PIPECAST_WINDOWS=256  CONFIGS="default pipeline chain pipecast raweth"  BUILD=1 (0: use what is built)
 #   TOPODIR=examples (where the placement files are)
 #   STOP_AT=HH:MM:SS (UTC; configurations not started by then are skipped)
 set -eu
@@ -37,7 +39,7 @@ NAME=${NAME:-ob}
 TREE=${PIPECAST_TREE:-auto}
 PIPECAST_SEGS=${PIPECAST_SEGS:-"16384 65536"}
 PIPECAST_WINDOWS=${PIPECAST_WINDOWS:-256}
-CONFIGS=${CONFIGS:-"default pipeline chain pipecast"}
+CONFIGS=${CONFIGS:-"default pipeline chain pipecast raweth"}
 P=$PWD/target/release/pipecast
 mkdir -p "$OUT"
 if [ "${BUILD:-1}" = 1 ]; then
@@ -104,6 +106,15 @@ for placement in $PLACEMENTS; do
             echo "   WARNING: pipecast fell back (see $OUT/$placement.$label.err)" >&2
           fi
         done ;;
+      raweth)
+        run "$placement" raweth --mca mca_base_component_path "SYS_DEFAULT:$PWD/ffi/build" \
+          --mca coll_pipecast_verbose 1 --mca coll_pipecast_topology "$topo" \
+          --mca coll_pipecast_profile 100mbit --mca coll_pipecast_tree "$TREE" \
+          --mca coll_pipecast_transport raweth \
+          --mca coll_pipecast_if_include 198.18.0.0/16 --mca coll_pipecast_timeout_ms 30000
+        if grep -q 'falling back' "$OUT/$placement.raweth.err"; then
+          echo "   WARNING: pipecast fell back (see $OUT/$placement.raweth.err)" >&2
+        fi ;;
       *) echo "unknown configuration $config" >&2; exit 2 ;;
     esac
   done

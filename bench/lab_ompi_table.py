@@ -40,8 +40,9 @@ def main(path):
     for placement in placements:
         print(f"### {placement}\n")
         print("| size | T(msize) s | OMPI default | best pipeline | best chain | pipecast "
-              "| pipecast, fixed segment | pipecast, window | vs default | vs best forced |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+              "| pipecast, fixed segment | pipecast, window | pipecast raweth | vs default | vs best forced "
+              "| raweth vs default | raweth vs best forced |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for (p, size) in sorted(k for k in rows if k[0] == placement):
             c = rows[(p, size)]
 
@@ -53,15 +54,15 @@ def main(path):
             fixed = best("pipecast_seg")
             win = best("pipecast_win")
             pl, ch, pc = best("pipeline"), best("chain"), c.get("pipecast")
+            raw = c.get("raweth")
             wcell = lambda x: "—" if x is None else f"{x[0]:.2f} (W {x[1]})"
             cell = lambda x: "—" if x is None else f"{x[0]:.2f}"
             seg = lambda x: "—" if x is None else f"{x[0]:.2f} ({human(int(x[1]))})"
             t = (pc or d or next(iter(c.values())))[1]["p2p_s"]
             forced = min([x for x in (pl, ch) if x], default=None)
-            vs_d = f"{d[0] / pc[0]:.2f}×" if d and pc else "—"
-            vs_f = f"{forced[0] / pc[0]:.2f}×" if forced and pc else "—"
+            speedup = lambda ref, x: f"{ref[0] / x[0]:.2f}×" if ref and x else "—"
             print(f"| {human(size)} | {t:.4f} | {cell(d)} | {seg(pl)} | {seg(ch)} | {cell(pc)} | {seg(fixed)} | {wcell(win)} "
-                  f"| {vs_d} | {vs_f} |")
+                  f"| {cell(raw)} | {speedup(d, pc)} | {speedup(forced, pc)} | {speedup(d, raw)} | {speedup(forced, raw)} |")
         print()
 
 

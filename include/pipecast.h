@@ -42,8 +42,9 @@ typedef struct pipecast_comm pipecast_comm;
 
 // Communicator configuration. NULL strings and 0 numbers mean "the default".
 typedef struct {
-  // "tcp" (default), "raweth", "auto" (raweth when every rank can, else tcp) or "verbs".
-  // raweth stays opt-in until a known stall with large segments is fixed (docs/raweth.md).
+  // "tcp" (default), "raweth", "raweth:IFACE" (e.g. "raweth:eth0"), "auto" (raweth when
+  // every rank can, else tcp) or "verbs". raweth needs CAP_NET_RAW and one NIC per rank
+  // (docs/raweth.md), hence not the default.
   const char *transport;
   // A tree name as `pipecast plan --tree` takes it; default "auto".
   const char *tree;

@@ -115,7 +115,7 @@ static int pipecast_register(void)
 {
     reg_int("priority", "Priority of the pipecast coll component (tuned is 30)", &C->priority, 40);
     reg_int("min_bytes", "Broadcasts smaller than this go to the previous module", &C->min_bytes, 65536);
-    reg_str("transport", "Transport: tcp, raweth, auto (raweth where every rank can) or verbs",
+    reg_str("transport", "Transport: tcp, raweth, raweth:IFACE, auto (raweth where every rank can) or verbs",
             &C->transport, "tcp");
     reg_str("tree", "Tree: auto, linear, binary, kary:K, kbinomial, multilane, flat, binomial, ...",
             &C->tree, "auto");

@@ -11,8 +11,9 @@ use std::sync::Mutex;
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct pipecast_config {
-    /// "tcp" (default), "raweth", "auto" (raweth when every rank can, else tcp) or "verbs".
-    /// raweth stays opt-in until a known stall with large segments is fixed (docs/raweth.md).
+    /// "tcp" (default), "raweth", "raweth:IFACE" (e.g. "raweth:eth0"), "auto" (raweth when
+    /// every rank can, else tcp) or "verbs". raweth needs CAP_NET_RAW and one NIC per rank
+    /// (docs/raweth.md), hence not the default.
     pub transport: *const c_char,
     /// A tree name as `pipecast plan --tree` takes it; default "auto".
     pub tree: *const c_char,
@@ -49,11 +50,14 @@ pub(crate) const TRANSPORTS: [&str; 4] = ["auto", "tcp", "raweth", "verbs"];
 impl Settings {
     pub(crate) fn from_c(cfg: &pipecast_config) -> Result<Settings, pipecast_result> {
         let transport = opt_str(cfg.transport, "config.transport")?.unwrap_or_else(|| "tcp".into());
-        if !TRANSPORTS.contains(&transport.as_str()) {
+        let named_iface = transport
+            .strip_prefix("raweth:")
+            .is_some_and(|iface| !iface.is_empty());
+        if !TRANSPORTS.contains(&transport.as_str()) && !named_iface {
             return Err(fail(
                 PIPECAST_ERR_CONFIG,
                 format!(
-                    "transport {transport:?}: use one of {}",
+                    "transport {transport:?}: use one of {} or raweth:IFACE",
                     TRANSPORTS.join(", ")
                 ),
             ));
@@ -230,8 +234,13 @@ mod tests {
         let s = Settings::from_c(&c).unwrap();
         assert_eq!(s.tree, TreeKind::Binary);
         assert_eq!(s.timeout_ms, 5000);
-        let bad = CString::new("carrier-pigeon").unwrap();
-        c.transport = bad.as_ptr();
-        assert_eq!(Settings::from_c(&c), Err(PIPECAST_ERR_CONFIG));
+        let named = CString::new("raweth:eth0").unwrap();
+        c.transport = named.as_ptr();
+        assert_eq!(Settings::from_c(&c).unwrap().transport, "raweth:eth0");
+        for bad in ["carrier-pigeon", "raweth:", "tcp:eth0"] {
+            let bad = CString::new(bad).unwrap();
+            c.transport = bad.as_ptr();
+            assert_eq!(Settings::from_c(&c), Err(PIPECAST_ERR_CONFIG));
+        }
     }
 }

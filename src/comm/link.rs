@@ -136,6 +136,17 @@ impl Link {
         }
     }
 
+    /// The transport's monotonic counters by name (raw Ethernet: retransmits, drops, …).
+    pub fn counters(&self) -> std::collections::BTreeMap<String, u64> {
+        match self {
+            Link::Tcp(_) => Default::default(),
+            Link::RawEth(t) => serde_json::to_value(t.counters())
+                .ok()
+                .and_then(|v| serde_json::from_value(v).ok())
+                .unwrap_or_default(),
+        }
+    }
+
     /// The transport's state for a failure report.
     pub fn describe_state(&self, now: u64) -> String {
         match self {

@@ -366,6 +366,19 @@ impl Comm {
         Ok(())
     }
 
+    /// The transport's monotonic counters by name (raw Ethernet: frames, retransmits,
+    /// timeouts, drops by reason; empty for TCP).
+    pub fn transport_counters(&mut self) -> crate::Result<BTreeMap<String, u64>> {
+        self.check()?;
+        let (reply, answer) = crossbeam_channel::bounded(1);
+        self.ops
+            .as_ref()
+            .ok_or(CommError::ProgressGone)?
+            .send(Op::Counters { reply })
+            .map_err(|_| CommError::ProgressGone)?;
+        Ok(answer.recv().map_err(|_| CommError::ProgressGone)?)
+    }
+
     /// Allgather of small blobs through the bootstrap (for results, not data).
     pub fn allgather(&mut self, mine: &[u8]) -> crate::Result<Vec<Vec<u8>>> {
         self.check()?;

@@ -23,6 +23,10 @@ pub enum Op {
         jobs: Vec<Job>,
         reply: Sender<crate::Result<u64>>,
     },
+    /// The transport's counters (monotonic; empty for TCP, which has none of its own).
+    Counters {
+        reply: Sender<std::collections::BTreeMap<String, u64>>,
+    },
 }
 
 /// Serves `ops` until the communicator drops its end. Replies with the run's duration (ns).
@@ -48,6 +52,9 @@ pub fn serve(me: usize, mut transport: Link, ops: Receiver<Op>) {
                 }
                 drop(loan);
                 reply.send(result.map(|()| clock() - t0)).ok();
+            }
+            Op::Counters { reply } => {
+                reply.send(transport.counters()).ok();
             }
         }
     }

@@ -3,6 +3,7 @@
 //! compare with the point-to-point time of the whole message measured in the same run.
 
 use crate::CliResult;
+use std::collections::BTreeMap;
 use pipecast::comm::{Algorithm, Comm, Config, Transport};
 use serde::Serialize;
 use std::io::IsTerminal;
@@ -70,6 +71,11 @@ struct Row {
     p2p_min_us: f64,
     /// Extension: the schedule that ran (`auto` resolved by the cost model).
     ran: String,
+    /// Extension: what the transport counted during this row's broadcasts, summed over
+    /// ranks (raw Ethernet: retransmits, timeouts, kernel drops, …; nonzero counters only;
+    /// absent for TCP).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    transport_counters: BTreeMap<String, u64>,
 }
 
 #[derive(Serialize)]
@@ -157,13 +163,12 @@ pub fn run(args: Args) -> CliResult {
             if progress {
                 eprint!("\r\x1b[K{bytes} B, {tree} ...");
             }
+            let before = comm.transport_counters()?;
             let (times, ok, seg, ran) = measure(
                 &mut comm, &mut buf, tree, segment, iters, args.root, args.seed,
             )?;
-            let (avg_us, min_us, max_us, verified) = {
-                let (avg, min, max, ok) = summarize(&mut comm, &times, ok)?;
-                (avg, min, max, ok)
-            };
+            let (avg_us, min_us, max_us, verified) = summarize(&mut comm, &times, ok)?;
+            let transport_counters = counters_delta(&mut comm, &before)?;
             all_ok &= verified;
             rows.push(Row {
                 bytes,
@@ -176,6 +181,7 @@ pub fn run(args: Args) -> CliResult {
                 verified,
                 p2p_min_us,
                 ran,
+                transport_counters,
             });
         }
     }
@@ -266,6 +272,31 @@ fn summarize(comm: &mut Comm, times: &[f64], ok: bool) -> pipecast::Result<(f64,
     let max = per_iter.iter().copied().fold(0.0, f64::max);
     let ns = |us: f64| (us * 1000.0).round() / 1000.0;
     Ok((ns(avg), ns(min), ns(max), all_ok))
+}
+
+/// This rank's transport counters since `before`, summed over all ranks (nonzero only).
+fn counters_delta(
+    comm: &mut Comm,
+    before: &BTreeMap<String, u64>,
+) -> pipecast::Result<BTreeMap<String, u64>> {
+    let mine: BTreeMap<String, u64> = comm
+        .transport_counters()?
+        .into_iter()
+        .map(|(k, v)| {
+            let d = v.saturating_sub(before.get(&k).copied().unwrap_or(0));
+            (k, d)
+        })
+        .collect();
+    let all = comm.allgather(&serde_json::to_vec(&mine).expect("serializable"))?;
+    let mut sum = BTreeMap::new();
+    for blob in all {
+        let theirs: BTreeMap<String, u64> = serde_json::from_slice(&blob).unwrap_or_default();
+        for (k, v) in theirs {
+            *sum.entry(k).or_insert(0) += v;
+        }
+    }
+    sum.retain(|_, v| *v > 0);
+    Ok(sum)
 }
 
 fn print_table(n: usize, transport: &str, rows: &[Row]) {

@@ -36,7 +36,7 @@ impl Default for Config {
             // Above a 100 mbit link's queueing delay (default SO_SNDBUF + a tbf queue: ~40 ms)
             // until RTT samples arrive.
             rto_initial: 50_000_000,
-            rto_min: 2_000_000,
+            rto_min: 20_000_000,
             rto_max: 500_000_000,
             window: 4096,
             rate: None,
