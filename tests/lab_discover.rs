@@ -2,101 +2,13 @@
 //! LLDP and check that discovery reproduces the lab's own topology. Needs root and lldpd;
 //! without them each test prints why it skips. Every lab is removed by a guard.
 
+mod lab;
+
+use lab::{pipecast, require_lab, scratch_dir, text, unique_name, Lab, EXE};
 use pipecast::topology::{parse_topology, Topology};
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-const EXE: &str = env!("CARGO_BIN_EXE_pipecast");
-
-fn skip_reason() -> Option<String> {
-    if !pipecast::lab::is_root() {
-        return Some("not root".into());
-    }
-    if let Err(e) = pipecast::lab::require_tools() {
-        return Some(e.to_string());
-    }
-    None
-}
-
-macro_rules! require_lab {
-    () => {
-        if let Some(reason) = skip_reason() {
-            eprintln!("skipping: {reason}");
-            return;
-        }
-    };
-}
-
-fn pipecast(args: &[&str]) -> Output {
-    Command::new(EXE)
-        .args(args)
-        .output()
-        .expect("runs pipecast")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-/// A lab that is taken down when dropped, also when the test fails.
-struct Lab {
-    name: String,
-    dir: PathBuf,
-    topology: Topology,
-}
-
-impl Lab {
-    fn up(tag: &str, topology_json: &str, extra: &[&str]) -> Lab {
-        let name = format!("{tag}{}", std::process::id() % 100_000);
-        let dir = std::env::temp_dir().join(format!("pipecast-test-{name}"));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("topology.json");
-        std::fs::write(&file, topology_json).unwrap();
-        let mut args = vec![
-            "lab",
-            "up",
-            "--name",
-            &name,
-            "--topology",
-            file.to_str().unwrap(),
-        ];
-        args.extend_from_slice(extra);
-        let out = pipecast(&args);
-        let lab = Lab {
-            name,
-            dir,
-            topology: parse_topology(topology_json).unwrap(),
-        };
-        assert!(out.status.success(), "lab up failed: {}", text(&out));
-        lab
-    }
-    fn path(&self, file: &str) -> PathBuf {
-        self.dir.join(file)
-    }
-    /// `pipecast lab run --name N --timeout 30 -- ARGS`
-    fn run(&self, args: &[&str]) -> Output {
-        let mut all = vec!["lab", "run", "--name", &self.name, "--timeout", "30", "--"];
-        all.extend_from_slice(args);
-        pipecast(&all)
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        let out = pipecast(&["lab", "down", "--name", &self.name]);
-        if !out.status.success() && !text(&out).contains("no lab named") {
-            eprintln!("lab down {}: {}", self.name, text(&out));
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+use std::path::Path;
+use std::process::Command;
 
 /// Switch names, links as unordered name pairs, and machine → switch in rank order.
 type Shape = (
@@ -148,12 +60,13 @@ const FOUR_SWITCHES: &str = r#"{
 fn discovery_reproduces_the_lab_topology() {
     require_lab!();
     let lab = Lab::up("d", FOUR_SWITCHES, &[]);
-    let lldp = lab.path("lldp");
+    let expected = shape(&parse_topology(FOUR_SWITCHES).unwrap());
+    let lldp = lab.dir().join("lldp");
     let out = pipecast(&[
         "lab",
         "lldp",
         "--name",
-        &lab.name,
+        lab.name(),
         "--out",
         lldp.to_str().unwrap(),
     ]);
@@ -161,7 +74,7 @@ fn discovery_reproduces_the_lab_topology() {
     for s in ["s0", "s1", "s2", "s3"] {
         assert!(lldp.join(format!("{s}.json")).is_file(), "no dump for {s}");
     }
-    let found = lab.path("found.json");
+    let found = lab.dir().join("found.json");
     let out = lab.run(&[
         EXE,
         "topo",
@@ -175,20 +88,20 @@ fn discovery_reproduces_the_lab_topology() {
     ]);
     assert!(out.status.success(), "{}", text(&out));
     let t = read(&found);
-    assert_eq!(shape(&t), shape(&lab.topology));
+    assert_eq!(shape(&t), expected);
     // Ports and MACs come from LLDP and the NIC.
     assert_eq!(t.machines()[3].port.as_deref(), Some("n3"));
     assert!(t.machines().iter().all(|m| m.mac.is_some()));
 
     // The same from a Slurm topology.conf, written from the lab's topology.
-    let slurm = lab.path("topology.conf");
+    let slurm = lab.dir().join("topology.conf");
     std::fs::write(
         &slurm,
         "SwitchName=s1 Switches=s[0,2]\nSwitchName=s2 Switches=s3 Nodes=n[0,4]\n\
          SwitchName=s0 Nodes=n[1,5]\nSwitchName=s3 Nodes=n2\n",
     )
     .unwrap();
-    let found = lab.path("found-slurm.json");
+    let found = lab.dir().join("found-slurm.json");
     let out = lab.run(&[
         EXE,
         "topo",
@@ -201,15 +114,15 @@ fn discovery_reproduces_the_lab_topology() {
         found.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", text(&out));
-    assert_eq!(shape(&read(&found)), shape(&lab.topology));
+    assert_eq!(shape(&read(&found)), expected);
 
     // No switch layer: a valid topology with every attachment right, and the assumption said.
-    let found = lab.path("found-none.json");
+    let found = lab.dir().join("found-none.json");
     let out = lab.run(&[EXE, "topo", "discover", "-o", found.to_str().unwrap()]);
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("ASSUMING"), "{}", text(&out));
     let guessed = read(&found);
-    assert_eq!(shape(&guessed).2, shape(&lab.topology).2);
+    assert_eq!(shape(&guessed).2, expected.2);
 }
 
 #[test]
@@ -245,7 +158,7 @@ fn run_sets_rank_environment_and_reports_failures() {
         "lab",
         "run",
         "--name",
-        &lab.name,
+        lab.name(),
         "--timeout",
         "1",
         "--",
@@ -270,19 +183,26 @@ fn run_sets_rank_environment_and_reports_failures() {
     assert!(text(&out).contains("198.19.0.1/16"), "{}", text(&out));
     // exec on one machine, and its exit code.
     let out = pipecast(&[
-        "lab", "exec", "--name", &lab.name, "h2", "--", "sh", "-c", "exit 3",
+        "lab",
+        "exec",
+        "--name",
+        lab.name(),
+        "h2",
+        "--",
+        "sh",
+        "-c",
+        "exit 3",
     ]);
     assert_eq!(out.status.code(), Some(3));
-    let out = pipecast(&["lab", "exec", "--name", &lab.name, "h9", "--", "true"]);
+    let out = pipecast(&["lab", "exec", "--name", lab.name(), "h9", "--", "true"]);
     assert!(text(&out).contains("no machine \"h9\""), "{}", text(&out));
 }
 
 #[test]
 fn up_refuses_bad_input_and_leaves_nothing_behind() {
     require_lab!();
-    let name = format!("b{}", std::process::id() % 100_000);
-    let dir = std::env::temp_dir().join(format!("pipecast-test-{name}"));
-    std::fs::create_dir_all(&dir).unwrap();
+    let name = unique_name("b");
+    let dir = scratch_dir(&name);
     let file = dir.join("t.json");
     // A machine name too long for an interface.
     std::fs::write(
@@ -343,12 +263,12 @@ fn up_refuses_bad_input_and_leaves_nothing_behind() {
         r#"{"switches": ["s0"], "machines": [{"name": "h0", "switch": "s0"}]}"#,
         &["--lldp-wait", "0"],
     );
-    let file = lab.path("topology.json");
+    let file = lab.topology_file();
     let out = pipecast(&[
         "lab",
         "up",
         "--name",
-        &lab.name,
+        lab.name(),
         "--topology",
         file.to_str().unwrap(),
     ]);
@@ -404,7 +324,7 @@ fn mpirun_puts_rank_r_on_machine_r() {
         "lab",
         "mpirun",
         "--name",
-        &lab.name,
+        lab.name(),
         "--",
         "sh",
         "-c",
@@ -433,29 +353,29 @@ fn host_lldpd_is_asked_and_down_removes_everything() {
         &[],
     );
     // An lldpd of the host itself, with its own socket.
-    let socket = lab.path("h1.sock");
+    let socket = lab.dir().join("h1.sock");
     let out = pipecast(&[
         "lab",
         "exec",
         "--name",
-        &lab.name,
+        lab.name(),
         "h1",
         "--",
         "lldpd",
         "-u",
         socket.to_str().unwrap(),
         "-p",
-        lab.path("h1.pid").to_str().unwrap(),
+        lab.dir().join("h1.pid").to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", text(&out));
-    let found = lab.path("h1.json");
+    let found = lab.dir().join("h1.json");
     let mut last = String::new();
     for _ in 0..50 {
         let out = pipecast(&[
             "lab",
             "exec",
             "--name",
-            &lab.name,
+            lab.name(),
             "h1",
             "--",
             EXE,
@@ -481,15 +401,15 @@ fn host_lldpd_is_asked_and_down_removes_everything() {
     assert_eq!(t.machines()[0].port.as_deref(), Some("h1"));
 
     // Down stops every lldpd (switches' and the host's) and deletes every namespace.
-    let run_dir = pipecast::lab::load(&lab.name).unwrap().run_dir;
+    let run_dir = pipecast::lab::load(lab.name()).unwrap().run_dir;
     let pids: Vec<String> = ["s0.pid", "s1.pid"]
         .iter()
         .map(|f| Path::new(&run_dir).join(f))
-        .chain([lab.path("h1.pid")])
+        .chain([lab.dir().join("h1.pid")])
         .map(|p| std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
         .map(|s| s.trim().to_string())
         .collect();
-    let out = pipecast(&["lab", "down", "--name", &lab.name]);
+    let out = pipecast(&["lab", "down", "--name", lab.name()]);
     assert!(out.status.success(), "{}", text(&out));
     for pid in pids {
         let alive =
@@ -505,7 +425,7 @@ fn host_lldpd_is_asked_and_down_removes_everything() {
     )
     .into_owned();
     assert!(
-        !namespaces.contains(&format!("{}-", lab.name)),
+        !namespaces.contains(&format!("{}-", lab.name())),
         "{namespaces}"
     );
     assert!(!Path::new(&run_dir).exists());
@@ -515,9 +435,8 @@ fn host_lldpd_is_asked_and_down_removes_everything() {
 fn ctrl_c_during_up_leaves_nothing_half_built() {
     require_lab!();
     use std::os::unix::process::CommandExt;
-    let name = format!("c{}", std::process::id() % 100_000);
-    let dir = std::env::temp_dir().join(format!("pipecast-test-{name}"));
-    std::fs::create_dir_all(&dir).unwrap();
+    let name = unique_name("c");
+    let dir = scratch_dir(&name);
     let file = dir.join("t.json");
     std::fs::write(&file, FOUR_SWITCHES).unwrap();
     let child = Command::new(EXE)

@@ -7,10 +7,11 @@
 //! NIC `mgmt0`) must have carried the bytes. Needs root, the lab's tools and Open MPI; skips
 //! otherwise.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod lab;
 
-const EXE: &str = env!("CARGO_BIN_EXE_pipecast");
+use lab::{pipecast, require_lab, text, Lab, EXE};
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 fn have(cmd: &str, args: &[&str]) -> bool {
     Command::new(cmd)
@@ -19,33 +20,10 @@ fn have(cmd: &str, args: &[&str]) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-fn skip_reason() -> Option<String> {
-    if !pipecast::lab::is_root() {
-        return Some("not root".into());
-    }
-    if let Err(e) = pipecast::lab::require_tools() {
-        return Some(e.to_string());
-    }
-    if !have("mpicc", &["--version"]) || !have("pkg-config", &["--exists", "ompi-c"]) {
-        return Some("Open MPI development files not installed (apt-get install openmpi-bin libopenmpi-dev pkg-config)".into());
-    }
-    None
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status {}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn pipecast(args: &[&str]) -> Output {
-    Command::new(EXE)
-        .args(args)
-        .output()
-        .expect("runs pipecast")
+/// Why the Open MPI side of the test cannot run here, if so.
+fn open_mpi_missing() -> Option<String> {
+    (!have("mpicc", &["--version"]) || !have("pkg-config", &["--exists", "ompi-c"]))
+        .then(|| "Open MPI development files not installed (apt-get install openmpi-bin libopenmpi-dev pkg-config)".to_string())
 }
 
 /// The component and the test program, built into a directory of this test's own.
@@ -75,22 +53,6 @@ fn build(out: &Path) {
     assert!(cc.success(), "mpi_bcast_test.c does not compile");
 }
 
-/// A lab removed when dropped, also when the test fails.
-struct Lab {
-    name: String,
-    dir: PathBuf,
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        let out = pipecast(&["lab", "down", "--name", &self.name]);
-        if !out.status.success() {
-            eprintln!("lab down {}: {}", self.name, text(&out));
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 /// Bytes sent so far by `iface` of each machine.
 fn tx_bytes(lab: &str, machines: &[&str], iface: &str) -> Vec<u64> {
     machines
@@ -118,44 +80,20 @@ fn carried(stderr: &str) -> u64 {
 
 #[test]
 fn component_carries_broadcasts_between_lab_hosts() {
-    if let Some(reason) = skip_reason() {
-        eprintln!("skipping: {reason}");
-        return;
-    }
-    let name = format!("om{}", std::process::id() % 100_000);
-    let dir = std::env::temp_dir().join(format!("pipecast-test-{name}"));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    build(&dir);
-    let topology = dir.join("topology.json");
-    std::fs::write(
-        &topology,
+    require_lab!(open_mpi_missing());
+    let lab = Lab::up(
+        "om",
         r#"{"switches": ["s0", "s1"], "links": [["s0", "s1"]],
             "machines": [{"name": "h0", "switch": "s0"}, {"name": "h1", "switch": "s1"},
                          {"name": "h2", "switch": "s0"}, {"name": "h3", "switch": "s1"}]}"#,
-    )
-    .unwrap();
-    let up = pipecast(&[
-        "lab",
-        "up",
-        "--name",
-        &name,
-        "--topology",
-        topology.to_str().unwrap(),
-        "--rate",
-        "1gbit",
-        "--lldp-wait",
-        "0",
-    ]);
-    let lab = Lab {
-        name: name.clone(),
-        dir: dir.clone(),
-    };
-    assert!(up.status.success(), "lab up failed: {}", text(&up));
+        &["--rate", "1gbit", "--lldp-wait", "0"],
+    );
+    let (name, dir, topology) = (lab.name(), lab.dir(), lab.topology_file());
+    build(dir);
     let machines = ["h0", "h1", "h2", "h3"];
     let (eth0, mgmt0) = (
-        tx_bytes(&name, &machines, "eth0"),
-        tx_bytes(&name, &machines, "mgmt0"),
+        tx_bytes(name, &machines, "eth0"),
+        tx_bytes(name, &machines, "mgmt0"),
     );
     let component_path = format!("SYS_DEFAULT:{}", dir.display());
     let program = dir.join("mpi_bcast_test");
@@ -163,7 +101,7 @@ fn component_carries_broadcasts_between_lab_hosts() {
     // file maps rank r to machine r (the ranks share one host name and are told apart by
     // address, so the file's machine names do not match them).
     let out = Command::new("timeout")
-        .args(["240", EXE, "lab", "mpirun", "--name", &name, "--"])
+        .args(["240", EXE, "lab", "mpirun", "--name", name, "--"])
         .args(["--mca", "mca_base_component_path", &component_path])
         .args(["--mca", "coll_pipecast_verbose", "1"])
         .args(["--mca", "coll_pipecast_timeout_ms", "20000"])
@@ -190,8 +128,8 @@ fn component_carries_broadcasts_between_lab_hosts() {
     let sent = |before: &[u64], after: Vec<u64>| -> u64 {
         after.iter().zip(before).map(|(a, b)| a - b).sum()
     };
-    let data = sent(&eth0, tx_bytes(&name, &machines, "eth0"));
-    let mgmt = sent(&mgmt0, tx_bytes(&name, &machines, "mgmt0"));
+    let data = sent(&eth0, tx_bytes(name, &machines, "eth0"));
+    let mgmt = sent(&mgmt0, tx_bytes(name, &machines, "mgmt0"));
     // Each rank receives at least 3 × 4 roots × 4 MiB (plus the smaller sizes) over eth0.
     assert!(
         data > 3 * 4 * 3 * (4 << 20),
@@ -206,7 +144,7 @@ fn component_carries_broadcasts_between_lab_hosts() {
     // the machine) and without it (hosts behind one switch).
     for with_file in [true, false] {
         let mut cmd = Command::new("timeout");
-        cmd.args(["240", EXE, "lab", "mpirun", "--name", &name, "--"])
+        cmd.args(["240", EXE, "lab", "mpirun", "--name", name, "--"])
             .args(["-np", "8", "--oversubscribe", "--map-by", "node"])
             .args(["--mca", "mca_base_component_path", &component_path])
             .args(["--mca", "coll_pipecast_verbose", "1"])

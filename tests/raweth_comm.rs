@@ -7,10 +7,10 @@
 //! Lab tests need root, the lab's tools and `nft`; without them they print why they skip.
 //! Every lab is removed by a guard, also when a test fails.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod lab;
 
-const EXE: &str = env!("CARGO_BIN_EXE_pipecast");
+use lab::{pipecast, require_lab, text, Lab, EXE};
+use std::process::Command;
 
 /// Three switches, five machines, two of them behind each leaf switch (the data between
 /// leaves crosses s0).
@@ -18,97 +18,30 @@ const TOPOLOGY: &str = r#"{"switches": ["s0", "s1", "s2"], "links": [["s0", "s1"
  "machines": [{"name": "n0", "switch": "s1"}, {"name": "n1", "switch": "s2"}, {"name": "n2", "switch": "s0"},
               {"name": "n3", "switch": "s1"}, {"name": "n4", "switch": "s2"}]}"#;
 
-fn skip_reason(need_nft: bool) -> Option<String> {
-    if !pipecast::lab::is_root() {
-        return Some("not root".into());
-    }
-    if let Err(e) = pipecast::lab::require_tools() {
-        return Some(e.to_string());
-    }
-    if need_nft && Command::new("nft").arg("--version").output().is_err() {
-        return Some("`nft` (nftables) is not installed".into());
-    }
-    None
-}
-
-macro_rules! require_lab {
-    ($nft:expr) => {
-        if let Some(reason) = skip_reason($nft) {
-            eprintln!("skipped: {reason}");
-            return;
-        }
-    };
-}
-
-fn pipecast(args: &[&str]) -> Output {
-    Command::new(EXE)
-        .args(args)
+/// Why the loss test cannot drop frames here, if so.
+fn nft_missing() -> Option<String> {
+    Command::new("nft")
+        .arg("--version")
         .output()
-        .expect("runs pipecast")
+        .is_err()
+        .then(|| "`nft` (nftables) is not installed".to_string())
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "status {}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-/// A lab taken down when dropped.
-struct Lab {
-    name: String,
-    dir: PathBuf,
-}
-
+/// This file's operations on its lab.
 impl Lab {
-    fn up(tag: &str) -> Lab {
-        let name = format!("{tag}{}", std::process::id() % 10_000);
-        let dir = std::env::temp_dir().join(format!("pipecast-rwc-{name}"));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("topology.json");
-        std::fs::write(&file, TOPOLOGY).unwrap();
-        let out = pipecast(&[
-            "lab",
-            "up",
-            "--name",
-            &name,
-            "--topology",
-            file.to_str().unwrap(),
-            "--rate",
-            "100mbit",
-        ]);
-        let lab = Lab { name, dir };
-        assert!(out.status.success(), "lab up failed: {}", text(&out));
-        lab
-    }
-
-    fn topology(&self) -> String {
-        self.dir.join("topology.json").display().to_string()
-    }
-
-    /// `pipecast lab run --name N --timeout 30 -- pipecast bench ARGS --json --topology T`;
-    /// returns rank 0's JSON report.
+    /// `pipecast bench --json --topology T ARGS` on every machine ([`Lab::run`]); returns
+    /// rank 0's JSON report.
     fn bench(&self, args: &[&str]) -> serde_json::Value {
-        let topology = self.topology();
+        let topology = self.topology_file();
         let mut all = vec![
-            "lab",
-            "run",
-            "--name",
-            &self.name,
-            "--timeout",
-            "30",
-            "--",
             EXE,
             "bench",
             "--json",
             "--topology",
-            &topology,
+            topology.to_str().unwrap(),
         ];
         all.extend_from_slice(args);
-        let out = pipecast(&all);
+        let out = self.run(&all);
         assert!(out.status.success(), "bench failed: {}", text(&out));
         let stdout = String::from_utf8_lossy(&out.stdout);
         let line = stdout
@@ -123,9 +56,9 @@ impl Lab {
         let rules = format!(
             "table bridge pcloss {{\n chain lossy {{\n  type filter hook forward priority 0; policy accept;\n  ether type 0x88b5 numgen random mod 100 < {pct} counter drop\n }}\n}}\n"
         );
-        let path = self.dir.join("loss.nft");
+        let path = self.dir().join("loss.nft");
         std::fs::write(&path, rules).unwrap();
-        let ns = format!("{}-{sw}", self.name);
+        let ns = format!("{}-{sw}", self.name());
         let out = Command::new("ip")
             .args(["netns", "exec", &ns, "nft", "-f"])
             .arg(&path)
@@ -136,7 +69,7 @@ impl Lab {
 
     /// Frames the loss rule dropped so far.
     fn dropped(&self, sw: &str) -> u64 {
-        let ns = format!("{}-{sw}", self.name);
+        let ns = format!("{}-{sw}", self.name());
         let out = Command::new("ip")
             .args([
                 "netns", "exec", &ns, "nft", "list", "table", "bridge", "pcloss",
@@ -150,16 +83,6 @@ impl Lab {
             .nth(1)
             .and_then(|n| n.parse().ok())
             .unwrap_or(0)
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        let out = pipecast(&["lab", "down", "--name", &self.name]);
-        if !out.status.success() {
-            eprintln!("lab down {}: {}", self.name, text(&out));
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -189,8 +112,8 @@ const SIZE_LIST: [u64; 5] = [0, 1, 7, 100_003, 1 << 20];
 
 #[test]
 fn raweth_broadcasts_are_byte_exact_in_a_three_switch_lab() {
-    require_lab!(false);
-    let lab = Lab::up("rwc");
+    require_lab!();
+    let lab = Lab::up("rwc", TOPOLOGY, &["--rate", "100mbit"]);
     let report = lab.bench(&[
         "--transport",
         "raweth",
@@ -230,8 +153,8 @@ fn raweth_broadcasts_are_byte_exact_in_a_three_switch_lab() {
 
 #[test]
 fn raweth_broadcasts_are_byte_exact_with_one_percent_loss_at_a_switch() {
-    require_lab!(true);
-    let lab = Lab::up("rwl");
+    require_lab!(nft_missing());
+    let lab = Lab::up("rwl", TOPOLOGY, &["--rate", "100mbit"]);
     // s0 carries every frame between the leaf switches.
     lab.lossy("s0", 1);
     let report = lab.bench(&[
