@@ -25,6 +25,8 @@
 #   one iteration)  SEGS="16384 65536 262144"  RATE=100mbit  NAME=ob  PIPECAST_TREE=auto
 #   PIPECAST_SEGS="16384 65536"  PIPECAST_WINDOWS=256  CONFIGS="default pipeline chain pipecast raweth"  BUILD=1 (0: use what is built)
 #   TOPODIR=examples (where the placement files are)
+#   PIPECAST_MCA="" (more --mca arguments for every pipecast configuration, e.g.
+#   "--mca coll_pipecast_pml_below 0")
 #   STOP_AT=HH:MM:SS (UTC; configurations not started by then are skipped)
 set -eu
 cd "$(dirname "$0")/.."
@@ -59,6 +61,7 @@ run() { # PLACEMENT LABEL MPIRUN-ARGS...
   echo "== $placement $label ($(date -u +%T))" >&2
   # 16 ranks on 2 cores: ranks waiting in a barrier yield the CPU, as Open MPI does by itself
   # when it knows a node is oversubscribed (each lab machine has one slot, so it does not).
+  case $label in pipecast*|raweth) set -- "$@" ${PIPECAST_MCA:-} ;; esac
   if ! timeout 600 "$P" lab mpirun --name "$NAME" -- --mca mpi_yield_when_idle 1 "$@" \
       "$OUT/mpi_bcast" --sizes "$SIZES" \
       --iters "$ITERS" --budget "$BUDGET" --label "$placement/$label" \

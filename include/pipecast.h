@@ -137,6 +137,27 @@ pipecast_result pipecast_plan_json(pipecast_comm *comm,
                                    size_t len,
                                    size_t *needed);
 
+// This rank's place in the single-lane tree pipecast plans for a broadcast of `msize` bytes
+// from `root` — the configured tree resolved by the cost model, or `linear` when that has
+// several lanes — for callers that move the segments over their own point-to-point layer
+// (the Open MPI component does for mid-size messages). Writes the parent (-1 at the root),
+// up to `cap` children in send order, their count and the model's segment size; all
+// out-params are written only on success, and a `cap` below the child count is
+// `PIPECAST_ERR_INVALID_ARGUMENT`. Local: no communication (plans are cached).
+//
+// # Safety
+// `comm` must be a live handle used by one thread at a time; `parent`, `nchildren` and
+// `segment_bytes` must be writable; `children` must point to `cap` writable ints (or be NULL
+// when `cap` is 0).
+pipecast_result pipecast_tree_node(pipecast_comm *comm,
+                                   int root,
+                                   size_t msize,
+                                   int *parent,
+                                   int *children,
+                                   size_t cap,
+                                   size_t *nchildren,
+                                   uint64_t *segment_bytes);
+
 // Frees a communicator (NULL is ignored). Local: no communication.
 //
 // # Safety

@@ -92,6 +92,18 @@ fn carried(stderr: &str, marker: &str) -> u64 {
         .sum()
 }
 
+/// Sum of "(N of them over Open MPI's point-to-point)" over the component's summary lines.
+fn over_pml(stderr: &str) -> u64 {
+    stderr
+        .lines()
+        .filter(|l| l.contains("coll:pipecast"))
+        .filter_map(|l| {
+            let i = l.find(" of them over Open MPI's point-to-point")?;
+            l[..i].rsplit('(').next()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
 fn check(out: &Output, marker: &str, ranks: u64) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -141,7 +153,20 @@ fn component_under_mpirun() {
     for np in [4, 8] {
         let out = mpirun(np, &strs(&args), &[test]);
         check(&out, "coll:pipecast", np as u64);
+        // The default pml_below (128 KiB) sends 65536 and 65537 bytes along pipecast's tree
+        // over Open MPI's PML, 200003 and up through pipecast's transport: both paths ran.
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let (all, pml) = (carried(&stderr, "coll:pipecast"), over_pml(&stderr));
+        assert!(
+            pml >= np as u64 * 3 * 4 && all - pml >= np as u64 * 3 * 4,
+            "{pml} of {all} broadcasts over the PML:\n{stderr}"
+        );
     }
+    // Everything through pipecast's transport (the point-to-point path off).
+    let engine_only = component_args(&dir, &["--mca", "coll_pipecast_pml_below", "0"]);
+    let out = mpirun(4, &strs(&engine_only), &[test]);
+    check(&out, "coll:pipecast", 4);
+    assert_eq!(over_pml(&String::from_utf8_lossy(&out.stderr)), 0);
     // MPI_THREAD_MULTIPLE: nothing may block in module enable (OMPI.md).
     let out = mpirun(4, &strs(&args), &[test, "multiple"]);
     check(&out, "coll:pipecast", 4);
@@ -226,9 +251,24 @@ fn mpi4py_suite() {
     let Some(dir) = build() else { return };
     let runtests = format!("{tests}/runtests.py");
     let suite = ["/usr/bin/python3", &runtests, "-q", "-i", "test_cco"];
-    let args = component_args(&dir, &["--mca", "coll_pipecast_min_bytes", "1"]);
-    let out = mpirun(4, &strs(&args), &suite);
-    check_suite(&out, "coll:pipecast");
+    // Through pipecast's transport, then along its trees over Open MPI's PML.
+    for pml_below in ["0", "1000000000"] {
+        let args = component_args(
+            &dir,
+            &[
+                "--mca",
+                "coll_pipecast_min_bytes",
+                "1",
+                "--mca",
+                "coll_pipecast_pml_below",
+                pml_below,
+            ],
+        );
+        let out = mpirun(4, &strs(&args), &suite);
+        check_suite(&out, "coll:pipecast");
+        let pml = over_pml(&String::from_utf8_lossy(&out.stderr));
+        assert_eq!(pml > 0, pml_below != "0", "{pml} broadcasts over the PML");
+    }
     let preload = format!(
         "LD_PRELOAD={}",
         dir.join("libpipecast_preload.so").display()
@@ -288,6 +328,8 @@ fn ompi_info_lists_the_parameters() {
     let text = String::from_utf8_lossy(&out.stdout);
     for p in [
         "priority",
+        "pml_below",
+        "pml_segment_bytes",
         "min_bytes",
         "transport",
         "tree",

@@ -21,7 +21,10 @@
 #include "ompi/constants.h"
 #include "ompi/datatype/ompi_datatype.h"
 #include "ompi/mca/coll/base/base.h"
+#include "ompi/mca/coll/base/coll_tags.h"
 #include "ompi/mca/coll/coll.h"
+#include "ompi/mca/pml/pml.h"
+#include "ompi/request/request.h"
 #include "opal/util/output.h"
 
 #include "pipecast.h"
@@ -36,6 +39,8 @@ typedef struct {
     mca_coll_base_component_2_0_0_t super;
     int priority;
     int min_bytes;
+    int pml_below;
+    int pml_segment_bytes;
     char *transport;
     char *tree;
     int segment_bytes;
@@ -59,6 +64,7 @@ typedef struct {
     pipecast_comm *pc;      /* created at the first large bcast */
     bool disabled;          /* set after an error: everything falls back from then on */
     unsigned long handled;  /* broadcasts pipecast carried */
+    unsigned long over_pml; /* of those, moved over Open MPI's PML along pipecast's tree */
     unsigned long fallback; /* broadcasts passed to the previous module */
 } mca_coll_pipecast_module_t;
 
@@ -115,6 +121,16 @@ static int pipecast_register(void)
 {
     reg_int("priority", "Priority of the pipecast coll component (tuned is 30)", &C->priority, 40);
     reg_int("min_bytes", "Broadcasts smaller than this go to the previous module", &C->min_bytes, 65536);
+    reg_int("pml_below",
+            "Broadcasts from min_bytes up to (not including) this size travel pipecast's tree "
+            "(single-lane, contention-free) over Open MPI's own point-to-point layer instead of "
+            "pipecast's transport: lower latency per segment for mid-size messages (0: never)",
+            &C->pml_below, 131072);
+    reg_int("pml_segment_bytes",
+            "Segment size on the point-to-point path (0: pipecast's model, whose profiles do not "
+            "know Open MPI's per-message cost; 16 KiB measured best on the lab, "
+            "docs/results-ompi.md)",
+            &C->pml_segment_bytes, 16384);
     reg_str("transport", "Transport: tcp, raweth, raweth:IFACE, auto (raweth where every rank can) or verbs",
             &C->transport, "tcp");
     reg_str("tree", "Tree: auto, linear, binary, kary:K, kbinomial, multilane, flat, binomial, ...",
@@ -180,14 +196,16 @@ static void module_construct(mca_coll_pipecast_module_t *m)
     m->pc = NULL;
     m->disabled = false;
     m->handled = 0;
+    m->over_pml = 0;
     m->fallback = 0;
 }
 
 static void module_destruct(mca_coll_pipecast_module_t *m)
 {
     if (m->comm != NULL) {
-        say(1, "rank %d comm %s: %lu broadcasts by pipecast, %lu by the previous module",
-            ompi_comm_rank(m->comm), m->comm->c_name, m->handled, m->fallback);
+        say(1, "rank %d comm %s: %lu broadcasts by pipecast (%lu of them over Open MPI's "
+            "point-to-point), %lu by the previous module",
+            ompi_comm_rank(m->comm), m->comm->c_name, m->handled, m->over_pml, m->fallback);
     }
     if (m->pc != NULL) pipecast_comm_free(m->pc);
     if (m->prev_bcast_module != NULL) OBJ_RELEASE(m->prev_bcast_module);
@@ -245,6 +263,96 @@ static pipecast_result ensure_pipecast(mca_coll_pipecast_module_t *m)
     return rc;
 }
 
+/* Receives posted ahead from the parent on the point-to-point path, and sends per child in
+ * flight: a small window keeps the pipeline full without queueing the whole message. */
+#define PML_WINDOW 4
+
+/* Moves `bytes` at `buf` through this rank's part of one of pipecast's trees in `seg`-byte
+ * segments over Open MPI's PML (seed 003 §3.1's pipeline, First-Packet-First-Served as in
+ * seed 001 §3.2): each segment is forwarded to every child as soon as it arrived. Every rank of
+ * the tree calls it with the same (bytes, seg). Returns an OMPI error code. */
+static int pml_tree_bcast(char *buf, size_t bytes, size_t seg, int parent, const int *children,
+                          int nchildren, struct ompi_communicator_t *comm)
+{
+    if (bytes == 0) return OMPI_SUCCESS;
+    if (seg == 0 || seg > (size_t)INT32_MAX) seg = (size_t)1 << 20;
+    size_t nseg = (bytes + seg - 1) / seg;
+    ompi_request_t *recvs[PML_WINDOW];
+    ompi_request_t **sends = NULL;
+    int rc = OMPI_SUCCESS;
+    for (int w = 0; w < PML_WINDOW; w++) recvs[w] = MPI_REQUEST_NULL;
+    if (nchildren > 0) {
+        sends = malloc(sizeof *sends * (size_t)PML_WINDOW * (size_t)nchildren);
+        if (sends == NULL) return OMPI_ERR_OUT_OF_RESOURCE;
+        for (int i = 0; i < PML_WINDOW * nchildren; i++) sends[i] = MPI_REQUEST_NULL;
+    }
+#define SEG_LEN(i) ((int)((i) + 1 < nseg ? seg : bytes - (i) * seg))
+    if (parent >= 0) {
+        for (size_t i = 0; i < nseg && i < PML_WINDOW && rc == OMPI_SUCCESS; i++) {
+            rc = MCA_PML_CALL(irecv(buf + i * seg, SEG_LEN(i), MPI_BYTE, parent,
+                                    MCA_COLL_BASE_TAG_BCAST, comm, &recvs[i]));
+        }
+    }
+    for (size_t i = 0; i < nseg && rc == OMPI_SUCCESS; i++) {
+        size_t slot = i % PML_WINDOW;
+        if (parent >= 0) {
+            rc = ompi_request_wait(&recvs[slot], MPI_STATUS_IGNORE);
+            if (rc != OMPI_SUCCESS) break;
+            size_t next = i + PML_WINDOW;
+            if (next < nseg) {
+                rc = MCA_PML_CALL(irecv(buf + next * seg, SEG_LEN(next), MPI_BYTE, parent,
+                                        MCA_COLL_BASE_TAG_BCAST, comm, &recvs[slot]));
+                if (rc != OMPI_SUCCESS) break;
+            }
+        }
+        if (nchildren == 0) continue;
+        ompi_request_t **mine = &sends[slot * (size_t)nchildren];
+        /* The sends of segment i - PML_WINDOW used this slot. */
+        rc = ompi_request_wait_all(nchildren, mine, MPI_STATUSES_IGNORE);
+        for (int c = 0; c < nchildren && rc == OMPI_SUCCESS; c++) {
+            rc = MCA_PML_CALL(isend(buf + i * seg, SEG_LEN(i), MPI_BYTE, children[c],
+                                    MCA_COLL_BASE_TAG_BCAST, MCA_PML_BASE_SEND_STANDARD, comm,
+                                    &mine[c]));
+        }
+    }
+#undef SEG_LEN
+    if (sends != NULL) {
+        int wrc = ompi_request_wait_all(PML_WINDOW * nchildren, sends, MPI_STATUSES_IGNORE);
+        if (rc == OMPI_SUCCESS) rc = wrc;
+        free(sends);
+    }
+    for (int w = 0; w < PML_WINDOW; w++) {
+        if (recvs[w] != MPI_REQUEST_NULL) {
+            int wrc = ompi_request_wait(&recvs[w], MPI_STATUS_IGNORE);
+            if (rc == OMPI_SUCCESS) rc = wrc;
+        }
+    }
+    return rc;
+}
+
+/* Broadcast of a mid-size message: pipecast plans the tree, Open MPI's PML moves the segments.
+ * Returns a pipecast result for planning problems (every rank sees the same) and stores the
+ * PML's code in *ompi_rc. */
+static pipecast_result bcast_over_pml(mca_coll_pipecast_module_t *m, char *buf, size_t bytes,
+                                      int root, int *ompi_rc)
+{
+    int size = ompi_comm_size(m->comm);
+    int parent = -1;
+    size_t nchildren = 0;
+    uint64_t seg = 0;
+    int *children = malloc(sizeof *children * (size_t)size);
+    if (children == NULL) return PIPECAST_ERR_OTHER;
+    pipecast_result rc = pipecast_tree_node(m->pc, root, bytes, &parent, children, (size_t)size,
+                                            &nchildren, &seg);
+    if (rc == PIPECAST_OK) {
+        if (C->pml_segment_bytes > 0) seg = (uint64_t)C->pml_segment_bytes;
+        *ompi_rc = pml_tree_bcast(buf, bytes, (size_t)seg, parent, children, (int)nchildren,
+                                  m->comm);
+    }
+    free(children);
+    return rc;
+}
+
 static int pipecast_bcast(void *buff, int count, struct ompi_datatype_t *datatype, int root,
                           struct ompi_communicator_t *comm, mca_coll_base_module_t *module)
 {
@@ -263,14 +371,25 @@ static int pipecast_bcast(void *buff, int count, struct ompi_datatype_t *datatyp
         return m->prev_bcast(buff, count, datatype, root, comm, m->prev_bcast_module);
     }
     pipecast_result rc = ensure_pipecast(m);
-    if (rc == PIPECAST_OK) {
+    if (rc == PIPECAST_OK && bytes < (size_t)(C->pml_below > 0 ? C->pml_below : 0)) {
+        int ompi_rc = OMPI_SUCCESS;
+        rc = bcast_over_pml(m, (char *)buff + lb, bytes, root, &ompi_rc);
+        if (rc == PIPECAST_OK) {
+            m->handled++;
+            m->over_pml++;
+            say(2, "rank %d comm %s: bcast %zu bytes from %d along pipecast's tree over the PML",
+                ompi_comm_rank(comm), comm->c_name, bytes, root);
+            /* A PML error is Open MPI's own, reported as for any of its collectives. */
+            return ompi_rc;
+        }
+    } else if (rc == PIPECAST_OK) {
         rc = pipecast_bcast_bytes(m->pc, (char *)buff + lb, bytes, root);
-    }
-    if (rc == PIPECAST_OK) {
-        m->handled++;
-        say(2, "rank %d comm %s: bcast %zu bytes from %d by pipecast", ompi_comm_rank(comm),
-            comm->c_name, bytes, root);
-        return OMPI_SUCCESS;
+        if (rc == PIPECAST_OK) {
+            m->handled++;
+            say(2, "rank %d comm %s: bcast %zu bytes from %d by pipecast", ompi_comm_rank(comm),
+                comm->c_name, bytes, root);
+            return OMPI_SUCCESS;
+        }
     }
     /* pipecast fails at every rank (a dead or stuck peer times out everywhere), so every rank
      * takes this path and the previous module redoes the broadcast. */

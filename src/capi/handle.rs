@@ -320,6 +320,84 @@ pub unsafe extern "C" fn pipecast_plan_json(
     })
 }
 
+/// This rank's place in the single-lane tree pipecast plans for a broadcast of `msize` bytes
+/// from `root` — the configured tree resolved by the cost model, or `linear` when that has
+/// several lanes — for callers that move the segments over their own point-to-point layer
+/// (the Open MPI component does for mid-size messages). Writes the parent (-1 at the root),
+/// up to `cap` children in send order, their count and the model's segment size; all
+/// out-params are written only on success, and a `cap` below the child count is
+/// `PIPECAST_ERR_INVALID_ARGUMENT`. Local: no communication (plans are cached).
+///
+/// # Safety
+/// `comm` must be a live handle used by one thread at a time; `parent`, `nchildren` and
+/// `segment_bytes` must be writable; `children` must point to `cap` writable ints (or be NULL
+/// when `cap` is 0).
+#[no_mangle]
+pub unsafe extern "C" fn pipecast_tree_node(
+    comm: *mut pipecast_comm,
+    root: c_int,
+    msize: usize,
+    parent: *mut c_int,
+    children: *mut c_int,
+    cap: usize,
+    nchildren: *mut usize,
+    segment_bytes: *mut u64,
+) -> pipecast_result {
+    boundary(|| {
+        // SAFETY: a live handle used by one thread (caller contract).
+        let Some(handle) = (unsafe { comm.as_mut() }) else {
+            return fail(PIPECAST_ERR_NULL_ARGUMENT, "comm is NULL");
+        };
+        if parent.is_null() || nchildren.is_null() || segment_bytes.is_null() {
+            return fail(
+                PIPECAST_ERR_NULL_ARGUMENT,
+                "parent, nchildren and segment_bytes must not be NULL",
+            );
+        }
+        if children.is_null() && cap > 0 {
+            return fail(
+                PIPECAST_ERR_NULL_ARGUMENT,
+                "children is NULL but cap is not 0",
+            );
+        }
+        if root < 0 || root as usize >= handle.comm.size() {
+            return fail(
+                PIPECAST_ERR_INVALID_ARGUMENT,
+                format!(
+                    "root {root} is not a rank of this {}-rank communicator",
+                    handle.comm.size()
+                ),
+            );
+        }
+        let node = match handle.comm.tree_node(root as usize, msize as u64) {
+            Ok(n) => n,
+            Err(e) => return code_of(&e),
+        };
+        if node.children.len() > cap {
+            return fail(
+                PIPECAST_ERR_INVALID_ARGUMENT,
+                format!(
+                    "rank {} has {} children in the {} tree but cap is {cap}",
+                    handle.comm.rank(),
+                    node.children.len(),
+                    node.tree
+                ),
+            );
+        }
+        // SAFETY: the pointers are non-NULL (checked) and writable, `children` has `cap >=
+        // node.children.len()` ints (caller contract); ranks fit in c_int (the size did).
+        unsafe {
+            parent.write(node.parent.map_or(-1, |p| p as c_int));
+            for (i, &c) in node.children.iter().enumerate() {
+                children.add(i).write(c as c_int);
+            }
+            nchildren.write(node.children.len());
+            segment_bytes.write(node.segment);
+        }
+        PIPECAST_OK
+    })
+}
+
 /// Frees a communicator (NULL is ignored). Local: no communication.
 ///
 /// # Safety

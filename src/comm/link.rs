@@ -82,6 +82,15 @@ impl Link {
         }
     }
 
+    /// Payload bytes of one full frame on raw Ethernet (segments that are whole multiples of
+    /// it travel in full frames); `None` on TCP, a byte stream.
+    pub fn frame_payload(&self) -> Option<u64> {
+        match self {
+            Link::Tcp(_) => None,
+            Link::RawEth(t) => Some(t.max_payload() as u64),
+        }
+    }
+
     pub fn connect(&mut self, peers: &[usize], timeout: Duration) -> Result<(), TransportError> {
         match self {
             Link::Tcp(t) => t.connect(peers, timeout),

@@ -3,9 +3,9 @@
 //! compare with the point-to-point time of the whole message measured in the same run.
 
 use crate::CliResult;
-use std::collections::BTreeMap;
 use pipecast::comm::{Algorithm, Comm, Config, Transport};
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
