@@ -5,6 +5,7 @@
 //! (an unloadable component silently falls back, OMPI.md).
 
 mod common;
+use common::carried;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -80,18 +81,6 @@ fn is_root() -> bool {
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
-/// Sum of "N broadcasts by pipecast" over the ranks' summary lines.
-fn carried(stderr: &str, marker: &str) -> u64 {
-    stderr
-        .lines()
-        .filter(|l| l.contains(marker))
-        .filter_map(|l| {
-            let i = l.find(" broadcasts by pipecast")?;
-            l[..i].rsplit(' ').next()?.parse::<u64>().ok()
-        })
-        .sum()
-}
-
 /// Sum of "(N of them over Open MPI's point-to-point)" over the component's summary lines.
 fn over_pml(stderr: &str) -> u64 {
     stderr
@@ -153,8 +142,8 @@ fn component_under_mpirun() {
     for np in [4, 8] {
         let out = mpirun(np, &strs(&args), &[test]);
         check(&out, "coll:pipecast", np as u64);
-        // The default pml_below (128 KiB) sends 65536 and 65537 bytes along pipecast's tree
-        // over Open MPI's PML, 200003 and up through pipecast's transport: both paths ran.
+        // The default pml_below (512 KiB) sends 65536 … 200003 bytes along pipecast's tree
+        // over Open MPI's PML, 1 MiB + 3 and up through pipecast's transport: both paths ran.
         let stderr = String::from_utf8_lossy(&out.stderr);
         let (all, pml) = (carried(&stderr, "coll:pipecast"), over_pml(&stderr));
         assert!(
@@ -330,6 +319,7 @@ fn ompi_info_lists_the_parameters() {
         "priority",
         "pml_below",
         "pml_segment_bytes",
+        "pml_window",
         "min_bytes",
         "transport",
         "tree",

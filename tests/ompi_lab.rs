@@ -7,6 +7,7 @@
 //! NIC `mgmt0`) must have carried the bytes. Needs root, the lab's tools and Open MPI; skips
 //! otherwise.
 
+mod common;
 mod lab;
 
 use lab::{pipecast, require_lab, text, Lab, EXE};
@@ -66,18 +67,6 @@ fn tx_bytes(lab: &str, machines: &[&str], iface: &str) -> Vec<u64> {
         .collect()
 }
 
-/// Sum of "N broadcasts by pipecast" over the ranks' summary lines.
-fn carried(stderr: &str) -> u64 {
-    stderr
-        .lines()
-        .filter(|l| l.contains("coll:pipecast"))
-        .filter_map(|l| {
-            let i = l.find(" broadcasts by pipecast")?;
-            l[..i].rsplit(' ').next()?.parse::<u64>().ok()
-        })
-        .sum()
-}
-
 #[test]
 fn component_carries_broadcasts_between_lab_hosts() {
     require_lab!(open_mpi_missing());
@@ -123,7 +112,7 @@ fn component_carries_broadcasts_between_lab_hosts() {
         text(&out)
     );
     // WORLD, dup and split each carry the large contiguous broadcasts of every root.
-    let n = carried(&stderr);
+    let n = common::carried(&stderr, "coll:pipecast");
     assert!(n >= 4 * 3 * 4, "pipecast carried only {n}: {}", text(&out));
     let sent = |before: &[u64], after: Vec<u64>| -> u64 {
         after.iter().zip(before).map(|(a, b)| a - b).sum()
@@ -165,7 +154,7 @@ fn component_carries_broadcasts_between_lab_hosts() {
             "8 ranks on 4 hosts (file: {with_file}): {}",
             text(&out)
         );
-        let n = carried(&stderr);
+        let n = common::carried(&stderr, "coll:pipecast");
         assert!(n >= 8 * 3 * 8, "pipecast carried only {n}: {}", text(&out));
     }
     drop(lab);

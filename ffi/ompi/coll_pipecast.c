@@ -41,6 +41,7 @@ typedef struct {
     int min_bytes;
     int pml_below;
     int pml_segment_bytes;
+    int pml_window;
     char *transport;
     char *tree;
     int segment_bytes;
@@ -125,12 +126,16 @@ static int pipecast_register(void)
             "Broadcasts from min_bytes up to (not including) this size travel pipecast's tree "
             "(single-lane, contention-free) over Open MPI's own point-to-point layer instead of "
             "pipecast's transport: lower latency per segment for mid-size messages (0: never)",
-            &C->pml_below, 131072);
+            &C->pml_below, 524288);
     reg_int("pml_segment_bytes",
             "Segment size on the point-to-point path (0: pipecast's model, whose profiles do not "
             "know Open MPI's per-message cost; 16 KiB measured best on the lab, "
             "docs/results-ompi.md)",
             &C->pml_segment_bytes, 16384);
+    reg_int("pml_window",
+            "Receives posted ahead, and sends in flight per child, on the point-to-point path "
+            "(1-16)",
+            &C->pml_window, 4);
     reg_str("transport", "Transport: tcp, raweth, raweth:IFACE, auto (raweth where every rank can) or verbs",
             &C->transport, "tcp");
     reg_str("tree", "Tree: auto, linear, binary, kary:K, kbinomial, multilane, flat, binomial, ...",
@@ -263,9 +268,9 @@ static pipecast_result ensure_pipecast(mca_coll_pipecast_module_t *m)
     return rc;
 }
 
-/* Receives posted ahead from the parent on the point-to-point path, and sends per child in
- * flight: a small window keeps the pipeline full without queueing the whole message. */
-#define PML_WINDOW 4
+/* Most receives posted ahead from the parent on the point-to-point path (and sends in flight
+ * per child): a small window keeps the pipeline full without queueing the whole message. */
+#define PML_WINDOW_MAX 16
 
 /* Moves `bytes` at `buf` through this rank's part of one of pipecast's trees in `seg`-byte
  * segments over Open MPI's PML (seed 003 §3.1's pipeline, First-Packet-First-Served as in
@@ -277,28 +282,31 @@ static int pml_tree_bcast(char *buf, size_t bytes, size_t seg, int parent, const
     if (bytes == 0) return OMPI_SUCCESS;
     if (seg == 0 || seg > (size_t)INT32_MAX) seg = (size_t)1 << 20;
     size_t nseg = (bytes + seg - 1) / seg;
-    ompi_request_t *recvs[PML_WINDOW];
+    const size_t window = C->pml_window < 1 ? 1
+                              : C->pml_window > PML_WINDOW_MAX ? PML_WINDOW_MAX
+                                                               : (size_t)C->pml_window;
+    ompi_request_t *recvs[PML_WINDOW_MAX];
     ompi_request_t **sends = NULL;
     int rc = OMPI_SUCCESS;
-    for (int w = 0; w < PML_WINDOW; w++) recvs[w] = MPI_REQUEST_NULL;
+    for (size_t w = 0; w < window; w++) recvs[w] = MPI_REQUEST_NULL;
     if (nchildren > 0) {
-        sends = malloc(sizeof *sends * (size_t)PML_WINDOW * (size_t)nchildren);
+        sends = malloc(sizeof *sends * window * (size_t)nchildren);
         if (sends == NULL) return OMPI_ERR_OUT_OF_RESOURCE;
-        for (int i = 0; i < PML_WINDOW * nchildren; i++) sends[i] = MPI_REQUEST_NULL;
+        for (size_t i = 0; i < window * (size_t)nchildren; i++) sends[i] = MPI_REQUEST_NULL;
     }
 #define SEG_LEN(i) ((int)((i) + 1 < nseg ? seg : bytes - (i) * seg))
     if (parent >= 0) {
-        for (size_t i = 0; i < nseg && i < PML_WINDOW && rc == OMPI_SUCCESS; i++) {
+        for (size_t i = 0; i < nseg && i < window && rc == OMPI_SUCCESS; i++) {
             rc = MCA_PML_CALL(irecv(buf + i * seg, SEG_LEN(i), MPI_BYTE, parent,
                                     MCA_COLL_BASE_TAG_BCAST, comm, &recvs[i]));
         }
     }
     for (size_t i = 0; i < nseg && rc == OMPI_SUCCESS; i++) {
-        size_t slot = i % PML_WINDOW;
+        size_t slot = i % window;
         if (parent >= 0) {
             rc = ompi_request_wait(&recvs[slot], MPI_STATUS_IGNORE);
             if (rc != OMPI_SUCCESS) break;
-            size_t next = i + PML_WINDOW;
+            size_t next = i + window;
             if (next < nseg) {
                 rc = MCA_PML_CALL(irecv(buf + next * seg, SEG_LEN(next), MPI_BYTE, parent,
                                         MCA_COLL_BASE_TAG_BCAST, comm, &recvs[slot]));
@@ -307,7 +315,7 @@ static int pml_tree_bcast(char *buf, size_t bytes, size_t seg, int parent, const
         }
         if (nchildren == 0) continue;
         ompi_request_t **mine = &sends[slot * (size_t)nchildren];
-        /* The sends of segment i - PML_WINDOW used this slot. */
+        /* The sends of segment i - window used this slot. */
         rc = ompi_request_wait_all(nchildren, mine, MPI_STATUSES_IGNORE);
         for (int c = 0; c < nchildren && rc == OMPI_SUCCESS; c++) {
             rc = MCA_PML_CALL(isend(buf + i * seg, SEG_LEN(i), MPI_BYTE, children[c],
@@ -317,11 +325,11 @@ static int pml_tree_bcast(char *buf, size_t bytes, size_t seg, int parent, const
     }
 #undef SEG_LEN
     if (sends != NULL) {
-        int wrc = ompi_request_wait_all(PML_WINDOW * nchildren, sends, MPI_STATUSES_IGNORE);
+        int wrc = ompi_request_wait_all((int)window * nchildren, sends, MPI_STATUSES_IGNORE);
         if (rc == OMPI_SUCCESS) rc = wrc;
         free(sends);
     }
-    for (int w = 0; w < PML_WINDOW; w++) {
+    for (size_t w = 0; w < window; w++) {
         if (recvs[w] != MPI_REQUEST_NULL) {
             int wrc = ompi_request_wait(&recvs[w], MPI_STATUS_IGNORE);
             if (rc == OMPI_SUCCESS) rc = wrc;

@@ -205,6 +205,20 @@ pub unsafe extern "C" fn pipecast_comm_create(
     })
 }
 
+/// `root` is a rank of the communicator, else `PIPECAST_ERR_INVALID_ARGUMENT` (recorded).
+fn check_root(handle: &pipecast_comm, root: c_int) -> Result<(), pipecast_result> {
+    if root < 0 || root as usize >= handle.comm.size() {
+        return Err(fail(
+            PIPECAST_ERR_INVALID_ARGUMENT,
+            format!(
+                "root {root} is not a rank of this {}-rank communicator",
+                handle.comm.size()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Broadcasts `len` bytes at `buf` from `root`. Collective over the communicator's ranks, in
 /// the same order everywhere. `buf` may be NULL only when `len` is 0.
 ///
@@ -226,14 +240,8 @@ pub unsafe extern "C" fn pipecast_bcast_bytes(
         if buf.is_null() && len > 0 {
             return fail(PIPECAST_ERR_NULL_ARGUMENT, "buf is NULL but len is not 0");
         }
-        if root < 0 || root as usize >= handle.comm.size() {
-            return fail(
-                PIPECAST_ERR_INVALID_ARGUMENT,
-                format!(
-                    "root {root} is not a rank of this {}-rank communicator",
-                    handle.comm.size()
-                ),
-            );
+        if let Err(code) = check_root(handle, root) {
+            return code;
         }
         let data: &mut [u8] = if len == 0 {
             &mut []
@@ -360,14 +368,8 @@ pub unsafe extern "C" fn pipecast_tree_node(
                 "children is NULL but cap is not 0",
             );
         }
-        if root < 0 || root as usize >= handle.comm.size() {
-            return fail(
-                PIPECAST_ERR_INVALID_ARGUMENT,
-                format!(
-                    "root {root} is not a rank of this {}-rank communicator",
-                    handle.comm.size()
-                ),
-            );
+        if let Err(code) = check_root(handle, root) {
+            return code;
         }
         let node = match handle.comm.tree_node(root as usize, msize as u64) {
             Ok(n) => n,

@@ -6,6 +6,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 /// `target/<dir>` holding `libpipecast.so` and `libpipecast.a`, built with the test profile.
+#[allow(dead_code)] // not every test binary links the library from C
 pub fn built_lib_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
@@ -33,4 +34,18 @@ pub fn built_lib_dir() -> &'static Path {
         }
         dir
     })
+}
+
+/// Sum of "N broadcasts by pipecast" over the summary lines containing `marker` (the Open MPI
+/// component's `coll:pipecast`, the shim's `pipecast-preload`).
+#[allow(dead_code)] // used by the MPI tests only
+pub fn carried(stderr: &str, marker: &str) -> u64 {
+    stderr
+        .lines()
+        .filter(|l| l.contains(marker))
+        .filter_map(|l| {
+            let i = l.find(" broadcasts by pipecast")?;
+            l[..i].rsplit(' ').next()?.parse::<u64>().ok()
+        })
+        .sum()
 }

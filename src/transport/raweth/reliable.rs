@@ -679,25 +679,23 @@ mod tests {
         }
         // The first 10 arrive; the other 40 (the tail) are lost, so no selective ack.
         assert_eq!(tx.on_ack(1_000_000, 11, 0, 4096), 10);
+        // Fires the timer at `at` and resends what it queued.
+        let expire = |tx: &mut Sender<u32>, at: u64| {
+            tx.handle_timeout(at);
+            let mut again = Vec::new();
+            while let Some((s, &v)) = tx.poll_retransmit(at) {
+                again.push(v);
+                tx.sent(s, at);
+            }
+            again
+        };
         let at = tx.poll_timeout().expect("timer runs");
-        tx.handle_timeout(at);
-        let mut again = Vec::new();
-        while let Some((s, &v)) = tx.poll_retransmit(at) {
-            again.push(v);
-            tx.sent(s, at);
-        }
-        assert_eq!(again, (10..50).collect::<Vec<_>>());
+        assert_eq!(expire(&mut tx, at), (10..50).collect::<Vec<_>>());
         // Frames sent less than an RTO ago are not presumed lost.
         let at2 = tx.poll_timeout().expect("timer runs");
         let fresh = tx.push(at2 - 1_000, 50);
         tx.sent(fresh, at2 - 1_000);
-        tx.handle_timeout(at2);
-        let mut second = Vec::new();
-        while let Some((s, &v)) = tx.poll_retransmit(at2) {
-            second.push(v);
-            tx.sent(s, at2);
-        }
-        assert_eq!(second, (10..50).collect::<Vec<_>>());
+        assert_eq!(expire(&mut tx, at2), (10..50).collect::<Vec<_>>());
     }
 
     #[test]
