@@ -9,6 +9,7 @@
 #![allow(non_camel_case_types)]
 
 mod config;
+pub(crate) use config::parse_bytes;
 mod handle;
 
 pub use config::{pipecast_config, pipecast_config_default, pipecast_config_from_env};

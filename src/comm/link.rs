@@ -217,7 +217,19 @@ pub fn open_raw(
             fallback(why.into())
         };
     };
-    match RawEthTransport::bind(rank, &iface, raweth::Config::default()) {
+    let mut config = raweth::Config::default();
+    if let Some(v) = std::env::var("PIPECAST_RAWETH_RING")
+        .ok()
+        .filter(|v| !v.is_empty())
+    {
+        // Receive through a PACKET_MMAP ring of this many bytes (e.g. 4M) instead of recvmmsg.
+        let bytes = crate::capi::parse_bytes(&v).ok_or_else(|| TransportError::Setup {
+            what: "PIPECAST_RAWETH_RING".into(),
+            error: format!("{v:?}: expected bytes such as 4194304 or 4M"),
+        })?;
+        config.rx_ring = Some(bytes as usize);
+    }
+    match RawEthTransport::bind(rank, &iface, config) {
         Ok(t) => Ok(Some(t)),
         Err(e) if !required => fallback(e.to_string()),
         Err(e) => Err(e),
