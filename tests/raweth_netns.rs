@@ -8,6 +8,7 @@
 
 use pipecast::engine::{Bcast, Config as EngineConfig, Setup};
 use pipecast::plan::Lane;
+use pipecast::transport::drive;
 use pipecast::transport::raweth::socket::{Mac, RawSocket, RecvBatch};
 use pipecast::transport::raweth::{Config, Counters, RawEthTransport};
 use pipecast::wire::frame::{Kind, Repr};
@@ -18,6 +19,10 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 static NEXT: AtomicUsize = AtomicUsize::new(0);
+
+/// How long a rank whose broadcast is done keeps answering until its last frames are
+/// acknowledged (the communicator uses `link::LINGER`, 200 ms).
+const LINGER: Duration = Duration::from_millis(300);
 
 fn sh(args: &[&str]) -> Result<(), String> {
     let out = Command::new(args[0])
@@ -241,7 +246,8 @@ fn run_job(hosts: &[String], cases: &[Case], config: Config, cookie: u64) -> Vec
                         vec![0u8; case.msize]
                     };
                     let mut bcast = Bcast::new(rank, &lanes, setup, engine, clock()).unwrap();
-                    t.run(&mut buf, &mut bcast, &clock, Duration::from_millis(300))
+                    t.resume(&mut bcast, clock())
+                        .and_then(|()| drive(&mut t, &mut buf, &mut bcast, &clock, LINGER))
                         .unwrap_or_else(|e| panic!("rank {rank}, broadcast {seq}: {e}"));
                     if let Some(i) = (0..case.msize).find(|&i| buf[i] != want[i]) {
                         panic!(
@@ -253,8 +259,7 @@ fn run_job(hosts: &[String], cases: &[Case], config: Config, cookie: u64) -> Vec
                 }
                 // Peers may still need our acks for their last frames.
                 let mut empty = Vec::new();
-                t.linger(&mut empty, &clock, Duration::from_millis(300))
-                    .unwrap();
+                t.linger(&mut empty, &clock, LINGER).unwrap();
                 t.counters()
             })
         })
@@ -589,8 +594,8 @@ fn timed_job(hosts: &[String], via: Via, msize: usize, segment: u64, reps: usize
                     let mut bcast =
                         Bcast::new(rank, &lanes, setup, EngineConfig::default(), t0).unwrap();
                     if let Some(t) = raw.as_mut() {
-                        t.run(&mut buf, &mut bcast, &clock, Duration::from_millis(300))
-                            .unwrap();
+                        t.resume(&mut bcast, clock()).unwrap();
+                        drive(t, &mut buf, &mut bcast, &clock, LINGER).unwrap();
                     }
                     if let Some(t) = tcp.as_mut() {
                         t.connect(&bcast.peers(), Duration::from_secs(5)).unwrap();

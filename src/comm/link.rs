@@ -1,5 +1,5 @@
 //! The communicator's choice of transport (TCP or raw Ethernet), what each rank publishes
-//! about it in the bootstrap, and [`Link`]: one type over both transports for the progress
+//! about it in the bootstrap, and [`Link`]: either transport, boxed, for the progress
 //! thread.
 //!
 //! Every rank binds a TCP listener (its address is the first word of the bootstrap blob,
@@ -9,7 +9,6 @@
 //! otherwise `auto` falls back to TCP (logging why) and `raweth` fails naming the rank.
 
 use super::CommError;
-use crate::engine::Bcast;
 use crate::transport::raweth::{self, socket, RawEthTransport};
 use crate::transport::{TcpTransport, TransportError};
 use std::fmt;
@@ -68,109 +67,7 @@ impl fmt::Display for Transport {
 }
 
 /// The transport the progress thread drives.
-pub enum Link {
-    Tcp(Box<TcpTransport>),
-    RawEth(Box<RawEthTransport>),
-}
-
-impl Link {
-    /// `tcp` or `raweth:IFACE`: what runs.
-    pub fn describe(&self) -> String {
-        match self {
-            Link::Tcp(_) => "tcp".into(),
-            Link::RawEth(t) => format!("raweth:{}", t.socket().ifname()),
-        }
-    }
-
-    /// Payload bytes of one full frame on raw Ethernet (segments that are whole multiples of
-    /// it travel in full frames); `None` on TCP, a byte stream.
-    pub fn frame_payload(&self) -> Option<u64> {
-        match self {
-            Link::Tcp(_) => None,
-            Link::RawEth(t) => Some(t.max_payload() as u64),
-        }
-    }
-
-    pub fn connect(&mut self, peers: &[usize], timeout: Duration) -> Result<(), TransportError> {
-        match self {
-            Link::Tcp(t) => t.connect(peers, timeout),
-            Link::RawEth(t) => t.connect(peers, timeout),
-        }
-    }
-
-    pub fn resume(&mut self, bcast: &mut Bcast, now: u64) -> crate::Result<()> {
-        match self {
-            Link::Tcp(t) => t.resume(bcast, now),
-            Link::RawEth(t) => t.resume(bcast, now),
-        }
-    }
-
-    pub fn progress(
-        &mut self,
-        buf: &mut [u8],
-        bcast: &mut Bcast,
-        clock: &dyn Fn() -> u64,
-        wait: Duration,
-    ) -> crate::Result<()> {
-        match self {
-            Link::Tcp(t) => t.progress(buf, bcast, clock, wait),
-            Link::RawEth(t) => t.progress(buf, bcast, clock, wait),
-        }
-    }
-
-    pub fn flushed(&self) -> bool {
-        match self {
-            Link::Tcp(t) => t.flushed(),
-            Link::RawEth(t) => t.flushed(),
-        }
-    }
-
-    /// Whether a rank whose engine is done should stop driving it and [`Link::linger`]
-    /// instead (raw Ethernet: the engine's idle timer is off, so waiting in `progress` for a
-    /// lost final ack would spin until the peer's next frame).
-    pub fn lingers(&self) -> bool {
-        matches!(self, Link::RawEth(_))
-    }
-
-    /// Keeps acknowledging and retransmitting for at most `limit` until flushed.
-    pub fn linger(
-        &mut self,
-        buf: &mut [u8],
-        clock: &dyn Fn() -> u64,
-        limit: Duration,
-    ) -> crate::Result<bool> {
-        match self {
-            Link::Tcp(t) => Ok(t.flushed()),
-            Link::RawEth(t) => t.linger(buf, clock, limit),
-        }
-    }
-
-    /// The transport's monotonic counters by name (raw Ethernet: retransmits, drops, …).
-    pub fn counters(&self) -> std::collections::BTreeMap<String, u64> {
-        match self {
-            Link::Tcp(_) => Default::default(),
-            Link::RawEth(t) => serde_json::to_value(t.counters())
-                .ok()
-                .and_then(|v| serde_json::from_value(v).ok())
-                .unwrap_or_default(),
-        }
-    }
-
-    /// The transport's state for a failure report.
-    pub fn describe_state(&self, now: u64) -> String {
-        match self {
-            Link::Tcp(t) => t.describe(),
-            Link::RawEth(t) => t.describe(now),
-        }
-    }
-
-    pub fn shutdown(&mut self) {
-        match self {
-            Link::Tcp(t) => t.shutdown(),
-            Link::RawEth(t) => t.shutdown(),
-        }
-    }
-}
+pub type Link = Box<dyn crate::transport::Transport>;
 
 /// Opens the raw Ethernet side for `transport` (`None` for `tcp`, and for `auto` when it is
 /// not possible, logging why). `ip` is the address that reaches the rendezvous.
@@ -257,7 +154,7 @@ pub fn choose(
             Transport::RawEth { .. } => Err(CommError::Bootstrap(
                 "transport raweth: this rank has no raw Ethernet endpoint".into(),
             )),
-            _ => Ok(Link::Tcp(Box::new(tcp))),
+            _ => Ok(Box::new(tcp)),
         };
     };
     let macs: Vec<Option<socket::Mac>> = blobs
@@ -279,10 +176,10 @@ pub fn choose(
         raw.set_peers(macs, job_cookie).err().map(|e| e.to_string())
     };
     match problem {
-        None => Ok(Link::RawEth(Box::new(raw))),
+        None => Ok(Box::new(raw)),
         Some(why) if *transport == Transport::Auto => {
             tracing::info!("transport auto: using tcp: {why}");
-            Ok(Link::Tcp(Box::new(tcp)))
+            Ok(Box::new(tcp))
         }
         Some(why) => Err(CommError::Bootstrap(format!(
             "transport raweth: {why}; use PIPECAST_TRANSPORT=tcp or auto"

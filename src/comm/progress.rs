@@ -3,7 +3,7 @@
 use super::link::{Link, LINGER};
 use crate::engine::{Bcast, Config as EngineConfig, Setup};
 use crate::plan::Lane;
-use crate::transport::BufLoan;
+use crate::transport::{drive, BufLoan, Transport};
 use crossbeam_channel::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -43,7 +43,7 @@ pub fn serve(me: usize, mut transport: Link, ops: Receiver<Op>) {
                 let t0 = clock();
                 let mut result = Ok(());
                 for job in &jobs {
-                    result = drive(me, &mut transport, loan.as_mut_slice(), job, &clock);
+                    result = run_job(me, transport.as_mut(), loan.as_mut_slice(), job, &clock);
                     if let Err(e) = &result {
                         tracing::error!(rank = me, seq = job.setup.seq, error = %e, "broadcast failed; closing connections");
                         transport.shutdown();
@@ -61,9 +61,10 @@ pub fn serve(me: usize, mut transport: Link, ops: Receiver<Op>) {
     transport.shutdown();
 }
 
-fn drive(
+/// Runs one job: connects, resumes and drives its engine, reporting the state at a failure.
+fn run_job(
     me: usize,
-    transport: &mut Link,
+    transport: &mut dyn Transport,
     buf: &mut [u8],
     job: &Job,
     clock: &dyn Fn() -> u64,
@@ -71,7 +72,7 @@ fn drive(
     let mut bcast = Bcast::new(me, &job.lanes, job.setup, job.engine, clock())?;
     transport.connect(&bcast.peers(), job.connect_timeout)?;
     transport.resume(&mut bcast, clock())?;
-    let result = run(transport, buf, &mut bcast, clock);
+    let result = drive(transport, buf, &mut bcast, clock, LINGER);
     if result.is_err() {
         tracing::warn!(
             rank = me,
@@ -81,31 +82,4 @@ fn drive(
         );
     }
     result
-}
-
-fn run(
-    transport: &mut Link,
-    buf: &mut [u8],
-    bcast: &mut Bcast,
-    clock: &dyn Fn() -> u64,
-) -> crate::Result<()> {
-    loop {
-        if bcast.is_done() && transport.flushed() {
-            return Ok(());
-        }
-        if bcast.is_done() && transport.lingers() {
-            // Done but not all acknowledged: answer peers for a while, then return (the
-            // engine's idle timer is off, so `progress` would wait for frames that may never
-            // come). Unacknowledged frames left over become no-ops in the next broadcast.
-            transport.linger(buf, clock, LINGER)?;
-            return Ok(());
-        }
-        let now = clock();
-        bcast.handle_timeout(now)?;
-        let wait = bcast
-            .poll_timeout()
-            .map_or(1_000_000, |t| t.saturating_sub(now))
-            .min(100_000_000);
-        transport.progress(buf, bcast, clock, Duration::from_nanos(wait))?;
-    }
 }

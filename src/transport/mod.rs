@@ -1,6 +1,7 @@
 //! Transports: how engine messages travel between processes. Today: TCP
-//! ([`tcp::TcpTransport`]); raw Ethernet and verbs come next. `unsafe` code of the crate
-//! lives here (and in `capi/`), each block with a `// SAFETY:` comment.
+//! ([`tcp::TcpTransport`]) and raw Ethernet ([`raweth::RawEthTransport`]), both behind
+//! [`Transport`] and run by [`drive`]; verbs come next. `unsafe` code of the crate lives here
+//! (and in `capi/`), each block with a `// SAFETY:` comment.
 //!
 //! A transport frames [`Message`](crate::engine::Message)s, sends data segments straight from
 //! the user buffer, and asks the engine (`Bcast::place`) where an arriving segment goes before
@@ -14,6 +15,94 @@ pub mod uring;
 
 pub use loan::{lend, BufLoan};
 pub use tcp::TcpTransport;
+
+use crate::engine::Bcast;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// A transport the communicator's progress thread drives ([`drive`]): TCP or raw Ethernet.
+pub trait Transport: Send {
+    /// `tcp` or `raweth:IFACE`: what runs.
+    fn describe(&self) -> String;
+
+    /// Payload bytes of one full frame on raw Ethernet (segments that are whole multiples of
+    /// it travel in full frames); `None` on TCP, a byte stream.
+    fn frame_payload(&self) -> Option<u64> {
+        None
+    }
+
+    fn connect(&mut self, peers: &[usize], timeout: Duration) -> Result<(), TransportError>;
+
+    fn resume(&mut self, bcast: &mut Bcast, now: u64) -> crate::Result<()>;
+
+    fn progress(
+        &mut self,
+        buf: &mut [u8],
+        bcast: &mut Bcast,
+        clock: &dyn Fn() -> u64,
+        wait: Duration,
+    ) -> crate::Result<()>;
+
+    fn flushed(&self) -> bool;
+
+    /// Whether a rank whose engine is done should stop driving it and [`Transport::linger`]
+    /// instead (raw Ethernet: the engine's idle timer is off, so waiting in `progress` for a
+    /// lost final ack would spin until the peer's next frame).
+    fn lingers(&self) -> bool {
+        false
+    }
+
+    /// Keeps acknowledging and retransmitting for at most `limit` until flushed.
+    fn linger(
+        &mut self,
+        _buf: &mut [u8],
+        _clock: &dyn Fn() -> u64,
+        _limit: Duration,
+    ) -> crate::Result<bool> {
+        Ok(self.flushed())
+    }
+
+    /// The transport's monotonic counters by name (raw Ethernet: retransmits, drops, …).
+    fn counters(&self) -> BTreeMap<String, u64> {
+        BTreeMap::new()
+    }
+
+    /// The transport's state for a failure report.
+    fn describe_state(&self, now: u64) -> String;
+
+    fn shutdown(&mut self);
+}
+
+/// Runs `bcast` (connected and resumed) to completion over `transport`; a transport that
+/// [`lingers`](Transport::lingers) then answers peers for up to `linger` until its last
+/// frames are acknowledged.
+pub fn drive(
+    transport: &mut dyn Transport,
+    buf: &mut [u8],
+    bcast: &mut Bcast,
+    clock: &dyn Fn() -> u64,
+    linger: Duration,
+) -> crate::Result<()> {
+    loop {
+        if bcast.is_done() && transport.flushed() {
+            return Ok(());
+        }
+        if bcast.is_done() && transport.lingers() {
+            // Done but not all acknowledged: answer peers for a while, then return (the
+            // engine's idle timer is off, so `progress` would wait for frames that may never
+            // come). Unacknowledged frames left over become no-ops in the next broadcast.
+            transport.linger(buf, clock, linger)?;
+            return Ok(());
+        }
+        let now = clock();
+        bcast.handle_timeout(now)?;
+        let wait = bcast
+            .poll_timeout()
+            .map_or(1_000_000, |t| t.saturating_sub(now))
+            .min(100_000_000);
+        transport.progress(buf, bcast, clock, Duration::from_nanos(wait))?;
+    }
+}
 
 /// What went wrong in a transport.
 #[derive(Debug, thiserror::Error)]

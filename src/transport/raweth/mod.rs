@@ -21,7 +21,7 @@ pub mod socket;
 mod tx;
 
 use crate::engine::{Bcast, DataHeader};
-use crate::transport::TransportError;
+use crate::transport::{Transport, TransportError};
 use crate::wire::frame::{Kind, Repr, HEADER_LEN};
 use reliable::{Pacer, Receiver, Sender};
 use socket::{Mac, RawSocket, RecvBatch};
@@ -242,36 +242,6 @@ impl RawEthTransport {
         c
     }
 
-    /// The per-peer state for a failure report (peers with nothing outstanding are left out).
-    pub fn describe(&self, now: u64) -> String {
-        let mut out = format!(
-            "raweth current bcast {} blocked {} assembling {} later {} counters {}",
-            self.current,
-            self.blocked,
-            self.assembly.len(),
-            self.later.len(),
-            serde_json::to_string(&self.counters()).unwrap_or_default()
-        );
-        for ((rank, seq, lane, index), a) in &self.assembly {
-            out += &format!(
-                "\n  assembling from {rank}: bcast {seq} lane {lane} segment {index}: {}/{} bytes",
-                a.got, a.len
-            );
-        }
-        for (rank, p) in &self.peers {
-            if p.queue.is_empty() && p.tx.is_idle() && !p.rx.ack_due() {
-                continue;
-            }
-            out += &format!(
-                "\n  peer {rank}: queued {} | tx {} | rx {}",
-                p.queue.len(),
-                p.tx.describe(now),
-                p.rx.describe()
-            );
-        }
-        out
-    }
-
     /// Every rank's MAC address (from the bootstrap, indexed by rank) and the job cookie.
     pub fn set_peers(&mut self, macs: Vec<Mac>, cookie: u64) -> Result<(), TransportError> {
         self.cookie = cookie;
@@ -314,30 +284,6 @@ impl RawEthTransport {
         Ok(())
     }
 
-    /// Checks that every one of `peers` has a MAC address (there is no connection to make:
-    /// the same shape as `TcpTransport::connect`).
-    pub fn connect(&mut self, peers: &[usize], _timeout: Duration) -> Result<(), TransportError> {
-        match peers
-            .iter()
-            .find(|&&p| p != self.me && !self.peers.contains_key(&p))
-        {
-            Some(&peer) => Err(TransportError::UnknownPeer { peer }),
-            None => Ok(()),
-        }
-    }
-
-    /// Forgets everything in flight (after a failed broadcast): peers then fail by their
-    /// idle timeout, as there is no connection to close.
-    pub fn shutdown(&mut self) {
-        for p in self.peers.values_mut() {
-            p.tx = Sender::new(self.config.reliable);
-            p.rx = Receiver::new(self.config.reliable);
-            p.queue.clear();
-        }
-        self.assembly.clear();
-        self.later.clear();
-    }
-
     /// Whether every frame sent has been acknowledged and every ack owed has been sent.
     pub fn flushed(&self) -> bool {
         self.peers
@@ -367,70 +313,6 @@ impl RawEthTransport {
         self.assembly.retain(|k, _| k.1 >= seq);
         // Kept frames of this broadcast are offered by `progress`, which has the buffer.
         Ok(())
-    }
-
-    /// One round: queue what the engine wants sent, send what credit and pacing allow, wait
-    /// up to `wait` for frames, and deliver arrivals to the engine.
-    pub fn progress(
-        &mut self,
-        buf: &mut [u8],
-        bcast: &mut Bcast,
-        clock: &dyn Fn() -> u64,
-        wait: Duration,
-    ) -> Result<(), crate::Error> {
-        if bcast.setup().seq != self.current {
-            self.resume(bcast, clock())?;
-        }
-        if self.later.iter().any(|l| l.1.bcast_seq <= self.current) {
-            self.deliver_later(buf, bcast, clock())?;
-        }
-        self.queue(bcast)?;
-        self.send(buf, clock())?;
-        let now = clock();
-        let mut ms = wait.as_millis().min(i32::MAX as u128) as u64;
-        if let Some(t) = self.next_timer(now) {
-            ms = ms.min(t.saturating_sub(now).div_ceil(1_000_000));
-        }
-        let (readable, _) = self
-            .sock
-            .poll(self.blocked, ms as i32)
-            .map_err(|e| io_err(None, e))?;
-        self.blocked = false;
-        if readable {
-            self.receive(buf, Some(bcast), clock)?;
-        }
-        self.queue(bcast)?;
-        self.send(buf, clock())?;
-        Ok(())
-    }
-
-    /// Runs `bcast` to completion on this transport, the way the communicator's progress
-    /// thread drives the TCP transport; then lingers up to `linger` until peers acknowledged
-    /// this rank's last frames (a lost final ack would otherwise leave a parent waiting).
-    pub fn run(
-        &mut self,
-        buf: &mut [u8],
-        bcast: &mut Bcast,
-        clock: &dyn Fn() -> u64,
-        linger: Duration,
-    ) -> Result<(), crate::Error> {
-        self.resume(bcast, clock())?;
-        loop {
-            if bcast.is_done() && self.flushed() {
-                return Ok(());
-            }
-            if bcast.is_done() {
-                self.linger(buf, clock, linger)?;
-                return Ok(());
-            }
-            let now = clock();
-            bcast.handle_timeout(now)?;
-            let wait = bcast
-                .poll_timeout()
-                .map_or(1_000_000, |t| t.saturating_sub(now))
-                .min(100_000_000);
-            self.progress(buf, bcast, clock, Duration::from_nanos(wait))?;
-        }
     }
 
     /// Keeps acknowledging and retransmitting without a broadcast (e.g. after the last one,
@@ -479,6 +361,135 @@ impl RawEthTransport {
 
     fn frame_len(&self) -> u64 {
         (HEADER_LEN + self.max_payload + 14) as u64
+    }
+}
+
+// `resume`, `flushed`, `linger` and `counters` stay inherent (tests call them directly, and
+// `Counters` is typed there); the trait forwards to them.
+impl Transport for RawEthTransport {
+    fn describe(&self) -> String {
+        format!("raweth:{}", self.sock.ifname())
+    }
+
+    fn frame_payload(&self) -> Option<u64> {
+        Some(self.max_payload as u64)
+    }
+
+    /// Checks that every one of `peers` has a MAC address (there is no connection to make:
+    /// the same shape as `TcpTransport::connect`).
+    fn connect(&mut self, peers: &[usize], _timeout: Duration) -> Result<(), TransportError> {
+        match peers
+            .iter()
+            .find(|&&p| p != self.me && !self.peers.contains_key(&p))
+        {
+            Some(&peer) => Err(TransportError::UnknownPeer { peer }),
+            None => Ok(()),
+        }
+    }
+
+    fn resume(&mut self, bcast: &mut Bcast, now: u64) -> crate::Result<()> {
+        RawEthTransport::resume(self, bcast, now)
+    }
+
+    /// One round: queue what the engine wants sent, send what credit and pacing allow, wait
+    /// up to `wait` for frames, and deliver arrivals to the engine.
+    fn progress(
+        &mut self,
+        buf: &mut [u8],
+        bcast: &mut Bcast,
+        clock: &dyn Fn() -> u64,
+        wait: Duration,
+    ) -> crate::Result<()> {
+        if bcast.setup().seq != self.current {
+            self.resume(bcast, clock())?;
+        }
+        if self.later.iter().any(|l| l.1.bcast_seq <= self.current) {
+            self.deliver_later(buf, bcast, clock())?;
+        }
+        self.queue(bcast)?;
+        self.send(buf, clock())?;
+        let now = clock();
+        let mut ms = wait.as_millis().min(i32::MAX as u128) as u64;
+        if let Some(t) = self.next_timer(now) {
+            ms = ms.min(t.saturating_sub(now).div_ceil(1_000_000));
+        }
+        let (readable, _) = self
+            .sock
+            .poll(self.blocked, ms as i32)
+            .map_err(|e| io_err(None, e))?;
+        self.blocked = false;
+        if readable {
+            self.receive(buf, Some(bcast), clock)?;
+        }
+        self.queue(bcast)?;
+        self.send(buf, clock())?;
+        Ok(())
+    }
+
+    fn flushed(&self) -> bool {
+        RawEthTransport::flushed(self)
+    }
+
+    fn lingers(&self) -> bool {
+        true
+    }
+
+    fn linger(
+        &mut self,
+        buf: &mut [u8],
+        clock: &dyn Fn() -> u64,
+        limit: Duration,
+    ) -> crate::Result<bool> {
+        RawEthTransport::linger(self, buf, clock, limit)
+    }
+
+    fn counters(&self) -> BTreeMap<String, u64> {
+        serde_json::to_value(RawEthTransport::counters(self))
+            .ok()
+            .and_then(|v| serde_json::from_value(v).ok())
+            .unwrap_or_default()
+    }
+
+    /// The per-peer state for a failure report (peers with nothing outstanding are left out).
+    fn describe_state(&self, now: u64) -> String {
+        let mut out = format!(
+            "raweth current bcast {} blocked {} assembling {} later {} counters {}",
+            self.current,
+            self.blocked,
+            self.assembly.len(),
+            self.later.len(),
+            serde_json::to_string(&RawEthTransport::counters(self)).unwrap_or_default()
+        );
+        for ((rank, seq, lane, index), a) in &self.assembly {
+            out += &format!(
+                "\n  assembling from {rank}: bcast {seq} lane {lane} segment {index}: {}/{} bytes",
+                a.got, a.len
+            );
+        }
+        for (rank, p) in &self.peers {
+            if p.queue.is_empty() && p.tx.is_idle() && !p.rx.ack_due() {
+                continue;
+            }
+            out += &format!(
+                "\n  peer {rank}: queued {} | tx {} | rx {}",
+                p.queue.len(),
+                p.tx.describe(now),
+                p.rx.describe()
+            );
+        }
+        out
+    }
+
+    /// Forgets everything in flight (after a failed broadcast): peers then fail by their
+    /// idle timeout, as there is no connection to close.
+    fn shutdown(&mut self) {
+        for p in self.peers.values_mut() {
+            p.tx = Sender::new(self.config.reliable);
+            p.rx = Receiver::new(self.config.reliable);
+            p.queue.clear();
+        }
+        self.assembly.clear();
+        self.later.clear();
     }
 }
 

@@ -6,7 +6,7 @@
 
 use super::frame::{self, HEADER};
 use super::uring::{RecvTarget, Ring};
-use super::TransportError;
+use super::{Transport, TransportError};
 use crate::engine::{Bcast, Message, Placement};
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{self, IoSlice, IoSliceMut, Read};
@@ -74,23 +74,6 @@ pub struct TcpTransport {
 }
 
 impl TcpTransport {
-    /// The per-connection state for a failure report (idle connections are left out).
-    pub fn describe(&self) -> String {
-        let mut out = String::from("tcp");
-        for (peer, c) in &self.conns {
-            if c.out.is_empty() && c.parked.is_none() && !c.closed {
-                continue;
-            }
-            out += &format!(
-                "\n  peer {peer}: {} messages queued, parked {}, closed {}",
-                c.out.len(),
-                c.parked.is_some(),
-                c.closed
-            );
-        }
-        out
-    }
-
     /// Listens on `ip` (any port). Its address goes into the bootstrap blob.
     pub fn bind(me: usize, ip: &str) -> Result<TcpTransport, TransportError> {
         let listener = TcpListener::bind((ip, 0)).map_err(|e| TransportError::Setup {
@@ -131,14 +114,6 @@ impl TcpTransport {
     pub fn set_peers(&mut self, addrs: Vec<SocketAddr>, cookie: u64) {
         self.addrs = addrs;
         self.cookie = cookie;
-    }
-
-    /// Closes every connection: peers see end-of-file and fail their broadcast at once.
-    pub fn shutdown(&mut self) {
-        for c in self.conns.values() {
-            c.stream.shutdown(std::net::Shutdown::Both).ok();
-        }
-        self.conns.clear();
     }
 
     /// Whether every queued frame has been handed to the kernel.
@@ -459,6 +434,61 @@ impl TcpTransport {
             active = next;
         }
         Ok(())
+    }
+}
+
+// `connect`, `resume`, `progress` and `flushed` stay inherent (tests drive TCP directly);
+// the trait forwards to them.
+impl Transport for TcpTransport {
+    fn describe(&self) -> String {
+        "tcp".into()
+    }
+
+    fn connect(&mut self, peers: &[usize], timeout: Duration) -> Result<(), TransportError> {
+        TcpTransport::connect(self, peers, timeout)
+    }
+
+    fn resume(&mut self, bcast: &mut Bcast, now: u64) -> crate::Result<()> {
+        TcpTransport::resume(self, bcast, now)
+    }
+
+    fn progress(
+        &mut self,
+        buf: &mut [u8],
+        bcast: &mut Bcast,
+        clock: &dyn Fn() -> u64,
+        wait: Duration,
+    ) -> crate::Result<()> {
+        TcpTransport::progress(self, buf, bcast, clock, wait)
+    }
+
+    fn flushed(&self) -> bool {
+        TcpTransport::flushed(self)
+    }
+
+    /// The per-connection state for a failure report (idle connections are left out).
+    fn describe_state(&self, _now: u64) -> String {
+        let mut out = String::from("tcp");
+        for (peer, c) in &self.conns {
+            if c.out.is_empty() && c.parked.is_none() && !c.closed {
+                continue;
+            }
+            out += &format!(
+                "\n  peer {peer}: {} messages queued, parked {}, closed {}",
+                c.out.len(),
+                c.parked.is_some(),
+                c.closed
+            );
+        }
+        out
+    }
+
+    /// Closes every connection: peers see end-of-file and fail their broadcast at once.
+    fn shutdown(&mut self) {
+        for c in self.conns.values() {
+            c.stream.shutdown(std::net::Shutdown::Both).ok();
+        }
+        self.conns.clear();
     }
 }
 
