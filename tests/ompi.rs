@@ -81,13 +81,14 @@ fn is_root() -> bool {
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
-/// Sum of "(N of them over Open MPI's point-to-point)" over the component's summary lines.
-fn over_pml(stderr: &str) -> u64 {
+/// Sum of "(N of them over … point-to-point)" over the summary lines containing `marker`: the
+/// broadcasts that followed pipecast's tree over the MPI's own point-to-point layer.
+fn over_pml(stderr: &str, marker: &str) -> u64 {
     stderr
         .lines()
-        .filter(|l| l.contains("coll:pipecast"))
+        .filter(|l| l.contains(marker))
         .filter_map(|l| {
-            let i = l.find(" of them over Open MPI's point-to-point")?;
+            let i = l.find(" of them over ")?;
             l[..i].rsplit('(').next()?.parse::<u64>().ok()
         })
         .sum()
@@ -109,6 +110,13 @@ fn check(out: &Output, marker: &str, ranks: u64) {
     assert!(
         !stderr.contains("falling back"),
         "a pipecast broadcast failed:\n{stderr}"
+    );
+    // With the default threshold (512 KiB) 65536 … 200003 bytes follow pipecast's tree over
+    // the MPI's point-to-point layer, 1 MiB + 3 and up go through pipecast's transport.
+    let pml = over_pml(&stderr, marker);
+    assert!(
+        pml >= ranks * 3 * 4 && n - pml >= ranks * 3 * 4,
+        "{pml} of {n} broadcasts over point-to-point:\n{stderr}"
     );
 }
 
@@ -142,20 +150,18 @@ fn component_under_mpirun() {
     for np in [4, 8] {
         let out = mpirun(np, &strs(&args), &[test]);
         check(&out, "coll:pipecast", np as u64);
-        // The default pml_below (512 KiB) sends 65536 … 200003 bytes along pipecast's tree
-        // over Open MPI's PML, 1 MiB + 3 and up through pipecast's transport: both paths ran.
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let (all, pml) = (carried(&stderr, "coll:pipecast"), over_pml(&stderr));
-        assert!(
-            pml >= np as u64 * 3 * 4 && all - pml >= np as u64 * 3 * 4,
-            "{pml} of {all} broadcasts over the PML:\n{stderr}"
-        );
     }
     // Everything through pipecast's transport (the point-to-point path off).
     let engine_only = component_args(&dir, &["--mca", "coll_pipecast_pml_below", "0"]);
     let out = mpirun(4, &strs(&engine_only), &[test]);
-    check(&out, "coll:pipecast", 4);
-    assert_eq!(over_pml(&String::from_utf8_lossy(&out.stderr)), 0);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("mpi_bcast_test: ok"),
+        "{stderr}"
+    );
+    assert!(carried(&stderr, "coll:pipecast") >= 4 * 3 * 4, "{stderr}");
+    assert!(!stderr.contains("falling back"), "{stderr}");
+    assert_eq!(over_pml(&stderr, "coll:pipecast"), 0);
     // MPI_THREAD_MULTIPLE: nothing may block in module enable (OMPI.md).
     let out = mpirun(4, &strs(&args), &[test, "multiple"]);
     check(&out, "coll:pipecast", 4);
@@ -255,7 +261,7 @@ fn mpi4py_suite() {
         );
         let out = mpirun(4, &strs(&args), &suite);
         check_suite(&out, "coll:pipecast");
-        let pml = over_pml(&String::from_utf8_lossy(&out.stderr));
+        let pml = over_pml(&String::from_utf8_lossy(&out.stderr), "coll:pipecast");
         assert_eq!(pml > 0, pml_below != "0", "{pml} broadcasts over the PML");
     }
     let preload = format!(

@@ -6,7 +6,13 @@
  * attribute (freed by its delete callback when the communicator is freed), the address
  * exchange runs through PMPI_Allgather at the first large broadcast on each communicator, and
  * PMPI_Bcast carries everything pipecast does not handle. Configuration comes from PIPECAST_*
- * environment variables (pipecast_config_from_env) plus PIPECAST_MIN_BYTES and PIPECAST_VERBOSE.
+ * environment variables (pipecast_config_from_env) plus PIPECAST_MIN_BYTES, PIPECAST_PML_BELOW,
+ * PIPECAST_PML_SEGMENT and PIPECAST_VERBOSE.
+ *
+ * As in the Open MPI component (docs/ompi.md), broadcasts below PIPECAST_PML_BELOW (512 KiB)
+ * follow pipecast's tree but travel as PMPI_Isend/PMPI_Irecv segments on a private duplicate of
+ * the communicator (so they never match the application's messages): the MPI's own per-message
+ * latency is lower than pipecast's progress thread's for mid-size messages.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -17,13 +23,16 @@
 
 typedef struct {
     MPI_Comm comm;
+    MPI_Comm p2p;   /* private duplicate for the point-to-point path (MPI_COMM_NULL until used) */
     pipecast_comm *pc;
     int disabled;
-    unsigned long handled, fallback;
+    unsigned long handled, over_p2p, fallback;
 } comm_state;
 
 static int keyval = MPI_KEYVAL_INVALID;
 static long min_bytes = 65536;
+static long pml_below = 524288;
+static long pml_segment = 16384;
 static int verbose = 0;
 static pipecast_config config;
 static int config_ok = 0;
@@ -37,9 +46,10 @@ static int delete_state(MPI_Comm comm, int key, void *value, void *extra)
     if (verbose >= 1) {
         int rank = -1;
         PMPI_Comm_rank(s->comm, &rank);
-        fprintf(stderr, "pipecast-preload: rank %d: %lu broadcasts by pipecast, %lu by MPI\n",
-                rank, s->handled, s->fallback);
+        fprintf(stderr, "pipecast-preload: rank %d: %lu broadcasts by pipecast (%lu of them over "
+                "MPI point-to-point), %lu by MPI\n", rank, s->handled, s->over_p2p, s->fallback);
     }
+    if (s->p2p != MPI_COMM_NULL) PMPI_Comm_free(&s->p2p);
     if (s->pc != NULL) pipecast_comm_free(s->pc);
     free(s);
     return MPI_SUCCESS;
@@ -49,6 +59,10 @@ static void setup(void)
 {
     const char *v = getenv("PIPECAST_MIN_BYTES");
     if (v != NULL) min_bytes = atol(v);
+    v = getenv("PIPECAST_PML_BELOW");
+    if (v != NULL) pml_below = atol(v);
+    v = getenv("PIPECAST_PML_SEGMENT");
+    if (v != NULL && atol(v) > 0) pml_segment = atol(v);
     v = getenv("PIPECAST_VERBOSE");
     if (v != NULL) verbose = atoi(v);
     pipecast_result rc = pipecast_config_from_env(&config);
@@ -105,8 +119,87 @@ static comm_state *state_of(MPI_Comm comm)
     s = calloc(1, sizeof *s);
     if (s == NULL) return NULL;
     s->comm = comm;
+    s->p2p = MPI_COMM_NULL;
     PMPI_Comm_set_attr(comm, keyval, s);
     return s;
+}
+
+/* MPICH defines MPI_STATUSES_IGNORE as the sentinel pointer (MPI_Status *)1, which GCC 12's
+ * access analysis takes for a 0-byte object that PMPI_Waitall would write 20-byte statuses to
+ * (-Wstringop-overflow); the MPI never writes through the sentinel. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wstringop-overflow"
+#endif
+
+#define P2P_WINDOW 4
+#define P2P_TAG 0x5063 /* any tag: the private communicator carries nothing else */
+
+/* Moves `bytes` at `buf` through this rank's part of pipecast's tree (`parent` -1 at the root)
+ * in `seg`-byte segments: receives posted P2P_WINDOW ahead, each segment forwarded to every
+ * child as soon as it arrived (seed 001 §3.2's First-Packet-First-Served). */
+static int p2p_tree_bcast(char *buf, size_t bytes, size_t seg, int parent, const int *children,
+                          int nchildren, MPI_Comm comm)
+{
+    if (bytes == 0) return MPI_SUCCESS;
+    if (seg == 0 || seg > (size_t)1 << 30) seg = (size_t)1 << 20;
+    size_t nseg = (bytes + seg - 1) / seg;
+    MPI_Request recvs[P2P_WINDOW];
+    MPI_Request *sends = NULL;
+    int rc = MPI_SUCCESS;
+    for (int w = 0; w < P2P_WINDOW; w++) recvs[w] = MPI_REQUEST_NULL;
+    if (nchildren > 0) {
+        sends = malloc(sizeof *sends * P2P_WINDOW * (size_t)nchildren);
+        if (sends == NULL) return MPI_ERR_NO_MEM;
+        for (int i = 0; i < P2P_WINDOW * nchildren; i++) sends[i] = MPI_REQUEST_NULL;
+    }
+#define SEG_LEN(i) ((int)((i) + 1 < nseg ? seg : bytes - (i) * seg))
+    for (size_t i = 0; parent >= 0 && i < nseg && i < P2P_WINDOW && rc == MPI_SUCCESS; i++)
+        rc = PMPI_Irecv(buf + i * seg, SEG_LEN(i), MPI_BYTE, parent, P2P_TAG, comm, &recvs[i]);
+    for (size_t i = 0; i < nseg && rc == MPI_SUCCESS; i++) {
+        size_t slot = i % P2P_WINDOW;
+        if (parent >= 0) {
+            rc = PMPI_Wait(&recvs[slot], MPI_STATUS_IGNORE);
+            size_t next = i + P2P_WINDOW;
+            if (rc == MPI_SUCCESS && next < nseg)
+                rc = PMPI_Irecv(buf + next * seg, SEG_LEN(next), MPI_BYTE, parent, P2P_TAG, comm,
+                                &recvs[slot]);
+        }
+        if (rc != MPI_SUCCESS || nchildren == 0) continue;
+        MPI_Request *mine = &sends[slot * (size_t)nchildren];
+        rc = PMPI_Waitall(nchildren, mine, MPI_STATUSES_IGNORE); /* segment i - P2P_WINDOW */
+        for (int c = 0; c < nchildren && rc == MPI_SUCCESS; c++)
+            rc = PMPI_Isend(buf + i * seg, SEG_LEN(i), MPI_BYTE, children[c], P2P_TAG, comm,
+                            &mine[c]);
+    }
+#undef SEG_LEN
+    if (sends != NULL) {
+        int wrc = PMPI_Waitall(P2P_WINDOW * nchildren, sends, MPI_STATUSES_IGNORE);
+        if (rc == MPI_SUCCESS) rc = wrc;
+        free(sends);
+    }
+    int wrc = PMPI_Waitall(P2P_WINDOW, recvs, MPI_STATUSES_IGNORE);
+    return rc == MPI_SUCCESS ? wrc : rc;
+}
+
+/* The point-to-point path: pipecast plans, MPI moves. A planning error is returned as a
+ * pipecast result (every rank sees the same); MPI's own code goes to *mpi_rc. */
+static pipecast_result bcast_p2p(comm_state *s, char *buf, size_t bytes, int root, int size,
+                                 int *mpi_rc)
+{
+    if (s->p2p == MPI_COMM_NULL && PMPI_Comm_dup(s->comm, &s->p2p) != MPI_SUCCESS)
+        return PIPECAST_ERR_OTHER;
+    int parent = -1;
+    size_t nchildren = 0;
+    uint64_t seg = 0;
+    int *children = malloc(sizeof *children * (size_t)size);
+    if (children == NULL) return PIPECAST_ERR_OTHER;
+    pipecast_result rc = pipecast_tree_node(s->pc, root, bytes, &parent, children, (size_t)size,
+                                            &nchildren, &seg);
+    if (rc == PIPECAST_OK)
+        *mpi_rc = p2p_tree_bcast(buf, bytes, (size_t)pml_segment, parent, children,
+                                 (int)nchildren, s->p2p);
+    free(children);
+    return rc;
 }
 
 int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm)
@@ -132,10 +225,20 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
     PMPI_Comm_rank(comm, &rank);
     pipecast_result rc = PIPECAST_OK;
     if (s->pc == NULL) rc = pipecast_comm_create(rank, size, allgather_cb, s, &config, &s->pc);
-    if (rc == PIPECAST_OK) rc = pipecast_bcast_bytes(s->pc, (char *)buffer + true_lb, bytes, root);
-    if (rc == PIPECAST_OK) {
-        s->handled++;
-        return MPI_SUCCESS;
+    if (rc == PIPECAST_OK && (long)bytes < pml_below) {
+        int mpi_rc = MPI_SUCCESS;
+        rc = bcast_p2p(s, (char *)buffer + true_lb, bytes, root, size, &mpi_rc);
+        if (rc == PIPECAST_OK) {
+            s->handled++;
+            s->over_p2p++;
+            return mpi_rc;
+        }
+    } else if (rc == PIPECAST_OK) {
+        rc = pipecast_bcast_bytes(s->pc, (char *)buffer + true_lb, bytes, root);
+        if (rc == PIPECAST_OK) {
+            s->handled++;
+            return MPI_SUCCESS;
+        }
     }
     char detail[256];
     pipecast_last_error(detail, sizeof detail);
