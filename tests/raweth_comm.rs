@@ -151,6 +151,44 @@ fn raweth_broadcasts_are_byte_exact_in_a_three_switch_lab() {
     check(&report, &[7], &["binary"], "raweth:eth0");
 }
 
+/// The rank-order chain n0 → n1 → … of TOPOLOGY crosses the hub s0 at every hop, so its
+/// transfers contend on the hub's links and tbf drops whole bursts of 46-frame segments. A
+/// lost tail produces no selective acks: before the fix a retransmission timeout resent one
+/// frame at a time and such broadcasts ran into the 5 s idle timeout (docs/results-lab.md).
+#[test]
+fn a_contending_chain_with_large_segments_recovers_lost_tails() {
+    require_lab!();
+    let lab = Lab::up("rwt", TOPOLOGY, &["--rate", "100mbit"]);
+    let report = lab.bench(&[
+        "--transport",
+        "raweth",
+        "--sizes",
+        "4M",
+        "--iters",
+        "3",
+        "--tree",
+        "naive-linear,linear",
+        "--segment",
+        "64952",
+        "--root",
+        "0",
+        "--timeout-ms",
+        "5000",
+    ]);
+    check(
+        &report,
+        &[4 << 20],
+        &["naive-linear", "linear"],
+        "raweth:eth0",
+    );
+    let rows = report["results"].as_array().unwrap();
+    let naive = rows.iter().find(|r| r["tree"] == "naive-linear").unwrap();
+    eprintln!(
+        "naive-linear transport counters: {}",
+        naive["transport_counters"]
+    );
+}
+
 #[test]
 fn raweth_broadcasts_are_byte_exact_with_one_percent_loss_at_a_switch() {
     require_lab!(nft_missing());
