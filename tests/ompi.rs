@@ -5,17 +5,10 @@
 //! (an unloadable component silently falls back, OMPI.md).
 
 mod common;
-use common::carried;
+use common::{carried, have};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-fn have(cmd: &str, args: &[&str]) -> bool {
-    Command::new(cmd)
-        .args(args)
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
 
 /// Where the test's artifacts go, built once per test binary run.
 fn build() -> Option<PathBuf> {

@@ -10,16 +10,10 @@
 mod common;
 mod lab;
 
+use common::have;
 use lab::{pipecast, require_lab, text, Lab, EXE};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn have(cmd: &str, args: &[&str]) -> bool {
-    Command::new(cmd)
-        .args(args)
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
 
 /// Why the Open MPI side of the test cannot run here, if so.
 fn open_mpi_missing() -> Option<String> {

@@ -33,6 +33,21 @@ pub struct pipecast_config {
     pub iface: *const c_char,
 }
 
+impl pipecast_config {
+    /// Every field NULL or 0: "the default" throughout.
+    pub(crate) fn empty() -> pipecast_config {
+        pipecast_config {
+            transport: std::ptr::null(),
+            tree: std::ptr::null(),
+            segment_bytes: 0,
+            topology: std::ptr::null(),
+            timeout_ms: 0,
+            profile: std::ptr::null(),
+            iface: std::ptr::null(),
+        }
+    }
+}
+
 /// The configuration as Rust values, validated.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Settings {
@@ -92,17 +107,7 @@ pub unsafe extern "C" fn pipecast_config_default(config: *mut pipecast_config) {
         return;
     }
     // SAFETY: non-NULL and writable by the caller's contract.
-    unsafe {
-        config.write(pipecast_config {
-            transport: std::ptr::null(),
-            tree: std::ptr::null(),
-            segment_bytes: 0,
-            topology: std::ptr::null(),
-            timeout_ms: 0,
-            profile: std::ptr::null(),
-            iface: std::ptr::null(),
-        })
-    };
+    unsafe { config.write(pipecast_config::empty()) };
 }
 
 /// Strings handed out by [`pipecast_config_from_env`] live for the whole process.
@@ -140,15 +145,7 @@ pub unsafe extern "C" fn pipecast_config_from_env(config: *mut pipecast_config) 
             return fail(PIPECAST_ERR_NULL_ARGUMENT, "config is NULL");
         }
         let build = || -> Result<pipecast_config, pipecast_result> {
-            let mut c = pipecast_config {
-                transport: std::ptr::null(),
-                tree: std::ptr::null(),
-                segment_bytes: 0,
-                topology: std::ptr::null(),
-                timeout_ms: 0,
-                profile: std::ptr::null(),
-                iface: std::ptr::null(),
-            };
+            let mut c = pipecast_config::empty();
             if let Some(v) = env("PIPECAST_PROFILE") {
                 c.profile = keep(v)?;
             }
@@ -223,13 +220,8 @@ mod tests {
     fn settings_are_validated() {
         let tree = CString::new("binary").unwrap();
         let mut c = pipecast_config {
-            transport: std::ptr::null(),
             tree: tree.as_ptr(),
-            segment_bytes: 0,
-            topology: std::ptr::null(),
-            timeout_ms: 0,
-            profile: std::ptr::null(),
-            iface: std::ptr::null(),
+            ..pipecast_config::empty()
         };
         let s = Settings::from_c(&c).unwrap();
         assert_eq!(s.tree, TreeKind::Binary);

@@ -169,15 +169,7 @@ pub unsafe extern "C" fn pipecast_comm_create(
                 format!("rank {rank} of size {size}: need 0 <= rank < size"),
             );
         }
-        let defaults = pipecast_config {
-            transport: std::ptr::null(),
-            tree: std::ptr::null(),
-            segment_bytes: 0,
-            topology: std::ptr::null(),
-            timeout_ms: 0,
-            profile: std::ptr::null(),
-            iface: std::ptr::null(),
-        };
+        let defaults = pipecast_config::empty();
         // SAFETY: NULL or a valid config, by the caller's contract.
         let config = unsafe { config.as_ref() }.unwrap_or(&defaults);
         let settings = match Settings::from_c(config) {

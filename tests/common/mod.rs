@@ -49,3 +49,12 @@ pub fn carried(stderr: &str, marker: &str) -> u64 {
         })
         .sum()
 }
+
+/// Whether `cmd args` runs and succeeds (a tool is installed).
+#[allow(dead_code)] // used by the MPI tests only
+pub fn have(cmd: &str, args: &[&str]) -> bool {
+    Command::new(cmd)
+        .args(args)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
