@@ -40,6 +40,33 @@ fn sh(args: &[&str]) -> Result<(), String> {
     }
 }
 
+fn sh_out(args: &[&str]) -> String {
+    Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
+}
+
+/// Waits until `dev` in `ns` is operationally up and its qdisc is active. Until the kernel's
+/// link watch has run (it may take up to a second after `ip link set up`), the device still
+/// has the `noop` qdisc, which drops every frame it is given without an error.
+fn wait_up(ns: &str, dev: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let link = sh_out(&["ip", "-n", ns, "-o", "link", "show", "dev", dev]);
+        let qdisc = sh_out(&["ip", "netns", "exec", ns, "tc", "qdisc", "show", "dev", dev]);
+        if link.contains("state UP") && !qdisc.contains("noop") {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{dev} in {ns} did not come up: {link} {qdisc}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn why_skip(need_nft: bool) -> Option<String> {
     // SAFETY-free check: root is uid 0 in /proc/self/status.
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -119,6 +146,9 @@ impl Lab {
                 tbf(n, "eth0", rate);
             }
         }
+        for n in [&a, &b] {
+            wait_up(n, "eth0");
+        }
         vec![a, b]
     }
 
@@ -154,6 +184,10 @@ impl Lab {
             sh(&["ip", "-n", &host, "link", "set", "eth0", "up"]).unwrap();
             sh(&["ip", "-n", &sw, "link", "set", &port, "master", "br0", "up"]).unwrap();
             names.push(host);
+        }
+        for (h, host) in names.iter().enumerate() {
+            wait_up(host, "eth0");
+            wait_up(&sw, &format!("p{h}"));
         }
         (sw, names)
     }
@@ -287,14 +321,19 @@ fn frames_cross_a_veth_pair_at_both_mtus() {
         }
         .to_bytes();
         let body = pattern(mtu as usize - head.len(), 3);
-        let sent = a
-            .send_batch(&[(b.mac(), [IoSlice::new(&head), IoSlice::new(&body)])])
-            .unwrap();
-        assert_eq!(sent, 1);
         let mut batch = RecvBatch::new(4, mtu as usize + 64);
         let deadline = Instant::now() + Duration::from_secs(2);
+        let mut next_send = Instant::now();
         let got = loop {
-            b.poll(false, 100).unwrap();
+            // Raw frames are unreliable by nature: send again every 100 ms until one arrives.
+            if Instant::now() >= next_send {
+                let sent = a
+                    .send_batch(&[(b.mac(), [IoSlice::new(&head), IoSlice::new(&body)])])
+                    .unwrap();
+                assert_eq!(sent, 1);
+                next_send += Duration::from_millis(100);
+            }
+            b.poll(false, 20).unwrap();
             if b.recv_batch(&mut batch).unwrap_or(0) > 0 {
                 break batch
                     .frames()
