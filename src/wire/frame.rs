@@ -21,8 +21,25 @@
 //!
 //! Control messages of the engine: `credit` carries `consumed` in `offset`; `done` carries
 //! nothing but lane and broadcast. `nop` fills a sequence number whose content was abandoned.
+//!
+//! Flags ([`flags`]): `RETRANSMIT` on a frame sent again under its old per-peer seq, with
+//! its copy number (2 for the first retransmission, modulo 256) in the high byte of `flags`;
+//! `REPAIRED` on an ack whose `per-peer seq` field then names a retransmitted frame that
+//! arrived as new (its first copy never did) and whose high byte repeats that copy's number.
+//! It tells the sender that the frames it sent before that copy and that are still
+//! unacknowledged are lost too.
 
 use super::WireError;
+
+/// Bits of the `flags` field.
+pub mod flags {
+    /// This frame was sent before under the same per-peer sequence number.
+    pub const RETRANSMIT: u16 = 1;
+    /// (ack) `peer_seq` is a retransmitted frame that arrived as new.
+    pub const REPAIRED: u16 = 2;
+    /// The copy number's place: the high byte.
+    pub const COPY_SHIFT: u16 = 8;
+}
 
 /// Header version this build writes and accepts.
 pub const VERSION: u8 = 1;

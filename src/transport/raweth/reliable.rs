@@ -6,7 +6,11 @@
 //! `ack` on it will accept). The sender keeps every unacknowledged frame, limits what is in
 //! flight to the credit, retransmits on a timeout (RTO from smoothed RTT, RFC 6298, doubled on
 //! every expiry up to a cap, Karn's rule for samples) or as soon as three later frames are
-//! selectively acknowledged, and paces itself with a token bucket. The receiver suppresses
+//! selectively acknowledged, and paces itself with a token bucket. A timeout first resends
+//! only the oldest frame as a probe (see [`Sender::handle_timeout`]). A retransmitted frame
+//! that arrives as new is echoed back ([`Receiver::repaired`]): its first copy was lost, and
+//! so is every frame sent before the retransmission that is still unacknowledged, since the
+//! link delivers in order ([`Sender::on_ack`]). The receiver suppresses
 //! duplicates, so every frame is delivered exactly once; order is not restored, because
 //! payloads go straight to their offset in the user buffer and engine credits are cumulative.
 //!
@@ -135,6 +139,9 @@ pub struct Sender<T> {
     /// The retransmission timer runs from here: the last acknowledgement that made progress
     /// (or the first send after the sender was idle).
     timer_base: u64,
+    /// After a timeout: the first number sent after it. Until everything below it is
+    /// acknowledged, further timeouts belong to the same recovery.
+    recover: Option<u64>,
     /// Counters.
     pub retransmits: u64,
     pub timeouts: u64,
@@ -153,6 +160,7 @@ impl<T> Sender<T> {
             rttvar: 0,
             rto: config.rto_initial,
             timer_base: 0,
+            recover: None,
             retransmits: 0,
             timeouts: 0,
         }
@@ -202,15 +210,36 @@ impl<T> Sender<T> {
         }
     }
 
+    /// Which copy of frame `seq` the next send is ([`copy_number`]), if it is unacknowledged.
+    pub fn next_copy(&self, seq: u64) -> Option<u8> {
+        self.pending.get(&seq).map(|p| copy_number(p.sends + 1))
+    }
+
     /// The next sequence number `push` will hand out.
     pub fn next_seq(&self) -> u64 {
         self.next
     }
 
-    /// Takes an acknowledgement: cumulative `ack`, selective bitmap `sack`, the peer's credit.
-    /// Returns how many frames it acknowledged.
-    pub fn on_ack(&mut self, now: u64, ack: u64, sack: u64, credit: u32) -> usize {
+    /// Takes an acknowledgement: cumulative `ack`, selective bitmap `sack`, the peer's credit
+    /// and, if the acknowledgement carries one, a retransmitted frame that arrived as new
+    /// (`repaired`: its number and which copy it was, [`copy_number`]). Returns how many
+    /// frames it acknowledged.
+    pub fn on_ack(
+        &mut self,
+        now: u64,
+        ack: u64,
+        sack: u64,
+        credit: u32,
+        repaired: Option<(u64, u8)>,
+    ) -> usize {
         let ack = ack.min(self.next);
+        // Only the latest copy's departure is known: `sent_at`.
+        let repaired_at = repaired.and_then(|(seq, copy)| {
+            self.pending
+                .get(&seq)
+                .filter(|p| copy_number(p.sends) == copy && !p.lost)
+                .map(|p| (p.sent_at, seq))
+        });
         let mut newly = Vec::new();
         if ack > self.acked {
             let rest = self.pending.split_off(&ack);
@@ -239,6 +268,20 @@ impl<T> Sender<T> {
         if !newly.is_empty() {
             self.rto = self.computed_rto();
             self.timer_base = now;
+        }
+        if self.recover.is_some_and(|r| self.acked >= r) {
+            self.recover = None;
+        }
+        if let Some(at) = repaired_at {
+            // The link delivers in order: what left before the retransmission that arrived
+            // and is still unacknowledged is lost (e.g. a lost tail, which no selective
+            // acknowledgement reports).
+            for (&seq, p) in self.pending.iter_mut() {
+                if !p.lost && (p.sent_at, seq) < at {
+                    p.lost = true;
+                    self.lost.push_back(seq);
+                }
+            }
         }
         // Fast retransmit: a frame three or more numbers below a selectively acknowledged one
         // is presumed lost (once).
@@ -283,28 +326,36 @@ impl<T> Sender<T> {
             .then(|| self.timer_base.saturating_add(self.rto))
     }
 
-    /// Fires the timer (RFC 6298 §5): the oldest unacknowledged frame, and every other one
-    /// that left an RTO ago or earlier, is queued for retransmission; the RTO doubles (capped)
-    /// and the timer restarts.
+    /// Fires the timer (RFC 6298 §5). The first expiry after progress resends only the oldest
+    /// unacknowledged frame, as a probe; the RTO doubles (capped) and the timer restarts.
     ///
-    /// Why not only the oldest, as RFC 6298 says: a lost tail (the last frames before the
-    /// sender waits for credit) produces no selective acks, so retransmitting one frame per
-    /// timeout recovers a 40-frame tail in 40 RTOs — seconds, which looked like a hung peer
-    /// on the lab (a naive tree's contention dropping bursts). Frames older than the RTO
-    /// (measured, queueing included) are what TCP's SACK recovery after an RTO would also
-    /// retransmit (RFC 6675 §5.1).
+    /// - If the probe arrives as new, the receiver echoes it and [`Sender::on_ack`] queues
+    ///   every frame sent before it that is still unacknowledged: a lost tail (the last frames
+    ///   before the sender waits for credit, which no selective acknowledgement reports) is
+    ///   recovered in one RTO plus one round trip, not one RTO per frame.
+    /// - If its first copy had arrived, the expiry was spurious (a receiver descheduled for an
+    ///   RTO on the 2-core lab, or acks queued behind its own data in a tbf): it cost one
+    ///   duplicate frame. Resending the whole window here cost hundreds of duplicates per
+    ///   stall.
+    /// - A further expiry before everything outstanding at the first one is acknowledged (the
+    ///   probe or its echo lost, or more lost behind it) queues every frame that left an RTO
+    ///   ago or earlier, as TCP's SACK recovery after an RTO would (RFC 6675 §5.1).
     pub fn handle_timeout(&mut self, now: u64) {
         match self.poll_timeout() {
             Some(at) if at <= now => {}
             _ => return,
         }
         let rto = self.rto;
+        let again = self.recover.is_some();
+        if !again {
+            self.recover = Some(self.next);
+        }
         let mut first = true;
         for (&seq, p) in self.pending.iter_mut() {
             if p.lost {
                 continue;
             }
-            if first || now.saturating_sub(p.sent_at) >= rto {
+            if first || (again && now.saturating_sub(p.sent_at) >= rto) {
                 p.lost = true;
                 self.lost.push_back(seq);
             }
@@ -370,6 +421,12 @@ impl<T> Sender<T> {
     }
 }
 
+/// The copy number a frame carries (the `flags` field has 8 bits for it): 1 for the first
+/// send, wrapping after 255.
+pub fn copy_number(sends: u32) -> u8 {
+    (sends % 256) as u8
+}
+
 /// What the receiver makes of an arriving sequence number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Accept {
@@ -389,6 +446,8 @@ pub struct Receiver {
     cum: u64,
     ahead: BTreeSet<u64>,
     ack_due: bool,
+    /// A retransmitted frame that arrived as new, to echo: (number, copy).
+    repaired: Option<(u64, u8)>,
     pub duplicates: u64,
 }
 
@@ -399,6 +458,7 @@ impl Receiver {
             cum: 1,
             ahead: BTreeSet::new(),
             ack_due: false,
+            repaired: None,
             duplicates: 0,
         }
     }
@@ -457,9 +517,21 @@ impl Receiver {
         )
     }
 
-    /// Whether something arrived since the last [`Receiver::acked`].
+    /// Notes that `seq`, just accepted as new, was a retransmission (copy number `copy`): the
+    /// next bare acknowledgement echoes it ([`Receiver::take_repaired`]).
+    pub fn repaired(&mut self, seq: u64, copy: u8) {
+        self.repaired = Some((seq, copy));
+    }
+
+    /// The retransmitted frame to echo, once.
+    pub fn take_repaired(&mut self) -> Option<(u64, u8)> {
+        self.repaired.take()
+    }
+
+    /// Whether something arrived since the last [`Receiver::acked`], or an echo is owed
+    /// (which only a bare acknowledgement carries).
     pub fn ack_due(&self) -> bool {
-        self.ack_due
+        self.ack_due || self.repaired.is_some()
     }
 
     /// An acknowledgement went out (piggybacked or alone).
@@ -477,8 +549,10 @@ mod tests {
     /// One direction of a lossy link on a virtual clock: frames (seq, payload) and acks.
     #[derive(Clone, Copy)]
     enum Pkt {
-        Data(u64, u32),
-        Ack(u64, u64, u32),
+        /// (seq, item, copy number)
+        Data(u64, u32, u8),
+        /// (ack, sack, credit, repaired)
+        Ack(u64, u64, u32, Option<(u64, u8)>),
     }
 
     struct Net {
@@ -540,15 +614,16 @@ mod tests {
                         break;
                     }
                     let (s, &v) = tx.poll_retransmit(now).expect("queued");
+                    let copy = tx.next_copy(s).expect("unacknowledged");
                     tx.sent(s, now);
-                    net.send(now, Pkt::Data(s, v), true);
+                    net.send(now, Pkt::Data(s, v, copy), true);
                 } else if next_item < n && tx.can_send() {
                     if !pacer.try_take(now, 1500) {
                         break;
                     }
                     let s = tx.push(now, next_item);
                     tx.sent(s, now);
-                    net.send(now, Pkt::Data(s, next_item), true);
+                    net.send(now, Pkt::Data(s, next_item, 1), true);
                     next_item += 1;
                 } else {
                     break;
@@ -572,13 +647,16 @@ mod tests {
                 }
                 let (p, to_rx) = entry.remove();
                 match (p, to_rx) {
-                    (Pkt::Data(s, v), true) => {
+                    (Pkt::Data(s, v, copy), true) => {
                         if rx.accept(s) == Accept::Fresh {
                             delivered.push(v);
+                            if copy != 1 {
+                                rx.repaired(s, copy);
+                            }
                         }
                     }
-                    (Pkt::Ack(a, s, c), false) => {
-                        tx.on_ack(now, a, s, c);
+                    (Pkt::Ack(a, s, c, r), false) => {
+                        tx.on_ack(now, a, s, c, r);
                     }
                     _ => unreachable!(),
                 }
@@ -586,7 +664,7 @@ mod tests {
             if rx.ack_due() {
                 let (a, s, c) = rx.ack();
                 rx.acked();
-                net.send(now, Pkt::Ack(a, s, c), false);
+                net.send(now, Pkt::Ack(a, s, c, rx.take_repaired()), false);
             }
         }
         (delivered, now, tx.retransmits)
@@ -666,35 +744,111 @@ mod tests {
         }
         assert_eq!(tx.rto(), config.rto_max);
         assert_eq!(tx.timeouts, 20);
-        assert_eq!(tx.on_ack(now, 2, 0, 10), 1);
+        assert_eq!(tx.on_ack(now, 2, 0, 10, None), 1);
         assert!(tx.is_idle());
     }
 
-    #[test]
-    fn a_lost_tail_is_retransmitted_after_one_timeout() {
+    /// Fires the timer at `at` and resends what it queued; returns the resent items.
+    fn expire(tx: &mut Sender<u32>, at: u64) -> Vec<u32> {
+        tx.handle_timeout(at);
+        resend(tx, at)
+    }
+
+    fn resend(tx: &mut Sender<u32>, at: u64) -> Vec<u32> {
+        let mut again = Vec::new();
+        while let Some((s, &v)) = tx.poll_retransmit(at) {
+            again.push(v);
+            tx.sent(s, at);
+        }
+        again
+    }
+
+    /// 50 frames (items 0..50, numbers 1..=50) sent at 0; the first 10 acknowledged at 1 ms.
+    fn fifty_sent_ten_acked() -> Sender<u32> {
         let mut tx: Sender<u32> = Sender::new(Config::default());
         for i in 0..50 {
             let s = tx.push(0, i);
             tx.sent(s, 0);
         }
+        assert_eq!(tx.on_ack(1_000_000, 11, 0, 4096, None), 10);
+        tx
+    }
+
+    #[test]
+    fn a_lost_tail_is_retransmitted_after_one_timeout_and_its_probe() {
         // The first 10 arrive; the other 40 (the tail) are lost, so no selective ack.
-        assert_eq!(tx.on_ack(1_000_000, 11, 0, 4096), 10);
-        // Fires the timer at `at` and resends what it queued.
-        let expire = |tx: &mut Sender<u32>, at: u64| {
-            tx.handle_timeout(at);
-            let mut again = Vec::new();
-            while let Some((s, &v)) = tx.poll_retransmit(at) {
-                again.push(v);
-                tx.sent(s, at);
-            }
-            again
-        };
+        let mut tx = fifty_sent_ten_acked();
         let at = tx.poll_timeout().expect("timer runs");
-        assert_eq!(expire(&mut tx, at), (10..50).collect::<Vec<_>>());
-        // Frames sent less than an RTO ago are not presumed lost.
+        assert_eq!(expire(&mut tx, at), vec![10], "the timeout sends one probe");
+        // The probe arrives as new (echoed): everything sent before it is lost.
+        let back = at + 2_000_000;
+        assert_eq!(tx.on_ack(back, 12, 0, 4096, Some((11, 2))), 1);
+        assert_eq!(resend(&mut tx, back), (11..50).collect::<Vec<_>>());
+        assert_eq!(tx.retransmits, 40);
+    }
+
+    #[test]
+    fn a_spurious_timeout_costs_one_duplicate() {
+        // Nothing was lost: the receiver was late. Its first copy arrived, so the probe is a
+        // duplicate there and not echoed.
+        let mut tx = fifty_sent_ten_acked();
+        let at = tx.poll_timeout().expect("timer runs");
+        assert_eq!(expire(&mut tx, at), vec![10]);
+        assert_eq!(tx.on_ack(at + 1_000_000, 31, 0, 4096, None), 20);
+        assert_eq!(resend(&mut tx, at + 1_000_000), Vec::<u32>::new());
+        assert_eq!(tx.retransmits, 1);
+        assert_eq!(tx.in_flight(), 20);
+        // The rest arrives too; a later expiry (new frames, nothing acknowledged) is a new
+        // recovery and starts with one probe again.
+        assert_eq!(tx.on_ack(at + 2_000_000, 51, 0, 4096, None), 20);
+        for i in 50..60 {
+            let s = tx.push(at + 3_000_000, i);
+            tx.sent(s, at + 3_000_000);
+        }
+        let at2 = tx.poll_timeout().expect("timer runs");
+        assert_eq!(expire(&mut tx, at2), vec![50]);
+    }
+
+    #[test]
+    fn a_repaired_frame_marks_only_what_left_before_it() {
+        // Items 0..30 (numbers 1..=30) leave at 0 and 5 ms; 1..=4 arrive, the rest is lost.
+        let mut tx: Sender<u32> = Sender::new(Config::default());
+        for i in 0..30 {
+            let at = if i < 10 { 0 } else { 5_000_000 };
+            let s = tx.push(at, i);
+            tx.sent(s, at);
+        }
+        assert_eq!(tx.on_ack(6_000_000, 5, 0, 4096, None), 4);
+        let at = tx.poll_timeout().expect("timer runs");
+        assert_eq!(expire(&mut tx, at), vec![4], "the probe");
+        // A frame sent after the probe.
+        let late = tx.push(at + 1_000_000, 30);
+        tx.sent(late, at + 1_000_000);
+        // No echo (the probe's first copy arrived after all): nothing more is presumed lost.
+        let mut spurious = tx.clone();
+        spurious.on_ack(at + 2_000_000, 6, 0, 4096, None);
+        assert_eq!(resend(&mut spurious, at + 2_000_000), Vec::<u32>::new());
+        // The probe arrived as new: what left before it is lost, the later frame is not.
+        // An echo of the first copy says nothing about when it left.
+        let mut first_copy = tx.clone();
+        first_copy.on_ack(at + 2_000_000, 6, 0, 4096, Some((5, 1)));
+        assert_eq!(resend(&mut first_copy, at + 2_000_000), Vec::<u32>::new());
+        tx.on_ack(at + 2_000_000, 6, 0, 4096, Some((5, 2)));
+        assert_eq!(resend(&mut tx, at + 2_000_000), (5..30).collect::<Vec<_>>());
+        assert_eq!(tx.in_flight(), 26);
+    }
+
+    #[test]
+    fn a_lost_probe_leads_to_resending_every_old_frame() {
+        let mut tx = fifty_sent_ten_acked();
+        let at = tx.poll_timeout().expect("timer runs");
+        assert_eq!(expire(&mut tx, at), vec![10]);
+        // A frame sent just before the second expiry is not presumed lost.
         let at2 = tx.poll_timeout().expect("timer runs");
         let fresh = tx.push(at2 - 1_000, 50);
         tx.sent(fresh, at2 - 1_000);
+        // No answer to the probe: the second expiry resends it and everything older than an
+        // RTO, in number order.
         assert_eq!(expire(&mut tx, at2), (10..50).collect::<Vec<_>>());
     }
 
@@ -717,7 +871,7 @@ mod tests {
             let s = tx.push(0, i);
             tx.sent(s, 0);
         }
-        assert_eq!(tx.on_ack(10, 3, 0b1, 8), 3);
+        assert_eq!(tx.on_ack(10, 3, 0b1, 8, None), 3);
         assert_eq!(tx.in_flight(), 2);
     }
 }

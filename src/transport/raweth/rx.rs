@@ -7,7 +7,7 @@ use crate::engine::{Bcast, DataHeader, Message, Placement};
 use crate::transport::raweth::reliable::Accept;
 use crate::transport::raweth::socket::{Addressed, Mac, RecvBatch};
 use crate::transport::TransportError;
-use crate::wire::frame::{Frame, Kind, Repr};
+use crate::wire::frame::{flags, Frame, Kind, Repr};
 use crate::wire::WireError;
 use std::io;
 
@@ -143,7 +143,11 @@ impl RawEthTransport {
             return Ok(());
         }
         let peer = self.peers.get_mut(&rank).expect("mapped MAC has a peer");
-        peer.tx.on_ack(now, head.ack, head.sack, head.credit);
+        let copy = (head.flags >> flags::COPY_SHIFT) as u8;
+        let repaired = (head.kind() == Kind::Ack && head.flags & flags::REPAIRED != 0)
+            .then_some((head.peer_seq, copy));
+        peer.tx
+            .on_ack(now, head.ack, head.sack, head.credit, repaired);
         if head.kind() == Kind::Ack {
             return Ok(());
         }
@@ -159,11 +163,11 @@ impl RawEthTransport {
             Accept::Fresh => {}
         }
         if self.content(buf, bcast, now, rank, &head, frame.payload(), true)? {
-            self.peers
-                .get_mut(&rank)
-                .expect("mapped MAC has a peer")
-                .rx
-                .accept(head.peer_seq);
+            let rx = &mut self.peers.get_mut(&rank).expect("mapped MAC has a peer").rx;
+            rx.accept(head.peer_seq);
+            if head.flags & flags::RETRANSMIT != 0 {
+                rx.repaired(head.peer_seq, copy);
+            }
         }
         Ok(())
     }

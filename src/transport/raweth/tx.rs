@@ -5,7 +5,7 @@ use super::{io_err, Item, RawEthTransport};
 use crate::engine::{Bcast, Message};
 use crate::transport::raweth::socket::Mac;
 use crate::transport::TransportError;
-use crate::wire::frame::{Kind, Repr};
+use crate::wire::frame::{flags, Kind, Repr};
 use std::io::{self, IoSlice};
 
 impl RawEthTransport {
@@ -179,7 +179,7 @@ impl RawEthTransport {
         batch: &[(usize, u64, Item, bool)],
     ) -> Result<usize, TransportError> {
         let mut heads = Vec::with_capacity(batch.len());
-        for (rank, seq, item, _) in batch {
+        for (rank, seq, item, new) in batch {
             let p = self.peers.get_mut(rank).expect("batched peer");
             let (ack, sack, credit) = p.rx.ack();
             p.rx.acked();
@@ -190,6 +190,16 @@ impl RawEthTransport {
                 credit,
                 ..item.head
             };
+            if *seq != 0 && !*new {
+                let copy = p.tx.next_copy(*seq).unwrap_or(0);
+                head.flags |= flags::RETRANSMIT | u16::from(copy) << flags::COPY_SHIFT;
+            }
+            if head.kind() == Kind::Ack {
+                if let Some((repaired, copy)) = p.rx.take_repaired() {
+                    head.flags |= flags::REPAIRED | u16::from(copy) << flags::COPY_SHIFT;
+                    head.peer_seq = repaired;
+                }
+            }
             if item.payload.end > buf.len() {
                 // Data of a buffer that is gone: fill the number with a no-op.
                 head.kind = Kind::Nop.into();
