@@ -8,9 +8,9 @@
 
 use pipecast::engine::{Bcast, Config as EngineConfig, Setup};
 use pipecast::plan::Lane;
-use pipecast::transport::drive;
 use pipecast::transport::raweth::socket::{Mac, RawSocket, RecvBatch};
 use pipecast::transport::raweth::{Config, Counters, RawEthTransport};
+use pipecast::transport::{drive, Transport};
 use pipecast::wire::frame::{Kind, Repr};
 use std::io::IoSlice;
 use std::process::Command;

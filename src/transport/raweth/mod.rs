@@ -284,61 +284,6 @@ impl RawEthTransport {
         Ok(())
     }
 
-    /// Whether every frame sent has been acknowledged and every ack owed has been sent.
-    pub fn flushed(&self) -> bool {
-        self.peers
-            .values()
-            .all(|p| p.queue.is_empty() && p.tx.is_idle() && !p.rx.ack_due())
-    }
-
-    /// Starts serving `bcast`: unacknowledged data of older broadcasts becomes no-ops (their
-    /// buffers are gone), and kept frames of this broadcast are delivered.
-    pub fn resume(&mut self, bcast: &mut Bcast, _now: u64) -> Result<(), crate::Error> {
-        let seq = bcast.setup().seq;
-        self.current = seq;
-        let nop = |i: &mut Item| {
-            if i.head.kind() == Kind::Data && i.head.bcast_seq < seq {
-                i.head.kind = Kind::Nop.into();
-                i.head.payload_len = 0;
-                i.payload = 0..0;
-            }
-        };
-        for p in self.peers.values_mut() {
-            p.tx.rewrite(nop);
-            // Old data is useless now, but a queued credit or done of an older broadcast may
-            // be what a slower peer still waits for.
-            p.queue
-                .retain(|i| i.head.bcast_seq >= seq || i.head.kind() != Kind::Data);
-        }
-        self.assembly.retain(|k, _| k.1 >= seq);
-        // Kept frames of this broadcast are offered by `progress`, which has the buffer.
-        Ok(())
-    }
-
-    /// Keeps acknowledging and retransmitting without a broadcast (e.g. after the last one,
-    /// until peers acknowledged everything) for at most `limit`. Returns whether flushed.
-    pub fn linger(
-        &mut self,
-        buf: &mut [u8],
-        clock: &dyn Fn() -> u64,
-        limit: Duration,
-    ) -> Result<bool, crate::Error> {
-        let end = clock() + limit.as_nanos() as u64;
-        while !self.flushed() && clock() < end {
-            self.send(buf, clock())?;
-            let (readable, _) = self
-                .sock
-                .poll(self.blocked, 1)
-                .map_err(|e| io_err(None, e))?;
-            self.blocked = false;
-            if readable {
-                self.receive(buf, None, clock)?;
-            }
-            self.send(buf, clock())?;
-        }
-        Ok(self.flushed())
-    }
-
     /// When something must happen without a frame arriving: a retransmission timer, or the
     /// pacer allowing a queued frame.
     fn next_timer(&self, now: u64) -> Option<u64> {
@@ -364,8 +309,8 @@ impl RawEthTransport {
     }
 }
 
-// `resume`, `flushed`, `linger` and `counters` stay inherent (tests call them directly, and
-// `Counters` is typed there); the trait forwards to them.
+// `counters` stays inherent as well: it returns the typed `Counters`; the trait's `counters`
+// turns them into a map.
 impl Transport for RawEthTransport {
     fn describe(&self) -> String {
         format!("raweth:{}", self.sock.ifname())
@@ -387,8 +332,28 @@ impl Transport for RawEthTransport {
         }
     }
 
-    fn resume(&mut self, bcast: &mut Bcast, now: u64) -> crate::Result<()> {
-        RawEthTransport::resume(self, bcast, now)
+    /// Starts serving `bcast`: unacknowledged data of older broadcasts becomes no-ops (their
+    /// buffers are gone), and kept frames of this broadcast are delivered.
+    fn resume(&mut self, bcast: &mut Bcast, _now: u64) -> crate::Result<()> {
+        let seq = bcast.setup().seq;
+        self.current = seq;
+        let nop = |i: &mut Item| {
+            if i.head.kind() == Kind::Data && i.head.bcast_seq < seq {
+                i.head.kind = Kind::Nop.into();
+                i.head.payload_len = 0;
+                i.payload = 0..0;
+            }
+        };
+        for p in self.peers.values_mut() {
+            p.tx.rewrite(nop);
+            // Old data is useless now, but a queued credit or done of an older broadcast may
+            // be what a slower peer still waits for.
+            p.queue
+                .retain(|i| i.head.bcast_seq >= seq || i.head.kind() != Kind::Data);
+        }
+        self.assembly.retain(|k, _| k.1 >= seq);
+        // Kept frames of this broadcast are offered by `progress`, which has the buffer.
+        Ok(())
     }
 
     /// One round: queue what the engine wants sent, send what credit and pacing allow, wait
@@ -426,21 +391,39 @@ impl Transport for RawEthTransport {
         Ok(())
     }
 
+    /// Whether every frame sent has been acknowledged and every ack owed has been sent.
     fn flushed(&self) -> bool {
-        RawEthTransport::flushed(self)
+        self.peers
+            .values()
+            .all(|p| p.queue.is_empty() && p.tx.is_idle() && !p.rx.ack_due())
     }
 
     fn lingers(&self) -> bool {
         true
     }
 
+    /// Keeps acknowledging and retransmitting without a broadcast (e.g. after the last one,
+    /// until peers acknowledged everything) for at most `limit`. Returns whether flushed.
     fn linger(
         &mut self,
         buf: &mut [u8],
         clock: &dyn Fn() -> u64,
         limit: Duration,
     ) -> crate::Result<bool> {
-        RawEthTransport::linger(self, buf, clock, limit)
+        let end = clock() + limit.as_nanos() as u64;
+        while !self.flushed() && clock() < end {
+            self.send(buf, clock())?;
+            let (readable, _) = self
+                .sock
+                .poll(self.blocked, 1)
+                .map_err(|e| io_err(None, e))?;
+            self.blocked = false;
+            if readable {
+                self.receive(buf, None, clock)?;
+            }
+            self.send(buf, clock())?;
+        }
+        Ok(self.flushed())
     }
 
     fn counters(&self) -> BTreeMap<String, u64> {

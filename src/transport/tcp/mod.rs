@@ -116,105 +116,6 @@ impl TcpTransport {
         self.cookie = cookie;
     }
 
-    /// Whether every queued frame has been handed to the kernel.
-    pub fn flushed(&self) -> bool {
-        self.conns.values().all(|c| c.out.is_empty())
-    }
-
-    /// Offers parked messages (of a broadcast that has now started) to `bcast`.
-    pub fn resume(&mut self, bcast: &mut Bcast, now: u64) -> Result<(), crate::Error> {
-        for (&peer, conn) in self.conns.iter_mut() {
-            if let Some(msg) = conn.parked.take() {
-                conn.parked = offer(peer, conn, msg, bcast, now)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// One round: queue what the engine wants sent, wait up to `wait` for readiness, then
-    /// write and read what can be (delivering arrivals to the engine).
-    pub fn progress(
-        &mut self,
-        buf: &mut [u8],
-        bcast: &mut Bcast,
-        clock: &dyn Fn() -> u64,
-        wait: Duration,
-    ) -> Result<(), crate::Error> {
-        self.queue(bcast, clock())?;
-        self.check_closed(bcast)?;
-        let peers: Vec<usize> = self.conns.keys().copied().collect();
-        let mut fds: Vec<libc::pollfd> = peers
-            .iter()
-            .map(|p| {
-                let c = &self.conns[p];
-                let mut events = 0;
-                if c.parked.is_none() && !c.closed {
-                    events |= libc::POLLIN;
-                }
-                if !c.out.is_empty() {
-                    events |= libc::POLLOUT;
-                }
-                libc::pollfd {
-                    // A closed connection would report POLLHUP forever: leave it out.
-                    fd: if c.closed && c.out.is_empty() {
-                        -1
-                    } else {
-                        c.stream.as_raw_fd()
-                    },
-                    events,
-                    revents: 0,
-                }
-            })
-            .collect();
-        let ms = wait.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: `fds` is a live, exclusively borrowed array of `fds.len()` pollfd structs
-        // whose descriptors stay open (owned by `self.conns`) for the duration of the call.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(TransportError::Io {
-                    peer: None,
-                    error: e.to_string(),
-                }
-                .into());
-            }
-            return Ok(());
-        }
-        let mut writable = Vec::new();
-        let readable: Vec<usize> = peers
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| fds[*i].revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0)
-            .map(|(_, &p)| p)
-            .collect();
-        if self.ring.is_some() {
-            self.read_batch(readable, buf, bcast, clock)?;
-        } else {
-            for peer in readable {
-                self.read(peer, buf, bcast, clock())?;
-                self.queue(bcast, clock())?;
-                self.check_closed(bcast)?;
-            }
-        }
-        for (i, &peer) in peers.iter().enumerate() {
-            // Ready for output, or output queued during this round (worth an optimistic try).
-            let asked = fds[i].events & libc::POLLOUT != 0;
-            let ready = fds[i].revents & libc::POLLOUT != 0;
-            if !self.conns[&peer].out.is_empty() && (ready || !asked) {
-                writable.push(peer);
-            }
-        }
-        if self.ring.is_some() {
-            self.write_batch(&writable, buf)?;
-        } else {
-            for peer in writable {
-                self.write(peer, buf)?;
-            }
-        }
-        Ok(())
-    }
-
     /// One io_uring submission sends on every writable connection.
     fn write_batch(&mut self, peers: &[usize], buf: &[u8]) -> Result<(), TransportError> {
         let mut sent_to = Vec::with_capacity(peers.len());
@@ -437,21 +338,32 @@ impl TcpTransport {
     }
 }
 
-// `connect`, `resume`, `progress` and `flushed` stay inherent (tests drive TCP directly);
-// the trait forwards to them.
 impl Transport for TcpTransport {
     fn describe(&self) -> String {
         "tcp".into()
     }
 
     fn connect(&mut self, peers: &[usize], timeout: Duration) -> Result<(), TransportError> {
-        TcpTransport::connect(self, peers, timeout)
+        self.connect_all(peers, timeout)
     }
 
+    /// Whether every queued frame has been handed to the kernel.
+    fn flushed(&self) -> bool {
+        self.conns.values().all(|c| c.out.is_empty())
+    }
+
+    /// Offers parked messages (of a broadcast that has now started) to `bcast`.
     fn resume(&mut self, bcast: &mut Bcast, now: u64) -> crate::Result<()> {
-        TcpTransport::resume(self, bcast, now)
+        for (&peer, conn) in self.conns.iter_mut() {
+            if let Some(msg) = conn.parked.take() {
+                conn.parked = offer(peer, conn, msg, bcast, now)?;
+            }
+        }
+        Ok(())
     }
 
+    /// One round: queue what the engine wants sent, wait up to `wait` for readiness, then
+    /// write and read what can be (delivering arrivals to the engine).
     fn progress(
         &mut self,
         buf: &mut [u8],
@@ -459,11 +371,79 @@ impl Transport for TcpTransport {
         clock: &dyn Fn() -> u64,
         wait: Duration,
     ) -> crate::Result<()> {
-        TcpTransport::progress(self, buf, bcast, clock, wait)
-    }
-
-    fn flushed(&self) -> bool {
-        TcpTransport::flushed(self)
+        self.queue(bcast, clock())?;
+        self.check_closed(bcast)?;
+        let peers: Vec<usize> = self.conns.keys().copied().collect();
+        let mut fds: Vec<libc::pollfd> = peers
+            .iter()
+            .map(|p| {
+                let c = &self.conns[p];
+                let mut events = 0;
+                if c.parked.is_none() && !c.closed {
+                    events |= libc::POLLIN;
+                }
+                if !c.out.is_empty() {
+                    events |= libc::POLLOUT;
+                }
+                libc::pollfd {
+                    // A closed connection would report POLLHUP forever: leave it out.
+                    fd: if c.closed && c.out.is_empty() {
+                        -1
+                    } else {
+                        c.stream.as_raw_fd()
+                    },
+                    events,
+                    revents: 0,
+                }
+            })
+            .collect();
+        let ms = wait.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: `fds` is a live, exclusively borrowed array of `fds.len()` pollfd structs
+        // whose descriptors stay open (owned by `self.conns`) for the duration of the call.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(TransportError::Io {
+                    peer: None,
+                    error: e.to_string(),
+                }
+                .into());
+            }
+            return Ok(());
+        }
+        let mut writable = Vec::new();
+        let readable: Vec<usize> = peers
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| fds[*i].revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0)
+            .map(|(_, &p)| p)
+            .collect();
+        if self.ring.is_some() {
+            self.read_batch(readable, buf, bcast, clock)?;
+        } else {
+            for peer in readable {
+                self.read(peer, buf, bcast, clock())?;
+                self.queue(bcast, clock())?;
+                self.check_closed(bcast)?;
+            }
+        }
+        for (i, &peer) in peers.iter().enumerate() {
+            // Ready for output, or output queued during this round (worth an optimistic try).
+            let asked = fds[i].events & libc::POLLOUT != 0;
+            let ready = fds[i].revents & libc::POLLOUT != 0;
+            if !self.conns[&peer].out.is_empty() && (ready || !asked) {
+                writable.push(peer);
+            }
+        }
+        if self.ring.is_some() {
+            self.write_batch(&writable, buf)?;
+        } else {
+            for peer in writable {
+                self.write(peer, buf)?;
+            }
+        }
+        Ok(())
     }
 
     /// The per-connection state for a failure report (idle connections are left out).

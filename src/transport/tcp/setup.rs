@@ -14,7 +14,11 @@ const HELLO: usize = 24;
 
 impl TcpTransport {
     /// Makes sure there is a connection to each of `peers`, within `timeout`.
-    pub fn connect(&mut self, peers: &[usize], timeout: Duration) -> Result<(), TransportError> {
+    pub(super) fn connect_all(
+        &mut self,
+        peers: &[usize],
+        timeout: Duration,
+    ) -> Result<(), TransportError> {
         let deadline = Instant::now() + timeout;
         let missing: Vec<usize> = peers
             .iter()
