@@ -16,34 +16,9 @@ fn build() -> Option<PathBuf> {
         eprintln!("SKIPPED: Open MPI development files not installed (apt-get install openmpi-bin libopenmpi-dev pkg-config)");
         return None;
     }
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let profile_dir = common::built_lib_dir().to_path_buf();
-    let target = profile_dir.parent().unwrap();
-    let profile = profile_dir.file_name().unwrap().to_str().unwrap();
     let out = std::env::temp_dir().join(format!("pipecast-ompi-{}", std::process::id()));
     std::fs::create_dir_all(&out).unwrap();
-    let make = Command::new("make")
-        .arg("-C")
-        .arg(root.join("ffi"))
-        .arg(format!("PROFILE={profile}"))
-        .arg(format!("TARGET_DIR={}", target.display()))
-        .arg("CARGO=true")
-        .arg(format!("BUILD={}", out.display()))
-        .output()
-        .expect("run make");
-    assert!(
-        make.status.success(),
-        "make -C ffi failed:\n{}\n{}",
-        String::from_utf8_lossy(&make.stdout),
-        String::from_utf8_lossy(&make.stderr)
-    );
-    let cc = Command::new("mpicc")
-        .args(["-O1", "-Wall", "-Werror", "-o"])
-        .arg(out.join("mpi_bcast_test"))
-        .arg(root.join("tests/c/mpi_bcast_test.c"))
-        .status()
-        .unwrap();
-    assert!(cc.success(), "mpi_bcast_test.c does not compile");
+    common::build_ffi_and_mpi_test(&out, &[]);
     Some(out)
 }
 

@@ -12,7 +12,7 @@ mod lab;
 
 use common::have;
 use lab::{pipecast, require_lab, text, Lab, EXE};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 /// Why the Open MPI side of the test cannot run here, if so.
@@ -23,29 +23,7 @@ fn open_mpi_missing() -> Option<String> {
 
 /// The component and the test program, built into a directory of this test's own.
 fn build(out: &Path) {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
-    let target = profile_dir.parent().unwrap();
-    let profile = profile_dir.file_name().unwrap().to_str().unwrap();
-    let make = Command::new("make")
-        .arg("-C")
-        .arg(root.join("ffi"))
-        .arg(format!("PROFILE={profile}"))
-        .arg(format!("TARGET_DIR={}", target.display()))
-        .arg("CARGO=true")
-        .arg(format!("BUILD={}", out.display()))
-        .arg(out.join("mca_coll_pipecast.so"))
-        .output()
-        .expect("run make");
-    assert!(make.status.success(), "make -C ffi failed: {}", text(&make));
-    let cc = Command::new("mpicc")
-        .args(["-O1", "-Wall", "-Werror", "-o"])
-        .arg(out.join("mpi_bcast_test"))
-        .arg(root.join("tests/c/mpi_bcast_test.c"))
-        .status()
-        .unwrap();
-    assert!(cc.success(), "mpi_bcast_test.c does not compile");
+    common::build_ffi_and_mpi_test(out, &["mca_coll_pipecast.so"]);
 }
 
 /// Bytes sent so far by `iface` of each machine.

@@ -7,6 +7,7 @@
 //! Lab tests need root, the lab's tools and `nft`; without them they print why they skip.
 //! Every lab is removed by a guard, also when a test fails.
 
+mod common;
 mod lab;
 
 use lab::{pipecast, require_lab, text, Lab, EXE};
@@ -279,19 +280,14 @@ fn without_cap_net_raw_raweth_names_the_capability_and_auto_uses_tcp() {
         );
         return;
     }
-    if Command::new("setpriv").arg("--version").output().is_err() {
+    if !common::have("setpriv", &["--version"]) {
         eprintln!("skipped: setpriv (util-linux) is not installed");
         return;
     }
     let run = |transport: &str| {
-        Command::new("setpriv")
+        common::as_nobody(EXE)
+            .expect("checked above")
             .args([
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-                "--inh-caps=-all",
-                "--bounding-set=-all",
-                EXE,
                 "bench",
                 "--local",
                 "2",

@@ -6,6 +6,8 @@
 //! Needs root (namespaces, CAP_NET_RAW) and `ip`; `nft` for the loss test. Without them each
 //! test prints why and passes. Namespaces are named `pcrw-<pid>-<n>-…` and deleted on drop.
 
+mod common;
+
 use pipecast::engine::{Bcast, Config as EngineConfig, Setup};
 use pipecast::plan::Lane;
 use pipecast::transport::raweth::socket::{Mac, RawSocket, RecvBatch};
@@ -811,20 +813,12 @@ fn without_cap_net_raw_the_error_names_the_capability() {
         return;
     }
     skip_unless_able!(false);
-    if sh(&["setpriv", "--version"]).is_err() {
+    let me = std::env::current_exe().unwrap();
+    let Some(mut probe) = common::as_nobody(&me) else {
         eprintln!("skipped: setpriv (util-linux) is not installed");
         return;
-    }
-    let me = std::env::current_exe().unwrap();
-    let out = Command::new("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--inh-caps=-all",
-            "--bounding-set=-all",
-        ])
-        .arg(&me)
+    };
+    let out = probe
         .args([
             "--exact",
             "without_cap_net_raw_the_error_names_the_capability",

@@ -58,3 +58,59 @@ pub fn have(cmd: &str, args: &[&str]) -> bool {
         .output()
         .is_ok_and(|o| o.status.success())
 }
+
+/// `make -C ffi` into `out` against the library of [`built_lib_dir`] (all of ffi/, or only
+/// `targets`, paths inside `out`), then `mpicc` of tests/c/mpi_bcast_test.c into
+/// `out/mpi_bcast_test`.
+#[allow(dead_code)] // used by the Open MPI tests only
+pub fn build_ffi_and_mpi_test(out: &Path, targets: &[&str]) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let profile_dir = built_lib_dir();
+    let target = profile_dir.parent().expect("target");
+    let profile = profile_dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("profile directory name");
+    let make = Command::new("make")
+        .arg("-C")
+        .arg(root.join("ffi"))
+        .arg(format!("PROFILE={profile}"))
+        .arg(format!("TARGET_DIR={}", target.display()))
+        .arg("CARGO=true")
+        .arg(format!("BUILD={}", out.display()))
+        .args(targets.iter().map(|t| out.join(t)))
+        .output()
+        .expect("run make");
+    assert!(
+        make.status.success(),
+        "make -C ffi failed:\n{}\n{}",
+        String::from_utf8_lossy(&make.stdout),
+        String::from_utf8_lossy(&make.stderr)
+    );
+    let cc = Command::new("mpicc")
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(out.join("mpi_bcast_test"))
+        .arg(root.join("tests/c/mpi_bcast_test.c"))
+        .status()
+        .expect("run mpicc");
+    assert!(cc.success(), "mpi_bcast_test.c does not compile");
+}
+
+/// `program` to be run as `nobody` without any capability (setpriv, util-linux), for the
+/// unprivileged paths of tests that run as root; `None` when setpriv is missing.
+#[allow(dead_code)] // used by the raw Ethernet tests only
+pub fn as_nobody(program: impl AsRef<std::ffi::OsStr>) -> Option<Command> {
+    if !have("setpriv", &["--version"]) {
+        return None;
+    }
+    let mut cmd = Command::new("setpriv");
+    cmd.args([
+        "--reuid=65534",
+        "--regid=65534",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+    ])
+    .arg(program);
+    Some(cmd)
+}

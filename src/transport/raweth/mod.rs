@@ -309,7 +309,7 @@ impl RawEthTransport {
     }
 }
 
-// `counters` stays inherent as well: it returns the typed `Counters`; the trait's `counters`
+// `counters` stays inherent: it returns the typed `Counters`; the trait's `counters`
 // turns them into a map.
 impl Transport for RawEthTransport {
     fn describe(&self) -> String {
