@@ -40,10 +40,14 @@ typedef struct Address Address;
 // An opaque pipecast communicator.
 typedef struct pipecast_comm pipecast_comm;
 
-// Communicator configuration. NULL strings and 0 numbers mean "the default".
+// An opaque nonblocking broadcast in flight.
+typedef struct pipecast_request pipecast_request;
+
+// Communicator configuration. NULL strings and 0 numbers mean "the `PIPECAST_*` environment
+// variable, else the default"; set fields override the environment.
 typedef struct {
-  // "tcp" (default), "raweth", "raweth:IFACE" (e.g. "raweth:eth0"), "auto" (raweth when
-  // every rank can, else tcp) or "verbs". raweth needs CAP_NET_RAW and one NIC per rank
+  // "tcp" (default), "raweth", "raweth:IFACE" (e.g. "raweth:eth0") or "auto" (raweth when
+  // every rank can, else tcp). raweth needs CAP_NET_RAW and one NIC per rank
   // (docs/raweth.md), hence not the default.
   const char *transport;
   // A tree name as `pipecast plan --tree` takes it; default "auto".
@@ -52,7 +56,9 @@ typedef struct {
   uint64_t segment_bytes;
   // Topology file mapping ranks to machines; NULL = all ranks on one switch.
   const char *topology;
-  // A broadcast that makes no progress for this long fails at every rank; 0 = 5000.
+  // How long a peer may show no sign of life (its process dead, its connection closed, no
+  // answer to heartbeats) before a broadcast waiting for it fails; a rank that is merely
+  // late is waited for. 0 = `PIPECAST_TIMEOUT_MS`, else 5000.
   uint32_t timeout_ms;
   // Calibration profile for the cost model: a file from `pipecast calibrate`, or
   // "100mbit" / "1gbit" (seed 003 Table 2); NULL = "1gbit".
@@ -99,9 +105,14 @@ void pipecast_config_default(pipecast_config *config);
 // `config` must be NULL or point to a writable `pipecast_config`.
 pipecast_result pipecast_config_from_env(pipecast_config *config);
 
-// Creates a communicator of `size` ranks, this one being `rank`. Collective: every rank calls
-// it, and it calls `allgather` (twice) to exchange addresses. `config` may be NULL (defaults).
-// On success `*out` receives the handle, to be released with `pipecast_comm_free`.
+// Creates a communicator of `size` ranks, this one being `rank`. Collective and agreed: every
+// rank calls it, it calls `allgather` the same number of times at every rank (four) whatever
+// happens locally, and every rank returns the same result — `PIPECAST_OK` everywhere, or the
+// same error everywhere, `pipecast_last_error` naming the ranks that failed and why (a bad
+// setting, an interface or topology file one host lacks, ranks with different settings). So
+// the caller can fall back to its own broadcast on every rank at once, never on one alone.
+// `config` NULL means the `PIPECAST_*` environment; a config's set fields override it. On
+// success `*out` receives the handle, to be released with `pipecast_comm_free`.
 //
 // # Safety
 // `allgather` must follow its contract; `user` must stay valid until the handle is freed;
@@ -123,13 +134,14 @@ pipecast_result pipecast_comm_create(int rank,
 pipecast_result pipecast_bcast_bytes(pipecast_comm *comm, void *buf, size_t len, int root);
 
 // Writes the plan this communicator uses for a broadcast of `msize` bytes from `root` as JSON
+// — the segment size is the one the broadcast really uses (whole frames on raw Ethernet)
 // (the `pipecast plan --json` shape) into `buf` (NUL-terminated, truncated to `len` bytes),
 // and its full length (without the NUL) to `*needed` when `needed` is not NULL. Local: no
 // communication.
 //
 // # Safety
-// `comm` must be a live handle; `buf` must be NULL or point to `len` writable bytes; `needed`
-// must be NULL or writable.
+// `comm` must be a live handle used by one thread at a time; `buf` must be NULL or point to
+// `len` writable bytes; `needed` must be NULL or writable.
 pipecast_result pipecast_plan_json(pipecast_comm *comm,
                                    int root,
                                    size_t msize,
@@ -163,6 +175,36 @@ pipecast_result pipecast_tree_node(pipecast_comm *comm,
 // # Safety
 // `comm` must be NULL or a handle from pipecast_comm_create not freed before.
 void pipecast_comm_free(pipecast_comm *comm);
+
+// Starts broadcasting `len` bytes at `buf` from `root` and returns at once; `*out` receives
+// the request, to be completed by `pipecast_test` or `pipecast_wait`. Collective: blocking
+// and nonblocking broadcasts on a communicator must be posted in the same order at every
+// rank; several may be in flight. The broadcast runs on pipecast's progress thread (it
+// overlaps with the caller's computation). `buf` may be NULL only when `len` is 0.
+//
+// # Safety
+// `comm` must be a live handle used by one thread at a time; `buf` must point to `len`
+// writable bytes that nobody else touches until the request completes; `out` must be
+// writable.
+pipecast_result pipecast_ibcast_bytes(pipecast_comm *comm,
+                                      void *buf,
+                                      size_t len,
+                                      int root,
+                                      pipecast_request **out);
+
+// Whether `req` has completed: `*done` = 1 and the broadcast's result returned — the request
+// is then freed and must not be used again — or `*done` = 0 and `PIPECAST_OK` (still
+// running). Never blocks; may be called from any thread (one at a time per request).
+//
+// # Safety
+// `req` must be a live request from `pipecast_ibcast_bytes`; `done` must be writable.
+pipecast_result pipecast_test(pipecast_request *req, int *done);
+
+// Waits until `req` completes, frees it and returns the broadcast's result.
+//
+// # Safety
+// `req` must be a live request from `pipecast_ibcast_bytes`, not used again afterwards.
+pipecast_result pipecast_wait(pipecast_request *req);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -232,39 +232,41 @@ fn mismatched_message_sizes_are_reported() {
     );
 }
 
+/// MPI has no timeouts: a rank that is stopped (or computing) for longer than the timeout is
+/// late, not gone; its kernel keeps its connections open, and the others wait for it.
 #[test]
-fn stopped_rank_makes_the_others_time_out() {
+fn stopped_rank_is_waited_for_beyond_the_timeout() {
     let n = 3;
     let port = free_port();
     let args = [
         "--sizes",
         "256K",
         "--iters",
-        "100000",
+        "40",
         "--tree",
         "naive-linear",
-        "--root",
-        "0",
         "--timeout-ms",
-        "1500",
+        "1000",
     ];
     let mut ranks: Vec<Child> = (0..n).map(|r| spawn_rank(r, n, port, &args)).collect();
-    std::thread::sleep(Duration::from_millis(1500));
-    let stop = |sig: &str| {
+    std::thread::sleep(Duration::from_millis(500));
+    let signal = |sig: &str| {
         let pid = ranks[1].id().to_string();
         Command::new("kill").args([sig, &pid]).status().unwrap()
     };
-    assert!(stop("-STOP").success());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    for r in [0, 2] {
-        let status = wait_until(&mut ranks[r], deadline, &format!("rank {r}"));
+    assert!(signal("-STOP").success());
+    std::thread::sleep(Duration::from_millis(3500));
+    assert!(signal("-CONT").success());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for (r, c) in ranks.iter_mut().enumerate() {
+        let status = wait_until(c, deadline, &format!("rank {r}"));
+        let mut err = String::new();
+        std::io::Read::read_to_string(c.stderr.as_mut().unwrap(), &mut err).unwrap();
         assert!(
-            !status.success(),
-            "rank {r} must give up on the stopped peer"
+            status.success(),
+            "rank {r} must finish after the stopped rank resumed: {err}"
         );
     }
-    ranks[1].kill().ok();
-    ranks[1].wait().ok();
 }
 
 #[test]

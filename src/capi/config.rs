@@ -1,18 +1,18 @@
 //! `pipecast_config`: the communicator configuration, from a struct or `PIPECAST_*` variables.
 
-use super::{boundary, fail, opt_str, pipecast_result};
-use crate::plan::TreeKind;
+use super::{boundary, fail, pipecast_result};
+use crate::comm::{parse_bytes, Settings};
 use pipecast_result::*;
-use std::ffi::{c_char, CString};
-use std::path::PathBuf;
+use std::ffi::{c_char, CStr, CString};
 use std::sync::Mutex;
 
-/// Communicator configuration. NULL strings and 0 numbers mean "the default".
+/// Communicator configuration. NULL strings and 0 numbers mean "the `PIPECAST_*` environment
+/// variable, else the default"; set fields override the environment.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct pipecast_config {
-    /// "tcp" (default), "raweth", "raweth:IFACE" (e.g. "raweth:eth0"), "auto" (raweth when
-    /// every rank can, else tcp) or "verbs". raweth needs CAP_NET_RAW and one NIC per rank
+    /// "tcp" (default), "raweth", "raweth:IFACE" (e.g. "raweth:eth0") or "auto" (raweth when
+    /// every rank can, else tcp). raweth needs CAP_NET_RAW and one NIC per rank
     /// (docs/raweth.md), hence not the default.
     pub transport: *const c_char,
     /// A tree name as `pipecast plan --tree` takes it; default "auto".
@@ -21,7 +21,9 @@ pub struct pipecast_config {
     pub segment_bytes: u64,
     /// Topology file mapping ranks to machines; NULL = all ranks on one switch.
     pub topology: *const c_char,
-    /// A broadcast that makes no progress for this long fails at every rank; 0 = 5000.
+    /// How long a peer may show no sign of life (its process dead, its connection closed, no
+    /// answer to heartbeats) before a broadcast waiting for it fails; a rank that is merely
+    /// late is waited for. 0 = `PIPECAST_TIMEOUT_MS`, else 5000.
     pub timeout_ms: u32,
     /// Calibration profile for the cost model: a file from `pipecast calibrate`, or
     /// "100mbit" / "1gbit" (seed 003 Table 2); NULL = "1gbit".
@@ -48,53 +50,30 @@ impl pipecast_config {
     }
 }
 
-/// The configuration as Rust values, validated.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Settings {
-    pub transport: String,
-    pub tree: TreeKind,
-    pub segment_bytes: Option<u64>,
-    pub topology: Option<PathBuf>,
-    pub timeout_ms: u32,
-    pub profile: Option<String>,
-    pub iface: Option<String>,
-}
-
-pub(crate) const TRANSPORTS: [&str; 4] = ["auto", "tcp", "raweth", "verbs"];
-
-impl Settings {
-    pub(crate) fn from_c(cfg: &pipecast_config) -> Result<Settings, pipecast_result> {
-        let transport = opt_str(cfg.transport, "config.transport")?.unwrap_or_else(|| "tcp".into());
-        let named_iface = transport
-            .strip_prefix("raweth:")
-            .is_some_and(|iface| !iface.is_empty());
-        if !TRANSPORTS.contains(&transport.as_str()) && !named_iface {
-            return Err(fail(
-                PIPECAST_ERR_CONFIG,
-                format!(
-                    "transport {transport:?}: use one of {} or raweth:IFACE",
-                    TRANSPORTS.join(", ")
-                ),
-            ));
+/// The struct's settings as text (NULL strings and 0 numbers absent), to be laid over the
+/// environment's ([`Settings::or`]). A string that is not UTF-8 is an error naming the field.
+pub(crate) fn settings_from_c(cfg: &pipecast_config) -> Result<Settings, String> {
+    let text = |ptr: *const c_char, what: &str| -> Result<Option<String>, String> {
+        if ptr.is_null() {
+            return Ok(None);
         }
-        let tree = opt_str(cfg.tree, "config.tree")?.unwrap_or_else(|| "auto".into());
-        let tree = tree
-            .parse::<TreeKind>()
-            .map_err(|e| fail(PIPECAST_ERR_CONFIG, e.to_string()))?;
-        Ok(Settings {
-            transport,
-            tree,
-            segment_bytes: (cfg.segment_bytes > 0).then_some(cfg.segment_bytes),
-            topology: opt_str(cfg.topology, "config.topology")?.map(PathBuf::from),
-            timeout_ms: if cfg.timeout_ms == 0 {
-                5000
-            } else {
-                cfg.timeout_ms
-            },
-            profile: opt_str(cfg.profile, "config.profile")?,
-            iface: opt_str(cfg.iface, "config.iface")?,
-        })
-    }
+        // SAFETY: the caller passes NULL or a NUL-terminated string that lives during the
+        // call (documented on every function taking a config).
+        let s = unsafe { CStr::from_ptr(ptr) };
+        s.to_str()
+            .map(|s| Some(s.to_string()).filter(|s| !s.trim().is_empty()))
+            .map_err(|_| format!("config.{what} is not UTF-8"))
+    };
+    Ok(Settings {
+        transport: text(cfg.transport, "transport")?,
+        tree: text(cfg.tree, "tree")?,
+        segment: (cfg.segment_bytes > 0).then(|| cfg.segment_bytes.to_string()),
+        topology: text(cfg.topology, "topology")?,
+        timeout_ms: (cfg.timeout_ms > 0).then(|| cfg.timeout_ms.to_string()),
+        profile: text(cfg.profile, "profile")?,
+        iface: text(cfg.iface, "iface")?,
+        ..Settings::default()
+    })
 }
 
 /// Fills `config` with the defaults (everything NULL or 0).
@@ -177,7 +156,10 @@ pub unsafe extern "C" fn pipecast_config_from_env(config: *mut pipecast_config) 
                     )
                 })?;
             }
-            Settings::from_c(&c)?;
+            let mut check = crate::comm::Config::default();
+            Settings::from_env()
+                .apply(&mut check)
+                .map_err(|e| fail(PIPECAST_ERR_CONFIG, e.to_string()))?;
             Ok(c)
         };
         match build() {
@@ -191,48 +173,24 @@ pub unsafe extern "C" fn pipecast_config_from_env(config: *mut pipecast_config) 
     })
 }
 
-/// `65536`, `64K`, `4M`, `1G` (binary multiples).
-pub(crate) fn parse_bytes(text: &str) -> Option<u64> {
-    let t = text.trim();
-    let (digits, shift) = match t.char_indices().last()? {
-        (i, 'K' | 'k') => (&t[..i], 10),
-        (i, 'M' | 'm') => (&t[..i], 20),
-        (i, 'G' | 'g') => (&t[..i], 30),
-        _ => (t, 0),
-    };
-    digits.parse::<u64>().ok()?.checked_mul(1 << shift)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn bytes_with_suffixes() {
-        assert_eq!(parse_bytes("64K"), Some(65536));
-        assert_eq!(parse_bytes("3"), Some(3));
-        assert_eq!(parse_bytes("2M"), Some(2 << 20));
-        assert_eq!(parse_bytes("x"), None);
-        assert_eq!(parse_bytes(""), None);
-    }
-
-    #[test]
-    fn settings_are_validated() {
+    fn struct_fields_become_settings() {
         let tree = CString::new("binary").unwrap();
+        let bad = [0xffu8, 0];
         let mut c = pipecast_config {
             tree: tree.as_ptr(),
+            segment_bytes: 4096,
             ..pipecast_config::empty()
         };
-        let s = Settings::from_c(&c).unwrap();
-        assert_eq!(s.tree, TreeKind::Binary);
-        assert_eq!(s.timeout_ms, 5000);
-        let named = CString::new("raweth:eth0").unwrap();
-        c.transport = named.as_ptr();
-        assert_eq!(Settings::from_c(&c).unwrap().transport, "raweth:eth0");
-        for bad in ["carrier-pigeon", "raweth:", "tcp:eth0"] {
-            let bad = CString::new(bad).unwrap();
-            c.transport = bad.as_ptr();
-            assert_eq!(Settings::from_c(&c), Err(PIPECAST_ERR_CONFIG));
-        }
+        let s = settings_from_c(&c).unwrap();
+        assert_eq!(s.tree.as_deref(), Some("binary"));
+        assert_eq!(s.segment.as_deref(), Some("4096"));
+        assert_eq!(s.timeout_ms, None);
+        c.iface = bad.as_ptr().cast();
+        assert!(settings_from_c(&c).unwrap_err().contains("config.iface"));
     }
 }

@@ -1,18 +1,15 @@
 //! The communicator handle of the C ABI.
 
-use super::config::Settings;
+use super::config::settings_from_c;
 use super::{boundary, fail, pipecast_config, pipecast_result};
-use crate::comm::{self, Algorithm, Bootstrap, Comm, CommError, Config};
-use crate::engine::EngineError;
-use crate::transport::TransportError;
+use crate::comm::{Bootstrap, Comm, CommError, Config, ErrorClass, Settings};
 use crate::Error;
 use pipecast_result::*;
 use std::ffi::{c_char, c_int, c_void};
-use std::time::Duration;
 
 /// An opaque pipecast communicator.
 pub struct pipecast_comm {
-    comm: Comm,
+    pub(crate) comm: Comm,
 }
 
 /// The host's allgather: every rank passes `len` bytes at `mine`; on return `all` holds
@@ -86,62 +83,43 @@ impl Bootstrap for CallbackBootstrap {
 }
 
 /// The result code for a crate error, with its message recorded for `pipecast_last_error`.
-fn code_of(e: &Error) -> pipecast_result {
-    let code = match e {
-        Error::Engine(EngineError::Timeout { .. }) => PIPECAST_ERR_TIMEOUT,
-        Error::Engine(EngineError::Mismatch { .. }) => PIPECAST_ERR_MISMATCH,
-        Error::Transport(TransportError::ConnectTimeout { .. }) => PIPECAST_ERR_TIMEOUT,
-        Error::Transport(_) => PIPECAST_ERR_TRANSPORT,
-        Error::Comm(CommError::Bootstrap(_)) => PIPECAST_ERR_BOOTSTRAP,
-        Error::Comm(CommError::Env { .. } | CommError::TopologyHosts { .. }) => PIPECAST_ERR_CONFIG,
-        Error::Topology(_) | Error::Plan(_) | Error::Model(_) => PIPECAST_ERR_CONFIG,
-        _ => PIPECAST_ERR_OTHER,
+pub(crate) fn code_of(e: &Error) -> pipecast_result {
+    let code = match ErrorClass::of(e) {
+        ErrorClass::Config => PIPECAST_ERR_CONFIG,
+        ErrorClass::Bootstrap => PIPECAST_ERR_BOOTSTRAP,
+        ErrorClass::Transport => PIPECAST_ERR_TRANSPORT,
+        ErrorClass::Timeout => PIPECAST_ERR_TIMEOUT,
+        ErrorClass::Mismatch => PIPECAST_ERR_MISMATCH,
+        ErrorClass::Unsupported => PIPECAST_ERR_UNSUPPORTED,
+        ErrorClass::Other => PIPECAST_ERR_OTHER,
     };
     fail(code, e.to_string())
 }
 
-// `..Config::default()` stays: comm::Config grows fields (transport binding) on other branches.
-#[allow(clippy::needless_update)]
-fn comm_config(settings: &Settings) -> Result<Config, pipecast_result> {
-    let transport: crate::comm::Transport = match settings.transport.parse() {
-        Ok(t) => t,
-        Err(e) => return Err(fail(PIPECAST_ERR_UNSUPPORTED, e)),
+/// This rank's configuration: the struct's fields over the `PIPECAST_*` environment (read
+/// in `comm::Settings`, the one place). A bad value is a local failure that the agreement
+/// of `Comm::join` reports to every rank.
+fn local_config(config: Option<&pipecast_config>) -> crate::Result<Config> {
+    let over = match config {
+        Some(c) => settings_from_c(c).map_err(|problem| CommError::Env {
+            name: "config",
+            problem,
+        })?,
+        None => Settings::default(),
     };
-    let topology = match &settings.topology {
-        Some(path) => Some(crate::topology::read_topology(path).map_err(|e| code_of(&e.into()))?),
-        None => None,
-    };
-    let profile = match &settings.profile {
-        Some(spec) => crate::model::Profile::load(spec).map_err(|e| code_of(&e.into()))?,
-        None => Config::default().profile,
-    };
-    let mut engine = crate::engine::Config::default();
-    if let Ok(v) = std::env::var("PIPECAST_WINDOW") {
-        engine.window = v.trim().parse().ok().filter(|w| *w >= 1).ok_or_else(|| {
-            fail(
-                PIPECAST_ERR_CONFIG,
-                format!("PIPECAST_WINDOW={v:?}: expected a whole number of segments, at least 1"),
-            )
-        })?;
-    }
-    Ok(Config {
-        profile,
-        engine,
-        algorithm: Algorithm::Tree(settings.tree.clone()),
-        segment: settings.segment_bytes,
-        timeout: Duration::from_millis(u64::from(settings.timeout_ms)),
-        topology,
-        ip: Some(
-            comm::hosts::listen_ip(settings.iface.as_deref()).map_err(|e| code_of(&e.into()))?,
-        ),
-        transport,
-        ..Config::default()
-    })
+    let mut config = Config::default();
+    over.or(Settings::from_env()).apply(&mut config)?;
+    Ok(config)
 }
 
-/// Creates a communicator of `size` ranks, this one being `rank`. Collective: every rank calls
-/// it, and it calls `allgather` (twice) to exchange addresses. `config` may be NULL (defaults).
-/// On success `*out` receives the handle, to be released with `pipecast_comm_free`.
+/// Creates a communicator of `size` ranks, this one being `rank`. Collective and agreed: every
+/// rank calls it, it calls `allgather` the same number of times at every rank (four) whatever
+/// happens locally, and every rank returns the same result — `PIPECAST_OK` everywhere, or the
+/// same error everywhere, `pipecast_last_error` naming the ranks that failed and why (a bad
+/// setting, an interface or topology file one host lacks, ranks with different settings). So
+/// the caller can fall back to its own broadcast on every rank at once, never on one alone.
+/// `config` NULL means the `PIPECAST_*` environment; a config's set fields override it. On
+/// success `*out` receives the handle, to be released with `pipecast_comm_free`.
 ///
 /// # Safety
 /// `allgather` must follow its contract; `user` must stay valid until the handle is freed;
@@ -169,23 +147,14 @@ pub unsafe extern "C" fn pipecast_comm_create(
                 format!("rank {rank} of size {size}: need 0 <= rank < size"),
             );
         }
-        let defaults = pipecast_config::empty();
         // SAFETY: NULL or a valid config, by the caller's contract.
-        let config = unsafe { config.as_ref() }.unwrap_or(&defaults);
-        let settings = match Settings::from_c(config) {
-            Ok(s) => s,
-            Err(code) => return code,
-        };
-        let config = match comm_config(&settings) {
-            Ok(c) => c,
-            Err(code) => return code,
-        };
+        let config = local_config(unsafe { config.as_ref() });
         let bootstrap = CallbackBootstrap {
             allgather,
             user,
             size: size as usize,
         };
-        match Comm::new(rank as usize, size as usize, Box::new(bootstrap), config) {
+        match Comm::join(rank as usize, size as usize, Box::new(bootstrap), config) {
             Ok(comm) => {
                 let handle = Box::into_raw(Box::new(pipecast_comm { comm }));
                 // SAFETY: `out` is non-NULL (checked) and writable by the caller's contract.
@@ -198,7 +167,7 @@ pub unsafe extern "C" fn pipecast_comm_create(
 }
 
 /// `root` is a rank of the communicator, else `PIPECAST_ERR_INVALID_ARGUMENT` (recorded).
-fn check_root(handle: &pipecast_comm, root: c_int) -> Result<(), pipecast_result> {
+pub(crate) fn check_root(handle: &pipecast_comm, root: c_int) -> Result<(), pipecast_result> {
     if root < 0 || root as usize >= handle.comm.size() {
         return Err(fail(
             PIPECAST_ERR_INVALID_ARGUMENT,
@@ -250,13 +219,14 @@ pub unsafe extern "C" fn pipecast_bcast_bytes(
 }
 
 /// Writes the plan this communicator uses for a broadcast of `msize` bytes from `root` as JSON
+/// — the segment size is the one the broadcast really uses (whole frames on raw Ethernet)
 /// (the `pipecast plan --json` shape) into `buf` (NUL-terminated, truncated to `len` bytes),
 /// and its full length (without the NUL) to `*needed` when `needed` is not NULL. Local: no
 /// communication.
 ///
 /// # Safety
-/// `comm` must be a live handle; `buf` must be NULL or point to `len` writable bytes; `needed`
-/// must be NULL or writable.
+/// `comm` must be a live handle used by one thread at a time; `buf` must be NULL or point to
+/// `len` writable bytes; `needed` must be NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn pipecast_plan_json(
     comm: *mut pipecast_comm,
@@ -267,35 +237,18 @@ pub unsafe extern "C" fn pipecast_plan_json(
     needed: *mut usize,
 ) -> pipecast_result {
     boundary(|| {
-        // SAFETY: a live handle (caller contract).
-        let Some(handle) = (unsafe { comm.as_ref() }) else {
+        // SAFETY: a live handle used by one thread at a time (caller contract).
+        let Some(handle) = (unsafe { comm.as_mut() }) else {
             return fail(PIPECAST_ERR_NULL_ARGUMENT, "comm is NULL");
         };
-        let c = &handle.comm;
-        if root < 0 || root as usize >= c.size() {
-            return fail(
-                PIPECAST_ERR_INVALID_ARGUMENT,
-                format!("root {root} is out of range"),
-            );
+        if let Err(code) = check_root(handle, root) {
+            return code;
         }
-        let topology = c.topology();
-        let resolved = comm::resolve(
-            topology,
-            root as usize,
-            &c.config().algorithm,
-            msize as u64,
-            c.config().segment,
-            &c.config().profile,
-        );
-        let (algorithm, segment) = match resolved {
-            Ok(r) => r,
+        let (algorithm, segment, lanes) = match handle.comm.plan(root as usize, msize as u64) {
+            Ok(p) => p,
             Err(e) => return code_of(&e),
         };
-        let segments = (msize as u64).div_ceil(segment).max(1);
-        let lanes = match comm::lanes(topology, root as usize, &algorithm, segments) {
-            Ok(l) => l,
-            Err(e) => return code_of(&e.into()),
-        };
+        let c = &handle.comm;
         let text = serde_json::json!({
             "tree": algorithm.to_string(),
             "root": root,

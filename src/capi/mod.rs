@@ -9,17 +9,18 @@
 #![allow(non_camel_case_types)]
 
 mod config;
-pub(crate) use config::parse_bytes;
 mod handle;
+mod request;
 
 pub use config::{pipecast_config, pipecast_config_default, pipecast_config_from_env};
 pub use handle::{
     pipecast_allgather_fn, pipecast_bcast_bytes, pipecast_comm, pipecast_comm_create,
     pipecast_comm_free, pipecast_plan_json,
 };
+pub use request::{pipecast_ibcast_bytes, pipecast_request, pipecast_test, pipecast_wait};
 
 use std::cell::RefCell;
-use std::ffi::{c_char, CStr};
+use std::ffi::c_char;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// Outcome of a pipecast C call.
@@ -79,22 +80,6 @@ pub(crate) fn boundary(f: impl FnOnce() -> pipecast_result) -> pipecast_result {
             )
         }
     }
-}
-
-/// Reads an optional C string argument. `what` names the argument in the error.
-pub(crate) fn opt_str(ptr: *const c_char, what: &str) -> Result<Option<String>, pipecast_result> {
-    if ptr.is_null() {
-        return Ok(None);
-    }
-    // SAFETY: the caller passes NULL or a NUL-terminated string that lives during the call
-    // (documented on every function taking one).
-    let s = unsafe { CStr::from_ptr(ptr) };
-    s.to_str().map(|s| Some(s.to_string())).map_err(|_| {
-        fail(
-            PIPECAST_ERR_INVALID_ARGUMENT,
-            format!("{what} is not UTF-8"),
-        )
-    })
 }
 
 /// The library version, a static NUL-terminated string such as `"0.1.0"`.

@@ -2,13 +2,13 @@
 //! about it in the bootstrap, and [`Link`]: either transport, boxed, for the progress
 //! thread.
 //!
-//! Every rank binds a TCP listener (its address is the first word of the bootstrap blob,
-//! which other parts read). With `raweth` or `auto` it also opens a raw Ethernet socket and
-//! appends `raweth=<mac>` to its blob. After the allgather every rank decides the same way
-//! from the same blobs: raw Ethernet when every rank published a MAC and no two are equal;
-//! otherwise `auto` falls back to TCP (logging why) and `raweth` fails naming the rank.
+//! Every rank binds a TCP listener (its address goes into the bootstrap blob). With `raweth`
+//! or `auto` it also opens a raw Ethernet socket and puts its MAC in the blob. After the
+//! allgather every rank decides the same way from the same blobs: raw Ethernet when every
+//! rank published a MAC and no two are equal; otherwise `auto` falls back to TCP (logging
+//! why) and `raweth` fails naming the rank.
 
-use super::CommError;
+use super::{CommError, Config};
 use crate::transport::raweth::{self, socket, RawEthTransport};
 use crate::transport::{TcpTransport, TransportError};
 use std::fmt;
@@ -69,14 +69,14 @@ impl fmt::Display for Transport {
 /// The transport the progress thread drives.
 pub type Link = Box<dyn crate::transport::Transport>;
 
-/// Opens the raw Ethernet side for `transport` (`None` for `tcp`, and for `auto` when it is
-/// not possible, logging why). `ip` is the address that reaches the rendezvous.
+/// Opens the raw Ethernet side for `config.transport` (`None` for `tcp`, and for `auto` when
+/// it is not possible, logging why). `ip` is the address this rank listens on.
 pub fn open_raw(
     rank: usize,
-    transport: &Transport,
+    config: &Config,
     ip: Option<IpAddr>,
 ) -> Result<Option<RawEthTransport>, TransportError> {
-    let (iface, required) = match transport {
+    let (iface, required) = match &config.transport {
         Transport::Tcp => return Ok(None),
         Transport::RawEth { iface } => (iface.clone(), true),
         Transport::Auto => (None, false),
@@ -96,12 +96,9 @@ pub fn open_raw(
             fallback(why.into())
         };
     }
+    // PIPECAST_IFACE may list subnets for TCP; only a plain interface name names a raw one.
     let iface = iface
-        .or_else(|| {
-            std::env::var("PIPECAST_IFACE")
-                .ok()
-                .filter(|v| !v.is_empty())
-        })
+        .or_else(|| config.iface.clone().filter(|i| !i.contains(['/', ','])))
         .or_else(|| socket::default_interface(ip));
     let Some(iface) = iface else {
         let why = "no non-loopback interface with an address: name one with raweth:IFACE or PIPECAST_IFACE";
@@ -114,30 +111,16 @@ pub fn open_raw(
             fallback(why.into())
         };
     };
-    let mut config = raweth::Config::default();
-    if let Some(v) = std::env::var("PIPECAST_RAWETH_RING")
-        .ok()
-        .filter(|v| !v.is_empty())
-    {
-        // Receive through a PACKET_MMAP ring of this many bytes (e.g. 4M) instead of recvmmsg.
-        let bytes = crate::capi::parse_bytes(&v).ok_or_else(|| TransportError::Setup {
-            what: "PIPECAST_RAWETH_RING".into(),
-            error: format!("{v:?}: expected bytes such as 4194304 or 4M"),
-        })?;
-        config.rx_ring = Some(bytes as usize);
-    }
-    match RawEthTransport::bind(rank, &iface, config) {
+    let raw_config = raweth::Config {
+        rx_ring: config.raweth_ring,
+        liveness: config.timeout.as_nanos() as u64,
+        ..raweth::Config::default()
+    };
+    match RawEthTransport::bind(rank, &iface, raw_config) {
         Ok(t) => Ok(Some(t)),
         Err(e) if !required => fallback(e.to_string()),
         Err(e) => Err(e),
     }
-}
-
-/// What this rank appends to its bootstrap blob: ` raweth=<mac>` or nothing.
-pub fn blob_suffix(raw: &Option<RawEthTransport>) -> String {
-    raw.as_ref()
-        .map(|t| format!(" raweth={}", socket::mac_to_string(&t.local_mac())))
-        .unwrap_or_default()
 }
 
 /// Picks the transport from everybody's blobs (the same choice at every rank) and gives it
@@ -146,7 +129,7 @@ pub fn choose(
     transport: &Transport,
     tcp: TcpTransport,
     raw: Option<RawEthTransport>,
-    blobs: &[Vec<u8>],
+    macs: &[Option<socket::Mac>],
     job_cookie: u64,
 ) -> Result<Link, CommError> {
     let Some(mut raw) = raw else {
@@ -157,15 +140,6 @@ pub fn choose(
             _ => Ok(Box::new(tcp)),
         };
     };
-    let macs: Vec<Option<socket::Mac>> = blobs
-        .iter()
-        .map(|b| {
-            String::from_utf8_lossy(b)
-                .split_whitespace()
-                .find_map(|w| w.strip_prefix("raweth="))
-                .and_then(socket::parse_mac)
-        })
-        .collect();
     let missing: Vec<usize> = (0..macs.len()).filter(|&r| macs[r].is_none()).collect();
     let problem = if !missing.is_empty() {
         Some(format!(
@@ -211,8 +185,7 @@ mod tests {
     #[test]
     fn tcp_stays_tcp_and_auto_without_raw_endpoint_is_tcp() {
         let tcp = TcpTransport::bind(0, "127.0.0.1").unwrap();
-        let blobs = vec![b"127.0.0.1:1 5".to_vec(), b"127.0.0.1:2 6".to_vec()];
-        let l = choose(&Transport::Auto, tcp, None, &blobs, 5).unwrap();
+        let l = choose(&Transport::Auto, tcp, None, &[None, None], 5).unwrap();
         assert_eq!(l.describe(), "tcp");
         assert!(!l.lingers());
     }

@@ -11,27 +11,34 @@
 //! # Ok(()) }
 //! ```
 
+pub mod agree;
 mod algorithm;
 mod bootstrap;
 pub mod hosts;
 mod link;
 mod progress;
+mod request;
+pub mod settings;
+mod setup;
 
+pub use agree::ErrorClass;
 pub use algorithm::{
     choose_segment, lanes, resolve, scatter_allgather, segment_for, Algorithm, DEFAULT_SEGMENT,
 };
 pub use bootstrap::{Bootstrap, TcpRendezvous};
 pub use link::Transport;
+pub use request::Request;
+pub use settings::{parse_bytes, Settings};
 
 use crate::engine::{Config as EngineConfig, Setup};
 use crate::model::Profile;
 use crate::plan::{Lane, TreeKind};
 use crate::topology::Topology;
-use crate::transport::{lend, TcpTransport};
+use crate::transport::lend;
 use crossbeam_channel::Sender;
-use progress::{Job, Op};
+use progress::{Buffer, Job, Op};
+use setup::Local;
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,6 +61,9 @@ pub enum CommError {
     },
     #[error("this communicator failed earlier ({0}) and can no longer be used")]
     Failed(String),
+    /// Some rank could not set up (or ranks disagree): every rank returns this same error.
+    #[error("pipecast is not used on this communicator: {detail}")]
+    Agreement { class: ErrorClass, detail: String },
     #[error("the progress thread is gone (it panicked)")]
     ProgressGone,
 }
@@ -68,16 +78,24 @@ pub struct Config {
     /// Calibration profile for the model's choices (`auto`, segment size); default the
     /// 1 Gbit/s column of seed 003 Table 2. `pipecast calibrate` measures one.
     pub profile: Profile,
-    /// Window, credit batching; `idle_timeout` is set from `timeout`.
+    /// Window, credit batching (the engine's idle timeout is off: a late rank is waited for).
     pub engine: EngineConfig,
-    /// A broadcast making no progress this long fails; also bounds connection setup.
+    /// How long a peer may show no sign of life (its process dead, its connection closed, no
+    /// answer to heartbeats) before a broadcast that waits for it fails. A peer that is merely
+    /// late (computing) is waited for however long it takes.
     pub timeout: Duration,
     /// Rank r runs on machine r; default: all ranks on one switch.
     pub topology: Option<Topology>,
-    /// IP address to listen on (default: the one that reaches the rendezvous).
+    /// IP address to listen on (default: the interface of `iface`, else the one that reaches
+    /// the rendezvous, else the first up non-loopback interface).
     pub ip: Option<String>,
+    /// Interfaces or subnets to listen on (`btl_tcp_if_include` style), and the raw Ethernet
+    /// interface when the transport names none (env PIPECAST_IFACE).
+    pub iface: Option<String>,
     /// Transport of broadcast data (default `tcp`; env PIPECAST_TRANSPORT).
     pub transport: Transport,
+    /// Raw Ethernet: receive through a PACKET_MMAP ring of this many bytes.
+    pub raweth_ring: Option<usize>,
 }
 
 impl Default for Config {
@@ -90,7 +108,9 @@ impl Default for Config {
             timeout: Duration::from_secs(5),
             topology: None,
             ip: None,
+            iface: None,
             transport: Transport::Tcp,
+            raweth_ring: None,
         }
     }
 }
@@ -144,88 +164,73 @@ pub struct BcastInfo {
 }
 
 impl Comm {
-    /// Joins the job through `bootstrap` (one allgather of listening addresses).
+    /// Joins the job through `bootstrap`: see [`Comm::join`].
     pub fn new(
         rank: usize,
         size: usize,
-        mut bootstrap: Box<dyn Bootstrap>,
+        bootstrap: Box<dyn Bootstrap>,
         config: Config,
+    ) -> crate::Result<Comm> {
+        Comm::join(rank, size, bootstrap, Ok(config))
+    }
+
+    /// Joins the job through `bootstrap`, collectively and in agreement: every rank runs the
+    /// same two allgathers whatever happens locally, and every rank returns the same outcome.
+    ///
+    /// 1. Local setup (`config` may already be a local failure: a bad setting): listen, open
+    ///    the raw socket. The blob (`wire::bootstrap`) says ready, or failed and why.
+    /// 2. First allgather: if any rank failed, or ranks disagree on the settings that decide
+    ///    plans and links, every rank returns [`CommError::Agreement`] naming them.
+    /// 3. Setup from everybody's blobs (topology, link, connections), then a second allgather
+    ///    of "ready": a failure at any rank fails every rank.
+    ///
+    /// So a rank never falls back to the MPI's own broadcast alone (which hung the job).
+    pub fn join(
+        rank: usize,
+        size: usize,
+        mut bootstrap: Box<dyn Bootstrap>,
+        config: crate::Result<Config>,
     ) -> crate::Result<Comm> {
         if rank >= size {
             return Err(CommError::BadRank { rank, size }.into());
         }
-        if let Some(t) = &config.topology {
-            hosts::check_file(t, size, &hosts::host_name())?;
-        }
-        let ip = match &config.ip {
-            Some(ip) => ip.clone(),
-            None => hosts::listen_ip(None)?,
-        };
         let _span = tracing::info_span!("comm_setup", rank, size).entered();
-        let transport = TcpTransport::bind(rank, &ip)?;
-        let raw = link::open_raw(rank, &config.transport, ip.parse().ok())?;
-        let cookie = {
-            // Rank 0's cookie (its address and process id) identifies the job.
-            let a = transport.local_addr();
-            (u64::from(std::process::id()) << 16) ^ u64::from(a.port()) ^ 0x7069_7065_6361_7374
-        };
-        // "<tcp addr> <job cookie> <host> [raweth=<mac>]": hosts reads the third word, link
-        // looks for the raweth= word.
-        let mine = format!(
-            "{} {cookie} {}{}",
-            transport.local_addr(),
-            hosts::host_name(),
-            link::blob_suffix(&raw)
-        );
-        let blobs = bootstrap.allgather(mine.as_bytes())?;
-        if blobs.len() != size {
-            return Err(CommError::Bootstrap(format!(
-                "allgather returned {} blobs for {size} ranks",
-                blobs.len()
-            ))
-            .into());
-        }
-        let mut addrs = Vec::with_capacity(size);
-        let mut rank_hosts = Vec::with_capacity(size);
-        let mut job_cookie = 0;
-        for (r, blob) in blobs.iter().enumerate() {
-            let text = String::from_utf8_lossy(blob);
-            let mut parts = text.split_whitespace();
-            let addr: Option<SocketAddr> = parts.next().and_then(|a| a.parse().ok());
-            let c: Option<u64> = parts.next().and_then(|c| c.parse().ok());
-            match (addr, c) {
-                (Some(a), Some(c)) => {
-                    addrs.push(a);
-                    rank_hosts.push(hosts::RankHost {
-                        name: parts.next().unwrap_or("unnamed").to_string(),
-                        ip: a.ip(),
-                    });
-                    if r == 0 {
-                        job_cookie = c;
-                    }
-                }
-                _ => {
-                    return Err(CommError::Bootstrap(format!(
-                        "rank {r} sent an unreadable address blob {text:?}: is it the same pipecast version?"
-                    ))
-                    .into())
-                }
+        let host = hosts::host_name();
+        let local = config.and_then(|config| Local::open(rank, size, config));
+        let mine = match &local {
+            Ok(l) => l.blob(&host),
+            Err(e) => {
+                tracing::info!(rank, error = %e, "local setup failed: telling the other ranks");
+                agree::failed_blob(e, &host)
             }
-        }
-        let keys = hosts::host_keys(&rank_hosts);
-        let topology = hosts::topology(config.topology.as_ref(), &rank_hosts, &keys)?;
-        let mut transport = transport;
-        transport.set_peers(addrs, job_cookie);
-        tracing::info!(addr = %transport.local_addr(), "joined");
-        let transport = link::choose(&config.transport, transport, raw, &blobs, job_cookie)?;
-        let link = transport.describe();
-        let frame_payload = transport.frame_payload();
-        tracing::info!(rank, transport = %link, "transport");
-        let (ops, rx) = crossbeam_channel::unbounded();
-        let progress = std::thread::Builder::new()
-            .name(format!("pipecast-progress-{rank}"))
-            .spawn(move || progress::serve(rank, transport, rx))
-            .map_err(|e| CommError::Bootstrap(format!("cannot start the progress thread: {e}")))?;
+        };
+        let blobs = bootstrap.allgather(&mine).and_then(|blobs| {
+            if blobs.len() == size {
+                Ok(blobs)
+            } else {
+                Err(CommError::Bootstrap(format!(
+                    "allgather returned {} blobs for {size} ranks",
+                    blobs.len()
+                )))
+            }
+        });
+        // When the exchange itself fails, this rank's own failure (if any) is the news.
+        let blobs = match (blobs, local) {
+            (Err(_), Err(e)) => return Err(e),
+            (Err(e), Ok(_)) => return Err(e.into()),
+            (Ok(b), local) => (b, local),
+        };
+        let (blobs, local) = blobs;
+        let peers = agree::decide(&blobs)?;
+        // Every rank is ready and agrees: the rest depends on everybody's blobs only, except
+        // for rare local failures (a thread, a connection), which the second round shares.
+        let local = local.expect("a failed rank fails the agreement");
+        let finished = local.finish(rank, size, &peers);
+        let ready = agree::ready_blob(finished.as_ref().err());
+        let all = bootstrap.allgather(&ready)?;
+        agree::all_ready(&all)?;
+        let (config, topology, link, frame_payload, ops, progress) =
+            finished.expect("a failed rank fails the second round");
         Ok(Comm {
             rank,
             size,
@@ -244,12 +249,10 @@ impl Comm {
     }
 
     /// Joins the job described by `PIPECAST_RANK`, `PIPECAST_SIZE`, `PIPECAST_RENDEZVOUS`
-    /// (`host:port` where rank 0 listens) and optionally `PIPECAST_TOPOLOGY` (a topology
-    /// file, unless `config.topology` is set), `PIPECAST_IP` (address to listen on) and
-    /// `PIPECAST_TIMEOUT_MS` (overrides `config.timeout`), `PIPECAST_TRANSPORT` (`tcp`,
-    /// `raweth`, `raweth:IFACE`, `auto`; overrides `config.transport`) and `PIPECAST_IFACE`
-    /// (the raw Ethernet interface when the transport names none).
-    pub fn from_env(mut config: Config) -> crate::Result<Comm> {
+    /// (`host:port` where rank 0 listens), with the other `PIPECAST_*` settings
+    /// ([`Settings`]) over `config`. A bad setting is reported to every rank (see
+    /// [`Comm::join`]).
+    pub fn from_env(config: Config) -> crate::Result<Comm> {
         let var = |name: &'static str| {
             std::env::var(name).map_err(|_| CommError::Env {
                 name,
@@ -264,39 +267,25 @@ impl Comm {
             })
         };
         let (rank, size) = (number("PIPECAST_RANK")?, number("PIPECAST_SIZE")?);
-        if std::env::var_os("PIPECAST_TIMEOUT_MS").is_some() {
-            config.timeout = Duration::from_millis(number("PIPECAST_TIMEOUT_MS")? as u64);
-        }
-        if let Ok(t) = std::env::var("PIPECAST_TRANSPORT") {
-            config.transport = t.parse().map_err(|problem| CommError::Env {
-                name: "PIPECAST_TRANSPORT",
-                problem,
-            })?;
-        }
         let rendezvous = var("PIPECAST_RENDEZVOUS")?;
-        if let Ok(spec) = std::env::var("PIPECAST_PROFILE") {
-            config.profile = Profile::load(&spec)?;
-        }
-        if config.topology.is_none() {
-            if let Ok(path) = std::env::var("PIPECAST_TOPOLOGY") {
-                config.topology = Some(crate::topology::read_topology(path.as_ref())?);
-            }
-        }
+        let mut config = config;
+        let applied = Settings::from_env().apply(&mut config);
         let boot = TcpRendezvous::new(
             rank,
             size,
             &rendezvous,
             config.timeout.max(Duration::from_secs(30)),
         )?;
-        if config.ip.is_none() {
-            config.ip = Some(std::env::var("PIPECAST_IP").unwrap_or_else(|_| {
-                boot.local_ip()
-                    .map_or_else(|| "127.0.0.1".into(), |ip| ip.to_string())
-            }));
+        if config.ip.is_none() && config.iface.is_none() {
+            config.ip = boot.local_ip().map(|ip| ip.to_string());
         }
-        Comm::new(rank, size, Box::new(boot), config)
+        Comm::join(
+            rank,
+            size,
+            Box::new(boot),
+            applied.map(|()| config).map_err(Into::into),
+        )
     }
-
     pub fn rank(&self) -> usize {
         self.rank
     }
@@ -501,6 +490,42 @@ impl Comm {
         Ok(l)
     }
 
+    /// The jobs of `setups` over `lanes`.
+    fn jobs(&self, lanes: Arc<Vec<Lane>>, setups: &[Setup]) -> Vec<Job> {
+        // No idle timeout: a late rank is waited for. Peers that are gone are found by the
+        // links (closed connections, unanswered heartbeats) within `config.timeout`.
+        let engine = EngineConfig {
+            idle_timeout: u64::MAX,
+            ..self.config.engine
+        };
+        setups
+            .iter()
+            .map(|&setup| Job {
+                lanes: lanes.clone(),
+                setup,
+                engine,
+                connect_timeout: self.config.timeout,
+            })
+            .collect()
+    }
+
+    /// Posts a run to the progress thread; the reply arrives on the returned channel.
+    fn post(
+        &mut self,
+        buf: Buffer,
+        lanes: Arc<Vec<Lane>>,
+        setups: &[Setup],
+    ) -> Result<crossbeam_channel::Receiver<progress::Outcome>, CommError> {
+        let jobs = self.jobs(lanes, setups);
+        let (reply, answer) = crossbeam_channel::bounded(1);
+        self.ops
+            .as_ref()
+            .ok_or(CommError::ProgressGone)?
+            .send(Op::Run { buf, jobs, reply })
+            .map_err(|_| CommError::ProgressGone)?;
+        Ok(answer)
+    }
+
     /// Runs the engine for each of `setups` in turn over `lanes` on the progress thread.
     fn run(
         &mut self,
@@ -509,32 +534,65 @@ impl Comm {
         setups: &[Setup],
     ) -> crate::Result<u64> {
         self.check()?;
-        let engine = EngineConfig {
-            idle_timeout: self.config.timeout.as_nanos() as u64,
-            ..self.config.engine
-        };
-        let jobs = setups
-            .iter()
-            .map(|&setup| Job {
-                lanes: lanes.clone(),
-                setup,
-                engine,
-                connect_timeout: self.config.timeout,
-            })
-            .collect();
-        let (reply, answer) = crossbeam_channel::bounded(1);
         let result = lend(buf, |loan| {
-            self.ops
-                .as_ref()
-                .ok_or(CommError::ProgressGone)?
-                .send(Op::Run { loan, jobs, reply })
-                .map_err(|_| CommError::ProgressGone)?;
-            answer.recv().map_err(|_| CommError::ProgressGone)?
+            let answer = self.post(Buffer::Loan(loan), lanes, setups)?;
+            answer.recv().map_err(|_| CommError::ProgressGone)?.result
         });
         if let Err(e) = &result {
             self.failed = Some(e.to_string());
         }
         result
+    }
+
+    /// The broadcast of `msize` bytes from `root` as it will run: the schedule (`auto`
+    /// resolved by the model), its segment size (in whole frames on raw Ethernet) and lanes.
+    pub fn plan(
+        &mut self,
+        root: usize,
+        msize: u64,
+    ) -> crate::Result<(Algorithm, u64, Arc<Vec<Lane>>)> {
+        if root >= self.size {
+            return Err(crate::plan::PlanError::BadRoot {
+                root,
+                size: self.size,
+            }
+            .into());
+        }
+        let configured = self.config.algorithm.clone();
+        let (algorithm, segment) = self.resolve(root, &configured, msize, self.config.segment)?;
+        let lanes = self.lanes(root, &algorithm, segment, msize)?;
+        Ok((algorithm, segment, lanes))
+    }
+
+    /// Starts broadcasting `buf` (this rank's vector; the root's holds the message) from
+    /// `root` and returns at once. Blocking and nonblocking broadcasts run in the order they
+    /// are posted, which must be the same at every rank (as MPI requires); several may be in
+    /// flight. [`Request::wait`] hands the vector back.
+    pub fn ibcast(&mut self, buf: Vec<u8>, root: usize) -> crate::Result<Request> {
+        self.ibcast_buffer(Buffer::Owned(buf), root)
+    }
+
+    /// [`Comm::ibcast`] of a caller's bytes (the C API).
+    pub fn ibcast_raw(
+        &mut self,
+        buf: crate::transport::RawBuf,
+        root: usize,
+    ) -> crate::Result<Request> {
+        self.ibcast_buffer(Buffer::Raw(buf), root)
+    }
+
+    fn ibcast_buffer(&mut self, mut buf: Buffer, root: usize) -> crate::Result<Request> {
+        self.check()?;
+        let msize = buf.len() as u64;
+        let (_, segment, lanes) = self.plan(root, msize)?;
+        let setup = Setup {
+            seq: self.next_seq(),
+            root,
+            msize,
+            segment,
+            deep: false,
+        };
+        Ok(Request::new(self.post(buf, lanes, &[setup])?))
     }
 }
 

@@ -36,6 +36,34 @@ impl Drop for BufLoan {
     }
 }
 
+/// A caller's buffer given by pointer and length (the C API's nonblocking broadcast): the
+/// caller promises it stays valid and untouched until pipecast is done with it.
+pub struct RawBuf {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the creator of a RawBuf promised exclusive access to the bytes until it is dropped
+// (`RawBuf::new`), so moving it to another thread is like moving a `&mut [u8]`.
+unsafe impl Send for RawBuf {}
+
+impl RawBuf {
+    /// # Safety
+    /// `ptr` must be valid for reads and writes of `len` bytes (or `len` 0), and nothing else
+    /// may access those bytes until the returned value is dropped.
+    pub unsafe fn new(ptr: *mut u8, len: usize) -> RawBuf {
+        RawBuf { ptr, len }
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        if self.len == 0 {
+            return &mut [];
+        }
+        // SAFETY: valid and exclusive for `len` bytes until drop (the contract of `new`).
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
 /// Waits for the loan on drop, so that even a panic in the lender's closure cannot free the
 /// buffer while another thread writes into it.
 struct WaitForReturn(Arc<Returned>);

@@ -13,7 +13,7 @@ pub mod loan;
 pub mod tcp;
 pub mod uring;
 
-pub use loan::{lend, BufLoan};
+pub use loan::{lend, BufLoan, RawBuf};
 pub use tcp::TcpTransport;
 
 use crate::engine::Bcast;
@@ -60,6 +60,14 @@ pub trait Transport: Send {
         _limit: Duration,
     ) -> crate::Result<bool> {
         Ok(self.flushed())
+    }
+
+    /// Serves peers between broadcasts for up to `wait` (a transport that
+    /// [`lingers`](Transport::lingers): acknowledgements, heartbeats, frames of the next
+    /// broadcast). Fails when a peer is gone.
+    fn idle(&mut self, _clock: &dyn Fn() -> u64, wait: Duration) -> crate::Result<()> {
+        std::thread::sleep(wait);
+        Ok(())
     }
 
     /// The transport's monotonic counters by name (raw Ethernet: retransmits, drops, …).
@@ -119,6 +127,8 @@ pub enum TransportError {
     BadFrame { peer: usize, reason: String },
     #[error("rank {peer} has no address: the bootstrap did not include it")]
     UnknownPeer { peer: usize },
+    #[error("rank {peer} is gone: it answered nothing for {ms} ms (its process died, or its host or link is down; raise PIPECAST_TIMEOUT_MS if it was only stopped)")]
+    PeerGone { peer: usize, ms: u64 },
 }
 
 pub mod ifaddrs;

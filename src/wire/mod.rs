@@ -1,6 +1,7 @@
 //! Byte formats as typed views over bytes (smoltcp's `Packet`/`Repr` split, see STYLE.md):
 //! [`ethernet`] (the Ethernet II header), [`lldp`] (IEEE 802.1AB LLDPDUs and their TLVs) and
-//! [`frame`] (pipecast's own raw-Ethernet frame header).
+//! [`frame`] (pipecast's own raw-Ethernet frame header) and [`bootstrap`] (the blob ranks
+//! exchange when a communicator is created).
 //!
 //! A view (`Frame`, `Tlv`) wraps any `T: AsRef<[u8]>`, checks its length once in
 //! `new_checked`, and then reads fields over fixed ranges without panicking. A `Repr` is the
@@ -9,6 +10,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod bootstrap;
 pub mod ethernet;
 pub mod frame;
 pub mod lldp;

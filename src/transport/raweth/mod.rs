@@ -49,6 +49,10 @@ pub struct Config {
     /// Receive through a PACKET_MMAP ring of this many bytes ([`ring::RxRing`]) instead of
     /// `recvmmsg` batches.
     pub rx_ring: Option<usize>,
+    /// A peer that a broadcast waits for is gone when a frame to it stays unacknowledged this
+    /// long (ns). A peer with nothing to acknowledge gets a heartbeat (a sequenced no-op) every
+    /// quarter of it; the progress thread of a live peer answers even while it computes.
+    pub liveness: u64,
 }
 
 impl Default for Config {
@@ -61,6 +65,7 @@ impl Default for Config {
             max_payload: None,
             sndbuf: None,
             rx_ring: None,
+            liveness: 5_000_000_000,
         }
     }
 }
@@ -107,6 +112,8 @@ struct Peer {
     rx: Receiver,
     /// New frames waiting for credit or pacing.
     queue: VecDeque<Item>,
+    /// When the last heartbeat went to this peer.
+    pinged: u64,
 }
 
 /// A segment being reassembled: where it goes in the user buffer and how much arrived.
@@ -278,6 +285,7 @@ impl RawEthTransport {
                     tx: Sender::new(self.config.reliable),
                     rx: Receiver::new(self.config.reliable),
                     queue: VecDeque::new(),
+                    pinged: 0,
                 },
             );
         }
@@ -302,6 +310,37 @@ impl RawEthTransport {
             };
         }
         at
+    }
+
+    /// Fails when a peer in `waiting` left a frame unacknowledged for the liveness limit;
+    /// queues a heartbeat to a waited-for peer that owes nothing and was not pinged lately.
+    fn check_liveness(&mut self, waiting: &[usize], now: u64) -> Result<(), TransportError> {
+        let limit = self.config.liveness.max(1);
+        let ping_every = (limit / 4).max(10_000_000);
+        for &peer in waiting {
+            let Some(p) = self.peers.get_mut(&peer) else {
+                continue;
+            };
+            if !p.tx.is_idle() && now.saturating_sub(p.tx.last_progress()) >= limit {
+                return Err(TransportError::PeerGone {
+                    peer,
+                    ms: now.saturating_sub(p.tx.last_progress()) / 1_000_000,
+                });
+            }
+            if p.tx.is_idle() && p.queue.is_empty() && now.saturating_sub(p.pinged) >= ping_every {
+                p.pinged = now;
+                p.queue.push_back(Item {
+                    head: Repr {
+                        kind: Kind::Nop.into(),
+                        cookie: self.cookie,
+                        comm: self.config.comm,
+                        ..Repr::default()
+                    },
+                    payload: 0..0,
+                });
+            }
+        }
+        Ok(())
     }
 
     fn frame_len(&self) -> u64 {
@@ -387,8 +426,31 @@ impl Transport for RawEthTransport {
             self.receive(buf, Some(bcast), clock)?;
         }
         self.queue(bcast)?;
+        self.check_liveness(&bcast.waiting_for(), clock())?;
         self.send(buf, clock())?;
         Ok(())
+    }
+
+    /// Between broadcasts: acknowledges, retransmits, keeps frames of the next broadcast, for
+    /// `wait`. Data of finished broadcasts goes out as no-ops (its buffer is gone).
+    fn idle(&mut self, clock: &dyn Fn() -> u64, wait: Duration) -> crate::Result<()> {
+        let end = clock() + wait.as_nanos() as u64;
+        loop {
+            self.send(&[], clock())?;
+            let now = clock();
+            if now >= end {
+                return Ok(());
+            }
+            let ms = (end - now).div_ceil(1_000_000).min(i32::MAX as u64) as i32;
+            let (readable, _) = self
+                .sock
+                .poll(self.blocked, ms)
+                .map_err(|e| io_err(None, e))?;
+            self.blocked = false;
+            if readable {
+                self.receive(&mut [], None, clock)?;
+            }
+        }
     }
 
     /// Whether every frame sent has been acknowledged and every ack owed has been sent.

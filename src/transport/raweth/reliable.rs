@@ -379,6 +379,12 @@ impl<T> Sender<T> {
         None
     }
 
+    /// When the peer last acknowledged something new (or, after idling, when the first
+    /// unacknowledged frame left): how long it has been silent while owing an ack.
+    pub fn last_progress(&self) -> u64 {
+        self.timer_base
+    }
+
     /// A frame waits for retransmission.
     pub fn has_retransmit(&self) -> bool {
         !self.lost.is_empty()

@@ -71,6 +71,9 @@ pub struct TcpTransport {
     scratch: Vec<u8>,
     /// Batched sends; `None` when io_uring is unavailable or disabled (`PIPECAST_IO_URING=0`).
     ring: Option<Ring>,
+    /// TCP keepalive: a peer's host that stops answering is found within about this long (a
+    /// dead process closes its connections at once).
+    keepalive: Option<Duration>,
 }
 
 impl TcpTransport {
@@ -103,11 +106,20 @@ impl TcpTransport {
             conns: BTreeMap::new(),
             scratch: vec![0; 64 << 10],
             ring,
+            keepalive: None,
         })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
         self.listener.local_addr().expect("bound listener")
+    }
+
+    /// Turns on TCP keepalive for this rank's connections, probing an idle connection after
+    /// a third of `within` and giving up after about `within`: how a host that died (or whose
+    /// link went down) is found. A live process that is late (computing, even stopped) keeps
+    /// answering from its kernel, so it is waited for.
+    pub fn set_keepalive(&mut self, within: Duration) {
+        self.keepalive = Some(within);
     }
 
     /// Every rank's listening address (from the bootstrap) and the job cookie.

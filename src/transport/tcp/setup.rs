@@ -7,6 +7,7 @@ use crate::transport::TransportError;
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 const HELLO_MAGIC: [u8; 8] = *b"pipecast";
@@ -106,6 +107,9 @@ impl TcpTransport {
 
     fn add(&mut self, peer: usize, stream: TcpStream) -> io::Result<()> {
         stream.set_nodelay(true)?;
+        if let Some(within) = self.keepalive {
+            keepalive(&stream, within)?;
+        }
         stream.set_read_timeout(None)?;
         stream.set_nonblocking(true)?;
         self.conns.insert(
@@ -124,4 +128,32 @@ impl TcpTransport {
         );
         Ok(())
     }
+}
+
+/// SO_KEEPALIVE with probes after `within / 3` idle, every `within / 6`, 3 of them (whole
+/// seconds, at least 1).
+fn keepalive(stream: &TcpStream, within: Duration) -> io::Result<()> {
+    let secs = |d: Duration| d.as_secs().clamp(1, i32::MAX as u64) as libc::c_int;
+    for (level, name, value) in [
+        (libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, secs(within / 3)),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, secs(within / 6)),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 3),
+    ] {
+        // SAFETY: the fd is open (owned by `stream`); `value` is a live c_int and the length
+        // passed is its size.
+        let rc = unsafe {
+            libc::setsockopt(
+                stream.as_raw_fd(),
+                level,
+                name,
+                (&value as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }

@@ -1,0 +1,115 @@
+//! Nonblocking broadcasts of the C ABI: `pipecast_ibcast_bytes`, `pipecast_test`,
+//! `pipecast_wait`.
+
+use super::handle::{check_root, code_of, pipecast_comm};
+use super::{boundary, fail, pipecast_result};
+use crate::comm::Request;
+use crate::transport::RawBuf;
+use pipecast_result::*;
+use std::ffi::{c_int, c_void};
+
+/// An opaque nonblocking broadcast in flight.
+pub struct pipecast_request {
+    request: Request,
+}
+
+/// Starts broadcasting `len` bytes at `buf` from `root` and returns at once; `*out` receives
+/// the request, to be completed by `pipecast_test` or `pipecast_wait`. Collective: blocking
+/// and nonblocking broadcasts on a communicator must be posted in the same order at every
+/// rank; several may be in flight. The broadcast runs on pipecast's progress thread (it
+/// overlaps with the caller's computation). `buf` may be NULL only when `len` is 0.
+///
+/// # Safety
+/// `comm` must be a live handle used by one thread at a time; `buf` must point to `len`
+/// writable bytes that nobody else touches until the request completes; `out` must be
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn pipecast_ibcast_bytes(
+    comm: *mut pipecast_comm,
+    buf: *mut c_void,
+    len: usize,
+    root: c_int,
+    out: *mut *mut pipecast_request,
+) -> pipecast_result {
+    boundary(|| {
+        // SAFETY: a live handle used by one thread (caller contract).
+        let Some(handle) = (unsafe { comm.as_mut() }) else {
+            return fail(PIPECAST_ERR_NULL_ARGUMENT, "comm is NULL");
+        };
+        if out.is_null() {
+            return fail(PIPECAST_ERR_NULL_ARGUMENT, "out is NULL");
+        }
+        if buf.is_null() && len > 0 {
+            return fail(PIPECAST_ERR_NULL_ARGUMENT, "buf is NULL but len is not 0");
+        }
+        if let Err(code) = check_root(handle, root) {
+            return code;
+        }
+        // SAFETY: `buf` has `len` writable bytes nobody else touches until the request
+        // completes (caller contract); the request waits for completion even when dropped.
+        let raw = unsafe { RawBuf::new(buf.cast::<u8>(), len) };
+        match handle.comm.ibcast_raw(raw, root as usize) {
+            Ok(request) => {
+                let r = Box::into_raw(Box::new(pipecast_request { request }));
+                // SAFETY: `out` is non-NULL (checked) and writable by the caller's contract.
+                unsafe { out.write(r) };
+                PIPECAST_OK
+            }
+            Err(e) => code_of(&e),
+        }
+    })
+}
+
+/// Whether `req` has completed: `*done` = 1 and the broadcast's result returned — the request
+/// is then freed and must not be used again — or `*done` = 0 and `PIPECAST_OK` (still
+/// running). Never blocks; may be called from any thread (one at a time per request).
+///
+/// # Safety
+/// `req` must be a live request from `pipecast_ibcast_bytes`; `done` must be writable.
+#[no_mangle]
+pub unsafe extern "C" fn pipecast_test(
+    req: *mut pipecast_request,
+    done: *mut c_int,
+) -> pipecast_result {
+    boundary(|| {
+        if done.is_null() {
+            return fail(PIPECAST_ERR_NULL_ARGUMENT, "done is NULL");
+        }
+        // SAFETY: a live request (caller contract), used by one thread at a time.
+        let Some(r) = (unsafe { req.as_mut() }) else {
+            return fail(PIPECAST_ERR_NULL_ARGUMENT, "req is NULL");
+        };
+        if !r.request.test() {
+            // SAFETY: non-NULL (checked) and writable (caller contract).
+            unsafe { done.write(0) };
+            return PIPECAST_OK;
+        }
+        // SAFETY: non-NULL (checked) and writable (caller contract).
+        unsafe { done.write(1) };
+        // SAFETY: from Box::into_raw in pipecast_ibcast_bytes; completed requests are freed
+        // here once (the caller must not use it again).
+        finish(*unsafe { Box::from_raw(req) })
+    })
+}
+
+/// Waits until `req` completes, frees it and returns the broadcast's result.
+///
+/// # Safety
+/// `req` must be a live request from `pipecast_ibcast_bytes`, not used again afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn pipecast_wait(req: *mut pipecast_request) -> pipecast_result {
+    boundary(|| {
+        if req.is_null() {
+            return fail(PIPECAST_ERR_NULL_ARGUMENT, "req is NULL");
+        }
+        // SAFETY: from Box::into_raw in pipecast_ibcast_bytes, freed once here (contract).
+        finish(*unsafe { Box::from_raw(req) })
+    })
+}
+
+fn finish(r: pipecast_request) -> pipecast_result {
+    match r.request.wait().0 {
+        Ok(()) => PIPECAST_OK,
+        Err(e) => code_of(&e),
+    }
+}

@@ -1,0 +1,295 @@
+//! Agreement at communicator creation: every rank reaches the bootstrap allgather, even after
+//! a local failure, and all ranks take the same decision from the same blobs (DESIGN.md,
+//! "Agreement"). A rank that failed alone and fell back to the MPI's own broadcast while the
+//! others waited in pipecast's allgather hung the job; now it reports its failure in its blob
+//! (`wire::bootstrap`) and every rank returns the same error.
+
+use super::{Algorithm, CommError, Config};
+use crate::wire::bootstrap::{Repr, Status};
+use std::fmt::Write;
+use std::net::SocketAddr;
+
+/// What a rank's failure is, for the C API's result code (carried in the blob so that every
+/// rank reports the same class).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum ErrorClass {
+    Config = 3,
+    Bootstrap = 4,
+    Transport = 5,
+    Timeout = 6,
+    Mismatch = 7,
+    Unsupported = 8,
+    Other = 10,
+}
+
+impl ErrorClass {
+    pub fn from_u8(v: u8) -> ErrorClass {
+        match v {
+            3 => ErrorClass::Config,
+            4 => ErrorClass::Bootstrap,
+            5 => ErrorClass::Transport,
+            6 => ErrorClass::Timeout,
+            7 => ErrorClass::Mismatch,
+            8 => ErrorClass::Unsupported,
+            _ => ErrorClass::Other,
+        }
+    }
+
+    /// The class of any crate error.
+    pub fn of(e: &crate::Error) -> ErrorClass {
+        use crate::engine::EngineError;
+        use crate::transport::TransportError;
+        use crate::Error;
+        match e {
+            Error::Engine(EngineError::Timeout { .. }) => ErrorClass::Timeout,
+            Error::Engine(EngineError::Mismatch { .. }) => ErrorClass::Mismatch,
+            Error::Transport(TransportError::ConnectTimeout { .. }) => ErrorClass::Timeout,
+            Error::Transport(_) => ErrorClass::Transport,
+            Error::Comm(CommError::Agreement { class, .. }) => *class,
+            Error::Comm(CommError::Bootstrap(_)) => ErrorClass::Bootstrap,
+            Error::Comm(
+                CommError::Env { .. }
+                | CommError::TopologyHosts { .. }
+                | CommError::TopologySize { .. },
+            ) => ErrorClass::Config,
+            Error::Topology(_) | Error::Plan(_) | Error::Model(_) => ErrorClass::Config,
+            _ => ErrorClass::Other,
+        }
+    }
+}
+
+/// The text of every setting that must be equal at every rank: what decides the plans and
+/// the link. Profiles and topologies are compared by digest.
+pub fn settings_text(config: &Config) -> String {
+    let mut s = String::new();
+    let algorithm = match &config.algorithm {
+        Algorithm::Tree(t) => t.to_string(),
+        other => other.to_string(),
+    };
+    write!(
+        s,
+        "tree={algorithm} segment={} window={} transport={}",
+        config.segment.map_or("model".into(), |v| v.to_string()),
+        config.engine.window,
+        transport_kind(&config.transport),
+    )
+    .ok();
+    // Debug output of these Vec-based values is deterministic.
+    let profile = format!("{:?}", config.profile);
+    write!(s, " profile={:016x}", fnv1a(profile.as_bytes())).ok();
+    if let Some(t) = &config.topology {
+        let text = format!("{t:?}");
+        write!(s, " topology={:016x}", fnv1a(text.as_bytes())).ok();
+    }
+    s
+}
+
+/// The transport without a per-rank interface name (ranks may use different interfaces).
+fn transport_kind(t: &super::Transport) -> &'static str {
+    match t {
+        super::Transport::Tcp => "tcp",
+        super::Transport::RawEth { .. } => "raweth",
+        super::Transport::Auto => "auto",
+    }
+}
+
+/// FNV-1a, 64 bits: a digest that is the same in every process and build.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// What every rank said, once every rank said it is ready and all agree.
+#[derive(Debug, Clone)]
+pub struct Peers {
+    pub addrs: Vec<SocketAddr>,
+    pub macs: Vec<Option<[u8; 6]>>,
+    pub hosts: Vec<String>,
+    /// Rank 0's cookie: the job's.
+    pub cookie: u64,
+}
+
+/// Reads everybody's blobs: the same answer at every rank, since every rank reads the same
+/// blobs. An error lists every failed rank and its reason.
+pub fn decide(blobs: &[Vec<u8>]) -> Result<Peers, CommError> {
+    let mut parsed = Vec::with_capacity(blobs.len());
+    for (r, b) in blobs.iter().enumerate() {
+        parsed.push(Repr::parse(b).map_err(|e| CommError::Agreement {
+            class: ErrorClass::Bootstrap,
+            detail: format!("rank {r} sent an unreadable bootstrap blob ({e}): is every rank running the same pipecast version?"),
+        })?);
+    }
+    let failed: Vec<(usize, &Repr)> = parsed
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.status == Status::Failed)
+        .collect();
+    if let Some((_, first)) = failed.first() {
+        let detail = failed
+            .iter()
+            .map(|(r, p)| format!("rank {r}: {}", p.reason))
+            .collect::<Vec<_>>()
+            .join("; ");
+        return Err(CommError::Agreement {
+            class: ErrorClass::from_u8(first.code),
+            detail,
+        });
+    }
+    if let Some(r) = parsed.iter().position(|p| p.settings != parsed[0].settings) {
+        return Err(CommError::Agreement {
+            class: ErrorClass::Config,
+            detail: format!(
+                "ranks disagree on their settings: rank 0 has {:?}, rank {r} has {:?}; give every rank the same PIPECAST_* settings (or MCA parameters)",
+                parsed[0].settings, parsed[r].settings
+            ),
+        });
+    }
+    Ok(Peers {
+        addrs: parsed.iter().map(|p| p.addr).collect(),
+        macs: parsed.iter().map(|p| p.mac).collect(),
+        hosts: parsed.iter().map(|p| p.host.to_string()).collect(),
+        cookie: parsed.first().map_or(0, |p| p.cookie),
+    })
+}
+
+/// The blob of a rank whose local setup failed.
+pub fn failed_blob(e: &crate::Error, host: &str) -> Vec<u8> {
+    let reason = e.to_string();
+    let mut end = reason.len().min(crate::wire::bootstrap::MAX_TEXT);
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    Repr {
+        status: Status::Failed,
+        code: ErrorClass::of(e) as u8,
+        cookie: 0,
+        addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+        mac: None,
+        host: truncate(host),
+        settings: "",
+        reason: &reason[..end],
+    }
+    .to_vec()
+    .expect("lengths are bounded")
+}
+
+/// `s` cut to the blob's string limit (on a character boundary).
+pub fn truncate(s: &str) -> &str {
+    let mut end = s.len().min(crate::wire::bootstrap::MAX_TEXT);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// The second round: every rank says whether it finished its setup (`reason` empty) or not.
+pub fn ready_blob(problem: Option<&crate::Error>) -> Vec<u8> {
+    match problem {
+        None => vec![0],
+        Some(e) => {
+            let mut v = vec![ErrorClass::of(e) as u8];
+            v.extend_from_slice(truncate(&e.to_string()).as_bytes());
+            v
+        }
+    }
+}
+
+/// Reads the second round: `Ok` when every rank is ready.
+pub fn all_ready(blobs: &[Vec<u8>]) -> Result<(), CommError> {
+    let failed: Vec<(usize, &Vec<u8>)> = blobs
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b.first() != Some(&0))
+        .collect();
+    let Some((_, first)) = failed.first() else {
+        return Ok(());
+    };
+    Err(CommError::Agreement {
+        class: ErrorClass::from_u8(first.first().copied().unwrap_or(10)),
+        detail: failed
+            .iter()
+            .map(|(r, b)| {
+                format!(
+                    "rank {r}: {}",
+                    String::from_utf8_lossy(b.get(1..).unwrap_or_default())
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ready(settings: &str, port: u16) -> Vec<u8> {
+        Repr {
+            status: Status::Ready,
+            code: 0,
+            cookie: u64::from(port),
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            mac: None,
+            host: "h",
+            settings,
+            reason: "",
+        }
+        .to_vec()
+        .unwrap()
+    }
+
+    #[test]
+    fn every_rank_ready_and_agreeing_gives_the_peers() {
+        let p = decide(&[ready("a", 1), ready("a", 2)]).unwrap();
+        assert_eq!(p.cookie, 1);
+        assert_eq!(p.addrs[1].port(), 2);
+    }
+
+    #[test]
+    fn a_failed_rank_fails_everybody_with_its_reason() {
+        let e: crate::Error = CommError::Env {
+            name: "PIPECAST_IFACE",
+            problem: "no interface matches \"nosuch0\"".into(),
+        }
+        .into();
+        let blobs = [ready("a", 1), failed_blob(&e, "h"), ready("a", 3)];
+        let err = decide(&blobs).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                CommError::Agreement {
+                    class: ErrorClass::Config,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        let text = err.to_string();
+        assert!(
+            text.contains("rank 1: environment variable PIPECAST_IFACE"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn different_settings_fail_everybody() {
+        let err = decide(&[ready("tree=linear", 1), ready("tree=binary", 2)]).unwrap_err();
+        assert!(
+            err.to_string().contains("rank 1 has \"tree=binary\""),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn second_round() {
+        assert!(all_ready(&[ready_blob(None), ready_blob(None)]).is_ok());
+        let e: crate::Error = CommError::Bootstrap("no thread".into()).into();
+        let err = all_ready(&[ready_blob(None), ready_blob(Some(&e))]).unwrap_err();
+        assert!(
+            err.to_string().contains("rank 1: bootstrap: no thread"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,63 @@
+//! A nonblocking broadcast in flight ([`Comm::ibcast`](super::Comm::ibcast)).
+
+use super::progress::Outcome;
+use super::CommError;
+use crossbeam_channel::{Receiver, TryRecvError};
+
+/// A posted broadcast. It completes on the progress thread; `test` and `wait` collect the
+/// outcome. Dropping an unfinished request waits for it (the buffer is in use until then).
+pub struct Request {
+    answer: Receiver<Outcome>,
+    outcome: Option<Outcome>,
+}
+
+impl Request {
+    pub(super) fn new(answer: Receiver<Outcome>) -> Request {
+        Request {
+            answer,
+            outcome: None,
+        }
+    }
+
+    /// Whether the broadcast has completed (successfully or not). Never blocks.
+    pub fn test(&mut self) -> bool {
+        if self.outcome.is_none() {
+            match self.answer.try_recv() {
+                Ok(o) => self.outcome = Some(o),
+                // The reply's sender lives in the progress thread until the run replies.
+                Err(TryRecvError::Disconnected) => self.outcome = Some(gone()),
+                Err(TryRecvError::Empty) => {}
+            }
+        }
+        self.outcome.is_some()
+    }
+
+    /// Waits for completion; returns the broadcast's result and, for a broadcast of an owned
+    /// vector ([`Comm::ibcast`](super::Comm::ibcast)), the vector.
+    pub fn wait(mut self) -> (crate::Result<()>, Option<Vec<u8>>) {
+        let o = self.take();
+        (o.result.map(|_| ()), o.buf)
+    }
+
+    fn take(&mut self) -> Outcome {
+        match self.outcome.take() {
+            Some(o) => o,
+            None => self.answer.recv().unwrap_or_else(|_| gone()),
+        }
+    }
+}
+
+fn gone() -> Outcome {
+    Outcome {
+        result: Err(CommError::ProgressGone.into()),
+        buf: None,
+    }
+}
+
+impl Drop for Request {
+    fn drop(&mut self) {
+        if self.outcome.is_none() {
+            let _ = self.answer.recv();
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! Every `PIPECAST_*` setting of a communicator, read from the environment in one place for
+//! the tool ([`Comm::from_env`](super::Comm::from_env)), the C API and the MPI glue
+//! (`pipecast_comm_create`), and parsed into a [`Config`] by one function.
+//!
+//! Settings are kept as text until [`Settings::apply`]: a bad value is then an error that
+//! names the variable, and the communicator reports it to every rank through the bootstrap
+//! agreement instead of failing alone (a rank that fails alone hangs an MPI job).
+
+use super::{Algorithm, CommError, Config, Transport};
+use crate::model::Profile;
+use std::time::Duration;
+
+/// The settings as text, each `None` when unset (or empty).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Settings {
+    /// `PIPECAST_TRANSPORT`: tcp, raweth, raweth:IFACE, auto.
+    pub transport: Option<String>,
+    /// `PIPECAST_TREE`: a tree name of `pipecast plan --tree`, or scatter-allgather.
+    pub tree: Option<String>,
+    /// `PIPECAST_SEGMENT`: bytes (K/M/G suffixes).
+    pub segment: Option<String>,
+    /// `PIPECAST_TOPOLOGY`: a topology file.
+    pub topology: Option<String>,
+    /// `PIPECAST_TIMEOUT_MS`: how long a peer may show no sign of life.
+    pub timeout_ms: Option<String>,
+    /// `PIPECAST_PROFILE`: a calibration profile file, or 100mbit / 1gbit.
+    pub profile: Option<String>,
+    /// `PIPECAST_IFACE`: interfaces or subnets to listen on; the raw Ethernet interface.
+    pub iface: Option<String>,
+    /// `PIPECAST_IP`: the address to listen on.
+    pub ip: Option<String>,
+    /// `PIPECAST_WINDOW`: most segments in flight to one child.
+    pub window: Option<String>,
+    /// `PIPECAST_RAWETH_RING`: receive raw Ethernet through a PACKET_MMAP ring of this size.
+    pub raweth_ring: Option<String>,
+}
+
+/// The variables, in the order errors and documentation list them.
+pub const VARIABLES: [&str; 10] = [
+    "PIPECAST_TRANSPORT",
+    "PIPECAST_TREE",
+    "PIPECAST_SEGMENT",
+    "PIPECAST_TOPOLOGY",
+    "PIPECAST_TIMEOUT_MS",
+    "PIPECAST_PROFILE",
+    "PIPECAST_IFACE",
+    "PIPECAST_IP",
+    "PIPECAST_WINDOW",
+    "PIPECAST_RAWETH_RING",
+];
+
+impl Settings {
+    /// Reads the `PIPECAST_*` variables (empty ones count as unset).
+    pub fn from_env() -> Settings {
+        let get = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+        let mut s = Settings::default();
+        for (name, slot) in VARIABLES.iter().zip(s.slots()) {
+            *slot = get(name);
+        }
+        s
+    }
+
+    fn slots(&mut self) -> [&mut Option<String>; 10] {
+        [
+            &mut self.transport,
+            &mut self.tree,
+            &mut self.segment,
+            &mut self.topology,
+            &mut self.timeout_ms,
+            &mut self.profile,
+            &mut self.iface,
+            &mut self.ip,
+            &mut self.window,
+            &mut self.raweth_ring,
+        ]
+    }
+
+    /// These settings, with `base`'s where these have none.
+    pub fn or(mut self, mut base: Settings) -> Settings {
+        for (mine, theirs) in self.slots().into_iter().zip(base.slots()) {
+            if mine.is_none() {
+                *mine = theirs.take();
+            }
+        }
+        self
+    }
+
+    /// Parses every setting that is present into `config`; the error names the variable.
+    pub fn apply(&self, config: &mut Config) -> Result<(), CommError> {
+        let bad = |name: &'static str, problem: String| CommError::Env { name, problem };
+        if let Some(v) = &self.transport {
+            config.transport = v
+                .parse::<Transport>()
+                .map_err(|e| bad("PIPECAST_TRANSPORT", e))?;
+        }
+        if let Some(v) = &self.tree {
+            config.algorithm = v
+                .trim()
+                .parse::<Algorithm>()
+                .map_err(|e| bad("PIPECAST_TREE", format!("{e} (or scatter-allgather)")))?;
+        }
+        if let Some(v) = &self.segment {
+            let s = parse_bytes(v)
+                .filter(|s| (1..=u64::from(u32::MAX)).contains(s))
+                .ok_or_else(|| {
+                    bad(
+                        "PIPECAST_SEGMENT",
+                        format!("{v:?}: expected bytes between 1 and 4G, such as 65536 or 64K"),
+                    )
+                })?;
+            config.segment = Some(s);
+        }
+        if let Some(v) = &self.timeout_ms {
+            let ms: u64 = v.trim().parse().ok().filter(|ms| *ms > 0).ok_or_else(|| {
+                bad(
+                    "PIPECAST_TIMEOUT_MS",
+                    format!("{v:?}: expected milliseconds, at least 1"),
+                )
+            })?;
+            config.timeout = Duration::from_millis(ms);
+        }
+        if let Some(v) = &self.window {
+            config.engine.window = v.trim().parse().ok().filter(|w| *w >= 1).ok_or_else(|| {
+                bad(
+                    "PIPECAST_WINDOW",
+                    format!("{v:?}: expected a whole number of segments, at least 1"),
+                )
+            })?;
+        }
+        if let Some(v) = &self.raweth_ring {
+            let bytes = parse_bytes(v).filter(|b| *b > 0).ok_or_else(|| {
+                bad(
+                    "PIPECAST_RAWETH_RING",
+                    format!("{v:?}: expected bytes such as 4194304 or 4M"),
+                )
+            })?;
+            config.raweth_ring = Some(bytes as usize);
+        }
+        if let Some(v) = &self.iface {
+            config.iface = Some(v.trim().to_string());
+        }
+        if let Some(v) = &self.ip {
+            config.ip = Some(v.trim().to_string());
+        }
+        if let Some(v) = &self.profile {
+            config.profile =
+                Profile::load(v).map_err(|e| bad("PIPECAST_PROFILE", e.to_string()))?;
+        }
+        if let Some(v) = &self.topology {
+            config.topology = Some(
+                crate::topology::read_topology(v.as_ref())
+                    .map_err(|e| bad("PIPECAST_TOPOLOGY", e.to_string()))?,
+            );
+        }
+        Ok(())
+    }
+}
+
+/// `65536`, `64K`, `4M`, `1G` (binary multiples).
+pub fn parse_bytes(text: &str) -> Option<u64> {
+    let t = text.trim();
+    let (digits, shift) = match t.char_indices().last()? {
+        (i, 'K' | 'k') => (&t[..i], 10),
+        (i, 'M' | 'm') => (&t[..i], 20),
+        (i, 'G' | 'g') => (&t[..i], 30),
+        _ => (t, 0),
+    };
+    digits.parse::<u64>().ok()?.checked_mul(1 << shift)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_with_suffixes() {
+        assert_eq!(parse_bytes("64K"), Some(65536));
+        assert_eq!(parse_bytes("3"), Some(3));
+        assert_eq!(parse_bytes("2M"), Some(2 << 20));
+        assert_eq!(parse_bytes("x"), None);
+        assert_eq!(parse_bytes(""), None);
+        assert_eq!(parse_bytes("99999999999999G"), None);
+    }
+
+    #[test]
+    fn present_settings_win_and_bad_values_name_the_variable() {
+        let over = Settings {
+            tree: Some("binary".into()),
+            ..Settings::default()
+        };
+        let base = Settings {
+            tree: Some("linear".into()),
+            window: Some("4".into()),
+            ..Settings::default()
+        };
+        let s = over.or(base);
+        let mut c = Config::default();
+        s.apply(&mut c).unwrap();
+        assert_eq!(c.algorithm.to_string(), "binary");
+        assert_eq!(c.engine.window, 4);
+        for (s, name) in [
+            (
+                Settings {
+                    transport: Some("carrier-pigeon".into()),
+                    ..Settings::default()
+                },
+                "PIPECAST_TRANSPORT",
+            ),
+            (
+                Settings {
+                    window: Some("0".into()),
+                    ..Settings::default()
+                },
+                "PIPECAST_WINDOW",
+            ),
+            (
+                Settings {
+                    topology: Some("/nonexistent/t.json".into()),
+                    ..Settings::default()
+                },
+                "PIPECAST_TOPOLOGY",
+            ),
+            (
+                Settings {
+                    segment: Some("0".into()),
+                    ..Settings::default()
+                },
+                "PIPECAST_SEGMENT",
+            ),
+        ] {
+            let e = s.apply(&mut Config::default()).unwrap_err().to_string();
+            assert!(e.contains(name), "{e}");
+        }
+    }
+}
