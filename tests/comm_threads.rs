@@ -136,3 +136,107 @@ fn mismatched_roots_fail_instead_of_hanging() {
         assert!(again);
     }
 }
+
+/// Eight nonblocking broadcasts of different sizes and roots in flight at once, waited in
+/// reverse order: every byte right at every rank.
+#[test]
+fn overlapping_ibcasts_waited_in_reverse_order() {
+    let sizes = [0usize, 1, 7, 8191, 65537, 200_003, (1 << 20) + 3, 3];
+    let results = run_ranks(4, Config::default(), move |comm| {
+        let me = comm.rank();
+        let mut requests = Vec::new();
+        for (i, &len) in sizes.iter().enumerate() {
+            let root = (i * 3) % comm.size();
+            let buf = if me == root {
+                pattern(len, root + i)
+            } else {
+                vec![0xEE; len]
+            };
+            requests.push((i, root, comm.ibcast(buf, root).unwrap()));
+        }
+        let mut ok = true;
+        while let Some((i, root, request)) = requests.pop() {
+            let (result, buf) = request.wait();
+            result.unwrap();
+            ok &= buf.unwrap() == pattern(sizes[i], root + i);
+        }
+        // Blocking broadcasts after them still line up.
+        let mut buf = if me == 1 {
+            pattern(4096, 9)
+        } else {
+            vec![0; 4096]
+        };
+        comm.bcast(&mut buf, 1).unwrap();
+        ok && buf == pattern(4096, 9)
+    });
+    assert!(results.iter().all(|&ok| ok));
+}
+
+/// A rank whose own settings are bad still takes part in the agreement: every rank gets the
+/// same error naming it, and nobody hangs.
+#[test]
+fn a_bad_setting_on_one_rank_fails_every_rank_the_same_way() {
+    let n = 3;
+    let board = Arc::new((Mutex::new(vec![None; n]), Barrier::new(n)));
+    let threads: Vec<_> = (0..n)
+        .map(|rank| {
+            let board = board.clone();
+            std::thread::spawn(move || {
+                let boot = Box::new(Shared { rank, board });
+                let config = if rank == 2 {
+                    let mut c = Config::default();
+                    pipecast::comm::Settings {
+                        iface: None,
+                        window: Some("zero".into()),
+                        ..Default::default()
+                    }
+                    .apply(&mut c)
+                    .map(|()| c)
+                    .map_err(Into::into)
+                } else {
+                    Ok(Config::default())
+                };
+                Comm::join(rank, n, boot, config)
+                    .err()
+                    .map(|e| e.to_string())
+            })
+        })
+        .collect();
+    let errors: Vec<String> = threads
+        .into_iter()
+        .map(|t| t.join().unwrap().expect("every rank fails"))
+        .collect();
+    assert!(errors.iter().all(|e| e == &errors[0]), "{errors:?}");
+    assert!(
+        errors[0].contains("rank 2") && errors[0].contains("PIPECAST_WINDOW"),
+        "{}",
+        errors[0]
+    );
+}
+
+/// Ranks with different trees would build different plans: the agreement refuses.
+#[test]
+fn ranks_with_different_settings_fail_together() {
+    let n = 2;
+    let board = Arc::new((Mutex::new(vec![None; n]), Barrier::new(n)));
+    let threads: Vec<_> = (0..n)
+        .map(|rank| {
+            let board = board.clone();
+            std::thread::spawn(move || {
+                let config = Config {
+                    algorithm: if rank == 0 { "linear" } else { "binary" }
+                        .parse::<Algorithm>()
+                        .unwrap(),
+                    ..Config::default()
+                };
+                Comm::new(rank, n, Box::new(Shared { rank, board }), config)
+                    .err()
+                    .map(|e| e.to_string())
+            })
+        })
+        .collect();
+    for t in threads {
+        let e = t.join().unwrap().expect("both fail");
+        assert!(e.contains("disagree on their settings"), "{e}");
+    }
+}

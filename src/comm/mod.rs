@@ -319,17 +319,9 @@ impl Comm {
         algorithm: &Algorithm,
         segment: Option<u64>,
     ) -> crate::Result<BcastInfo> {
-        if root >= self.size {
-            return Err(crate::plan::PlanError::BadRoot {
-                root,
-                size: self.size,
-            }
-            .into());
-        }
         let msize = buf.len() as u64;
-        let (algorithm, segment) = self.resolve(root, algorithm, msize, segment)?;
+        let (algorithm, segment, lanes) = self.plan_with(root, msize, algorithm, segment)?;
         let algorithm = &algorithm;
-        let lanes = self.lanes(root, algorithm, segment, msize)?;
         let setup = Setup {
             seq: self.next_seq(),
             root,
@@ -377,21 +369,11 @@ impl Comm {
     /// point-to-point path): the configured algorithm resolved by the model, or `linear`
     /// (seed 003 Algorithm 1, contention-free) when that has several lanes or is not a tree.
     pub fn tree_node(&mut self, root: usize, msize: u64) -> crate::Result<TreeNode> {
-        if root >= self.size {
-            return Err(crate::plan::PlanError::BadRoot {
-                root,
-                size: self.size,
-            }
-            .into());
-        }
-        let configured = self.config.algorithm.clone();
-        let (mut algorithm, mut segment) =
-            self.resolve(root, &configured, msize, self.config.segment)?;
-        let mut lanes = self.lanes(root, &algorithm, segment, msize)?;
+        let (mut algorithm, mut segment, mut lanes) = self.plan(root, msize)?;
         if lanes.len() != 1 || !matches!(algorithm, Algorithm::Tree(_)) {
             let linear = Algorithm::Tree(TreeKind::Linear);
-            (algorithm, segment) = self.resolve(root, &linear, msize, self.config.segment)?;
-            lanes = self.lanes(root, &algorithm, segment, msize)?;
+            (algorithm, segment, lanes) =
+                self.plan_with(root, msize, &linear, self.config.segment)?;
         }
         let lane = &lanes[0];
         Ok(TreeNode {
@@ -551,6 +533,18 @@ impl Comm {
         root: usize,
         msize: u64,
     ) -> crate::Result<(Algorithm, u64, Arc<Vec<Lane>>)> {
+        let configured = self.config.algorithm.clone();
+        self.plan_with(root, msize, &configured, self.config.segment)
+    }
+
+    /// [`Comm::plan`] for a given schedule and segment size (`None`: the model's choice).
+    pub fn plan_with(
+        &mut self,
+        root: usize,
+        msize: u64,
+        algorithm: &Algorithm,
+        segment: Option<u64>,
+    ) -> crate::Result<(Algorithm, u64, Arc<Vec<Lane>>)> {
         if root >= self.size {
             return Err(crate::plan::PlanError::BadRoot {
                 root,
@@ -558,8 +552,7 @@ impl Comm {
             }
             .into());
         }
-        let configured = self.config.algorithm.clone();
-        let (algorithm, segment) = self.resolve(root, &configured, msize, self.config.segment)?;
+        let (algorithm, segment) = self.resolve(root, algorithm, msize, segment)?;
         let lanes = self.lanes(root, &algorithm, segment, msize)?;
         Ok((algorithm, segment, lanes))
     }
@@ -567,9 +560,22 @@ impl Comm {
     /// Starts broadcasting `buf` (this rank's vector; the root's holds the message) from
     /// `root` and returns at once. Blocking and nonblocking broadcasts run in the order they
     /// are posted, which must be the same at every rank (as MPI requires); several may be in
-    /// flight. [`Request::wait`] hands the vector back.
+    /// flight, and they progress on the progress thread while the caller computes.
+    /// [`Request::wait`] hands the vector back.
     pub fn ibcast(&mut self, buf: Vec<u8>, root: usize) -> crate::Result<Request> {
-        self.ibcast_buffer(Buffer::Owned(buf), root)
+        let algorithm = self.config.algorithm.clone();
+        self.ibcast_with(buf, root, &algorithm, self.config.segment)
+    }
+
+    /// [`Comm::ibcast`] with a given schedule and segment size.
+    pub fn ibcast_with(
+        &mut self,
+        buf: Vec<u8>,
+        root: usize,
+        algorithm: &Algorithm,
+        segment: Option<u64>,
+    ) -> crate::Result<Request> {
+        self.ibcast_buffer(Buffer::Owned(buf), root, algorithm, segment)
     }
 
     /// [`Comm::ibcast`] of a caller's bytes (the C API).
@@ -578,13 +584,20 @@ impl Comm {
         buf: crate::transport::RawBuf,
         root: usize,
     ) -> crate::Result<Request> {
-        self.ibcast_buffer(Buffer::Raw(buf), root)
+        let algorithm = self.config.algorithm.clone();
+        self.ibcast_buffer(Buffer::Raw(buf), root, &algorithm, self.config.segment)
     }
 
-    fn ibcast_buffer(&mut self, mut buf: Buffer, root: usize) -> crate::Result<Request> {
+    fn ibcast_buffer(
+        &mut self,
+        mut buf: Buffer,
+        root: usize,
+        algorithm: &Algorithm,
+        segment: Option<u64>,
+    ) -> crate::Result<Request> {
         self.check()?;
         let msize = buf.len() as u64;
-        let (_, segment, lanes) = self.plan(root, msize)?;
+        let (_, segment, lanes) = self.plan_with(root, msize, algorithm, segment)?;
         let setup = Setup {
             seq: self.next_seq(),
             root,

@@ -53,6 +53,11 @@ pub struct Args {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    /// Also measure how much of each nonblocking broadcast overlaps with computation
+    /// (`overlap_pct`, OSU `osu_ibcast`'s definition: post the broadcast, compute for as long
+    /// as a blocking broadcast takes, wait; 100 % when computing hid the broadcast entirely).
+    #[arg(long)]
+    overlap: bool,
 }
 
 /// One line of the results: the JSON contract of `pipecast bench --json`.
@@ -76,6 +81,10 @@ struct Row {
     /// absent for TCP).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     transport_counters: BTreeMap<String, u64>,
+    /// Extension (`--overlap`): percent of a nonblocking broadcast hidden behind computation,
+    /// averaged over ranks and iterations.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    overlap_pct: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -170,6 +179,15 @@ pub fn run(args: Args) -> CliResult {
             let (avg_us, min_us, max_us, verified) = summarize(&mut comm, &times, ok)?;
             let transport_counters = counters_delta(&mut comm, &before)?;
             all_ok &= verified;
+            let overlap_pct = if args.overlap {
+                let (pct, ok) = overlap(
+                    &mut comm, &buf, tree, segment, iters, args.root, args.seed, &times,
+                )?;
+                all_ok &= ok;
+                Some(pct)
+            } else {
+                None
+            };
             rows.push(Row {
                 bytes,
                 tree: tree.to_string(),
@@ -182,6 +200,7 @@ pub fn run(args: Args) -> CliResult {
                 p2p_min_us,
                 ran,
                 transport_counters,
+                overlap_pct,
             });
         }
     }
@@ -251,6 +270,75 @@ fn measure(
         }
     }
     Ok((times, ok, seg, ran))
+}
+
+/// OSU `osu_ibcast`'s overlap: each iteration posts a nonblocking broadcast, computes for this
+/// rank's mean blocking time `t_pure` (from `pure_us`), then waits; with `t_total` the whole
+/// and `t_cpu` the computation, overlap = 100 × (1 − (t_total − t_cpu) / t_pure), clamped to
+/// 0–100. Returns the mean over ranks and iterations, and whether every byte arrived.
+#[allow(clippy::too_many_arguments)]
+fn overlap(
+    comm: &mut Comm,
+    buf: &[u8],
+    tree: &Algorithm,
+    segment: Option<u64>,
+    iters: usize,
+    root: Option<usize>,
+    seed: u64,
+    pure_us: &[f64],
+) -> pipecast::Result<(f64, bool)> {
+    let n = comm.size();
+    let me = comm.rank();
+    let t_pure = pure_us.iter().sum::<f64>() / pure_us.len().max(1) as f64;
+    let mut data = buf.to_vec();
+    let mut sum = 0.0;
+    let mut ok = true;
+    for it in 0..iters {
+        let root = root.unwrap_or(it % n);
+        let pattern_seed = seed ^ 0x6f76 ^ (it as u64) << 8 ^ root as u64;
+        if me == root {
+            fill(&mut data, pattern_seed);
+        } else {
+            data.fill(0);
+        }
+        comm.barrier()?;
+        let t0 = Instant::now();
+        let request = comm.ibcast_with(data, root, tree, segment)?;
+        let cpu = compute_for(Duration::from_secs_f64(t_pure / 1e6));
+        let (result, back) = request.wait();
+        let total = t0.elapsed().as_secs_f64() * 1e6;
+        result?;
+        data = back.unwrap_or_default();
+        comm.barrier()?;
+        if me != root && !matches(&data, pattern_seed) {
+            ok = false;
+        }
+        let pct = 100.0 * (1.0 - (total - cpu) / t_pure.max(1e-9));
+        sum += pct.clamp(0.0, 100.0);
+    }
+    let mine = serde_json::to_vec(&(sum / iters.max(1) as f64, ok)).expect("serializable");
+    let all = comm.allgather(&mine)?;
+    let mut mean = 0.0;
+    for blob in &all {
+        let (pct, theirs): (f64, bool) = serde_json::from_slice(blob).unwrap_or((0.0, false));
+        mean += pct;
+        ok &= theirs;
+    }
+    Ok(((mean / all.len().max(1) as f64 * 10.0).round() / 10.0, ok))
+}
+
+/// Busy computation for `d` (what an application does while its broadcast progresses);
+/// returns the µs it took.
+fn compute_for(d: Duration) -> f64 {
+    let t0 = Instant::now();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    while t0.elapsed() < d {
+        for _ in 0..1000 {
+            x = x.rotate_left(5) ^ x.wrapping_mul(0x2545_f491_4f6c_dd1d);
+        }
+        std::hint::black_box(x);
+    }
+    t0.elapsed().as_secs_f64() * 1e6
 }
 
 /// Gathers every rank's times; an iteration takes as long as its slowest rank. Returns
@@ -330,6 +418,12 @@ fn print_table(n: usize, transport: &str, rows: &[Row]) {
             r.avg_us / r.p2p_us.max(1e-9),
             if r.verified { "yes" } else { "NO" }
         );
+        if let Some(pct) = r.overlap_pct {
+            println!(
+                "{:>10} {:>18} overlap with computation (ibcast): {pct:.1} %",
+                "", ""
+            );
+        }
     }
 }
 
