@@ -248,15 +248,15 @@ pub unsafe extern "C" fn pipecast_plan_json(
             Ok(p) => p,
             Err(e) => return code_of(&e),
         };
-        let c = &handle.comm;
-        let text = serde_json::json!({
-            "tree": algorithm.to_string(),
-            "root": root,
-            "ranks": c.size(),
-            "lanes": lanes.iter().map(|l| serde_json::json!({"parents": l.parents, "children": l.children})).collect::<Vec<_>>(),
-            "segment_bytes": segment,
-        })
-        .to_string();
+        let text = crate::comm::plan_json(&crate::comm::PlanReport {
+            tree: algorithm.to_string(),
+            root: root as usize,
+            lanes: &lanes,
+            topology: handle.comm.topology(),
+            priced: Some((segment, None)),
+            throughput: None,
+        });
+        let text = text.trim_end();
         if !needed.is_null() {
             // SAFETY: non-NULL and writable (caller contract).
             unsafe { needed.write(text.len()) };

@@ -16,6 +16,7 @@ mod algorithm;
 mod bootstrap;
 pub mod hosts;
 mod link;
+mod plan_json;
 mod progress;
 mod request;
 pub mod settings;
@@ -27,6 +28,7 @@ pub use algorithm::{
 };
 pub use bootstrap::{Bootstrap, TcpRendezvous};
 pub use link::Transport;
+pub use plan_json::{plan_json, PlanReport};
 pub use request::Request;
 pub use settings::{parse_bytes, Settings};
 

@@ -5,7 +5,6 @@ use crate::CliResult;
 use pipecast::model::{self, contention, Profile};
 use pipecast::plan::{self, Plan, TreeKind};
 use pipecast::topology::{read_topology, Topology};
-use serde_json::{json, Value};
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -89,39 +88,16 @@ pub fn run(args: Args) -> CliResult {
     Ok(())
 }
 
-/// The DESIGN.md `pipecast plan` JSON contract, one line, fields in the contract's order.
+/// The DESIGN.md `pipecast plan` JSON contract (written by the library, as the C API's).
 fn plan_json(plan: &Plan, topology: &Topology, priced: Option<(u64, u64, f64)>) -> String {
-    let lanes: Vec<Value> = plan
-        .lanes
-        .iter()
-        .map(|l| json!({"parents": l.parents, "children": l.children}))
-        .collect();
-    let mut fields = vec![
-        ("tree", json!(plan.tree.to_string())),
-        ("root", json!(plan.root)),
-        ("ranks", json!(plan.size())),
-        ("lanes", json!(lanes)),
-        ("height", json!(plan.height())),
-        ("max_degree", json!(plan.max_degree())),
-        (
-            "contention_free",
-            json!(plan::check(plan, topology).contention_free),
-        ),
-    ];
-    if let Some((_, segment, predicted)) = priced {
-        fields.push(("segment_bytes", json!(segment)));
-        fields.push(("predicted_us", json!((predicted * 10.0).round() / 10.0)));
-    }
-    if let Some((slice, throughput)) = hetero_throughput(plan, topology, priced) {
-        // Seed 004's one-port throughput in slices per second, shared switch links ignored.
-        fields.push(("throughput", json!(throughput)));
-        fields.push(("slice_bytes", json!(slice)));
-    }
-    let body: Vec<String> = fields
-        .iter()
-        .map(|(k, v)| format!("{}: {}", json!(k), v))
-        .collect();
-    format!("{{{}}}\n", body.join(", "))
+    pipecast::comm::plan_json(&pipecast::comm::PlanReport {
+        tree: plan.tree.to_string(),
+        root: plan.root,
+        lanes: &plan.lanes,
+        topology,
+        priced: priced.map(|(_, segment, predicted)| (segment, Some(predicted))),
+        throughput: hetero_throughput(plan, topology, priced),
+    })
 }
 
 /// For `hetero:NAME` plans: the slice size and the heuristic's throughput (slices/s) on the

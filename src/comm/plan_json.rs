@@ -1,0 +1,63 @@
+//! The `pipecast plan --json` contract (DESIGN.md), written by this one function for the tool
+//! (`pipecast plan`) and the C API (`pipecast_plan_json`, with the segment size the
+//! communicator's broadcast really uses).
+
+use crate::plan::{self, Lane, Plan, TreeKind};
+use crate::topology::Topology;
+use serde_json::{json, Value};
+
+/// What the contract reports about one plan.
+pub struct PlanReport<'a> {
+    /// The schedule's name (`binary`, `kbinomial:3`, `scatter-allgather`, …).
+    pub tree: String,
+    pub root: usize,
+    pub lanes: &'a [Lane],
+    pub topology: &'a Topology,
+    /// (segment bytes, predicted µs) when priced for a message size.
+    pub priced: Option<(u64, Option<f64>)>,
+    /// (slice bytes, slices/s) of a seed 004 heuristic.
+    pub throughput: Option<(u64, f64)>,
+}
+
+/// One line of compact JSON, fields in the contract's order, ending in a newline.
+pub fn plan_json(r: &PlanReport) -> String {
+    let lanes: Vec<Value> = r
+        .lanes
+        .iter()
+        .map(|l| json!({"parents": l.parents, "children": l.children}))
+        .collect();
+    // The checker reads the root and the lanes only.
+    let checked = Plan {
+        tree: TreeKind::Linear,
+        root: r.root,
+        lanes: r.lanes.to_vec(),
+    };
+    let mut fields = vec![
+        ("tree", json!(r.tree)),
+        ("root", json!(r.root)),
+        ("ranks", json!(checked.size())),
+        ("lanes", json!(lanes)),
+        ("height", json!(checked.height())),
+        ("max_degree", json!(checked.max_degree())),
+        (
+            "contention_free",
+            json!(plan::check(&checked, r.topology).contention_free),
+        ),
+    ];
+    if let Some((segment, predicted)) = r.priced {
+        fields.push(("segment_bytes", json!(segment)));
+        if let Some(us) = predicted {
+            fields.push(("predicted_us", json!((us * 10.0).round() / 10.0)));
+        }
+    }
+    if let Some((slice, throughput)) = r.throughput {
+        // Seed 004's one-port throughput in slices per second, shared switch links ignored.
+        fields.push(("throughput", json!(throughput)));
+        fields.push(("slice_bytes", json!(slice)));
+    }
+    let body: Vec<String> = fields
+        .iter()
+        .map(|(k, v)| format!("{}:{}", json!(k), v))
+        .collect();
+    format!("{{{}}}\n", body.join(","))
+}
