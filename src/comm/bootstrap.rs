@@ -14,6 +14,11 @@ pub trait Bootstrap: Send {
 
 /// Largest blob accepted, so a foreign peer cannot make us allocate gigabytes.
 const MAX_BLOB: u32 = 1 << 20;
+/// A rank's first bytes to rank 0: magic, rank, job size.
+const HELLO: usize = 24;
+const HELLO_MAGIC: [u8; 8] = *b"pcrendez";
+/// How long rank 0 waits for the hello of a fresh connection.
+const HELLO_WAIT: Duration = Duration::from_secs(2);
 
 /// A TCP rendezvous: rank 0 listens at a known address, the others connect to it; each
 /// allgather sends blobs to rank 0, which sends the full list back.
@@ -48,15 +53,19 @@ impl TcpRendezvous {
             let mut by_rank: Vec<Option<TcpStream>> = (1..size).map(|_| None).collect();
             while by_rank.iter().any(Option::is_none) {
                 match listener.accept() {
-                    Ok((mut s, _)) => {
+                    Ok((mut s, from)) => {
                         s.set_nonblocking(false).map_err(bad)?;
-                        s.set_read_timeout(Some(timeout)).map_err(bad)?;
-                        let mut hello = [0u8; 16];
-                        if s.read_exact(&mut hello).is_err() {
+                        // A stray that connects and says nothing must not stall the job.
+                        s.set_read_timeout(Some(HELLO_WAIT.min(timeout)))
+                            .map_err(bad)?;
+                        let mut hello = [0u8; HELLO];
+                        if s.read_exact(&mut hello).is_err() || hello[..8] != HELLO_MAGIC {
+                            tracing::warn!(%from, "rendezvous: dropped a connection that is not a pipecast rank's");
                             continue;
                         }
-                        let r = u64::from_le_bytes(hello[..8].try_into().expect("8")) as usize;
-                        let n = u64::from_le_bytes(hello[8..].try_into().expect("8")) as usize;
+                        s.set_read_timeout(Some(timeout)).map_err(bad)?;
+                        let r = u64::from_le_bytes(hello[8..16].try_into().expect("8")) as usize;
+                        let n = u64::from_le_bytes(hello[16..].try_into().expect("8")) as usize;
                         if n != size {
                             return Err(CommError::Bootstrap(format!(
                                 "rank {r} says the job has {n} ranks, rank 0 says {size}: set the same PIPECAST_SIZE everywhere"
@@ -96,6 +105,12 @@ impl TcpRendezvous {
                 })?;
             let mut s = loop {
                 match TcpStream::connect_timeout(&target, timeout) {
+                    // A port in the ephemeral range can be "connected" to itself (TCP
+                    // simultaneous open) while rank 0 is not listening yet: not rank 0.
+                    Ok(s) if s.local_addr().ok() == s.peer_addr().ok() => {
+                        drop(s);
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
                     Ok(s) => break s,
                     Err(e) if Instant::now() >= deadline => {
                         return Err(CommError::Bootstrap(format!(
@@ -108,9 +123,10 @@ impl TcpRendezvous {
             };
             s.set_nodelay(true).map_err(bad)?;
             s.set_read_timeout(Some(timeout)).map_err(bad)?;
-            let mut hello = [0u8; 16];
-            hello[..8].copy_from_slice(&(rank as u64).to_le_bytes());
-            hello[8..].copy_from_slice(&(size as u64).to_le_bytes());
+            let mut hello = [0u8; HELLO];
+            hello[..8].copy_from_slice(&HELLO_MAGIC);
+            hello[8..16].copy_from_slice(&(rank as u64).to_le_bytes());
+            hello[16..].copy_from_slice(&(size as u64).to_le_bytes());
             s.write_all(&hello).map_err(bad)?;
             local_ip = s.local_addr().ok().map(|a| a.ip());
             streams.push(s);
@@ -218,6 +234,34 @@ mod tests {
             assert_eq!(first, vec![vec![0], vec![1], vec![2], vec![3]]);
             assert_eq!(second[3], vec![7, 7, 7]);
         }
+    }
+
+    /// A stray connection (a web client, a port scanner) is dropped, not fatal.
+    #[test]
+    fn a_foreign_connection_is_dropped_and_the_job_goes_on() {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        let rank0 = {
+            let addr = addr.clone();
+            std::thread::spawn(move || {
+                let mut b = TcpRendezvous::new(0, 2, &addr, Duration::from_secs(10)).unwrap();
+                b.allgather(b"zero").unwrap()
+            })
+        };
+        let stray = loop {
+            match TcpStream::connect(&addr) {
+                Ok(s) => break s,
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        };
+        (&stray).write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+        let mut b = TcpRendezvous::new(1, 2, &addr, Duration::from_secs(10)).unwrap();
+        assert_eq!(b.allgather(b"one").unwrap()[0], b"zero");
+        assert_eq!(rank0.join().unwrap()[1], b"one");
     }
 
     #[test]
