@@ -843,3 +843,122 @@ fn without_cap_net_raw_the_error_names_the_capability() {
         "the error names the interface: {line}"
     );
 }
+
+/// What a rank of [`liveness_job`] does before its broadcast.
+#[derive(Clone, Copy, PartialEq)]
+enum Before {
+    /// Joins at once.
+    Join,
+    /// Serves its link idly (acks, heartbeats) for this long, then joins: late, not gone.
+    Late(Duration),
+    /// Closes its socket and never joins: gone.
+    Vanish,
+}
+
+/// One 1 MiB chain broadcast 0 → 1 → 2 over raw Ethernet with a 500 ms liveness limit, each
+/// rank behaving as `before[rank]` says; returns each rank's outcome and how long it took.
+fn liveness_job(hosts: &[String], before: [Before; 3]) -> Vec<(Result<(), String>, Duration)> {
+    let n = hosts.len();
+    let board = Arc::new((Mutex::new(vec![[0u8; 6]; n]), Barrier::new(n)));
+    let config = Config {
+        liveness: 500_000_000,
+        ..Config::default()
+    };
+    let threads: Vec<_> = (0..n)
+        .map(|rank| {
+            let (board, ns) = (board.clone(), hosts[rank].clone());
+            std::thread::spawn(move || {
+                let mut t = RawEthTransport::bind_in_netns(rank, &ns, "eth0", config).unwrap();
+                let (macs, barrier) = &*board;
+                macs.lock().unwrap()[rank] = t.local_mac();
+                barrier.wait();
+                let all = macs.lock().unwrap().clone();
+                t.set_peers(all, 0x11fe).unwrap();
+                let start = Instant::now();
+                let clock = move || start.elapsed().as_nanos() as u64;
+                match before[rank] {
+                    Before::Join => {}
+                    Before::Late(d) => t.idle(&clock, d).unwrap(),
+                    Before::Vanish => {
+                        drop(t);
+                        return (Ok(()), start.elapsed());
+                    }
+                }
+                let msize = (1 << 20) + 3;
+                let lanes = chain(n, 0);
+                let setup = Setup {
+                    seq: 1,
+                    root: 0,
+                    msize: msize as u64,
+                    segment: 65_536,
+                    deep: false,
+                };
+                let engine = EngineConfig {
+                    idle_timeout: u64::MAX,
+                    ..EngineConfig::default()
+                };
+                let want = pattern(msize, 1);
+                let mut buf = if rank == 0 {
+                    want.clone()
+                } else {
+                    vec![0u8; msize]
+                };
+                let mut bcast = Bcast::new(rank, &lanes, setup, engine, clock()).unwrap();
+                let result = t
+                    .resume(&mut bcast, clock())
+                    .and_then(|()| drive(&mut t, &mut buf, &mut bcast, &clock, LINGER))
+                    .map_err(|e| e.to_string())
+                    .and_then(|()| {
+                        if buf == want {
+                            Ok(())
+                        } else {
+                            Err("WRONG DATA".into())
+                        }
+                    });
+                if result.is_ok() {
+                    // The others may be late; keep answering them for a while.
+                    t.idle(&clock, Duration::from_millis(300)).ok();
+                }
+                (result, start.elapsed())
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+/// A rank that arrives 2 s late (four times the liveness limit) but whose progress keeps
+/// answering is waited for: everyone completes byte-exact.
+#[test]
+fn a_late_rank_is_waited_for_over_raw_ethernet() {
+    skip_unless_able!(false);
+    let mut lab = Lab::new();
+    let (_, hosts) = lab.star(3);
+    let late = Before::Late(Duration::from_secs(2));
+    for (r, (result, _)) in liveness_job(&hosts, [Before::Join, Before::Join, late])
+        .into_iter()
+        .enumerate()
+    {
+        result.unwrap_or_else(|e| panic!("rank {r}: {e}"));
+    }
+}
+
+/// A rank that is gone (its socket closed) is found by the liveness limit: the ranks that
+/// wait for it fail with an error naming it, within the limit plus slack, never a hang and
+/// never wrong data.
+#[test]
+fn a_gone_rank_fails_its_peers_over_raw_ethernet() {
+    skip_unless_able!(false);
+    let mut lab = Lab::new();
+    let (_, hosts) = lab.star(3);
+    let outcomes = liveness_job(&hosts, [Before::Join, Before::Join, Before::Vanish]);
+    // Rank 1 forwards to the vanished rank 2; rank 0 may finish (rank 1 took everything).
+    let (result, took) = &outcomes[1];
+    let err = result.as_ref().expect_err("rank 1 must see rank 2 gone");
+    assert!(err.contains("rank 2 is gone"), "{err}");
+    assert!(*took < Duration::from_secs(10), "took {took:?}");
+    for (r, (result, _)) in outcomes.iter().enumerate() {
+        if let Err(e) = result {
+            assert!(!e.contains("WRONG DATA"), "rank {r}: {e}");
+        }
+    }
+}
