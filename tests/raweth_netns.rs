@@ -8,11 +8,11 @@
 
 mod common;
 
-use pipecast::engine::{Bcast, Config as EngineConfig, Setup};
+use pipecast::engine::{Bcast, Config as EngineConfig, Endpoint, Setup};
 use pipecast::plan::Lane;
 use pipecast::transport::raweth::socket::{Mac, RawSocket, RecvBatch};
 use pipecast::transport::raweth::{Config, Counters, RawEthTransport};
-use pipecast::transport::{drive, Transport};
+use pipecast::transport::{drive, Buffer, Buffers, Transport};
 use pipecast::wire::frame::{Kind, Repr};
 use std::io::IoSlice;
 use std::process::Command;
@@ -21,6 +21,46 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 static NEXT: AtomicUsize = AtomicUsize::new(0);
+
+/// Runs one broadcast over `t` on this rank's `buf` to completion (posted on `endpoint`,
+/// which keeps what arrives early for later broadcasts).
+fn run_bcast(
+    t: &mut dyn Transport,
+    endpoint: &mut Endpoint,
+    bcast: Bcast,
+    buf: &mut Vec<u8>,
+    clock: &dyn Fn() -> u64,
+) -> pipecast::Result<()> {
+    let seq = bcast.setup().seq;
+    let mut bufs = Buffers::new();
+    bufs.insert(seq, Buffer::Owned(std::mem::take(buf)));
+    let posted = endpoint.post(bcast, bufs.get_mut(&seq).unwrap().as_mut_slice(), clock());
+    let result = posted
+        .map_err(Into::into)
+        .and_then(|()| drive(t, &mut bufs, endpoint, seq, clock));
+    *buf = bufs.remove(&seq).and_then(Buffer::into_owned).unwrap();
+    result
+}
+
+/// Serves `t` for `d` with no broadcast of this rank in flight: acknowledgements,
+/// heartbeats, frames of broadcasts not posted yet.
+fn serve(
+    t: &mut dyn Transport,
+    endpoint: &mut Endpoint,
+    clock: &dyn Fn() -> u64,
+    d: Duration,
+) -> pipecast::Result<()> {
+    let end = clock() + d.as_nanos() as u64;
+    while clock() < end {
+        t.progress(
+            &mut Buffers::new(),
+            endpoint,
+            clock,
+            Duration::from_millis(2),
+        )?;
+    }
+    Ok(())
+}
 
 /// How long a rank whose broadcast is done keeps answering until its last frames are
 /// acknowledged (the communicator uses `link::LINGER`, 200 ms).
@@ -262,10 +302,11 @@ fn run_job(hosts: &[String], cases: &[Case], config: Config, cookie: u64) -> Vec
                 t.set_peers(all, cookie).unwrap();
                 let start = Instant::now();
                 let clock = move || start.elapsed().as_nanos() as u64;
+                let mut endpoint = Endpoint::new();
                 for (seq, case) in cases.iter().enumerate() {
                     let lanes = (case.lanes)(n, case.root);
                     let setup = Setup {
-                        seq: seq as u64,
+                        seq: seq as u64 + 1,
                         root: case.root,
                         msize: case.msize as u64,
                         segment: case.segment,
@@ -281,9 +322,8 @@ fn run_job(hosts: &[String], cases: &[Case], config: Config, cookie: u64) -> Vec
                     } else {
                         vec![0u8; case.msize]
                     };
-                    let mut bcast = Bcast::new(rank, &lanes, setup, engine, clock()).unwrap();
-                    t.resume(&mut bcast, clock())
-                        .and_then(|()| drive(&mut t, &mut buf, &mut bcast, &clock, LINGER))
+                    let bcast = Bcast::new(rank, &lanes, setup, engine, clock()).unwrap();
+                    run_bcast(&mut t, &mut endpoint, bcast, &mut buf, &clock)
                         .unwrap_or_else(|e| panic!("rank {rank}, broadcast {seq}: {e}"));
                     if let Some(i) = (0..case.msize).find(|&i| buf[i] != want[i]) {
                         panic!(
@@ -294,8 +334,7 @@ fn run_job(hosts: &[String], cases: &[Case], config: Config, cookie: u64) -> Vec
                     }
                 }
                 // Peers may still need our acks for their last frames.
-                let mut empty = Vec::new();
-                t.linger(&mut empty, &clock, LINGER).unwrap();
+                serve(&mut t, &mut endpoint, &clock, LINGER).unwrap();
                 t.counters()
             })
         })
@@ -619,12 +658,13 @@ fn timed_job(hosts: &[String], via: Via, msize: usize, segment: u64, reps: usize
                 let clock = move || start.elapsed().as_nanos() as u64;
                 let lanes = chain(n, 0);
                 let mut buf = pattern(msize, 0);
+                let mut endpoint = Endpoint::new();
                 for rep in 0..reps {
                     if rank != 0 {
                         buf.fill(0);
                     }
                     let setup = Setup {
-                        seq: rep as u64,
+                        seq: rep as u64 + 1,
                         root: 0,
                         msize: msize as u64,
                         segment,
@@ -632,21 +672,13 @@ fn timed_job(hosts: &[String], via: Via, msize: usize, segment: u64, reps: usize
                     };
                     barrier.wait();
                     let t0 = clock();
-                    let mut bcast =
+                    let bcast =
                         Bcast::new(rank, &lanes, setup, EngineConfig::default(), t0).unwrap();
                     if let Some(t) = raw.as_mut() {
-                        t.resume(&mut bcast, clock()).unwrap();
-                        drive(t, &mut buf, &mut bcast, &clock, LINGER).unwrap();
-                    }
-                    if let Some(t) = tcp.as_mut() {
+                        run_bcast(t, &mut endpoint, bcast, &mut buf, &clock).unwrap();
+                    } else if let Some(t) = tcp.as_mut() {
                         t.connect(&bcast.peers(), Duration::from_secs(5)).unwrap();
-                        t.resume(&mut bcast, clock()).unwrap();
-                        while !(bcast.is_done() && t.flushed()) {
-                            let now = clock();
-                            bcast.handle_timeout(now).unwrap();
-                            t.progress(&mut buf, &mut bcast, &clock, Duration::from_millis(1))
-                                .unwrap();
-                        }
+                        run_bcast(t, &mut endpoint, bcast, &mut buf, &clock).unwrap();
                     }
                     let dt = clock() - t0;
                     assert_eq!(buf, pattern(msize, 0), "rank {rank} rep {rep}");
@@ -876,9 +908,10 @@ fn liveness_job(hosts: &[String], before: [Before; 3]) -> Vec<(Result<(), String
                 t.set_peers(all, 0x11fe).unwrap();
                 let start = Instant::now();
                 let clock = move || start.elapsed().as_nanos() as u64;
+                let mut endpoint = Endpoint::new();
                 match before[rank] {
                     Before::Join => {}
-                    Before::Late(d) => t.idle(&clock, d).unwrap(),
+                    Before::Late(d) => serve(&mut t, &mut endpoint, &clock, d).unwrap(),
                     Before::Vanish => {
                         drop(t);
                         return (Ok(()), start.elapsed());
@@ -903,10 +936,8 @@ fn liveness_job(hosts: &[String], before: [Before; 3]) -> Vec<(Result<(), String
                 } else {
                     vec![0u8; msize]
                 };
-                let mut bcast = Bcast::new(rank, &lanes, setup, engine, clock()).unwrap();
-                let result = t
-                    .resume(&mut bcast, clock())
-                    .and_then(|()| drive(&mut t, &mut buf, &mut bcast, &clock, LINGER))
+                let bcast = Bcast::new(rank, &lanes, setup, engine, clock()).unwrap();
+                let result = run_bcast(&mut t, &mut endpoint, bcast, &mut buf, &clock)
                     .map_err(|e| e.to_string())
                     .and_then(|()| {
                         if buf == want {
@@ -917,7 +948,7 @@ fn liveness_job(hosts: &[String], before: [Before; 3]) -> Vec<(Result<(), String
                     });
                 if result.is_ok() {
                     // The others may be late; keep answering them for a while.
-                    t.idle(&clock, Duration::from_millis(300)).ok();
+                    serve(&mut t, &mut endpoint, &clock, Duration::from_millis(300)).ok();
                 }
                 (result, start.elapsed())
             })

@@ -14,11 +14,6 @@ use crate::transport::{TcpTransport, TransportError};
 use std::fmt;
 use std::net::IpAddr;
 use std::str::FromStr;
-use std::time::Duration;
-
-/// How long a rank whose broadcast is done keeps answering until its last frames are
-/// acknowledged (raw Ethernet; TCP's kernel does this).
-pub const LINGER: Duration = Duration::from_millis(200);
 
 /// Which transport moves broadcast data.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -187,6 +182,6 @@ mod tests {
         let tcp = TcpTransport::bind(0, "127.0.0.1").unwrap();
         let l = choose(&Transport::Auto, tcp, None, &[None, None], 5).unwrap();
         assert_eq!(l.describe(), "tcp");
-        assert!(!l.lingers());
+        assert!(!l.serves_idle());
     }
 }

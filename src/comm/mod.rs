@@ -37,8 +37,9 @@ use crate::model::Profile;
 use crate::plan::{Lane, TreeKind};
 use crate::topology::Topology;
 use crate::transport::lend;
+use crate::transport::Buffer;
 use crossbeam_channel::Sender;
-use progress::{Buffer, Job, Op};
+use progress::{Job, Op};
 use setup::Local;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -592,7 +593,7 @@ impl Comm {
 
     fn ibcast_buffer(
         &mut self,
-        mut buf: Buffer,
+        buf: Buffer,
         root: usize,
         algorithm: &Algorithm,
         segment: Option<u64>,

@@ -6,12 +6,14 @@
 //! engine with a real clock. See `bcast.rs` for the protocol (FPFS forwarding, credits).
 
 mod bcast;
+mod endpoint;
 mod layout;
 mod message;
 #[cfg(test)]
 mod sim;
 
 pub use bcast::{Bcast, Config, Setup};
+pub use endpoint::{Endpoint, Route};
 pub use layout::Layout;
 pub use message::{DataHeader, Message, Placement, Transmit};
 

@@ -64,6 +64,61 @@ impl RawBuf {
     }
 }
 
+/// The bytes of one broadcast, whatever lent them.
+pub enum Buffer {
+    /// A blocking broadcast's buffer, lent for its duration.
+    Loan(BufLoan),
+    /// A nonblocking broadcast's own vector, handed back at completion.
+    Owned(Vec<u8>),
+    /// A nonblocking broadcast of the C API: the caller's bytes.
+    Raw(RawBuf),
+}
+
+impl Buffer {
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        match self {
+            Buffer::Loan(l) => l.as_mut_slice(),
+            Buffer::Owned(v) => v,
+            Buffer::Raw(r) => r.as_mut_slice(),
+        }
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        let (ptr, len) = match self {
+            Buffer::Loan(l) => (l.ptr.cast_const(), l.len),
+            Buffer::Owned(v) => return v,
+            Buffer::Raw(r) => (r.ptr.cast_const(), r.len),
+        };
+        if len == 0 {
+            return &[];
+        }
+        // SAFETY: a loan or raw buffer is valid and exclusively ours for `len` bytes while it
+        // lives (their constructors' contracts); `&self` rules out a concurrent `&mut`.
+        unsafe { std::slice::from_raw_parts(ptr, len) }
+    }
+
+    pub fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The vector of an owned buffer, handed back to its broadcaster.
+    pub fn into_owned(self) -> Option<Vec<u8>> {
+        match self {
+            Buffer::Owned(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+/// The buffers of the broadcasts in flight, by sequence number. A link writes an arriving
+/// segment into its broadcast's buffer and sends from it; a frame whose broadcast is over
+/// (its buffer gone) goes out empty.
+pub type Buffers = std::collections::BTreeMap<u64, Buffer>;
+
 /// Waits for the loan on drop, so that even a panic in the lender's closure cannot free the
 /// buffer while another thread writes into it.
 struct WaitForReturn(Arc<Returned>);

@@ -1,26 +1,30 @@
 //! Transports: how engine messages travel between processes. Today: TCP
 //! ([`tcp::TcpTransport`]) and raw Ethernet ([`raweth::RawEthTransport`]), both behind
-//! [`Transport`] and run by [`drive`]; verbs come next. `unsafe` code of the crate lives here
+//! [`Transport`] and run by the communicator's progress thread; verbs come next. `unsafe` code of the crate lives here
 //! (and in `capi/`), each block with a `// SAFETY:` comment.
 //!
 //! A transport frames [`Message`](crate::engine::Message)s, sends data segments straight from
-//! the user buffer, and asks the engine (`Bcast::place`) where an arriving segment goes before
-//! reading its payload straight into the user buffer. A lossy transport (raw Ethernet) keeps
-//! the same shape: the engine's cumulative credits are its acknowledgements.
+//! their broadcast's buffer, and asks the endpoint (`Endpoint::route_data`) where an arriving
+//! segment goes before reading its payload straight into that buffer (or holding it for a
+//! broadcast not posted yet). A lossy transport (raw Ethernet) adds per-peer reliability.
 
 pub mod frame;
 pub mod loan;
 pub mod tcp;
 pub mod uring;
 
-pub use loan::{lend, BufLoan, RawBuf};
+pub use loan::{lend, BufLoan, Buffer, Buffers, RawBuf};
 pub use tcp::TcpTransport;
 
-use crate::engine::Bcast;
+use crate::engine::Endpoint;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// A transport the communicator's progress thread drives ([`drive`]): TCP or raw Ethernet.
+/// A link the communicator's progress thread drives: it moves the endpoint's messages
+/// between ranks (TCP or raw Ethernet), sending payloads straight from their broadcasts'
+/// buffers and writing arriving segments straight into them. It knows nothing of trees:
+/// routing by broadcast, holding early messages and completion live in
+/// [`Endpoint`](crate::engine::Endpoint).
 pub trait Transport: Send {
     /// `tcp` or `raweth:IFACE`: what runs.
     fn describe(&self) -> String;
@@ -33,41 +37,20 @@ pub trait Transport: Send {
 
     fn connect(&mut self, peers: &[usize], timeout: Duration) -> Result<(), TransportError>;
 
-    fn resume(&mut self, bcast: &mut Bcast, now: u64) -> crate::Result<()>;
-
+    /// One round: sends what the endpoint wants sent, waits up to `wait` for arrivals and
+    /// delivers them. Fails when a peer that a broadcast in flight waits for is gone.
     fn progress(
         &mut self,
-        buf: &mut [u8],
-        bcast: &mut Bcast,
+        bufs: &mut Buffers,
+        endpoint: &mut Endpoint,
         clock: &dyn Fn() -> u64,
         wait: Duration,
     ) -> crate::Result<()>;
 
-    fn flushed(&self) -> bool;
-
-    /// Whether a rank whose engine is done should stop driving it and [`Transport::linger`]
-    /// instead (raw Ethernet: the engine's idle timer is off, so waiting in `progress` for a
-    /// lost final ack would spin until the peer's next frame).
-    fn lingers(&self) -> bool {
+    /// Whether peers need this link served even when no broadcast runs (raw Ethernet: its
+    /// acknowledgements and heartbeats; TCP's kernel does that).
+    fn serves_idle(&self) -> bool {
         false
-    }
-
-    /// Keeps acknowledging and retransmitting for at most `limit` until flushed.
-    fn linger(
-        &mut self,
-        _buf: &mut [u8],
-        _clock: &dyn Fn() -> u64,
-        _limit: Duration,
-    ) -> crate::Result<bool> {
-        Ok(self.flushed())
-    }
-
-    /// Serves peers between broadcasts for up to `wait` (a transport that
-    /// [`lingers`](Transport::lingers): acknowledgements, heartbeats, frames of the next
-    /// broadcast). Fails when a peer is gone.
-    fn idle(&mut self, _clock: &dyn Fn() -> u64, wait: Duration) -> crate::Result<()> {
-        std::thread::sleep(wait);
-        Ok(())
     }
 
     /// The transport's monotonic counters by name (raw Ethernet: retransmits, drops, …).
@@ -81,35 +64,64 @@ pub trait Transport: Send {
     fn shutdown(&mut self);
 }
 
-/// Runs `bcast` (connected and resumed) to completion over `transport`; a transport that
-/// [`lingers`](Transport::lingers) then answers peers for up to `linger` until its last
-/// frames are acknowledged.
-pub fn drive(
-    transport: &mut dyn Transport,
-    buf: &mut [u8],
-    bcast: &mut Bcast,
-    clock: &dyn Fn() -> u64,
-    linger: Duration,
+/// A payload read for a broadcast that was not posted when its header arrived (`Route::Hold`)
+/// is complete: if that broadcast was posted meanwhile it goes to its buffer now, otherwise
+/// the endpoint holds it.
+pub(crate) fn land_held(
+    endpoint: &mut Endpoint,
+    bufs: &mut Buffers,
+    from: usize,
+    message: crate::engine::Message,
+    payload: Vec<u8>,
+    now: u64,
 ) -> crate::Result<()> {
-    loop {
-        if bcast.is_done() && transport.flushed() {
-            return Ok(());
+    let crate::engine::Message::Data(h) = message else {
+        endpoint.handle_message(now, from, &message)?;
+        return Ok(());
+    };
+    match endpoint.route_data(from, &h)? {
+        crate::engine::Route::Into { seq, range } => {
+            let buf = bufs.get_mut(&seq).map(Buffer::as_mut_slice);
+            match buf {
+                Some(buf) if range.end <= buf.len() && range.len() == payload.len() => {
+                    buf[range].copy_from_slice(&payload);
+                    endpoint.handle_data(now, &h);
+                }
+                _ => {
+                    return Err(TransportError::BadFrame {
+                        peer: from,
+                        reason: format!(
+                            "segment {} of broadcast {seq} ({} bytes) does not fit {range:?}",
+                            h.index,
+                            payload.len()
+                        ),
+                    }
+                    .into())
+                }
+            }
         }
-        if bcast.is_done() && transport.lingers() {
-            // Done but not all acknowledged: answer peers for a while, then return (the
-            // engine's idle timer is off, so `progress` would wait for frames that may never
-            // come). Unacknowledged frames left over become no-ops in the next broadcast.
-            transport.linger(buf, clock, linger)?;
-            return Ok(());
-        }
-        let now = clock();
-        bcast.handle_timeout(now)?;
-        let wait = bcast
-            .poll_timeout()
-            .map_or(1_000_000, |t| t.saturating_sub(now))
-            .min(100_000_000);
-        transport.progress(buf, bcast, clock, Duration::from_nanos(wait))?;
+        crate::engine::Route::Hold => endpoint.hold(from, message, payload),
+        crate::engine::Route::Discard => {}
     }
+    Ok(())
+}
+
+/// Runs broadcast `seq` (posted on `endpoint`, its buffer in `bufs`) over `link` until it is
+/// done here, then removes it: the loop of the communicator's progress thread for one
+/// broadcast, for tests and tools that drive a link themselves.
+pub fn drive(
+    link: &mut dyn Transport,
+    bufs: &mut Buffers,
+    endpoint: &mut Endpoint,
+    seq: u64,
+    clock: &dyn Fn() -> u64,
+) -> crate::Result<()> {
+    while !endpoint.is_done(seq) {
+        endpoint.handle_timeout(clock())?;
+        link.progress(bufs, endpoint, clock, Duration::from_millis(5))?;
+    }
+    endpoint.finish(seq);
+    Ok(())
 }
 
 /// What went wrong in a transport.

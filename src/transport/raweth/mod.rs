@@ -4,12 +4,12 @@
 //! credit, pacing).
 //!
 //! Same shape as [`TcpTransport`](crate::transport::TcpTransport): the communicator gives it
-//! the peers' MAC addresses and the job cookie from the bootstrap, then drives one
-//! [`Bcast`] at a time with `resume`/`progress`/`flushed`. An engine segment larger than one
-//! frame goes out as several frames (payload per frame = MTU − 88-byte header); the receiver
-//! copies each frame's payload straight to its offset in the user buffer and hands the
-//! segment to the engine (`handle_data`) once all its bytes arrived. Frames of a later
-//! broadcast are kept (copied, up to [`Config::later_frames`]) until that broadcast starts.
+//! the peers' MAC addresses and the job cookie from the bootstrap, then drives it with the
+//! [`Endpoint`] of every broadcast in flight. An engine segment larger than one frame goes
+//! out as several frames (payload per frame = MTU − 88-byte header); the receiver copies each
+//! frame's payload straight to its offset in its broadcast's buffer and hands the segment to
+//! the endpoint (`handle_data`) once distinct frames covered it. A segment of a broadcast not
+//! posted yet is assembled in a buffer of its own and held by the endpoint.
 //!
 //! Frames with another job's cookie or communicator id, from unknown MACs, of unknown
 //! versions or with bad lengths are dropped and counted ([`Counters`]).
@@ -20,8 +20,8 @@ mod rx;
 pub mod socket;
 mod tx;
 
-use crate::engine::{Bcast, DataHeader};
-use crate::transport::{Transport, TransportError};
+use crate::engine::{DataHeader, Endpoint};
+use crate::transport::{Buffers, Transport, TransportError};
 use crate::wire::frame::{Kind, Repr, HEADER_LEN};
 use reliable::{Pacer, Receiver, Sender};
 use socket::{Mac, RawSocket, RecvBatch};
@@ -38,9 +38,6 @@ pub struct Config {
     pub comm: u32,
     /// Frames per `sendmmsg`/`recvmmsg`.
     pub batch: usize,
-    /// Frames of later broadcasts kept until they start (beyond: dropped unacknowledged, so
-    /// the sender retransmits them).
-    pub later_frames: usize,
     /// Payload bytes per frame (default: MTU − header); lower it to test splitting.
     pub max_payload: Option<usize>,
     /// SO_SNDBUF in bytes (default: the kernel's, ~212 KB, which makes a full tbf push back
@@ -61,7 +58,6 @@ impl Default for Config {
             reliable: reliable::Config::default(),
             comm: 0,
             batch: 32,
-            later_frames: 8192,
             max_payload: None,
             sndbuf: None,
             rx_ring: None,
@@ -116,12 +112,32 @@ struct Peer {
     pinged: u64,
 }
 
-/// A segment being reassembled: where it goes in the user buffer and how much arrived.
+/// Where a segment being reassembled goes.
+enum Target {
+    /// Broadcast `seq`'s buffer, from `start`.
+    Buffer { seq: u64, start: usize },
+    /// A buffer of its own, for a broadcast not posted yet.
+    Hold(Vec<u8>),
+}
+
+/// A segment being reassembled: where it goes, which frames arrived (offset → length,
+/// distinct and non-overlapping) and how many bytes they cover.
 struct Assembly {
-    start: usize,
+    target: Target,
     len: usize,
+    pieces: BTreeMap<usize, usize>,
     got: usize,
     head: DataHeader,
+}
+
+impl Assembly {
+    /// Whether a frame of `n` bytes at `off` overlaps none that arrived.
+    fn fits(&self, off: usize, n: usize) -> bool {
+        let before = self.pieces.range(..=off).next_back();
+        let after = self.pieces.range(off..).next();
+        before.is_none_or(|(&o, &l)| o + l <= off && (o != off || l == 0))
+            && after.is_none_or(|(&o, _)| o >= off + n && o != off)
+    }
 }
 
 /// This rank's raw Ethernet endpoint.
@@ -135,13 +151,10 @@ pub struct RawEthTransport {
     by_mac: BTreeMap<Mac, usize>,
     pacer: Pacer,
     assembly: BTreeMap<(usize, u64, u16, u32), Assembly>,
-    later: Vec<(usize, Repr, Vec<u8>)>,
     recv: RecvBatch,
     ring: Option<ring::RxRing>,
     /// The last send hit a full socket buffer: wait for POLLOUT.
     blocked: bool,
-    /// The broadcast in progress (older data still unacknowledged becomes no-ops).
-    current: u64,
     counters: Counters,
     kernel_drops: std::cell::Cell<u64>,
 }
@@ -208,9 +221,7 @@ impl RawEthTransport {
             by_mac: BTreeMap::new(),
             pacer: Pacer::new(config.reliable.rate, config.reliable.burst, 0),
             assembly: BTreeMap::new(),
-            later: Vec::new(),
             blocked: false,
-            current: 0,
             counters: Counters::default(),
             kernel_drops: std::cell::Cell::new(0),
             config,
@@ -371,47 +382,24 @@ impl Transport for RawEthTransport {
         }
     }
 
-    /// Starts serving `bcast`: unacknowledged data of older broadcasts becomes no-ops (their
-    /// buffers are gone), and kept frames of this broadcast are delivered.
-    fn resume(&mut self, bcast: &mut Bcast, _now: u64) -> crate::Result<()> {
-        let seq = bcast.setup().seq;
-        self.current = seq;
-        let nop = |i: &mut Item| {
-            if i.head.kind() == Kind::Data && i.head.bcast_seq < seq {
-                i.head.kind = Kind::Nop.into();
-                i.head.payload_len = 0;
-                i.payload = 0..0;
-            }
-        };
-        for p in self.peers.values_mut() {
-            p.tx.rewrite(nop);
-            // Old data is useless now, but a queued credit or done of an older broadcast may
-            // be what a slower peer still waits for.
-            p.queue
-                .retain(|i| i.head.bcast_seq >= seq || i.head.kind() != Kind::Data);
-        }
-        self.assembly.retain(|k, _| k.1 >= seq);
-        // Kept frames of this broadcast are offered by `progress`, which has the buffer.
-        Ok(())
-    }
-
-    /// One round: queue what the engine wants sent, send what credit and pacing allow, wait
-    /// up to `wait` for frames, and deliver arrivals to the engine.
+    /// One round: queue what the endpoint wants sent, send what credit and pacing allow,
+    /// wait up to `wait` for frames, and deliver arrivals to the endpoint. Between
+    /// broadcasts (nothing in flight) it keeps acknowledging and retransmitting: peers may
+    /// still need its acks, and a late peer's heartbeats its answers.
     fn progress(
         &mut self,
-        buf: &mut [u8],
-        bcast: &mut Bcast,
+        bufs: &mut Buffers,
+        endpoint: &mut Endpoint,
         clock: &dyn Fn() -> u64,
         wait: Duration,
     ) -> crate::Result<()> {
-        if bcast.setup().seq != self.current {
-            self.resume(bcast, clock())?;
-        }
-        if self.later.iter().any(|l| l.1.bcast_seq <= self.current) {
-            self.deliver_later(buf, bcast, clock())?;
-        }
-        self.queue(bcast)?;
-        self.send(buf, clock())?;
+        // Reassembly of finished broadcasts' segments is over (their buffers are gone).
+        self.assembly.retain(|_, a| match a.target {
+            Target::Buffer { seq, .. } => bufs.contains_key(&seq),
+            Target::Hold(_) => true,
+        });
+        self.queue(endpoint)?;
+        self.send(bufs, clock())?;
         let now = clock();
         let mut ms = wait.as_millis().min(i32::MAX as u128) as u64;
         if let Some(t) = self.next_timer(now) {
@@ -423,69 +411,16 @@ impl Transport for RawEthTransport {
             .map_err(|e| io_err(None, e))?;
         self.blocked = false;
         if readable {
-            self.receive(buf, Some(bcast), clock)?;
+            self.receive(bufs, endpoint, clock)?;
         }
-        self.queue(bcast)?;
-        self.check_liveness(&bcast.waiting_for(), clock())?;
-        self.send(buf, clock())?;
+        self.queue(endpoint)?;
+        self.check_liveness(&endpoint.waiting_for(), clock())?;
+        self.send(bufs, clock())?;
         Ok(())
     }
 
-    /// Between broadcasts: acknowledges, retransmits, keeps frames of the next broadcast, for
-    /// `wait`. Data of finished broadcasts goes out as no-ops (its buffer is gone).
-    fn idle(&mut self, clock: &dyn Fn() -> u64, wait: Duration) -> crate::Result<()> {
-        let end = clock() + wait.as_nanos() as u64;
-        loop {
-            self.send(&[], clock())?;
-            let now = clock();
-            if now >= end {
-                return Ok(());
-            }
-            let ms = (end - now).div_ceil(1_000_000).min(i32::MAX as u64) as i32;
-            let (readable, _) = self
-                .sock
-                .poll(self.blocked, ms)
-                .map_err(|e| io_err(None, e))?;
-            self.blocked = false;
-            if readable {
-                self.receive(&mut [], None, clock)?;
-            }
-        }
-    }
-
-    /// Whether every frame sent has been acknowledged and every ack owed has been sent.
-    fn flushed(&self) -> bool {
-        self.peers
-            .values()
-            .all(|p| p.queue.is_empty() && p.tx.is_idle() && !p.rx.ack_due())
-    }
-
-    fn lingers(&self) -> bool {
+    fn serves_idle(&self) -> bool {
         true
-    }
-
-    /// Keeps acknowledging and retransmitting without a broadcast (e.g. after the last one,
-    /// until peers acknowledged everything) for at most `limit`. Returns whether flushed.
-    fn linger(
-        &mut self,
-        buf: &mut [u8],
-        clock: &dyn Fn() -> u64,
-        limit: Duration,
-    ) -> crate::Result<bool> {
-        let end = clock() + limit.as_nanos() as u64;
-        while !self.flushed() && clock() < end {
-            self.send(buf, clock())?;
-            let (readable, _) = self
-                .sock
-                .poll(self.blocked, 1)
-                .map_err(|e| io_err(None, e))?;
-            self.blocked = false;
-            if readable {
-                self.receive(buf, None, clock)?;
-            }
-            self.send(buf, clock())?;
-        }
-        Ok(self.flushed())
     }
 
     fn counters(&self) -> BTreeMap<String, u64> {
@@ -498,11 +433,9 @@ impl Transport for RawEthTransport {
     /// The per-peer state for a failure report (peers with nothing outstanding are left out).
     fn describe_state(&self, now: u64) -> String {
         let mut out = format!(
-            "raweth current bcast {} blocked {} assembling {} later {} counters {}",
-            self.current,
+            "raweth blocked {} assembling {} counters {}",
             self.blocked,
             self.assembly.len(),
-            self.later.len(),
             serde_json::to_string(&RawEthTransport::counters(self)).unwrap_or_default()
         );
         for ((rank, seq, lane, index), a) in &self.assembly {
@@ -534,7 +467,6 @@ impl Transport for RawEthTransport {
             p.queue.clear();
         }
         self.assembly.clear();
-        self.later.clear();
     }
 }
 

@@ -2,11 +2,12 @@
 //! ring, checked, filtered (addressing, peer, cookie, communicator, version, length), passed
 //! through the per-peer reliability, then copied to their offset in the user buffer.
 
-use super::{io_err, ring, Assembly, RawEthTransport};
-use crate::engine::{Bcast, DataHeader, Message, Placement};
+use super::{io_err, ring, Assembly, RawEthTransport, Target};
+use crate::engine::{DataHeader, Endpoint, Message, Route};
 use crate::transport::raweth::reliable::Accept;
 use crate::transport::raweth::socket::{Addressed, Mac, RecvBatch};
 use crate::transport::TransportError;
+use crate::transport::{land_held, Buffers};
 use crate::wire::frame::{flags, Frame, Kind, Repr};
 use crate::wire::WireError;
 use std::io;
@@ -15,12 +16,12 @@ impl RawEthTransport {
     /// Receives what is there (bounded), checking every frame before use.
     pub(super) fn receive(
         &mut self,
-        buf: &mut [u8],
-        mut bcast: Option<&mut Bcast>,
+        bufs: &mut Buffers,
+        endpoint: &mut Endpoint,
         clock: &dyn Fn() -> u64,
     ) -> Result<(), crate::Error> {
         if let Some(mut ring) = self.ring.take() {
-            let result = self.receive_ring(&mut ring, buf, bcast, clock);
+            let result = self.receive_ring(&mut ring, bufs, endpoint, clock);
             self.ring = Some(ring);
             return result;
         }
@@ -47,9 +48,7 @@ impl RawEthTransport {
                     self.counters.dropped_otherhost += 1;
                     continue;
                 }
-                if let Err(e) =
-                    self.handle_frame(buf, bcast.as_deref_mut(), now, mac, truncated, bytes)
-                {
+                if let Err(e) = self.handle_frame(bufs, endpoint, now, mac, truncated, bytes) {
                     result = Err(e);
                     break;
                 }
@@ -57,10 +56,8 @@ impl RawEthTransport {
             if result.is_err() {
                 break;
             }
-            if let Some(b) = bcast.as_deref_mut() {
-                self.queue(b)?;
-            }
-            self.send(buf, clock())?;
+            self.queue(endpoint)?;
+            self.send(bufs, clock())?;
         }
         self.recv = recv;
         result
@@ -69,8 +66,8 @@ impl RawEthTransport {
     fn receive_ring(
         &mut self,
         ring: &mut ring::RxRing,
-        buf: &mut [u8],
-        mut bcast: Option<&mut Bcast>,
+        bufs: &mut Buffers,
+        endpoint: &mut Endpoint,
         clock: &dyn Fn() -> u64,
     ) -> Result<(), crate::Error> {
         for _ in 0..16 {
@@ -84,24 +81,22 @@ impl RawEthTransport {
                     self.counters.dropped_otherhost += 1;
                     return;
                 }
-                result = self.handle_frame(buf, bcast.as_deref_mut(), now, mac, cut, bytes);
+                result = self.handle_frame(bufs, endpoint, now, mac, cut, bytes);
             });
             result?;
             if taken == 0 {
                 break;
             }
-            if let Some(b) = bcast.as_deref_mut() {
-                self.queue(b)?;
-            }
-            self.send(buf, clock())?;
+            self.queue(endpoint)?;
+            self.send(bufs, clock())?;
         }
         Ok(())
     }
 
     fn handle_frame(
         &mut self,
-        buf: &mut [u8],
-        bcast: Option<&mut Bcast>,
+        bufs: &mut Buffers,
+        endpoint: &mut Endpoint,
         now: u64,
         mac: Mac,
         truncated: bool,
@@ -162,106 +157,109 @@ impl RawEthTransport {
             }
             Accept::Fresh => {}
         }
-        if self.content(buf, bcast, now, rank, &head, frame.payload(), true)? {
-            let rx = &mut self.peers.get_mut(&rank).expect("mapped MAC has a peer").rx;
-            rx.accept(head.peer_seq);
-            if head.flags & flags::RETRANSMIT != 0 {
-                rx.repaired(head.peer_seq, copy);
-            }
+        self.content(bufs, endpoint, now, rank, &head, frame.payload())?;
+        let rx = &mut self.peers.get_mut(&rank).expect("mapped MAC has a peer").rx;
+        rx.accept(head.peer_seq);
+        if head.flags & flags::RETRANSMIT != 0 {
+            rx.repaired(head.peer_seq, copy);
         }
         Ok(())
     }
 
-    /// Acts on a frame's content. Returns false when it could not be taken (a later
-    /// broadcast's frame with no room to keep it): then it is not acknowledged.
-    #[allow(clippy::too_many_arguments)]
+    /// Acts on a frame's content: a data frame goes to its offset in its broadcast's buffer
+    /// (or into a segment held for a broadcast not posted yet), a credit or done to the
+    /// endpoint. Segments are assembled by distinct, non-overlapping frames: a duplicated or
+    /// overlapping frame never completes a segment early.
     fn content(
         &mut self,
-        buf: &mut [u8],
-        bcast: Option<&mut Bcast>,
+        bufs: &mut Buffers,
+        endpoint: &mut Endpoint,
         now: u64,
         rank: usize,
         head: &Repr,
         payload: &[u8],
-        fresh: bool,
-    ) -> Result<bool, crate::Error> {
-        let later = |t: &mut RawEthTransport| {
-            if !fresh {
-                t.later.push((rank, *head, payload.to_vec()));
-                return true;
-            }
-            if t.later.len() >= t.config.later_frames {
-                t.counters.later_dropped += 1;
-                return false;
-            }
-            t.counters.later_kept += 1;
-            t.later.push((rank, *head, payload.to_vec()));
-            true
-        };
-        let Some(bcast) = bcast else {
-            // No broadcast running: keep anything that may belong to the next one.
-            return Ok(match head.kind() {
-                Kind::Data | Kind::Credit | Kind::Done if head.bcast_seq >= self.current => {
-                    later(self)
-                }
-                _ => true,
-            });
-        };
+    ) -> Result<(), crate::Error> {
         match head.kind() {
             Kind::Data => {
                 let key = (rank, head.bcast_seq, head.lane, head.index);
-                let known = self.assembly.contains_key(&key);
-                if !known {
-                    let h = DataHeader {
-                        seq: head.bcast_seq,
-                        root: head.root,
-                        msize: head.msize,
-                        segment: head.segment,
-                        lanes: head.lanes,
-                        lane: head.lane,
-                        index: head.index,
-                        len: head.segment_len,
-                    };
-                    match bcast.place(rank, &h)? {
-                        Placement::Into(range) if range.end <= buf.len() => {
-                            self.assembly.insert(
-                                key,
-                                Assembly {
-                                    start: range.start,
-                                    len: range.len(),
-                                    got: 0,
-                                    head: h,
-                                },
-                            );
-                        }
-                        Placement::Into(range) => {
-                            return Err(TransportError::BadFrame {
-                                peer: rank,
-                                reason: format!(
-                                    "segment {} lands at {range:?}, beyond the {}-byte buffer",
-                                    h.index,
-                                    buf.len()
-                                ),
+                let h = DataHeader {
+                    seq: head.bcast_seq,
+                    root: head.root,
+                    msize: head.msize,
+                    segment: head.segment,
+                    lanes: head.lanes,
+                    lane: head.lane,
+                    index: head.index,
+                    len: head.segment_len,
+                };
+                if !self.assembly.contains_key(&key) {
+                    let target = match endpoint.route_data(rank, &h)? {
+                        Route::Into { seq, range } => {
+                            let fits = bufs.get(&seq).is_some_and(|b| range.end <= b.len());
+                            if !fits {
+                                return Err(TransportError::BadFrame {
+                                    peer: rank,
+                                    reason: format!(
+                                        "segment {} of broadcast {seq} lands at {range:?}, beyond its buffer",
+                                        h.index
+                                    ),
+                                }
+                                .into());
                             }
-                            .into())
+                            Target::Buffer {
+                                seq,
+                                start: range.start,
+                            }
                         }
-                        Placement::Discard => return Ok(true),
-                        Placement::Later => return Ok(later(self)),
-                    }
+                        Route::Hold if h.len > h.segment => {
+                            self.counters.dropped_length += 1;
+                            return Ok(());
+                        }
+                        Route::Hold => {
+                            self.counters.later_kept += 1;
+                            Target::Hold(vec![0; h.len as usize])
+                        }
+                        Route::Discard => return Ok(()),
+                    };
+                    self.assembly.insert(
+                        key,
+                        Assembly {
+                            target,
+                            len: h.len as usize,
+                            pieces: std::collections::BTreeMap::new(),
+                            got: 0,
+                            head: h,
+                        },
+                    );
                 }
                 let a = self.assembly.get_mut(&key).expect("inserted above");
-                let off = head.offset as usize;
-                if off + payload.len() > a.len {
+                let (off, n) = (head.offset as usize, payload.len());
+                if off + n > a.len || !a.fits(off, n) {
                     self.counters.dropped_length += 1;
-                    return Ok(true);
+                    return Ok(());
                 }
-                buf[a.start + off..a.start + off + payload.len()].copy_from_slice(payload);
-                a.got += payload.len();
+                match &mut a.target {
+                    Target::Buffer { seq, start } => {
+                        let buf = bufs
+                            .get_mut(seq)
+                            .expect("checked when routed")
+                            .as_mut_slice();
+                        buf[*start + off..*start + off + n].copy_from_slice(payload);
+                    }
+                    Target::Hold(v) => v[off..off + n].copy_from_slice(payload),
+                }
+                a.pieces.insert(off, n);
+                a.got += n;
                 if a.got >= a.len {
                     let a = self.assembly.remove(&key).expect("present");
-                    bcast.handle_data(now, &a.head);
+                    match a.target {
+                        Target::Buffer { .. } => endpoint.handle_data(now, &a.head),
+                        Target::Hold(v) => {
+                            land_held(endpoint, bufs, rank, Message::Data(a.head), v, now)?
+                        }
+                    }
                 }
-                Ok(true)
+                Ok(())
             }
             Kind::Credit | Kind::Done => {
                 let msg = if head.kind() == Kind::Credit {
@@ -276,29 +274,10 @@ impl RawEthTransport {
                         lane: head.lane,
                     }
                 };
-                match bcast.handle_message(now, rank, &msg)? {
-                    Placement::Later => Ok(later(self)),
-                    _ => Ok(true),
-                }
+                endpoint.handle_message(now, rank, &msg)?;
+                Ok(())
             }
-            _ => Ok(true),
+            _ => Ok(()),
         }
-    }
-
-    /// Offers kept frames of later broadcasts to `bcast` (those still later stay kept).
-    pub(super) fn deliver_later(
-        &mut self,
-        buf: &mut [u8],
-        bcast: &mut Bcast,
-        now: u64,
-    ) -> Result<(), crate::Error> {
-        let kept = std::mem::take(&mut self.later);
-        for (rank, head, payload) in kept {
-            if head.bcast_seq < bcast.setup().seq {
-                continue;
-            }
-            self.content(buf, Some(bcast), now, rank, &head, &payload, false)?;
-        }
-        Ok(())
     }
 }

@@ -2,17 +2,18 @@
 //! `sendmmsg` batches within each peer's credit and the pacer, retransmissions first.
 
 use super::{io_err, Item, RawEthTransport};
-use crate::engine::{Bcast, Message};
+use crate::engine::{Endpoint, Message};
 use crate::transport::raweth::socket::Mac;
+use crate::transport::Buffers;
 use crate::transport::TransportError;
 use crate::wire::frame::{flags, Kind, Repr};
 use std::io::{self, IoSlice};
 
 impl RawEthTransport {
-    /// Turns the engine's transmits into frames on each peer's queue.
-    pub(super) fn queue(&mut self, bcast: &mut Bcast) -> Result<(), TransportError> {
+    /// Turns the endpoint's transmits into frames on each peer's queue.
+    pub(super) fn queue(&mut self, endpoint: &mut Endpoint) -> Result<(), TransportError> {
         // The engine ignores the time here.
-        while let Some(t) = bcast.poll_transmit(0) {
+        while let Some((_, t)) = endpoint.poll_transmit(0) {
             let peer = self
                 .peers
                 .get_mut(&t.to)
@@ -81,7 +82,7 @@ impl RawEthTransport {
 
     /// Sends retransmissions, then new frames (round robin over peers, within credit and
     /// pacing), then bare acks for peers that are owed one.
-    pub(super) fn send(&mut self, buf: &[u8], now: u64) -> Result<(), TransportError> {
+    pub(super) fn send(&mut self, bufs: &Buffers, now: u64) -> Result<(), TransportError> {
         for p in self.peers.values_mut() {
             p.tx.handle_timeout(now);
         }
@@ -112,7 +113,7 @@ impl RawEthTransport {
             if batch.is_empty() {
                 break;
             }
-            let sent = self.transmit(buf, &batch)?;
+            let sent = self.transmit(bufs, &batch)?;
             for (rank, seq, _, _) in &batch[..sent] {
                 self.peers
                     .get_mut(rank)
@@ -161,7 +162,7 @@ impl RawEthTransport {
                     )
                 })
                 .collect();
-            let sent = self.transmit(buf, &batch)?;
+            let sent = self.transmit(bufs, &batch)?;
             self.counters.acks_sent += sent as u64;
             if sent < batch.len() {
                 self.blocked = true;
@@ -175,9 +176,18 @@ impl RawEthTransport {
     /// frames the socket took.
     fn transmit(
         &mut self,
-        buf: &[u8],
+        bufs: &Buffers,
         batch: &[(usize, u64, Item, bool)],
     ) -> Result<usize, TransportError> {
+        // A data frame's payload comes from its broadcast's buffer; once the broadcast is over
+        // here (its buffer gone), a retransmission of it is a no-op that only fills its number.
+        let body = |item: &Item| -> Option<&[u8]> {
+            if item.payload.is_empty() {
+                return Some(&[]);
+            }
+            bufs.get(&item.head.bcast_seq)
+                .and_then(|b| b.as_slice().get(item.payload.clone()))
+        };
         let mut heads = Vec::with_capacity(batch.len());
         for (rank, seq, item, new) in batch {
             let p = self.peers.get_mut(rank).expect("batched peer");
@@ -200,8 +210,7 @@ impl RawEthTransport {
                     head.peer_seq = repaired;
                 }
             }
-            if item.payload.end > buf.len() {
-                // Data of a buffer that is gone: fill the number with a no-op.
+            if body(item).is_none() {
                 head.kind = Kind::Nop.into();
                 head.payload_len = 0;
             }
@@ -211,11 +220,7 @@ impl RawEthTransport {
             .iter()
             .zip(heads.iter())
             .map(|((rank, _, item, _), h)| {
-                let body = if item.payload.end <= buf.len() {
-                    &buf[item.payload.clone()]
-                } else {
-                    &[][..]
-                };
+                let body = body(item).unwrap_or_default();
                 (self.peers[rank].mac, [IoSlice::new(h), IoSlice::new(body)])
             })
             .collect();

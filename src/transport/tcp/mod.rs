@@ -6,8 +6,8 @@
 
 use super::frame::{self, HEADER};
 use super::uring::{RecvTarget, Ring};
-use super::{Transport, TransportError};
-use crate::engine::{Bcast, Message, Placement};
+use super::{land_held, Buffers, Transport, TransportError};
+use crate::engine::{Endpoint, Message, Route};
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{self, IoSlice, IoSliceMut, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -21,10 +21,11 @@ mod setup;
 /// the others (or our own sends).
 const READ_BUDGET: usize = 4 << 20;
 
-/// One queued frame: a header and an optional payload range of the user buffer.
+/// One queued frame: a header and an optional payload range of broadcast `seq`'s buffer.
 struct Out {
     head: [u8; HEADER],
     sent: usize,
+    seq: u64,
     payload: Range<usize>,
 }
 
@@ -34,6 +35,16 @@ impl Out {
     }
 }
 
+/// Where an arriving payload goes.
+enum Dest {
+    /// Straight into broadcast `seq`'s buffer.
+    Buffer { seq: u64, range: Range<usize> },
+    /// Kept for a broadcast this rank has not posted yet.
+    Hold(Vec<u8>),
+    /// Read and dropped.
+    Discard,
+}
+
 enum Rx {
     Header {
         buf: [u8; HEADER],
@@ -41,7 +52,7 @@ enum Rx {
     },
     Payload {
         msg: Message,
-        into: Option<Range<usize>>,
+        dest: Dest,
         len: usize,
         got: usize,
     },
@@ -51,8 +62,6 @@ struct Conn {
     stream: TcpStream,
     out: VecDeque<Out>,
     rx: Rx,
-    /// A message of a later broadcast, read up to its header; its payload waits in the socket.
-    parked: Option<Message>,
     /// The peer closed its end. Only an error when a broadcast needs this peer: a peer that
     /// finished (and exited) must not fail ranks that no longer talk to it.
     closed: bool,
@@ -129,14 +138,14 @@ impl TcpTransport {
     }
 
     /// One io_uring submission sends on every writable connection.
-    fn write_batch(&mut self, peers: &[usize], buf: &[u8]) -> Result<(), TransportError> {
+    fn write_batch(&mut self, peers: &[usize], bufs: &Buffers) -> Result<(), TransportError> {
         let mut sent_to = Vec::with_capacity(peers.len());
         let mut batch = Vec::with_capacity(peers.len());
         for &p in peers {
             let c = &self.conns[&p];
             if !c.out.is_empty() {
                 sent_to.push(p);
-                batch.push((c.stream.as_raw_fd(), slices(c, buf)));
+                batch.push((c.stream.as_raw_fd(), slices(c, bufs)));
             }
         }
         if batch.is_empty() {
@@ -167,10 +176,10 @@ impl TcpTransport {
         Ok(())
     }
 
-    /// Fails if a peer that the broadcast still waits for has closed its connection.
-    fn check_closed(&self, bcast: &Bcast) -> Result<(), TransportError> {
+    /// Fails if a peer that a broadcast in flight waits for has closed its connection.
+    fn check_closed(&self, endpoint: &Endpoint) -> Result<(), TransportError> {
         if self.conns.values().any(|c| c.closed) {
-            if let Some(peer) = bcast
+            if let Some(peer) = endpoint
                 .waiting_for()
                 .into_iter()
                 .find(|p| self.conns.get(p).is_some_and(|c| c.closed))
@@ -181,8 +190,8 @@ impl TcpTransport {
         Ok(())
     }
 
-    fn queue(&mut self, bcast: &mut Bcast, now: u64) -> Result<(), TransportError> {
-        while let Some(t) = bcast.poll_transmit(now) {
+    fn queue(&mut self, endpoint: &mut Endpoint, now: u64) -> Result<(), TransportError> {
+        while let Some((seq, t)) = endpoint.poll_transmit(now) {
             let conn = self
                 .conns
                 .get_mut(&t.to)
@@ -193,16 +202,17 @@ impl TcpTransport {
             conn.out.push_back(Out {
                 head: frame::encode(&t.message),
                 sent: 0,
+                seq,
                 payload: t.payload,
             });
         }
         Ok(())
     }
 
-    fn write(&mut self, peer: usize, buf: &[u8]) -> Result<(), TransportError> {
+    fn write(&mut self, peer: usize, bufs: &Buffers) -> Result<(), TransportError> {
         let conn = self.conns.get_mut(&peer).expect("connected");
         while !conn.out.is_empty() {
-            let r = send_vectored(&conn.stream, &slices(conn, buf));
+            let r = send_vectored(&conn.stream, &slices(conn, bufs));
             match r {
                 Ok(0) => return Err(TransportError::Closed { peer }),
                 Ok(n) => advance(conn, n),
@@ -217,28 +227,42 @@ impl TcpTransport {
     fn read(
         &mut self,
         peer: usize,
-        buf: &mut [u8],
-        bcast: &mut Bcast,
+        bufs: &mut Buffers,
+        endpoint: &mut Endpoint,
         now: u64,
     ) -> Result<(), crate::Error> {
         let mut budget = READ_BUDGET;
         loop {
             let conn = self.conns.get_mut(&peer).expect("connected");
-            if conn.parked.is_some() || conn.closed || budget == 0 {
+            if conn.closed || budget == 0 {
                 return Ok(());
             }
             let r = match &mut conn.rx {
                 Rx::Header { buf: head, got } => conn.stream.read(&mut head[*got..]),
                 Rx::Payload {
-                    into: Some(range),
+                    dest: Dest::Buffer { seq, range },
+                    got,
+                    ..
+                } => {
+                    let buf = bufs
+                        .get_mut(seq)
+                        .map(|b| b.as_mut_slice())
+                        .ok_or_else(|| gone_buffer(peer, *seq))?;
+                    conn.stream.read_vectored(&mut [
+                        IoSliceMut::new(&mut buf[range.start + *got..range.end]),
+                        IoSliceMut::new(&mut conn.spare),
+                    ])
+                }
+                Rx::Payload {
+                    dest: Dest::Hold(v),
                     got,
                     ..
                 } => conn.stream.read_vectored(&mut [
-                    IoSliceMut::new(&mut buf[range.start + *got..range.end]),
+                    IoSliceMut::new(&mut v[*got..]),
                     IoSliceMut::new(&mut conn.spare),
                 ]),
                 Rx::Payload {
-                    into: None,
+                    dest: Dest::Discard,
                     len,
                     got,
                     ..
@@ -251,7 +275,7 @@ impl TcpTransport {
                 Ok(0) => return eof(peer, conn).map_err(Into::into),
                 Ok(n) => {
                     budget = budget.saturating_sub(n);
-                    received(peer, conn, n, bcast, now)?;
+                    received(peer, conn, n, endpoint, bufs, now)?;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -265,64 +289,87 @@ impl TcpTransport {
     fn read_batch(
         &mut self,
         mut active: Vec<usize>,
-        buf: &mut [u8],
-        bcast: &mut Bcast,
+        bufs: &mut Buffers,
+        endpoint: &mut Endpoint,
         clock: &dyn Fn() -> u64,
     ) -> Result<(), crate::Error> {
         for _round in 0..64 {
-            active.retain(|p| {
-                let c = &self.conns[p];
-                c.parked.is_none() && !c.closed
-            });
+            active.retain(|p| !self.conns[p].closed);
             // Discarded payloads share one scratch buffer: read those one by one.
-            let (discard, batched): (Vec<usize>, Vec<usize>) = active
-                .iter()
-                .partition(|p| matches!(self.conns[p].rx, Rx::Payload { into: None, .. }));
+            let (discard, batched): (Vec<usize>, Vec<usize>) = active.iter().partition(|p| {
+                matches!(
+                    self.conns[p].rx,
+                    Rx::Payload {
+                        dest: Dest::Discard,
+                        ..
+                    }
+                )
+            });
             for p in discard {
-                self.read(p, buf, bcast, clock())?;
+                self.read(p, bufs, endpoint, clock())?;
             }
             if batched.is_empty() {
                 break;
             }
-            let base = buf.as_mut_ptr();
-            let entries: Vec<RecvTarget> = batched
-                .iter()
-                .map(|p| {
-                    let c = self.conns.get_mut(p).expect("connected");
-                    let fd = c.stream.as_raw_fd();
-                    match &mut c.rx {
-                        Rx::Header { buf: head, got } => (
+            let mut entries: Vec<RecvTarget> = Vec::with_capacity(batched.len());
+            for p in &batched {
+                let c = self.conns.get_mut(p).expect("connected");
+                let fd = c.stream.as_raw_fd();
+                entries.push(match &mut c.rx {
+                    Rx::Header { buf: head, got } => (
+                        fd,
+                        [
+                            (head[*got..].as_mut_ptr(), HEADER - *got),
+                            (std::ptr::null_mut(), 0),
+                        ],
+                    ),
+                    Rx::Payload {
+                        dest: Dest::Buffer { seq, range },
+                        got,
+                        ..
+                    } => {
+                        let buf = bufs
+                            .get_mut(seq)
+                            .map(|b| b.as_mut_slice())
+                            .ok_or_else(|| gone_buffer(*p, *seq))?;
+                        (
                             fd,
                             [
-                                (head[*got..].as_mut_ptr(), HEADER - *got),
-                                (std::ptr::null_mut(), 0),
-                            ],
-                        ),
-                        Rx::Payload {
-                            into: Some(r), got, ..
-                        } => (
-                            fd,
-                            [
-                                (base.wrapping_add(r.start + *got), r.len() - *got),
+                                (buf[range.start + *got..].as_mut_ptr(), range.len() - *got),
                                 (c.spare.as_mut_ptr(), HEADER),
                             ],
-                        ),
-                        Rx::Payload { into: None, .. } => unreachable!("partitioned out"),
+                        )
                     }
-                })
-                .collect();
+                    Rx::Payload {
+                        dest: Dest::Hold(v),
+                        got,
+                        ..
+                    } => (
+                        fd,
+                        [
+                            (v[*got..].as_mut_ptr(), v.len() - *got),
+                            (c.spare.as_mut_ptr(), HEADER),
+                        ],
+                    ),
+                    Rx::Payload {
+                        dest: Dest::Discard,
+                        ..
+                    } => unreachable!("partitioned out"),
+                });
+            }
             let ring = self.ring.as_mut().expect("checked by the caller");
-            // SAFETY: each target is a connection's own header or spare buffer (the map is not
-            // changed during the call) or the payload range the engine placed for that
-            // connection, inside `buf`, which we borrow mutably and do not touch meanwhile;
-            // ranges of different connections are different segments, hence disjoint.
+            // SAFETY: each target is a connection's own header, spare or hold buffer (the map
+            // is not changed during the call) or the payload range the endpoint routed for
+            // that connection inside its broadcast's buffer, which `bufs` (borrowed mutably
+            // and not touched meanwhile) keeps alive; ranges of different connections are
+            // different segments, hence disjoint.
             let results = match unsafe { ring.recv_batch(&entries) } {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::warn!(error = %e, "io_uring failed: falling back to read");
                     self.ring = None;
                     for p in batched {
-                        self.read(p, buf, bcast, clock())?;
+                        self.read(p, bufs, endpoint, clock())?;
                     }
                     return Ok(());
                 }
@@ -334,7 +381,7 @@ impl TcpTransport {
                 match r {
                     Ok(0) => eof(peer, conn)?,
                     Ok(n) => {
-                        received(peer, conn, n, bcast, now)?;
+                        received(peer, conn, n, endpoint, bufs, now)?;
                         next.push(peer);
                     }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => next.push(peer),
@@ -342,8 +389,8 @@ impl TcpTransport {
                     Err(e) => return Err(io_error(peer, e).into()),
                 }
             }
-            self.queue(bcast, now)?;
-            self.check_closed(bcast)?;
+            self.queue(endpoint, now)?;
+            self.check_closed(endpoint)?;
             active = next;
         }
         Ok(())
@@ -359,39 +406,24 @@ impl Transport for TcpTransport {
         self.connect_all(peers, timeout)
     }
 
-    /// Whether every queued frame has been handed to the kernel.
-    fn flushed(&self) -> bool {
-        self.conns.values().all(|c| c.out.is_empty())
-    }
-
-    /// Offers parked messages (of a broadcast that has now started) to `bcast`.
-    fn resume(&mut self, bcast: &mut Bcast, now: u64) -> crate::Result<()> {
-        for (&peer, conn) in self.conns.iter_mut() {
-            if let Some(msg) = conn.parked.take() {
-                conn.parked = offer(peer, conn, msg, bcast, now)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// One round: queue what the engine wants sent, wait up to `wait` for readiness, then
-    /// write and read what can be (delivering arrivals to the engine).
+    /// One round: queue what the endpoint wants sent, wait up to `wait` for readiness, then
+    /// write and read what can be (delivering arrivals to the endpoint).
     fn progress(
         &mut self,
-        buf: &mut [u8],
-        bcast: &mut Bcast,
+        bufs: &mut Buffers,
+        endpoint: &mut Endpoint,
         clock: &dyn Fn() -> u64,
         wait: Duration,
     ) -> crate::Result<()> {
-        self.queue(bcast, clock())?;
-        self.check_closed(bcast)?;
+        self.queue(endpoint, clock())?;
+        self.check_closed(endpoint)?;
         let peers: Vec<usize> = self.conns.keys().copied().collect();
         let mut fds: Vec<libc::pollfd> = peers
             .iter()
             .map(|p| {
                 let c = &self.conns[p];
                 let mut events = 0;
-                if c.parked.is_none() && !c.closed {
+                if !c.closed {
                     events |= libc::POLLIN;
                 }
                 if !c.out.is_empty() {
@@ -432,12 +464,12 @@ impl Transport for TcpTransport {
             .map(|(_, &p)| p)
             .collect();
         if self.ring.is_some() {
-            self.read_batch(readable, buf, bcast, clock)?;
+            self.read_batch(readable, bufs, endpoint, clock)?;
         } else {
             for peer in readable {
-                self.read(peer, buf, bcast, clock())?;
-                self.queue(bcast, clock())?;
-                self.check_closed(bcast)?;
+                self.read(peer, bufs, endpoint, clock())?;
+                self.queue(endpoint, clock())?;
+                self.check_closed(endpoint)?;
             }
         }
         for (i, &peer) in peers.iter().enumerate() {
@@ -449,10 +481,10 @@ impl Transport for TcpTransport {
             }
         }
         if self.ring.is_some() {
-            self.write_batch(&writable, buf)?;
+            self.write_batch(&writable, bufs)?;
         } else {
             for peer in writable {
-                self.write(peer, buf)?;
+                self.write(peer, bufs)?;
             }
         }
         Ok(())
@@ -462,13 +494,13 @@ impl Transport for TcpTransport {
     fn describe_state(&self, _now: u64) -> String {
         let mut out = String::from("tcp");
         for (peer, c) in &self.conns {
-            if c.out.is_empty() && c.parked.is_none() && !c.closed {
+            if c.out.is_empty() && !c.closed && matches!(c.rx, Rx::Header { got: 0, .. }) {
                 continue;
             }
             out += &format!(
-                "\n  peer {peer}: {} messages queued, parked {}, closed {}",
+                "\n  peer {peer}: {} messages queued, mid-payload {}, closed {}",
                 c.out.len(),
-                c.parked.is_some(),
+                matches!(c.rx, Rx::Payload { .. }),
                 c.closed
             );
         }
@@ -481,6 +513,15 @@ impl Transport for TcpTransport {
             c.stream.shutdown(std::net::Shutdown::Both).ok();
         }
         self.conns.clear();
+    }
+}
+
+/// A payload was routed into a broadcast whose buffer is gone: cannot happen (a broadcast
+/// cannot finish while one of its segments is still arriving), reported rather than trusted.
+fn gone_buffer(peer: usize, seq: u64) -> TransportError {
+    TransportError::BadFrame {
+        peer,
+        reason: format!("a segment of broadcast {seq} arrived after it finished here"),
     }
 }
 
@@ -500,34 +541,37 @@ fn received(
     peer: usize,
     conn: &mut Conn,
     n: usize,
-    bcast: &mut Bcast,
+    endpoint: &mut Endpoint,
+    bufs: &mut Buffers,
     now: u64,
 ) -> Result<(), crate::Error> {
     match &mut conn.rx {
         Rx::Header { got, .. } => {
             *got += n;
             if *got == HEADER {
-                header_done(peer, conn, bcast, now)?;
+                header_done(peer, conn, endpoint, now)?;
             }
         }
-        Rx::Payload {
-            msg,
-            len,
-            got,
-            into,
-        } => {
+        Rx::Payload { len, got, .. } => {
             let extra = (*got + n).saturating_sub(*len);
             *got = (*got + n).min(*len);
             if *got == *len {
-                if let (Message::Data(h), Some(_)) = (msg, into) {
-                    bcast.handle_data(now, h);
+                let done = std::mem::replace(
+                    &mut conn.rx,
+                    Rx::Header {
+                        buf: conn.spare,
+                        got: extra,
+                    },
+                );
+                if let Rx::Payload { msg, dest, .. } = done {
+                    match (msg, dest) {
+                        (Message::Data(h), Dest::Buffer { .. }) => endpoint.handle_data(now, &h),
+                        (msg, Dest::Hold(v)) => land_held(endpoint, bufs, peer, msg, v, now)?,
+                        _ => {}
+                    }
                 }
-                conn.rx = Rx::Header {
-                    buf: conn.spare,
-                    got: extra,
-                };
                 if extra == HEADER {
-                    header_done(peer, conn, bcast, now)?;
+                    header_done(peer, conn, endpoint, now)?;
                 }
             }
         }
@@ -535,11 +579,11 @@ fn received(
     Ok(())
 }
 
-/// `conn.rx` holds a whole header: decode it and hand it to the engine.
+/// `conn.rx` holds a whole header: decode it and hand it to the endpoint.
 fn header_done(
     peer: usize,
     conn: &mut Conn,
-    bcast: &mut Bcast,
+    endpoint: &mut Endpoint,
     now: u64,
 ) -> Result<(), crate::Error> {
     let Rx::Header { buf: head, .. } = &conn.rx else {
@@ -550,52 +594,67 @@ fn header_done(
         buf: [0; HEADER],
         got: 0,
     };
-    conn.parked = offer(peer, conn, msg, bcast, now)?;
-    Ok(())
+    offer(peer, conn, msg, endpoint, now)
 }
 
-/// Hands a freshly read header to the engine; returns it back if it belongs to a later
-/// broadcast (the caller parks it).
+/// Hands a freshly read header to the endpoint and sets up the read of its payload.
 fn offer(
     peer: usize,
     conn: &mut Conn,
     msg: Message,
-    bcast: &mut Bcast,
+    endpoint: &mut Endpoint,
     now: u64,
-) -> Result<Option<Message>, crate::Error> {
-    let placement = match msg {
-        Message::Data(h) => bcast.place(peer, &h)?,
-        other => bcast.handle_message(now, peer, &other)?,
+) -> Result<(), crate::Error> {
+    let Message::Data(h) = msg else {
+        endpoint.handle_message(now, peer, &msg)?;
+        return Ok(());
     };
-    match (msg, placement) {
-        (_, Placement::Later) => return Ok(Some(msg)),
-        (Message::Data(h), Placement::Into(range)) if h.len > 0 => {
-            conn.rx = Rx::Payload {
-                msg,
-                len: range.len(),
-                into: Some(range),
-                got: 0,
-            };
+    let len = h.len as usize;
+    let dest = match endpoint.route_data(peer, &h)? {
+        Route::Into { seq, range } => Dest::Buffer { seq, range },
+        Route::Hold if h.len > h.segment => {
+            return Err(TransportError::BadFrame {
+                peer,
+                reason: format!(
+                    "a segment of {} bytes is longer than its broadcast's {}-byte segments",
+                    h.len, h.segment
+                ),
+            }
+            .into())
         }
-        (Message::Data(h), Placement::Into(_)) => bcast.handle_data(now, &h),
-        (Message::Data(h), Placement::Discard) if h.len > 0 => {
-            conn.rx = Rx::Payload {
-                msg,
-                len: h.len as usize,
-                into: None,
-                got: 0,
-            };
+        Route::Hold => Dest::Hold(vec![0; len]),
+        Route::Discard => Dest::Discard,
+    };
+    if len == 0 {
+        match dest {
+            Dest::Buffer { .. } => endpoint.handle_data(now, &h),
+            Dest::Hold(v) => endpoint.hold(peer, msg, v),
+            Dest::Discard => {}
         }
-        _ => {}
+        return Ok(());
     }
-    Ok(None)
+    conn.rx = Rx::Payload {
+        msg,
+        dest,
+        len,
+        got: 0,
+    };
+    Ok(())
 }
 
-/// The iovecs of up to 32 queued frames of `conn`: headers and payloads straight from `buf`.
-fn slices<'a>(conn: &'a Conn, buf: &'a [u8]) -> Vec<IoSlice<'a>> {
+/// The iovecs of up to 32 queued frames of `conn`: headers, and payloads straight from their
+/// broadcasts' buffers (a broadcast that is over sends nothing more: see `queue`).
+fn slices<'a>(conn: &'a Conn, bufs: &'a Buffers) -> Vec<IoSlice<'a>> {
     let mut slices = Vec::with_capacity(64);
     for o in conn.out.iter().take(32) {
-        let (head, body) = (&o.head[..], &buf[o.payload.clone()]);
+        let body: &[u8] = if o.payload.is_empty() {
+            &[]
+        } else {
+            bufs.get(&o.seq)
+                .and_then(|b| b.as_slice().get(o.payload.clone()))
+                .expect("a queued segment's broadcast is in flight")
+        };
+        let head = &o.head[..];
         if o.sent < HEADER {
             slices.push(IoSlice::new(&head[o.sent..]));
             if !body.is_empty() {

@@ -121,7 +121,6 @@ impl TcpTransport {
                     buf: [0; HEADER],
                     got: 0,
                 },
-                parked: None,
                 closed: false,
                 spare: [0; HEADER],
             },

@@ -1,0 +1,339 @@
+//! Every broadcast of one communicator at one rank: the pure core the links feed
+//! (quinn-proto's `Endpoint` is the model: events in by `handle_*`, messages out by
+//! `poll_transmit`, no sockets, no clock).
+//!
+//! Broadcasts are posted in sequence-number order, the same at every rank (MPI's rule for
+//! collectives, blocking and nonblocking alike); several may be in flight. Each arriving
+//! message is routed by its sequence number: to its broadcast, held for a broadcast this rank
+//! has not posted yet (a late rank: its peers ran ahead), or dropped when its broadcast is
+//! over here. Held messages come back when their broadcast is posted ([`Endpoint::post`]).
+//! Segments still land straight in the user buffer of their broadcast: `route_data` says
+//! where ([`Route::Into`]); only held segments are copied (once more, when posted).
+
+use super::{Bcast, DataHeader, EngineError, Message, Placement, Transmit};
+use std::collections::{BTreeMap, VecDeque};
+use std::ops::Range;
+
+/// A message of a broadcast not posted yet, with its payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Held {
+    from: usize,
+    message: Message,
+    payload: Vec<u8>,
+}
+
+/// Where an arriving segment's payload goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// Into broadcast `seq`'s buffer at `range`; then call [`Endpoint::handle_data`].
+    Into { seq: u64, range: Range<usize> },
+    /// A duplicate or a segment of a finished broadcast: read and drop the payload.
+    Discard,
+    /// Of a broadcast not posted yet: read the payload and give it to [`Endpoint::hold`].
+    Hold,
+}
+
+/// One rank's broadcasts in flight.
+#[derive(Debug, Default)]
+pub struct Endpoint {
+    active: BTreeMap<u64, Bcast>,
+    /// The highest sequence number posted so far (every lower one was posted before it).
+    posted: u64,
+    held: BTreeMap<u64, VecDeque<Held>>,
+    held_bytes: usize,
+}
+
+impl Endpoint {
+    pub fn new() -> Endpoint {
+        Endpoint::default()
+    }
+
+    /// Starts `bcast`, whose sequence number must be above every one posted before, on its
+    /// buffer `buf`, and delivers the messages that arrived early for it (held segments are
+    /// copied into `buf`: the one copy a late rank pays).
+    pub fn post(&mut self, bcast: Bcast, buf: &mut [u8], now: u64) -> Result<(), EngineError> {
+        let seq = bcast.setup().seq;
+        if seq <= self.posted {
+            return Err(EngineError::BadPlan(format!(
+                "broadcast {seq} posted after broadcast {}: sequence numbers must grow",
+                self.posted
+            )));
+        }
+        self.posted = seq;
+        self.active.insert(seq, bcast);
+        let held = self.held.remove(&seq).unwrap_or_default();
+        for h in held {
+            self.held_bytes -= h.payload.len();
+            match h.message {
+                Message::Data(d) => match self.route_data(h.from, &d)? {
+                    Route::Into { range, .. } => {
+                        if range.len() != h.payload.len() || range.end > buf.len() {
+                            return Err(EngineError::Protocol(format!(
+                                "rank {} sent {} bytes for segment {} of lane {} ({range:?})",
+                                h.from,
+                                h.payload.len(),
+                                d.index,
+                                d.lane
+                            )));
+                        }
+                        buf[range].copy_from_slice(&h.payload);
+                        self.handle_data(now, &d);
+                    }
+                    Route::Hold | Route::Discard => {}
+                },
+                m => self.handle_message(now, h.from, &m)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// The broadcast with sequence number `seq`, while it runs.
+    pub fn get(&self, seq: u64) -> Option<&Bcast> {
+        self.active.get(&seq)
+    }
+
+    /// Sequence numbers of the broadcasts in flight, oldest first.
+    pub fn active(&self) -> impl Iterator<Item = u64> + '_ {
+        self.active.keys().copied()
+    }
+
+    /// Whether nothing is in flight.
+    pub fn is_idle(&self) -> bool {
+        self.active.is_empty()
+    }
+
+    /// Whether broadcast `seq` is over at this rank.
+    pub fn is_done(&self, seq: u64) -> bool {
+        self.active.get(&seq).is_some_and(Bcast::is_done)
+    }
+
+    /// Removes a finished (or failed) broadcast; messages for it are dropped from now on.
+    pub fn finish(&mut self, seq: u64) -> Option<Bcast> {
+        self.active.remove(&seq)
+    }
+
+    /// Bytes of payload held for broadcasts not posted yet.
+    pub fn held_bytes(&self) -> usize {
+        self.held_bytes
+    }
+
+    /// Where the payload of a segment from `from` goes.
+    pub fn route_data(&mut self, from: usize, h: &DataHeader) -> Result<Route, EngineError> {
+        if h.seq > self.posted {
+            return Ok(Route::Hold);
+        }
+        let Some(b) = self.active.get_mut(&h.seq) else {
+            return Ok(Route::Discard);
+        };
+        Ok(match b.place(from, h)? {
+            Placement::Into(range) => Route::Into { seq: h.seq, range },
+            Placement::Discard => Route::Discard,
+            Placement::Later => Route::Hold,
+        })
+    }
+
+    /// Keeps a message (with its payload) of a broadcast not posted yet (one that is over
+    /// here drops it; one that runs must get it by `route_data`/`handle_message` instead).
+    pub fn hold(&mut self, from: usize, message: Message, payload: Vec<u8>) {
+        if message.seq() <= self.posted {
+            debug_assert!(!self.active.contains_key(&message.seq()));
+            return;
+        }
+        self.held_bytes += payload.len();
+        self.held.entry(message.seq()).or_default().push_back(Held {
+            from,
+            message,
+            payload,
+        });
+    }
+
+    /// The payload of a segment routed `Into` its buffer has fully landed.
+    pub fn handle_data(&mut self, now: u64, h: &DataHeader) {
+        if let Some(b) = self.active.get_mut(&h.seq) {
+            b.handle_data(now, h);
+        }
+    }
+
+    /// A control message (credit, done): to its broadcast, held if early, dropped if late.
+    pub fn handle_message(
+        &mut self,
+        now: u64,
+        from: usize,
+        message: &Message,
+    ) -> Result<(), EngineError> {
+        let seq = message.seq();
+        if seq > self.posted {
+            self.hold(from, *message, Vec::new());
+            return Ok(());
+        }
+        if let Some(b) = self.active.get_mut(&seq) {
+            if b.handle_message(now, from, message)? == Placement::Later {
+                self.hold(from, *message, Vec::new());
+            }
+        }
+        Ok(())
+    }
+
+    /// The next message to send and the broadcast whose buffer holds its payload: the
+    /// oldest broadcast first (its segments are the ones peers wait for longest).
+    pub fn poll_transmit(&mut self, now: u64) -> Option<(u64, Transmit)> {
+        self.active
+            .iter_mut()
+            .find_map(|(&seq, b)| b.poll_transmit(now).map(|t| (seq, t)))
+    }
+
+    /// Every rank a broadcast in flight waits for.
+    pub fn waiting_for(&self) -> Vec<usize> {
+        let mut ranks: Vec<usize> = self.active.values().flat_map(Bcast::waiting_for).collect();
+        ranks.sort_unstable();
+        ranks.dedup();
+        ranks
+    }
+
+    /// Every rank the broadcasts in flight talk to.
+    pub fn peers(&self) -> Vec<usize> {
+        let mut ranks: Vec<usize> = self.active.values().flat_map(Bcast::peers).collect();
+        ranks.sort_unstable();
+        ranks.dedup();
+        ranks
+    }
+
+    /// The earliest engine timer.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        self.active.values().filter_map(Bcast::poll_timeout).min()
+    }
+
+    /// Runs the engines' timers.
+    pub fn handle_timeout(&mut self, now: u64) -> Result<(), EngineError> {
+        self.active
+            .values_mut()
+            .try_for_each(|b| b.handle_timeout(now))
+    }
+
+    /// The state of every broadcast in flight, for a failure report.
+    pub fn describe(&self) -> String {
+        let mut out = format!(
+            "endpoint: {} in flight, posted up to {}, {} bytes held for {} later broadcasts",
+            self.active.len(),
+            self.posted,
+            self.held_bytes,
+            self.held.len()
+        );
+        for b in self.active.values() {
+            out += "\n";
+            out += &b.describe();
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{Config, Setup};
+    use crate::plan::{self, TreeKind};
+    use crate::topology::Topology;
+
+    fn chain(n: usize) -> Vec<crate::plan::Lane> {
+        plan::build(&Topology::single_switch(n), 0, &TreeKind::NaiveLinear, None)
+            .unwrap()
+            .lanes
+    }
+
+    fn bcast(me: usize, seq: u64, msize: u64) -> Bcast {
+        let setup = Setup {
+            seq,
+            root: 0,
+            msize,
+            segment: 4,
+            deep: false,
+        };
+        Bcast::new(me, &chain(3), setup, Config::default(), 0).unwrap()
+    }
+
+    /// Two broadcasts in flight on a chain 0 → 1 → 2, run by hand: rank 1 posts only the
+    /// first at first; the root's segments of the second are held and replayed when rank 1
+    /// posts it; both complete byte-exact.
+    #[test]
+    fn messages_of_a_later_broadcast_are_held_until_it_is_posted() {
+        let msgs = [b"0123456789".to_vec(), b"abcdefgh".to_vec()];
+        let mut eps: Vec<Endpoint> = (0..3).map(|_| Endpoint::new()).collect();
+        let mut bufs: Vec<BTreeMap<u64, Vec<u8>>> = (0..3)
+            .map(|r| {
+                (1..=2u64)
+                    .map(|s| {
+                        let m = &msgs[s as usize - 1];
+                        (s, if r == 0 { m.clone() } else { vec![0; m.len()] })
+                    })
+                    .collect()
+            })
+            .collect();
+        for r in 0..3 {
+            for s in 1..=2u64 {
+                if r == 1 && s == 2 {
+                    continue; // late
+                }
+                let b = bcast(r, s, msgs[s as usize - 1].len() as u64);
+                eps[r].post(b, bufs[r].get_mut(&s).unwrap(), 0).unwrap();
+            }
+        }
+        let mut posted_late = false;
+        for round in 0..200 {
+            let mut wire = Vec::new();
+            for (r, ep) in eps.iter_mut().enumerate() {
+                while let Some((seq, t)) = ep.poll_transmit(0) {
+                    let payload = bufs[r][&seq][t.payload.clone()].to_vec();
+                    wire.push((r, t.to, t.message, payload));
+                }
+            }
+            for (from, to, message, payload) in wire {
+                match message {
+                    Message::Data(h) => match eps[to].route_data(from, &h).unwrap() {
+                        Route::Into { seq, range } => {
+                            bufs[to].get_mut(&seq).unwrap()[range].copy_from_slice(&payload);
+                            eps[to].handle_data(0, &h);
+                        }
+                        Route::Hold => eps[to].hold(from, message, payload),
+                        Route::Discard => {}
+                    },
+                    m => eps[to].handle_message(0, from, &m).unwrap(),
+                }
+            }
+            if round == 20 && !posted_late {
+                posted_late = true;
+                assert!(eps[1].held_bytes() > 0, "the root ran ahead");
+                let b = bcast(1, 2, msgs[1].len() as u64);
+                eps[1].post(b, bufs[1].get_mut(&2).unwrap(), 0).unwrap();
+                assert_eq!(eps[1].held_bytes(), 0);
+            }
+        }
+        for r in 0..3 {
+            for s in 1..=2u64 {
+                assert!(eps[r].is_done(s), "rank {r} broadcast {s}");
+                assert_eq!(bufs[r][&s], msgs[s as usize - 1], "rank {r} broadcast {s}");
+            }
+        }
+    }
+
+    #[test]
+    fn sequence_numbers_must_grow_and_finished_broadcasts_drop_their_messages() {
+        let mut ep = Endpoint::new();
+        let mut buf = [0u8; 8];
+        ep.post(bcast(1, 3, 8), &mut buf, 0).unwrap();
+        assert!(ep.post(bcast(1, 2, 8), &mut buf, 0).is_err());
+        ep.finish(3);
+        let h = DataHeader {
+            seq: 3,
+            root: 0,
+            msize: 8,
+            segment: 4,
+            lanes: 1,
+            lane: 0,
+            index: 0,
+            len: 4,
+        };
+        assert_eq!(ep.route_data(0, &h).unwrap(), Route::Discard);
+        let later = DataHeader { seq: 9, ..h };
+        assert_eq!(ep.route_data(0, &later).unwrap(), Route::Hold);
+    }
+}
