@@ -374,7 +374,7 @@ fn frames_cross_a_veth_pair_at_both_mtus() {
                 assert_eq!(sent, 1);
                 next_send += Duration::from_millis(100);
             }
-            b.poll(false, 20).unwrap();
+            b.poll(false, 20, None).unwrap();
             if b.recv_batch(&mut batch).unwrap_or(0) > 0 {
                 break batch
                     .frames()

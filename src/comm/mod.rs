@@ -134,6 +134,8 @@ pub struct Comm {
     seq: u64,
     /// `None` only while dropping.
     ops: Option<Sender<Op>>,
+    /// Wakes the progress thread when an op is sent.
+    wake: Arc<crate::transport::Wake>,
     progress: Option<std::thread::JoinHandle<()>>,
     failed: Option<String>,
     /// The transport that runs (`tcp`, `raweth:IFACE`).
@@ -232,7 +234,7 @@ impl Comm {
         let ready = agree::ready_blob(finished.as_ref().err());
         let all = bootstrap.allgather(&ready)?;
         agree::all_ready(&all)?;
-        let (config, topology, link, frame_payload, ops, progress) =
+        let (config, topology, link, frame_payload, ops, wake, progress) =
             finished.expect("a failed rank fails the second round");
         Ok(Comm {
             rank,
@@ -244,6 +246,7 @@ impl Comm {
             choices: BTreeMap::new(),
             seq: 0,
             ops: Some(ops),
+            wake,
             progress: Some(progress),
             failed: None,
             link,
@@ -397,6 +400,7 @@ impl Comm {
             .ok_or(CommError::ProgressGone)?
             .send(Op::Counters { reply })
             .map_err(|_| CommError::ProgressGone)?;
+        self.wake.notify();
         Ok(answer.recv().map_err(|_| CommError::ProgressGone)?)
     }
 
@@ -508,6 +512,7 @@ impl Comm {
             .ok_or(CommError::ProgressGone)?
             .send(Op::Run { buf, jobs, reply })
             .map_err(|_| CommError::ProgressGone)?;
+        self.wake.notify();
         Ok(answer)
     }
 
@@ -616,6 +621,7 @@ impl Drop for Comm {
     /// Stops the progress thread, which closes this rank's connections, before returning.
     fn drop(&mut self) {
         self.ops = None;
+        self.wake.notify();
         if let Some(thread) = self.progress.take() {
             thread.join().ok();
         }

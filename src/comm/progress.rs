@@ -8,7 +8,7 @@ use super::link::Link;
 use super::CommError;
 use crate::engine::{Bcast, Config as EngineConfig, Endpoint, Setup};
 use crate::plan::Lane;
-use crate::transport::{Buffer, Buffers};
+use crate::transport::{Buffer, Buffers, Wake};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -49,11 +49,11 @@ struct Run {
     started: u64,
 }
 
-/// The longest a round waits for the link while broadcasts run (a new post is picked up
-/// after at most this long).
-const ROUND: Duration = Duration::from_millis(5);
+/// The longest a round waits for the link while broadcasts run (a newly posted broadcast
+/// ends the wait at once through the [`Wake`]).
+const ROUND: Duration = Duration::from_millis(50);
 /// Between broadcasts, on a link that must keep answering peers.
-const IDLE_ROUND: Duration = Duration::from_millis(2);
+const IDLE_ROUND: Duration = Duration::from_millis(50);
 
 struct Driver {
     me: usize,
@@ -69,7 +69,7 @@ struct Driver {
 }
 
 /// Serves `ops` until the communicator drops its end.
-pub fn serve(me: usize, link: Link, ops: Receiver<Op>) {
+pub fn serve(me: usize, link: Link, ops: Receiver<Op>, wake: Arc<Wake>) {
     let mut d = Driver {
         me,
         link,
@@ -80,6 +80,7 @@ pub fn serve(me: usize, link: Link, ops: Receiver<Op>) {
         failed: None,
     };
     loop {
+        wake.clear();
         let busy = !d.runs.is_empty();
         let op = if busy || (d.failed.is_none() && d.link.serves_idle()) {
             match ops.try_recv() {

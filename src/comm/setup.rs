@@ -8,10 +8,11 @@ use super::progress::{self, Op};
 use super::{hosts, link, CommError, Config};
 use crate::topology::Topology;
 use crate::transport::raweth::RawEthTransport;
-use crate::transport::TcpTransport;
+use crate::transport::{TcpTransport, Wake};
 use crate::wire::bootstrap::{Repr, Status};
 use crossbeam_channel::Sender;
 use rand::RngCore;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 /// What a rank set up before the agreement.
@@ -34,6 +35,7 @@ pub type Finished = (
     String,
     Option<u64>,
     Sender<Op>,
+    Arc<Wake>,
     JoinHandle<()>,
 );
 
@@ -108,11 +110,16 @@ impl Local {
         let link = transport.describe();
         let frame_payload = transport.frame_payload();
         tracing::info!(rank, transport = %link, "joined");
+        let wake = Arc::new(Wake::new().map_err(|e| {
+            CommError::Bootstrap(format!("cannot create the progress thread's eventfd: {e}"))
+        })?);
+        transport.set_wake(wake.raw());
         let (ops, rx) = crossbeam_channel::unbounded();
+        let woken = wake.clone();
         let progress = std::thread::Builder::new()
             .name(format!("pipecast-progress-{rank}"))
-            .spawn(move || progress::serve(rank, transport, rx))
+            .spawn(move || progress::serve(rank, transport, rx, woken))
             .map_err(|e| CommError::Bootstrap(format!("cannot start the progress thread: {e}")))?;
-        Ok((config, topology, link, frame_payload, ops, progress))
+        Ok((config, topology, link, frame_payload, ops, wake, progress))
     }
 }

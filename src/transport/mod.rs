@@ -12,9 +12,11 @@ pub mod frame;
 pub mod loan;
 pub mod tcp;
 pub mod uring;
+pub mod wake;
 
 pub use loan::{lend, BufLoan, Buffer, Buffers, RawBuf};
 pub use tcp::TcpTransport;
+pub use wake::Wake;
 
 use crate::engine::Endpoint;
 use std::collections::BTreeMap;
@@ -46,6 +48,10 @@ pub trait Transport: Send {
         clock: &dyn Fn() -> u64,
         wait: Duration,
     ) -> crate::Result<()>;
+
+    /// Also waits on `fd` (the progress thread's [`Wake`]) in `progress`: a readable `fd`
+    /// ends the wait.
+    fn set_wake(&mut self, fd: std::os::fd::RawFd);
 
     /// Whether peers need this link served even when no broadcast runs (raw Ethernet: its
     /// acknowledgements and heartbeats; TCP's kernel does that).

@@ -155,6 +155,8 @@ pub struct RawEthTransport {
     ring: Option<ring::RxRing>,
     /// The last send hit a full socket buffer: wait for POLLOUT.
     blocked: bool,
+    /// The progress thread's wake descriptor, polled beside the socket.
+    wake: Option<std::os::fd::RawFd>,
     counters: Counters,
     kernel_drops: std::cell::Cell<u64>,
 }
@@ -222,6 +224,7 @@ impl RawEthTransport {
             pacer: Pacer::new(config.reliable.rate, config.reliable.burst, 0),
             assembly: BTreeMap::new(),
             blocked: false,
+            wake: None,
             counters: Counters::default(),
             kernel_drops: std::cell::Cell::new(0),
             config,
@@ -407,7 +410,7 @@ impl Transport for RawEthTransport {
         }
         let (readable, _) = self
             .sock
-            .poll(self.blocked, ms as i32)
+            .poll(self.blocked, ms as i32, self.wake)
             .map_err(|e| io_err(None, e))?;
         self.blocked = false;
         if readable {
@@ -421,6 +424,10 @@ impl Transport for RawEthTransport {
 
     fn serves_idle(&self) -> bool {
         true
+    }
+
+    fn set_wake(&mut self, fd: std::os::fd::RawFd) {
+        self.wake = Some(fd);
     }
 
     fn counters(&self) -> BTreeMap<String, u64> {

@@ -8,7 +8,7 @@
 use crate::transport::TransportError;
 use std::ffi::CString;
 use std::io::{self, IoSlice};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 /// Local experimental EtherType (IEEE 802 "local experimental 1").
 pub const ETHERTYPE: u16 = 0x88B5;
@@ -398,14 +398,22 @@ impl RawSocket {
     }
 
     /// Waits up to `ms` for the socket to become readable (or writable, if asked).
-    pub fn poll(&self, writable: bool, ms: i32) -> io::Result<(bool, bool)> {
-        let mut fd = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN | if writable { libc::POLLOUT } else { 0 },
-            revents: 0,
-        };
-        // SAFETY: one live pollfd for an open descriptor.
-        let n = unsafe { libc::poll(&mut fd, 1, ms) };
+    pub fn poll(&self, writable: bool, ms: i32, wake: Option<RawFd>) -> io::Result<(bool, bool)> {
+        let mut fds = [
+            libc::pollfd {
+                fd: self.fd.as_raw_fd(),
+                events: libc::POLLIN | if writable { libc::POLLOUT } else { 0 },
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: wake.unwrap_or(-1),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two live pollfds; the socket is open and the wake descriptor (if any)
+        // outlives the call (the progress thread owns it); -1 is ignored by poll.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
         if n < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
@@ -414,8 +422,8 @@ impl RawSocket {
             return Err(e);
         }
         Ok((
-            fd.revents & (libc::POLLIN | libc::POLLERR) != 0,
-            fd.revents & libc::POLLOUT != 0,
+            fds[0].revents & (libc::POLLIN | libc::POLLERR) != 0,
+            fds[0].revents & libc::POLLOUT != 0,
         ))
     }
 }

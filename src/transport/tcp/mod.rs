@@ -80,6 +80,8 @@ pub struct TcpTransport {
     scratch: Vec<u8>,
     /// Batched sends; `None` when io_uring is unavailable or disabled (`PIPECAST_IO_URING=0`).
     ring: Option<Ring>,
+    /// The progress thread's wake descriptor, polled beside the connections.
+    wake: Option<std::os::fd::RawFd>,
     /// TCP keepalive: a peer's host that stops answering is found within about this long (a
     /// dead process closes its connections at once).
     keepalive: Option<Duration>,
@@ -115,6 +117,7 @@ impl TcpTransport {
             conns: BTreeMap::new(),
             scratch: vec![0; 64 << 10],
             ring,
+            wake: None,
             keepalive: None,
         })
     }
@@ -406,6 +409,10 @@ impl Transport for TcpTransport {
         self.connect_all(peers, timeout)
     }
 
+    fn set_wake(&mut self, fd: std::os::fd::RawFd) {
+        self.wake = Some(fd);
+    }
+
     /// One round: queue what the endpoint wants sent, wait up to `wait` for readiness, then
     /// write and read what can be (delivering arrivals to the endpoint).
     fn progress(
@@ -441,9 +448,16 @@ impl Transport for TcpTransport {
                 }
             })
             .collect();
+        // Last: the wake descriptor (its readiness only ends the wait).
+        fds.push(libc::pollfd {
+            fd: self.wake.unwrap_or(-1),
+            events: libc::POLLIN,
+            revents: 0,
+        });
         let ms = wait.as_millis().min(i32::MAX as u128) as i32;
         // SAFETY: `fds` is a live, exclusively borrowed array of `fds.len()` pollfd structs
-        // whose descriptors stay open (owned by `self.conns`) for the duration of the call.
+        // whose descriptors stay open (owned by `self.conns`, and the wake descriptor by the
+        // progress thread) for the duration of the call; -1 entries are ignored.
         let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
         if n < 0 {
             let e = io::Error::last_os_error();
