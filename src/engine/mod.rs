@@ -1,9 +1,13 @@
 //! The pipelined broadcast engine: pure, deterministic, on a virtual clock.
 //!
 //! [`Bcast`] is one rank's part in one broadcast of any [`Plan`](crate::plan::Plan) (one or
-//! more lanes); [`Layout`] cuts the message into lanes and segments; [`Message`] is what ranks
-//! say to each other. Transports frame messages and move bytes; the communicator drives the
-//! engine with a real clock. See `bcast.rs` for the protocol (FPFS forwarding, credits).
+//! more lanes); [`Endpoint`] is every broadcast in flight at one rank (routing by sequence
+//! number, holding what arrives early); [`Layout`] cuts the message into lanes and segments;
+//! [`Message`] is what ranks say to each other. Links frame messages and move bytes; the
+//! communicator's progress thread drives the endpoint with a real clock. See `bcast.rs` for
+//! the protocol (FPFS forwarding, credits).
+
+#![deny(unsafe_code)]
 
 mod bcast;
 mod endpoint;
