@@ -12,6 +12,7 @@ pub mod kary;
 pub mod kbinomial;
 pub mod linear;
 pub mod multilane;
+pub mod scatter_allgather;
 
 use crate::topology::{MachineId, Topology};
 use std::fmt;
