@@ -12,6 +12,7 @@ pub mod discover;
 mod error;
 mod file;
 pub mod gen;
+pub mod hosts;
 pub mod lldpd;
 pub mod slurm;
 
