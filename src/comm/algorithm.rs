@@ -3,7 +3,7 @@
 
 use crate::model::Profile;
 pub use crate::plan::scatter_allgather::scatter_allgather;
-use crate::plan::{self, Lane, PlanError, TreeKind};
+use crate::plan::{Lane, PlanError, TreeKind};
 use crate::topology::Topology;
 use std::fmt;
 use std::str::FromStr;
@@ -56,7 +56,9 @@ pub fn lanes(
         return Err(PlanError::BadRoot { root, size });
     }
     Ok(match algorithm {
-        Algorithm::Tree(tree) => plan::build(topology, root, tree, Some(segments))?.lanes,
+        Algorithm::Tree(tree) => {
+            crate::hetero::build_plan(topology, root, tree, Some(segments))?.lanes
+        }
         Algorithm::ScatterAllgather => scatter_allgather(size, root),
         Algorithm::PointToPoint { to } => {
             if *to >= size || *to == root {
@@ -73,7 +75,7 @@ pub fn lanes(
 ///
 /// `auto` becomes the tree the extended LogP model of seed 003 §4.2 predicts fastest for this
 /// message on this topology with this calibration profile (`model::plan_for`, which prefers
-/// contention-free candidates); a pipelined tree without a configured segment size gets the
+/// contention-free candidates; `hetero::plan_for` adds `hetero:NAME`); a pipelined tree without a configured segment size gets the
 /// model's segment size (the profile's sizes are the candidates, seed 003 §5.1). A configured
 /// segment size always wins; the non-pipelined baselines move whole messages ([`segment_for`]).
 pub fn resolve(
@@ -87,7 +89,7 @@ pub fn resolve(
     let size = topology.size();
     if let Algorithm::Tree(kind) = algorithm {
         if kind.is_pipelined() && (*kind == TreeKind::Auto || configured.is_none()) {
-            let choice = crate::model::plan_for(topology, root, kind, profile, msize)?;
+            let choice = crate::hetero::plan_for(topology, root, kind, profile, msize)?;
             let concrete = Algorithm::Tree(choice.plan.tree.clone());
             let segment = configured.unwrap_or(choice.segment_bytes).max(1);
             return Ok((
