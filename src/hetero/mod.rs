@@ -9,6 +9,8 @@
 //! cluster ([`crate::topology::Topology`]); [`build_plan`] and [`plan_for`] plan every tree kind,
 //! `hetero:NAME` included (plan itself never imports this layer).
 
+#![deny(unsafe_code)]
+
 pub mod any_tree;
 pub mod binomial;
 pub mod cluster;

@@ -11,6 +11,8 @@
 //! optimal k depends on the segment count) and `auto` (the best of linear, binary,
 //! kbinomial, multilane and kary:3). Everything here is pure.
 
+#![deny(unsafe_code)]
+
 pub mod contention;
 pub mod logp;
 pub mod profile;

@@ -5,6 +5,8 @@
 //! `children[r]` is in send order: under FPFS forwarding (seed 001 §3.2) a rank sends each
 //! segment to its children in this order.
 
+#![deny(unsafe_code)]
+
 pub mod baseline;
 pub mod binary;
 pub mod check;

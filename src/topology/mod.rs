@@ -8,6 +8,8 @@
 //!
 //! Rank `r` of a job is `machines[r]`.
 
+#![deny(unsafe_code)]
+
 pub mod discover;
 mod error;
 mod file;
