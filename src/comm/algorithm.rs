@@ -2,7 +2,8 @@
 //! and the segment size.
 
 use crate::model::Profile;
-use crate::plan::{self, Lane, PlanError, TreeKind};
+pub use crate::plan::scatter_allgather::scatter_allgather;
+use crate::plan::{Lane, PlanError, TreeKind};
 use crate::topology::Topology;
 use std::fmt;
 use std::str::FromStr;
@@ -43,36 +44,6 @@ impl FromStr for Algorithm {
     }
 }
 
-/// The lanes of scatter + ring allgather (MPICH's large-message broadcast, seed 000 §3.1) as
-/// a multi-lane plan. Lane j carries the j-th share of the message (one share per non-root
-/// rank; relative ranks, root = 0). The scatter is MPICH's binomial one: the share travels
-/// from the root down the binomial tree to relative rank j (the parent of r is r with its
-/// lowest set bit cleared); then the ring allgather carries it on from j to j+1, j+2, …
-/// around the ring, skipping ranks that already hold it. Each lane is a chain over all ranks.
-pub fn scatter_allgather(size: usize, root: usize) -> Vec<Lane> {
-    let rank = |rel: usize| (rel + root) % size;
-    if size <= 1 {
-        return vec![Lane::chain(size, &[root])];
-    }
-    (1..size)
-        .map(|j| {
-            let mut path = vec![j];
-            let mut r = j;
-            while r != 0 {
-                r &= r - 1; // clear the lowest set bit: the binomial parent
-                path.push(r);
-            }
-            path.reverse(); // 0, …, j
-            let on_path = |rel: usize| path.contains(&rel);
-            let ring = (1..size)
-                .map(|k| (j + k) % size)
-                .filter(|&rel| rel != 0 && !on_path(rel));
-            let order: Vec<usize> = path.iter().copied().chain(ring).map(rank).collect();
-            Lane::chain(size, &order)
-        })
-        .collect()
-}
-
 /// The lanes for `algorithm` rooted at `root` (`auto` must be [`resolve`]d first).
 pub fn lanes(
     topology: &Topology,
@@ -85,7 +56,9 @@ pub fn lanes(
         return Err(PlanError::BadRoot { root, size });
     }
     Ok(match algorithm {
-        Algorithm::Tree(tree) => plan::build(topology, root, tree, Some(segments))?.lanes,
+        Algorithm::Tree(tree) => {
+            crate::hetero::build_plan(topology, root, tree, Some(segments))?.lanes
+        }
         Algorithm::ScatterAllgather => scatter_allgather(size, root),
         Algorithm::PointToPoint { to } => {
             if *to >= size || *to == root {
@@ -102,7 +75,7 @@ pub fn lanes(
 ///
 /// `auto` becomes the tree the extended LogP model of seed 003 §4.2 predicts fastest for this
 /// message on this topology with this calibration profile (`model::plan_for`, which prefers
-/// contention-free candidates); a pipelined tree without a configured segment size gets the
+/// contention-free candidates; `hetero::plan_for` adds `hetero:NAME`); a pipelined tree without a configured segment size gets the
 /// model's segment size (the profile's sizes are the candidates, seed 003 §5.1). A configured
 /// segment size always wins; the non-pipelined baselines move whole messages ([`segment_for`]).
 pub fn resolve(
@@ -116,7 +89,7 @@ pub fn resolve(
     let size = topology.size();
     if let Algorithm::Tree(kind) = algorithm {
         if kind.is_pipelined() && (*kind == TreeKind::Auto || configured.is_none()) {
-            let choice = crate::model::plan_for(topology, root, kind, profile, msize)?;
+            let choice = crate::hetero::plan_for(topology, root, kind, profile, msize)?;
             let concrete = Algorithm::Tree(choice.plan.tree.clone());
             let segment = configured.unwrap_or(choice.segment_bytes).max(1);
             return Ok((
@@ -163,34 +136,6 @@ pub fn choose_segment(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn scatter_allgather_lanes_are_binomial_paths_then_rings() {
-        // 8 ranks, root 0: share 3 goes 0 → 2 → 3 (binomial scatter), then 4, 5, 6, 7, 1.
-        let lanes = scatter_allgather(8, 0);
-        assert_eq!(lanes.len(), 7);
-        let chain = |lane: &Lane| {
-            let mut order = vec![lane.root().unwrap()];
-            while let Some(&next) = lane.children[*order.last().unwrap()].first() {
-                order.push(next);
-            }
-            order
-        };
-        assert_eq!(chain(&lanes[2]), vec![0, 2, 3, 4, 5, 6, 7, 1]);
-        assert_eq!(chain(&lanes[0]), vec![0, 1, 2, 3, 4, 5, 6, 7]);
-        assert_eq!(chain(&lanes[6]), vec![0, 4, 6, 7, 1, 2, 3, 5]);
-        // Root 5 of 6: relative ranks shift.
-        for (j, lane) in scatter_allgather(6, 5).iter().enumerate() {
-            let order = chain(lane);
-            assert_eq!(order.len(), 6, "lane {j} spans every rank once");
-            assert_eq!(order[0], 5);
-            let mut sorted = order.clone();
-            sorted.sort_unstable();
-            assert_eq!(sorted, (0..6).collect::<Vec<_>>());
-            assert_eq!(lane.max_degree(), 1);
-        }
-        assert_eq!(scatter_allgather(1, 0).len(), 1);
-    }
 
     #[test]
     fn baselines_move_whole_messages() {

@@ -1,15 +1,12 @@
 //! Which address a rank listens on, and which ranks share a host (and so a NIC).
 //!
-//! Several ranks on one host share its NIC: two of them sending off the host at once contend
-//! on the NIC's uplink exactly as two machines behind one switch contend on the switch's
-//! uplink (seed 000 §3, `../shared/seeds/000_4ae1cf15394cd769.txt`: contention is two
-//! communications sharing a directed edge). So a host with several ranks becomes a switch of
-//! its own — the host — with one machine per rank behind it, and the NIC is the link from that
-//! host switch to the physical switch. Plans that are contention-free on this topology are
-//! then contention-free on the NIC too.
+//! Several ranks on one host share its NIC, so a host with several ranks becomes a switch of
+//! its own (`crate::topology::hosts` builds that topology; this module gathers the host names
+//! and keys and turns its errors into the communicator's).
 
 use super::CommError;
-use crate::topology::{Link, Machine, Switch, Topology};
+use crate::topology::hosts::{host_topology, machine_of_host};
+use crate::topology::{Topology, TopologyError};
 use crate::transport::ifaddrs::{ipv4_interfaces, Ipv4Interface};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
@@ -175,136 +172,31 @@ pub fn check_file(file: &Topology, size: usize, name: &str) -> Result<(), CommEr
     })
 }
 
-/// The file's machine whose `host` is `name`, else whose `name` is.
-fn machine_of_host(file: &Topology, name: &str) -> Option<usize> {
-    file.machines()
-        .iter()
-        .position(|m| m.host.as_deref() == Some(name))
-        .or_else(|| file.machine_named(name))
-}
-
-/// The topology the communicator plans on, machine r being rank r.
-///
-/// - Without `file`: every host with several ranks becomes a switch `host:NAME` holding
-///   machines `NAME:rR`, linked to one physical switch `switch`; hosts with one rank are
-///   machines on `switch` directly. When every rank has a host of its own, or all share one
-///   host, that is [`Topology::single_switch`].
-/// - With `file`, when every rank's host name is a machine of the file (its `host` field, else
-///   its `name`): ranks go to their host's machine; a machine with several ranks becomes a
-///   switch `host:NAME` behind the machine's switch, its NIC (`gbps` of the file's machine)
-///   the link between them.
-/// - With `file` otherwise: rank r is the file's machine r, so the sizes must match.
+/// The topology the communicator plans on, machine r being rank r: ranks sharing a host sit
+/// behind a switch `host:NAME` ([`host_topology`], which says how; this maps its errors).
 pub fn topology(
     file: Option<&Topology>,
     ranks: &[RankHost],
     keys: &[String],
 ) -> Result<Topology, CommError> {
-    let size = ranks.len();
-    let bad = |e: crate::topology::TopologyError| {
-        CommError::Bootstrap(format!("cannot build the hosts' topology: {e}"))
-    };
-    let Some(file) = file else {
-        let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
-        for (r, key) in keys.iter().enumerate() {
-            match groups.iter_mut().find(|(k, _)| *k == key.as_str()) {
-                Some((_, list)) => list.push(r),
-                None => groups.push((key, vec![r])),
-            }
-        }
-        if groups.len() == 1 || groups.len() == size {
-            return Ok(Topology::single_switch(size));
-        }
-        let mut switches = vec![Switch {
-            name: "switch".into(),
-        }];
-        let mut links = Vec::new();
-        let mut machines: Vec<Option<Machine>> = vec![None; size];
-        for (key, list) in &groups {
-            let at = if list.len() > 1 {
-                switches.push(Switch {
-                    name: format!("host:{key}"),
-                });
-                links.push(Link {
-                    a: 0,
-                    b: switches.len() - 1,
-                    gbps: None,
-                });
-                switches.len() - 1
-            } else {
-                0
-            };
-            for &r in list {
-                let name = if list.len() > 1 {
-                    format!("{key}:r{r}")
-                } else {
-                    key.to_string()
-                };
-                let mut m = Machine::new(name, at);
-                m.host = Some(ranks[r].name.clone());
-                machines[r] = Some(m);
-            }
-        }
-        let machines = machines
-            .into_iter()
-            .map(|m| m.expect("every rank"))
-            .collect();
-        return Topology::new(switches, links, machines).map_err(bad);
-    };
-    let found: Vec<Option<usize>> = ranks
-        .iter()
-        .map(|r| machine_of_host(file, &r.name))
-        .collect();
-    if found.iter().any(Option::is_none) {
-        if file.size() == size {
-            return Ok(file.clone());
-        }
-        let missing: Vec<&str> = ranks
-            .iter()
-            .zip(&found)
-            .filter(|(_, f)| f.is_none())
-            .map(|(r, _)| r.name.as_str())
-            .collect();
-        return Err(CommError::TopologyHosts {
-            machines: file.size(),
+    let names: Vec<&str> = ranks.iter().map(|r| r.name.as_str()).collect();
+    host_topology(file, &names, keys).map_err(|e| match e {
+        TopologyError::HostsNotMachines {
+            machines,
             size,
-            missing: missing.join(", "),
-        });
-    }
-    let found: Vec<usize> = found.into_iter().map(|f| f.expect("checked")).collect();
-    let mut switches = file.switches().to_vec();
-    let mut links = file.links().to_vec();
-    let mut host_switch: BTreeMap<usize, usize> = BTreeMap::new();
-    let mut machines = Vec::with_capacity(size);
-    for (r, &fm) in found.iter().enumerate() {
-        let of_file = &file.machines()[fm];
-        let shared = found.iter().filter(|&&x| x == fm).count() > 1;
-        if !shared {
-            machines.push(of_file.clone());
-            continue;
-        }
-        let at = *host_switch.entry(fm).or_insert_with(|| {
-            switches.push(Switch {
-                name: format!("host:{}", of_file.name),
-            });
-            links.push(Link {
-                a: of_file.switch,
-                b: switches.len() - 1,
-                gbps: of_file.gbps,
-            });
-            switches.len() - 1
-        });
-        let mut m = Machine::new(format!("{}:r{r}", of_file.name), at);
-        m.host = of_file.host.clone().or_else(|| Some(of_file.name.clone()));
-        m.site = of_file.site.clone();
-        machines.push(m);
-    }
-    Topology::new(switches, links, machines).map_err(bad)
+            missing,
+        } => CommError::TopologyHosts {
+            machines,
+            size,
+            missing,
+        },
+        e => CommError::Bootstrap(format!("cannot build the hosts' topology: {e}")),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::topology::parse_topology;
 
     fn iface(name: &str, addr: [u8; 4], up: bool) -> Ipv4Interface {
         Ipv4Interface {
@@ -378,7 +270,7 @@ mod tests {
     }
 
     #[test]
-    fn ranks_sharing_a_host_sit_behind_a_host_switch() {
+    fn ranks_sharing_a_host_get_a_plannable_topology() {
         let ranks = [
             rank("a", [10, 0, 0, 1]),
             rank("b", [10, 0, 0, 2]),
@@ -389,17 +281,6 @@ mod tests {
         let t = topology(None, &ranks, &host_keys(&ranks)).unwrap();
         let names: Vec<&str> = t.switches().iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["switch", "host:a", "host:b"]);
-        let on: Vec<&str> = (0..5)
-            .map(|r| t.switches()[t.switch_of(r)].name.as_str())
-            .collect();
-        assert_eq!(on, ["host:a", "host:b", "host:a", "switch", "host:b"]);
-        assert_eq!(t.machines()[2].name, "a:r2");
-        // Ranks 0 and 2 leaving host a at once share its NIC (the host-switch uplink).
-        let (p0, p2) = (t.path(0, 1), t.path(2, 3));
-        assert!(p0.iter().any(|e| p2.contains(e)), "{p0:?} {p2:?}");
-        // Between hosts a and b, opposite directions do not contend.
-        let (ab, ba) = (t.path(0, 1), t.path(4, 2));
-        assert!(!ab.iter().any(|e| ba.contains(e)), "{ab:?} {ba:?}");
         let lanes = crate::comm::lanes(
             &t,
             3,
@@ -410,50 +291,14 @@ mod tests {
     }
 
     #[test]
-    fn one_rank_per_host_or_one_host_is_a_single_switch() {
-        let spread = [rank("a", [1, 0, 0, 1]), rank("b", [1, 0, 0, 2])];
-        let t = topology(None, &spread, &host_keys(&spread)).unwrap();
-        assert_eq!((t.switches().len(), t.size()), (1, 2));
-        let packed = vec![rank("a", [1, 0, 0, 1]); 3];
-        let t = topology(None, &packed, &host_keys(&packed)).unwrap();
-        assert_eq!((t.switches().len(), t.size()), (1, 3));
-    }
-
-    const FILE: &str = r#"{"switches": ["s0", "s1"], "links": [{"a": "s0", "b": "s1"}],
-        "machines": [{"name": "n0", "switch": "s0"},
-                     {"name": "n1", "switch": "s1", "host": "node-b", "gbps": 10},
-                     {"name": "n2", "switch": "s1"}]}"#;
-
-    #[test]
-    fn file_maps_ranks_to_machines_by_host_name() {
-        let file = parse_topology(FILE).unwrap();
-        let ranks = [
-            rank("node-b", [1, 0, 0, 2]),
-            rank("n0", [1, 0, 0, 1]),
-            rank("node-b", [1, 0, 0, 2]),
-            rank("n2", [1, 0, 0, 3]),
-        ];
-        let t = topology(Some(&file), &ranks, &host_keys(&ranks)).unwrap();
-        let names: Vec<&str> = t.machines().iter().map(|m| m.name.as_str()).collect();
-        assert_eq!(names, ["n1:r0", "n0", "n1:r2", "n2"]);
-        let hs = t.switch_named("host:n1").unwrap();
-        assert_eq!((t.switch_of(0), t.switch_of(2)), (hs, hs));
-        let s1 = t.switch_named("s1").unwrap();
-        assert_eq!(t.switch_of(3), s1);
-        let nic = t.links().iter().find(|l| l.b == hs).unwrap();
-        assert_eq!((nic.a, nic.gbps), (s1, Some(10.0)));
-    }
-
-    #[test]
-    fn file_without_host_names_is_rank_order_or_a_clear_error() {
-        let file = parse_topology(FILE).unwrap();
-        let three = vec![rank("x", [1, 0, 0, 1]); 3];
-        let t = topology(Some(&file), &three, &host_keys(&three)).unwrap();
-        assert_eq!(t.machines()[1].name, "n1");
-        let four = vec![rank("x", [1, 0, 0, 1]); 4];
-        let e = topology(Some(&file), &four, &host_keys(&four))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("x") && e.contains("3 machines"), "{e}");
+    fn hosts_missing_from_the_file_are_a_config_error() {
+        let file = crate::topology::parse_topology(
+            r#"{"switches": ["s0"], "machines": [{"name": "n0", "switch": "s0"}]}"#,
+        )
+        .unwrap();
+        let two = vec![rank("x", [1, 0, 0, 1]); 2];
+        let e = topology(Some(&file), &two, &host_keys(&two)).unwrap_err();
+        assert!(matches!(e, CommError::TopologyHosts { .. }), "{e:?}");
+        assert!(e.to_string().contains("1 machines"), "{e}");
     }
 }

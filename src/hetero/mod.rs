@@ -6,8 +6,12 @@
 //! §3 and §4 build such trees ([`HEURISTICS`], [`build`]), and the linear program SSB(G) of
 //! §4.1 ([`lp::ssb`]) gives the optimal throughput TP with several trees, an upper bound for
 //! all of them under the one-port model. [`plan_on_topology`] runs a heuristic on a switched
-//! cluster ([`crate::topology::Topology`]).
+//! cluster ([`crate::topology::Topology`]); [`build_plan`] and [`plan_for`] plan every tree kind,
+//! `hetero:NAME` included (plan itself never imports this layer).
 
+#![deny(unsafe_code)]
+
+pub mod any_tree;
 pub mod binomial;
 pub mod cluster;
 pub mod gen;
@@ -18,6 +22,7 @@ pub mod platform;
 pub mod prune;
 pub mod throughput;
 
+pub use any_tree::{build_plan, plan_for, PLAN_SLICE};
 pub use cluster::{plan_on_topology, platform_of_topology, DEFAULT_GBPS};
 pub use lp::{ssb, ssb_direct, Ssb};
 pub use platform::{parse_platform, read_platform, Edge, EdgeId, NodeId, Platform};
@@ -55,7 +60,8 @@ pub enum HeteroError {
     Topology(String),
 }
 
-/// Every heuristic name, in the order of the paper's sections.
+/// Every heuristic name, in the order of the paper's sections (`plan::HETERO_HEURISTICS`
+/// repeats it for parsing `hetero:NAME`; a test keeps them equal).
 pub const HEURISTICS: [&str; 7] = [
     "prune-simple",
     "prune-degree",
@@ -101,4 +107,12 @@ pub fn build(platform: &Platform, name: &str, lp: Option<&Ssb>) -> Result<Tree, 
     };
     tree.validate(platform)?;
     Ok(tree)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn plan_parses_exactly_these_heuristics() {
+        assert_eq!(super::HEURISTICS, crate::plan::HETERO_HEURISTICS);
+    }
 }

@@ -11,6 +11,8 @@
 //! optimal k depends on the segment count) and `auto` (the best of linear, binary,
 //! kbinomial, multilane and kary:3). Everything here is pure.
 
+#![deny(unsafe_code)]
+
 pub mod contention;
 pub mod logp;
 pub mod profile;
@@ -133,7 +135,8 @@ pub fn choose_segment(plan: &Plan, profile: &Profile, msize: u64) -> (u64, f64) 
 /// segment size, Theorem 3's optimal k for that many segments; `auto` takes the cheapest of
 /// [`AUTO_CANDIDATES`] that `plan::check` finds contention-free (the cheapest of all of them
 /// when none is), because the model prices contention-free trees only; candidates whose
-/// planner fails are skipped (the first error is returned if all fail).
+/// planner fails are skipped (the first error is returned if all fail). `hetero:NAME` is
+/// refused as [`plan::build`] refuses it (`hetero::plan_for` builds and prices every tree).
 pub fn plan_for(
     topology: &Topology,
     root: MachineId,
@@ -202,19 +205,27 @@ pub fn plan_for(
             }
             Ok(best.expect("a validated profile has a point"))
         }
-        _ => {
-            let p = plan::build(topology, root, tree, None)?;
-            let (segment_bytes, predicted_us) = if p.lanes.len() > 1 && p.tree.is_pipelined() {
-                choose_segment_with_links(&p, topology, profile, msize)
-            } else {
-                choose_segment(&p, profile, msize)
-            };
-            Ok(Choice {
-                plan: p,
-                segment_bytes,
-                predicted_us,
-            })
-        }
+        _ => Ok(price(
+            plan::build(topology, root, tree, None)?,
+            topology,
+            profile,
+            msize,
+        )),
+    }
+}
+
+/// Prices a plan already built for `msize` bytes: the best candidate segment size and its
+/// predicted time ([`plan_for`]'s last step; the hetero layer uses it for `hetero:NAME`).
+pub fn price(plan: Plan, topology: &Topology, profile: &Profile, msize: u64) -> Choice {
+    let (segment_bytes, predicted_us) = if plan.lanes.len() > 1 && plan.tree.is_pipelined() {
+        choose_segment_with_links(&plan, topology, profile, msize)
+    } else {
+        choose_segment(&plan, profile, msize)
+    };
+    Choice {
+        plan,
+        segment_bytes,
+        predicted_us,
     }
 }
 

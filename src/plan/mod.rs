@@ -5,6 +5,8 @@
 //! `children[r]` is in send order: under FPFS forwarding (seed 001 §3.2) a rank sends each
 //! segment to its children in this order.
 
+#![deny(unsafe_code)]
+
 pub mod baseline;
 pub mod binary;
 pub mod check;
@@ -12,12 +14,26 @@ pub mod kary;
 pub mod kbinomial;
 pub mod linear;
 pub mod multilane;
+pub mod scatter_allgather;
 
 use crate::topology::{MachineId, Topology};
 use std::fmt;
 use std::str::FromStr;
 
 pub use check::{check, Report};
+
+/// The names `hetero:NAME` accepts: seed 004's heuristics, in the order of the paper's sections.
+/// The hetero layer defines them (`hetero::HEURISTICS`, whose test keeps the two lists equal);
+/// they are repeated here so that parsing a tree name needs no planner above this layer.
+pub const HETERO_HEURISTICS: [&str; 7] = [
+    "prune-simple",
+    "prune-degree",
+    "grow",
+    "binomial",
+    "multiport-grow",
+    "lp-prune",
+    "lp-grow",
+];
 
 /// Which algorithm builds the tree.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -42,8 +58,9 @@ pub enum TreeKind {
     NaiveBinary,
     /// The model's best choice for the message size (resolved by `model::choose`).
     Auto,
-    /// A throughput heuristic of seed 004 (`crate::hetero::HEURISTICS`) on the platform graph
-    /// of the topology's link bandwidths; it ignores shared switch links (see `hetero::cluster`).
+    /// A throughput heuristic of seed 004 (one of [`HETERO_HEURISTICS`]) on the platform graph
+    /// of the topology's link bandwidths; it ignores shared switch links. The hetero layer builds
+    /// it (`hetero::build_plan`); [`build`] refuses it, as plan never depends on hetero.
     Hetero(String),
 }
 
@@ -109,7 +126,7 @@ impl FromStr for TreeKind {
             _ => match s.split_once(':') {
                 Some(("kary", arg)) => TreeKind::Kary(k(arg)?),
                 Some(("kbinomial", arg)) => TreeKind::KBinomial(Some(k(arg)?)),
-                Some(("hetero", name)) if crate::hetero::HEURISTICS.contains(&name) => {
+                Some(("hetero", name)) if HETERO_HEURISTICS.contains(&name) => {
                     TreeKind::Hetero(name.to_string())
                 }
                 Some(("hetero", name)) => {
@@ -132,10 +149,12 @@ pub enum PlanError {
     BadRoot { root: usize, size: usize },
     #[error("tree {0} is resolved by the cost model: give a message size (and a profile)")]
     NeedsModel(String),
-    #[error("unknown seed 004 heuristic {0:?}: use hetero:NAME with NAME one of {names}", names = crate::hetero::HEURISTICS.join(", "))]
+    #[error("unknown seed 004 heuristic {0:?}: use hetero:NAME with NAME one of {names}", names = HETERO_HEURISTICS.join(", "))]
     UnknownHeuristic(String),
     #[error("tree hetero:{name}: {reason}")]
     Hetero { name: String, reason: String },
+    #[error("tree hetero:{0} is built by seed 004's heuristics (hetero::build_plan), not by plan::build")]
+    BuiltByHetero(String),
     #[error("tree {0} is not implemented yet")]
     NotImplemented(String),
     #[error("tree {tree}: {ranks} ranks exceed the planner's limit of {max} (its dynamic program needs O(P²) memory): use linear or kbinomial")]
@@ -225,12 +244,10 @@ impl Plan {
     }
 }
 
-/// Slice size for which `hetero:NAME` trees are built (the heuristics compare edge times, which
-/// scale with it alike, so the tree rarely depends on it).
-pub const HETERO_SLICE: u64 = 64 * 1024;
-
 /// Builds the tree `tree` rooted at `root` over `topology`. `segments` is the number of
-/// pipeline segments when known (the optimal k of `kbinomial` depends on it).
+/// pipeline segments when known (the optimal k of `kbinomial` depends on it). `hetero:NAME`
+/// is refused ([`PlanError::BuiltByHetero`]): the hetero layer builds it (`hetero::build_plan`
+/// builds every tree).
 pub fn build(
     topology: &Topology,
     root: MachineId,
@@ -270,14 +287,7 @@ pub fn build(
         TreeKind::NaiveLinear => single(baseline::naive_linear(size, root), TreeKind::NaiveLinear),
         TreeKind::NaiveBinary => single(baseline::naive_binary(size, root), TreeKind::NaiveBinary),
         TreeKind::Auto => return Err(PlanError::NeedsModel("auto".into())),
-        TreeKind::Hetero(name) => {
-            let (lane, _) = crate::hetero::plan_on_topology(topology, root, name, HETERO_SLICE)
-                .map_err(|e| PlanError::Hetero {
-                    name: name.clone(),
-                    reason: e.to_string(),
-                })?;
-            single(lane, tree.clone())
-        }
+        TreeKind::Hetero(name) => return Err(PlanError::BuiltByHetero(name.clone())),
     })
 }
 

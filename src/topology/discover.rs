@@ -7,6 +7,9 @@
 //! TCP rendezvous) and [`assemble`] joins them with a
 //! switch layer — lldpd neighbour dumps of the switches, a Slurm `topology.conf`, or a topology
 //! file — into a [`Topology`] with machines in rank order.
+//!
+//! Everything here is pure: it takes text already read. Reading the files, asking lldpd and
+//! listening on the wire is the `pipecast topo discover` command's (`src/bin/pipecast/`).
 
 use super::lldpd::{self, LldpdError, Neighbor};
 use super::slurm::{SlurmError, SlurmTopology};
@@ -14,8 +17,6 @@ use super::{Link, Machine, Switch, Topology, TopologyError};
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
 use std::collections::BTreeSet;
-use std::path::Path;
-use std::time::Duration;
 
 /// What one rank learned about its own attachment.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -278,155 +279,81 @@ pub fn assemble(
     Ok(Discovered { topology, notes })
 }
 
-/// Reads a directory of lldpd dumps (`<switch>.json`, as `pipecast lab lldp` writes them).
-pub fn read_switch_lldp(dir: &Path) -> Result<SwitchLayer, DiscoverError> {
-    let io = |e: std::io::Error| DiscoverError::Io {
-        path: dir.display().to_string(),
-        reason: e.to_string(),
-    };
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .map_err(io)?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    files.sort();
-    if files.is_empty() {
-        return Err(DiscoverError::EmptyDir(dir.display().to_string()));
-    }
-    let mut dumps = Vec::new();
-    for path in files {
-        let name = path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let text = std::fs::read_to_string(&path).map_err(|e| DiscoverError::Io {
-            path: path.display().to_string(),
-            reason: e.to_string(),
-        })?;
-        let neighbours = lldpd::parse_neighbors(&text).map_err(|source| DiscoverError::Lldpd {
-            path: path.display().to_string(),
-            source,
-        })?;
-        dumps.push((name, neighbours));
-    }
-    Ok(SwitchLayer::Lldp(dumps))
+/// One switch's lldpd neighbour table as read (`lldpcli -f json0 show neighbors`).
+#[derive(Debug, Clone)]
+pub struct LldpDump {
+    /// The switch's name (`pipecast lab lldp` names each file `<switch>.json`).
+    pub switch: String,
+    /// Where the text came from, for messages (a file path).
+    pub path: String,
+    pub text: String,
 }
 
-/// Reads a Slurm topology.conf.
-pub fn read_slurm(path: &Path) -> Result<SwitchLayer, DiscoverError> {
-    let text = std::fs::read_to_string(path).map_err(|e| DiscoverError::Io {
-        path: path.display().to_string(),
-        reason: e.to_string(),
-    })?;
-    super::slurm::parse_slurm_topology(&text)
+/// The switch layer of the lldpd dumps of a directory `dir` (named in messages), in the order
+/// given.
+pub fn parse_switch_lldp(dir: &str, dumps: &[LldpDump]) -> Result<SwitchLayer, DiscoverError> {
+    if dumps.is_empty() {
+        return Err(DiscoverError::EmptyDir(dir.to_string()));
+    }
+    let mut layer = Vec::with_capacity(dumps.len());
+    for dump in dumps {
+        let neighbours =
+            lldpd::parse_neighbors(&dump.text).map_err(|source| DiscoverError::Lldpd {
+                path: dump.path.clone(),
+                source,
+            })?;
+        layer.push((dump.switch.clone(), neighbours));
+    }
+    Ok(SwitchLayer::Lldp(layer))
+}
+
+/// The switch layer of a Slurm topology.conf read from `path` (named in messages).
+pub fn parse_slurm_layer(path: &str, text: &str) -> Result<SwitchLayer, DiscoverError> {
+    super::slurm::parse_slurm_topology(text)
         .map(SwitchLayer::Slurm)
         .map_err(|source| DiscoverError::Slurm {
-            path: path.display().to_string(),
+            path: path.to_string(),
             source,
         })
 }
 
-fn interface_mac(iface: &str) -> Option<String> {
-    std::fs::read_to_string(format!("/sys/class/net/{iface}/address"))
-        .ok()
-        .map(|s| s.trim().to_string())
+impl Observation {
+    /// A machine that heard no LLDP: the switch layer must place it.
+    pub fn unheard(machine: &str) -> Observation {
+        Observation {
+            machine: machine.into(),
+            switch: None,
+            port: None,
+            interface: None,
+            mac: None,
+            source: "none".into(),
+        }
+    }
 }
 
-/// lldpd's default control socket.
-pub const LLDPD_SOCKET: &str = "/run/lldpd.socket";
-
-/// Asks the host's own lldpd through its control socket (default [`LLDPD_SOCKET`]), if it
-/// runs, about `iface` (default: any interface). Only neighbours on interfaces of this network namespace count (the socket path may
-/// reach another namespace's lldpd).
-pub fn observe_with_lldpd(
+/// A machine's observation from its own lldpd's neighbour table (`lldpcli -f json0 show
+/// neighbors`): the first neighbour on `iface` (default: any interface) that `is_local` accepts
+/// (the lldpd asked may serve another network namespace). `mac` is left for the caller, which
+/// can read the interface's address. `None` when the text is unreadable or no neighbour fits.
+pub fn lldpd_observation(
     machine: &str,
-    socket: Option<&Path>,
+    neighbours_json: &str,
     iface: Option<&str>,
+    is_local: impl Fn(&str) -> bool,
 ) -> Option<Observation> {
-    let socket = socket.unwrap_or(Path::new(LLDPD_SOCKET));
-    if !socket.exists() {
-        return None;
-    }
-    let out = std::process::Command::new("lldpcli")
-        .arg("-u")
-        .arg(socket)
-        .args(["-f", "json0", "show", "neighbors"])
-        .stderr(std::process::Stdio::null())
-        .output()
-        .ok()?;
-    let neighbours = lldpd::parse_neighbors(&String::from_utf8_lossy(&out.stdout)).ok()?;
-    let n = neighbours
+    let n = lldpd::parse_neighbors(neighbours_json)
+        .ok()?
         .into_iter()
         .filter(|n| iface.is_none_or(|only| n.interface == only))
-        .find(|n| Path::new("/sys/class/net").join(&n.interface).exists())?;
+        .find(|n| is_local(&n.interface))?;
     Some(Observation {
         machine: machine.into(),
         switch: Some(n.chassis_name()),
         port: Some(n.port_id.clone()),
-        mac: interface_mac(&n.interface),
+        mac: None,
         interface: Some(n.interface),
         source: "lldpd".into(),
     })
-}
-
-/// Listens on `iface` (or every Ethernet interface that is up) for up to `timeout` and takes
-/// the first valid LLDPDU (one LLDP interval is enough: 30 s by default, 1 s in the lab).
-pub fn observe_by_listening(
-    machine: &str,
-    timeout: Duration,
-    iface: Option<&str>,
-) -> Result<Observation, DiscoverError> {
-    use crate::transport::lldp_socket::{ethernet_interfaces, LldpSocket};
-    use crate::wire::lldp;
-    let mut interfaces = ethernet_interfaces();
-    if let Some(only) = iface {
-        interfaces.retain(|(name, _)| name == only);
-        if interfaces.is_empty() {
-            return Err(DiscoverError::Listen(format!(
-                "interface {only} is not an Ethernet interface that is up here"
-            )));
-        }
-    }
-    let indexes: Vec<u32> = interfaces.iter().map(|(_, i)| *i).collect();
-    let socket = LldpSocket::open(&indexes).map_err(|e| DiscoverError::Listen(e.to_string()))?;
-    let deadline = std::time::Instant::now() + timeout;
-    loop {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        let Some(rx) = socket
-            .recv(left)
-            .map_err(|e| DiscoverError::Listen(e.to_string()))?
-        else {
-            return Ok(Observation {
-                machine: machine.into(),
-                switch: None,
-                port: None,
-                interface: None,
-                mac: None,
-                source: "none".into(),
-            });
-        };
-        let Ok((_, repr)) = lldp::parse_frame(&rx.frame) else {
-            tracing::debug!("ignoring a malformed LLDP frame");
-            continue;
-        };
-        // The socket hears every interface; keep only the chosen ones.
-        let Some(iface) = interfaces
-            .iter()
-            .find(|(_, i)| *i == rx.ifindex)
-            .map(|(n, _)| n.clone())
-        else {
-            continue;
-        };
-        let iface = Some(iface);
-        return Ok(Observation {
-            machine: machine.into(),
-            switch: Some(repr.switch_name()),
-            port: Some(repr.port_text()),
-            mac: iface.as_deref().and_then(interface_mac),
-            interface: iface,
-            source: "listen".into(),
-        });
-    }
 }
 
 #[cfg(test)]
@@ -537,5 +464,55 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("cycle"), "{e}");
+    }
+
+    /// A host's `lldpcli -f json0 show neighbors`: switch s1 on eth0, switch s2 on veth9.
+    const HOST: &str = r#"{"lldp": [{"interface": [
+      {"name": "veth9", "chassis": [{"id": [{"type": "local", "value": "s2"}], "name": [{"value": "s2"}]}],
+       "port": [{"id": [{"type": "ifname", "value": "p7"}]}]},
+      {"name": "eth0", "chassis": [{"id": [{"type": "local", "value": "s1"}], "name": [{"value": "s1"}]}],
+       "port": [{"id": [{"type": "ifname", "value": "p3"}]}]}
+    ]}]}"#;
+
+    #[test]
+    fn lldpd_observation_keeps_local_interfaces_only() {
+        let o = lldpd_observation("n0", HOST, None, |i| i == "eth0").unwrap();
+        assert_eq!(o.switch.as_deref(), Some("s1"));
+        assert_eq!(o.port.as_deref(), Some("p3"));
+        assert_eq!(
+            (o.interface.as_deref(), o.source.as_str()),
+            (Some("eth0"), "lldpd")
+        );
+        let first = lldpd_observation("n0", HOST, None, |_| true).unwrap();
+        assert_eq!(first.switch.as_deref(), Some("s2"));
+        assert!(lldpd_observation("n0", HOST, Some("eth1"), |_| true).is_none());
+        assert!(lldpd_observation("n0", "not json", None, |_| true).is_none());
+        assert_eq!(Observation::unheard("n0").source, "none");
+    }
+
+    #[test]
+    fn switch_dumps_and_slurm_text_become_layers_or_name_the_file() {
+        let dump = |switch: &str, text: &str| LldpDump {
+            switch: switch.into(),
+            path: format!("d/{switch}.json"),
+            text: text.into(),
+        };
+        let layer = parse_switch_lldp("d", &[dump("s0", HOST), dump("s1", HOST)]).unwrap();
+        let SwitchLayer::Lldp(dumps) = layer else {
+            panic!("not an lldp layer")
+        };
+        assert_eq!((dumps[1].0.as_str(), dumps[1].1.len()), ("s1", 2));
+        let e = parse_switch_lldp("d", &[]).unwrap_err().to_string();
+        assert!(e.starts_with("d holds no *.json"), "{e}");
+        let e = parse_switch_lldp("d", &[dump("s3", "{}")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("d/s3.json: "), "{e}");
+        let e = parse_slurm_layer("t.conf", "SwitchName=").unwrap_err();
+        assert!(e.to_string().starts_with("t.conf: "), "{e}");
+        assert!(matches!(
+            parse_slurm_layer("t.conf", "SwitchName=s0 Nodes=n0\n"),
+            Ok(SwitchLayer::Slurm(_))
+        ));
     }
 }

@@ -39,6 +39,14 @@ pub enum TopologyError {
     },
     #[error("link {a}-{b}: bandwidth {gbps} Gbit/s must be a positive number")]
     BadBandwidth { a: String, b: String, gbps: f64 },
+    /// The file does not list every rank's host, and its size is not the job's
+    /// ([`super::hosts::host_topology`]).
+    #[error("the topology has {machines} machines, the job {size} ranks, and these ranks' hosts are not machines of it (by `host` or `name`): {missing}; name the hosts in the file or set PIPECAST_MACHINE")]
+    HostsNotMachines {
+        machines: usize,
+        size: usize,
+        missing: String,
+    },
 }
 
 /// Checks names, links and tree shape. Indices in `links`/`machines` must be in range

@@ -8,10 +8,13 @@
 //!
 //! Rank `r` of a job is `machines[r]`.
 
+#![deny(unsafe_code)]
+
 pub mod discover;
 mod error;
 mod file;
 pub mod gen;
+pub mod hosts;
 pub mod lldpd;
 pub mod slurm;
 

@@ -1,9 +1,10 @@
 //! `pipecast topo discover` — learn the topology from LLDP, on every rank of a job.
 
+use crate::observe::{observe_by_listening, observe_with_lldpd};
 use crate::CliResult;
 use pipecast::comm::{Bootstrap, TcpRendezvous};
-use pipecast::topology::discover::{self, Observation, SwitchLayer};
-use std::path::PathBuf;
+use pipecast::topology::discover::{self, DiscoverError, LldpDump, Observation, SwitchLayer};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// Where a rank learns its own switch and port.
@@ -77,17 +78,10 @@ pub fn run(args: DiscoverArgs) -> CliResult {
     }
     let machine = machine_name(&args);
     let listen = Duration::from_secs(args.listen_seconds);
-    let silent = Observation {
-        machine: machine.clone(),
-        switch: None,
-        port: None,
-        interface: None,
-        mac: None,
-        source: "none".into(),
-    };
+    let silent = Observation::unheard(&machine);
     let mine = match args.lldp {
         LldpSource::Auto => {
-            match discover::observe_with_lldpd(
+            match observe_with_lldpd(
                 &machine,
                 args.lldpd_socket.as_deref(),
                 args.iface.as_deref(),
@@ -95,7 +89,7 @@ pub fn run(args: DiscoverArgs) -> CliResult {
                 Some(o) => o,
                 // Without the right to listen, the switch layer may still place this machine.
                 None => {
-                    match discover::observe_by_listening(&machine, listen, args.iface.as_deref()) {
+                    match observe_by_listening(&machine, listen, args.iface.as_deref()) {
                         Ok(o) => o,
                         Err(e) => {
                             eprintln!("pipecast topo discover: {machine}: {e}; relying on the switch layer");
@@ -105,15 +99,13 @@ pub fn run(args: DiscoverArgs) -> CliResult {
                 }
             }
         }
-        LldpSource::Lldpd => discover::observe_with_lldpd(
+        LldpSource::Lldpd => observe_with_lldpd(
             &machine,
             args.lldpd_socket.as_deref(),
             args.iface.as_deref(),
         )
         .unwrap_or(silent),
-        LldpSource::Listen => {
-            discover::observe_by_listening(&machine, listen, args.iface.as_deref())?
-        }
+        LldpSource::Listen => observe_by_listening(&machine, listen, args.iface.as_deref())?,
         LldpSource::None => silent,
     };
     tracing::info!(?mine, "local observation");
@@ -128,7 +120,7 @@ pub fn run(args: DiscoverArgs) -> CliResult {
                 .iter()
                 .enumerate()
                 .map(|(rank, b)| {
-                    serde_json::from_slice(b).map_err(|e| discover::DiscoverError::BadObservation {
+                    serde_json::from_slice(b).map_err(|e| DiscoverError::BadObservation {
                         rank,
                         reason: e.to_string(),
                     })
@@ -140,9 +132,9 @@ pub fn run(args: DiscoverArgs) -> CliResult {
         return Ok(());
     }
     let layer = if let Some(dir) = &args.switch_lldp {
-        discover::read_switch_lldp(dir)?
+        read_switch_lldp(dir)?
     } else if let Some(path) = &args.slurm {
-        discover::read_slurm(path)?
+        read_slurm(path)?
     } else if let Some(path) = &args.topology {
         SwitchLayer::File(pipecast::topology::read_topology(path)?)
     } else {
@@ -159,6 +151,46 @@ pub fn run(args: DiscoverArgs) -> CliResult {
         None => print!("{text}"),
     }
     Ok(())
+}
+
+/// Reads a directory of lldpd dumps (`<switch>.json`, as `pipecast lab lldp` writes them).
+fn read_switch_lldp(dir: &Path) -> Result<SwitchLayer, DiscoverError> {
+    let io = |e: std::io::Error| DiscoverError::Io {
+        path: dir.display().to_string(),
+        reason: e.to_string(),
+    };
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .map_err(io)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    let mut dumps = Vec::new();
+    for path in files {
+        let name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let text = std::fs::read_to_string(&path).map_err(|e| DiscoverError::Io {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        dumps.push(LldpDump {
+            switch: name,
+            path: path.display().to_string(),
+            text,
+        });
+    }
+    discover::parse_switch_lldp(&dir.display().to_string(), &dumps)
+}
+
+/// Reads a Slurm topology.conf.
+fn read_slurm(path: &Path) -> Result<SwitchLayer, DiscoverError> {
+    let text = std::fs::read_to_string(path).map_err(|e| DiscoverError::Io {
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    discover::parse_slurm_layer(&path.display().to_string(), &text)
 }
 
 /// `PIPECAST_RANK`, `PIPECAST_SIZE`, `PIPECAST_RENDEZVOUS` (host:port of rank 0) when this

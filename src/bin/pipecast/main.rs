@@ -5,6 +5,7 @@ mod calibrate;
 mod discover;
 mod hetero;
 mod lab;
+mod observe;
 mod plan;
 mod topo;
 

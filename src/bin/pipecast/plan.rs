@@ -2,7 +2,8 @@
 //! DESIGN.md JSON contract, or as Graphviz (dot / svg).
 
 use crate::CliResult;
-use pipecast::model::{self, contention, Profile};
+use pipecast::hetero;
+use pipecast::model::{contention, Profile};
 use pipecast::plan::{self, Plan, TreeKind};
 use pipecast::topology::{read_topology, Topology};
 use std::fmt::Write as _;
@@ -72,10 +73,10 @@ pub fn run(args: Args) -> CliResult {
     let (plan, priced) = match args.msize {
         Some(msize) => {
             let profile = Profile::load(&args.profile)?;
-            let c = model::plan_for(&topology, args.root, &kind, &profile, msize)?;
+            let c = hetero::plan_for(&topology, args.root, &kind, &profile, msize)?;
             (c.plan, Some((msize, c.segment_bytes, c.predicted_us)))
         }
-        None => (plan::build(&topology, args.root, &kind, None)?, None),
+        None => (hetero::build_plan(&topology, args.root, &kind, None)?, None),
     };
     let format = if args.json { Format::Json } else { args.format };
     let out = match format {
@@ -110,8 +111,8 @@ fn hetero_throughput(
     let TreeKind::Hetero(name) = &plan.tree else {
         return None;
     };
-    let slice = priced.map_or(plan::HETERO_SLICE, |(_, segment, _)| segment.max(1));
-    pipecast::hetero::plan_on_topology(topology, plan.root, name, slice)
+    let slice = priced.map_or(hetero::PLAN_SLICE, |(_, segment, _)| segment.max(1));
+    hetero::plan_on_topology(topology, plan.root, name, slice)
         .ok()
         .map(|(_, throughput)| (slice, throughput))
 }
