@@ -63,7 +63,9 @@ typedef struct {
     mca_coll_base_module_t *prev_allgather_module;
     struct ompi_communicator_t *comm;
     pipecast_comm *pc;      /* created at the first large bcast */
-    bool disabled;          /* set after an error: everything falls back from then on */
+    bool agreed;            /* the glue settings were compared at the first bcast */
+    bool disabled;          /* pipecast declined on this communicator (at every rank alike) */
+    bool failed;            /* a pipecast broadcast failed: later ones fail too, never fall back */
     unsigned long handled;  /* broadcasts pipecast carried */
     unsigned long over_pml; /* of those, moved over Open MPI's PML along pipecast's tree */
     unsigned long fallback; /* broadcasts passed to the previous module */
@@ -136,8 +138,9 @@ static int pipecast_register(void)
             "Receives posted ahead, and sends in flight per child, on the point-to-point path "
             "(1-16)",
             &C->pml_window, 4);
-    reg_str("transport", "Transport: tcp, raweth, raweth:IFACE, auto (raweth where every rank can) or verbs",
-            &C->transport, "tcp");
+    reg_str("transport", "Transport: tcp, raweth, raweth:IFACE or auto (raweth where every rank can); "
+            "empty: PIPECAST_TRANSPORT, else tcp",
+            &C->transport, "");
     reg_str("tree", "Tree: auto, linear, binary, kary:K, kbinomial, multilane, flat, binomial, ...",
             &C->tree, "auto");
     reg_int("segment_bytes", "Segment size in bytes (0: chosen by the cost model)", &C->segment_bytes, 0);
@@ -150,8 +153,10 @@ static int pipecast_register(void)
             "btl_tcp_if_include (empty: PIPECAST_IFACE, else the first up non-loopback interface "
             "not named mgmt*; PIPECAST_IP overrides)",
             &C->if_include, "");
-    reg_int("timeout_ms", "A broadcast that makes no progress for this long fails at every rank",
-            &C->timeout_ms, 5000);
+    reg_int("timeout_ms", "How long a peer may show no sign of life (process dead, connection closed, "
+            "no heartbeat answer) before a broadcast waiting for it fails; a late rank is waited for "
+            "(0: PIPECAST_TIMEOUT_MS, else 5000)",
+            &C->timeout_ms, 0);
     reg_int("verbose", "Verbosity: 0 silent, 1 selection and summary, 2 every broadcast", &C->verbose, 0);
     return OMPI_SUCCESS;
 }
@@ -199,7 +204,9 @@ static void module_construct(mca_coll_pipecast_module_t *m)
     m->prev_allgather_module = NULL;
     m->comm = NULL;
     m->pc = NULL;
+    m->agreed = false;
     m->disabled = false;
+    m->failed = false;
     m->handled = 0;
     m->over_pml = 0;
     m->fallback = 0;
@@ -250,20 +257,27 @@ static int allgather_through_prev(void *user, const void *mine, void *all, size_
 static pipecast_result ensure_pipecast(mca_coll_pipecast_module_t *m)
 {
     if (m->pc != NULL) return PIPECAST_OK;
+    /* Set MCA parameters override the PIPECAST_* environment; empty ones leave it. */
     pipecast_config cfg;
     pipecast_config_default(&cfg);
-    cfg.transport = C->transport;
-    cfg.tree = C->tree;
+    cfg.transport = (C->transport != NULL && C->transport[0] != '\0') ? C->transport : NULL;
+    cfg.tree = (C->tree != NULL && C->tree[0] != '\0' && strcmp(C->tree, "auto") != 0) ? C->tree : NULL;
     cfg.segment_bytes = C->segment_bytes > 0 ? (uint64_t)C->segment_bytes : 0;
     cfg.topology = (C->topology != NULL && C->topology[0] != '\0') ? C->topology : NULL;
-    cfg.timeout_ms = C->timeout_ms > 0 ? (uint32_t)C->timeout_ms : 5000;
+    cfg.timeout_ms = C->timeout_ms > 0 ? (uint32_t)C->timeout_ms : 0;
     cfg.profile = (C->profile != NULL && C->profile[0] != '\0') ? C->profile : NULL;
     cfg.iface = (C->if_include != NULL && C->if_include[0] != '\0') ? C->if_include : NULL;
+    /* Collective and agreed: every rank gets the same result. */
     pipecast_result rc = pipecast_comm_create(ompi_comm_rank(m->comm), ompi_comm_size(m->comm),
                                               allgather_through_prev, m, &cfg, &m->pc);
     if (rc == PIPECAST_OK) {
         say(1, "rank %d comm %s (%d ranks): pipecast ready", ompi_comm_rank(m->comm),
             m->comm->c_name, ompi_comm_size(m->comm));
+    } else if (ompi_comm_rank(m->comm) == 0) {
+        char detail[512];
+        pipecast_last_error(detail, sizeof detail);
+        say(1, "comm %s: pipecast declined at every rank, Open MPI's own broadcast runs: %s (%s)",
+            m->comm->c_name, pipecast_strerror(rc), detail);
     }
     return rc;
 }
@@ -361,6 +375,38 @@ static pipecast_result bcast_over_pml(mca_coll_pipecast_module_t *m, char *buf, 
     return rc;
 }
 
+/* At the first broadcast of any size on a communicator (every rank reaches it), the ranks
+ * compare the settings that decide "pipecast or not" for a message, so that no rank ever
+ * decides alone (one rank with another min_bytes would hang the job). Different settings
+ * anywhere: pipecast is off on this communicator at every rank. */
+static void agree_on_settings(mca_coll_pipecast_module_t *m)
+{
+    int64_t mine[4] = {C->min_bytes, C->pml_below, C->pml_segment_bytes, C->pml_window};
+    int size = ompi_comm_size(m->comm);
+    int64_t *all = malloc(sizeof mine * (size_t)size);
+    m->agreed = true;
+    if (all == NULL ||
+        m->prev_allgather(mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE,
+                          m->comm, m->prev_allgather_module) != OMPI_SUCCESS) {
+        /* Every rank calls the same allgather; an error there is Open MPI's own and alike. */
+        m->disabled = true;
+        free(all);
+        return;
+    }
+    for (int r = 0; r < size; r++) {
+        if (memcmp(&all[4 * r], mine, sizeof mine) != 0) {
+            m->disabled = true;
+            if (ompi_comm_rank(m->comm) == 0)
+                say(1, "comm %s: ranks differ in min_bytes/pml_below/pml_segment_bytes/pml_window "
+                    "(rank %d has %lld/%lld/%lld/%lld): pipecast is off on it at every rank",
+                    m->comm->c_name, r, (long long)all[4 * r], (long long)all[4 * r + 1],
+                    (long long)all[4 * r + 2], (long long)all[4 * r + 3]);
+            break;
+        }
+    }
+    free(all);
+}
+
 static int pipecast_bcast(void *buff, int count, struct ompi_datatype_t *datatype, int root,
                           struct ompi_communicator_t *comm, mca_coll_base_module_t *module)
 {
@@ -370,45 +416,79 @@ static int pipecast_bcast(void *buff, int count, struct ompi_datatype_t *datatyp
     ompi_datatype_type_size(datatype, &type_size);
     ompi_datatype_get_true_extent(datatype, &lb, &extent);
     size_t bytes = type_size * (size_t)(count < 0 ? 0 : count);
-    /* Every rank computes the same answer from the same (count, datatype signature, comm). */
+    if (!m->agreed) agree_on_settings(m);
+    if (m->failed) {
+        /* A broadcast failed before (a peer is gone): never go on alone. */
+        return OMPI_ERROR;
+    }
+    /* Every rank computes the same answer from the same (type signature size, comm) and the
+     * agreed settings. A non-contiguous datatype is packed and unpacked around the broadcast,
+     * so layouts that differ between ranks (legal in MPI) still take one path everywhere. */
     bool ours = !m->disabled && !OMPI_COMM_IS_INTER(comm) && ompi_comm_size(comm) >= 2 &&
-                bytes >= (size_t)C->min_bytes &&
-                ompi_datatype_is_contiguous_memory_layout(datatype, count);
+                bytes >= (size_t)C->min_bytes;
     if (!ours) {
         m->fallback++;
         return m->prev_bcast(buff, count, datatype, root, comm, m->prev_bcast_module);
     }
     pipecast_result rc = ensure_pipecast(m);
-    if (rc == PIPECAST_OK && bytes < (size_t)(C->pml_below > 0 ? C->pml_below : 0)) {
-        int ompi_rc = OMPI_SUCCESS;
-        rc = bcast_over_pml(m, (char *)buff + lb, bytes, root, &ompi_rc);
+    if (rc != PIPECAST_OK) {
+        /* Declined at every rank alike (pipecast_comm_create is agreed). */
+        m->disabled = true;
+        m->fallback++;
+        return m->prev_bcast(buff, count, datatype, root, comm, m->prev_bcast_module);
+    }
+    bool contiguous = ompi_datatype_is_contiguous_memory_layout(datatype, count);
+    char *data = (char *)buff + lb;
+    char *packed = NULL;
+    if (!contiguous) {
+        packed = malloc(bytes);
+        if (packed == NULL) return OMPI_ERR_OUT_OF_RESOURCE;
+        int position = 0;
+        if (ompi_comm_rank(comm) == root &&
+            (MPI_Pack(buff, count, datatype, packed, (int)bytes, &position, comm) != MPI_SUCCESS ||
+             (size_t)position != bytes)) {
+            free(packed);
+            return OMPI_ERROR;
+        }
+        data = packed;
+    }
+    int ompi_rc = OMPI_SUCCESS;
+    if (bytes < (size_t)(C->pml_below > 0 ? C->pml_below : 0)) {
+        rc = bcast_over_pml(m, data, bytes, root, &ompi_rc);
         if (rc == PIPECAST_OK) {
             m->handled++;
             m->over_pml++;
             say(2, "rank %d comm %s: bcast %zu bytes from %d along pipecast's tree over the PML",
                 ompi_comm_rank(comm), comm->c_name, bytes, root);
-            /* A PML error is Open MPI's own, reported as for any of its collectives. */
-            return ompi_rc;
         }
-    } else if (rc == PIPECAST_OK) {
-        rc = pipecast_bcast_bytes(m->pc, (char *)buff + lb, bytes, root);
+    } else {
+        rc = pipecast_bcast_bytes(m->pc, data, bytes, root);
         if (rc == PIPECAST_OK) {
             m->handled++;
             say(2, "rank %d comm %s: bcast %zu bytes from %d by pipecast", ompi_comm_rank(comm),
                 comm->c_name, bytes, root);
-            return OMPI_SUCCESS;
         }
     }
-    /* pipecast fails at every rank (a dead or stuck peer times out everywhere), so every rank
-     * takes this path and the previous module redoes the broadcast. */
-    char detail[256];
-    pipecast_last_error(detail, sizeof detail);
-    fprintf(stderr, "coll:pipecast: rank %d comm %s: %s (%s); falling back to the previous bcast "
-            "module for this communicator\n", ompi_comm_rank(comm), comm->c_name,
-            pipecast_strerror(rc), detail);
-    m->disabled = true;
-    m->fallback++;
-    return m->prev_bcast(buff, count, datatype, root, comm, m->prev_bcast_module);
+    if (rc != PIPECAST_OK) {
+        /* A peer is gone or the ranks disagree on this broadcast: the error goes to the
+         * communicator's error handler (by default it ends the job). Never a fallback here:
+         * other ranks may have finished this broadcast through pipecast. */
+        char detail[512];
+        pipecast_last_error(detail, sizeof detail);
+        fprintf(stderr, "coll:pipecast: rank %d comm %s: broadcast failed: %s (%s)\n",
+                ompi_comm_rank(comm), comm->c_name, pipecast_strerror(rc), detail);
+        m->failed = true;
+        free(packed);
+        return OMPI_ERROR;
+    }
+    if (ompi_rc == OMPI_SUCCESS && packed != NULL && ompi_comm_rank(comm) != root) {
+        int position = 0;
+        if (MPI_Unpack(packed, (int)bytes, &position, buff, count, datatype, comm) != MPI_SUCCESS)
+            ompi_rc = OMPI_ERROR;
+    }
+    free(packed);
+    /* A PML error is Open MPI's own, reported as for any of its collectives. */
+    return ompi_rc;
 }
 
 static mca_coll_base_module_t *pipecast_comm_query(struct ompi_communicator_t *comm, int *priority)

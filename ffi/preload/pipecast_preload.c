@@ -25,7 +25,9 @@ typedef struct {
     MPI_Comm comm;
     MPI_Comm p2p;   /* private duplicate for the point-to-point path (MPI_COMM_NULL until used) */
     pipecast_comm *pc;
-    int disabled;
+    int agreed;   /* the glue settings were compared at the first bcast */
+    int disabled; /* pipecast declined on this communicator, at every rank alike */
+    int failed;   /* a pipecast broadcast failed: later ones fail too, never fall back */
     unsigned long handled, over_p2p, fallback;
 } comm_state;
 
@@ -34,8 +36,24 @@ static long min_bytes = 65536;
 static long pml_below = 524288;
 static long pml_segment = 16384;
 static int verbose = 0;
-static pipecast_config config;
-static int config_ok = 0;
+/* Whether PIPECAST_MIN_BYTES & co. parsed: compared with the other ranks' (never decided alone). */
+static long glue_ok = 1;
+
+/* A whole number from the environment, or 0 and glue_ok = 0 when it does not parse. */
+static long env_long(const char *name, long dflt)
+{
+    const char *v = getenv(name);
+    if (v == NULL || *v == '\0') return dflt;
+    char *end = NULL;
+    long n = strtol(v, &end, 10);
+    if (end == v || *end != '\0' || n < 0) {
+        fprintf(stderr, "pipecast-preload: %s=%s is not a whole number: pipecast stays off (on every rank)\n",
+                name, v);
+        glue_ok = 0;
+        return dflt;
+    }
+    return n;
+}
 
 static int delete_state(MPI_Comm comm, int key, void *value, void *extra)
 {
@@ -57,22 +75,13 @@ static int delete_state(MPI_Comm comm, int key, void *value, void *extra)
 
 static void setup(void)
 {
-    const char *v = getenv("PIPECAST_MIN_BYTES");
-    if (v != NULL) min_bytes = atol(v);
-    v = getenv("PIPECAST_PML_BELOW");
-    if (v != NULL) pml_below = atol(v);
-    v = getenv("PIPECAST_PML_SEGMENT");
-    if (v != NULL && atol(v) > 0) pml_segment = atol(v);
-    v = getenv("PIPECAST_VERBOSE");
-    if (v != NULL) verbose = atoi(v);
-    pipecast_result rc = pipecast_config_from_env(&config);
-    config_ok = rc == PIPECAST_OK;
-    if (!config_ok) {
-        char detail[256];
-        pipecast_last_error(detail, sizeof detail);
-        fprintf(stderr, "pipecast-preload: bad PIPECAST_* configuration (%s): every MPI_Bcast "
-                "goes to MPI\n", detail);
-    }
+    min_bytes = env_long("PIPECAST_MIN_BYTES", min_bytes);
+    pml_below = env_long("PIPECAST_PML_BELOW", pml_below);
+    long seg = env_long("PIPECAST_PML_SEGMENT", pml_segment);
+    if (seg > 0) pml_segment = seg;
+    verbose = (int)env_long("PIPECAST_VERBOSE", 0);
+    /* The PIPECAST_* settings of pipecast itself are read by pipecast_comm_create, which
+     * reports a bad one to every rank (all fall back together). */
     PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_state, &keyval, NULL);
     if (verbose >= 1) fprintf(stderr, "pipecast-preload: active (pipecast %s)\n", pipecast_version());
 }
@@ -202,49 +211,117 @@ static pipecast_result bcast_p2p(comm_state *s, char *buf, size_t bytes, int roo
     return rc;
 }
 
+/* At the first broadcast of any size on a communicator (every rank reaches it), the ranks
+ * compare the glue's settings: a rank with another PIPECAST_MIN_BYTES would decide alone and
+ * hang the job. Different anywhere (or unparsable): pipecast is off there at every rank. */
+static void agree_on_settings(comm_state *s, int rank, int size)
+{
+    long mine[4] = {min_bytes, pml_below, pml_segment, glue_ok};
+    long *all = malloc(sizeof mine * (size_t)size);
+    s->agreed = 1;
+    if (all == NULL || PMPI_Allgather(mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine,
+                                      MPI_BYTE, s->comm) != MPI_SUCCESS) {
+        s->disabled = 1;
+        free(all);
+        return;
+    }
+    for (int r = 0; r < size; r++) {
+        if (memcmp(&all[4 * r], mine, sizeof mine) != 0 || all[4 * r + 3] == 0) {
+            s->disabled = 1;
+            if (rank == 0 && verbose >= 1)
+                fprintf(stderr, "pipecast-preload: ranks differ in PIPECAST_MIN_BYTES/PML_BELOW/"
+                        "PML_SEGMENT (rank %d: %ld/%ld/%ld%s): MPI's own broadcast runs\n", r,
+                        all[4 * r], all[4 * r + 1], all[4 * r + 2],
+                        all[4 * r + 3] ? "" : ", unparsable");
+            break;
+        }
+    }
+    free(all);
+}
+
+/* A failed pipecast broadcast: the communicator's error handler decides (by default the job
+ * ends); never a fallback, since other ranks may have finished it through pipecast. */
+static int failed(comm_state *s, MPI_Comm comm, int rank, pipecast_result rc)
+{
+    char detail[512];
+    pipecast_last_error(detail, sizeof detail);
+    fprintf(stderr, "pipecast-preload: rank %d: broadcast failed: %s (%s)\n", rank,
+            pipecast_strerror(rc), detail);
+    s->failed = 1;
+    PMPI_Comm_call_errhandler(comm, MPI_ERR_OTHER);
+    return MPI_ERR_OTHER;
+}
+
 int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm)
 {
     int inter = 0, size = 0, type_size = 0;
-    MPI_Aint lb = 0, extent = 0, true_lb = 0, true_extent = 0;
-    if (keyval == MPI_KEYVAL_INVALID || !config_ok || comm == MPI_COMM_NULL || count <= 0)
+    if (keyval == MPI_KEYVAL_INVALID || comm == MPI_COMM_NULL || count < 0)
         return PMPI_Bcast(buffer, count, datatype, root, comm);
     PMPI_Comm_test_inter(comm, &inter);
     PMPI_Comm_size(comm, &size);
     PMPI_Type_size(datatype, &type_size);
-    PMPI_Type_get_extent(datatype, &lb, &extent);
-    PMPI_Type_get_true_extent(datatype, &true_lb, &true_extent);
-    /* Contiguous: no gaps inside an element and none between elements. */
-    int contiguous = (MPI_Aint)type_size == true_extent && extent == true_extent;
     size_t bytes = (size_t)type_size * (size_t)count;
     comm_state *s = (inter || size < 2) ? NULL : state_of(comm);
-    if (s == NULL || s->disabled || !contiguous || (long)bytes < min_bytes) {
+    int rank = 0;
+    PMPI_Comm_rank(comm, &rank);
+    if (s != NULL && !s->agreed) agree_on_settings(s, rank, size);
+    if (s != NULL && s->failed) return failed(s, comm, rank, PIPECAST_ERR_OTHER);
+    /* Every rank decides alike: from the type signature's size and agreed settings only. */
+    if (s == NULL || s->disabled || (long)bytes < min_bytes) {
         if (s != NULL) s->fallback++;
         return PMPI_Bcast(buffer, count, datatype, root, comm);
     }
-    int rank = 0;
-    PMPI_Comm_rank(comm, &rank);
     pipecast_result rc = PIPECAST_OK;
-    if (s->pc == NULL) rc = pipecast_comm_create(rank, size, allgather_cb, s, &config, &s->pc);
-    if (rc == PIPECAST_OK && (long)bytes < pml_below) {
-        int mpi_rc = MPI_SUCCESS;
-        rc = bcast_p2p(s, (char *)buffer + true_lb, bytes, root, size, &mpi_rc);
-        if (rc == PIPECAST_OK) {
-            s->handled++;
-            s->over_p2p++;
-            return mpi_rc;
-        }
-    } else if (rc == PIPECAST_OK) {
-        rc = pipecast_bcast_bytes(s->pc, (char *)buffer + true_lb, bytes, root);
-        if (rc == PIPECAST_OK) {
-            s->handled++;
-            return MPI_SUCCESS;
+    if (s->pc == NULL) {
+        /* NULL config: the PIPECAST_* environment, agreed among the ranks. */
+        rc = pipecast_comm_create(rank, size, allgather_cb, s, NULL, &s->pc);
+        if (rc != PIPECAST_OK) {
+            if (rank == 0 && verbose >= 1) {
+                char detail[512];
+                pipecast_last_error(detail, sizeof detail);
+                fprintf(stderr, "pipecast-preload: pipecast declined at every rank, MPI's own "
+                        "broadcast runs: %s (%s)\n", pipecast_strerror(rc), detail);
+            }
+            s->disabled = 1;
+            s->fallback++;
+            return PMPI_Bcast(buffer, count, datatype, root, comm);
         }
     }
-    char detail[256];
-    pipecast_last_error(detail, sizeof detail);
-    fprintf(stderr, "pipecast-preload: rank %d: %s (%s); MPI_Bcast falls back to MPI on this "
-            "communicator\n", rank, pipecast_strerror(rc), detail);
-    s->disabled = 1;
-    s->fallback++;
-    return PMPI_Bcast(buffer, count, datatype, root, comm);
+    /* Layouts may differ between ranks (same type signature): a non-contiguous one is packed
+     * around the broadcast, so every rank still takes pipecast's path. */
+    MPI_Aint lb = 0, extent = 0, true_lb = 0, true_extent = 0;
+    PMPI_Type_get_extent(datatype, &lb, &extent);
+    PMPI_Type_get_true_extent(datatype, &true_lb, &true_extent);
+    int contiguous = (MPI_Aint)type_size == true_extent && extent == true_extent;
+    char *data = (char *)buffer + true_lb;
+    char *packed = NULL;
+    if (!contiguous) {
+        packed = malloc(bytes > 0 ? bytes : 1);
+        if (packed == NULL) return failed(s, comm, rank, PIPECAST_ERR_OTHER);
+        int position = 0;
+        if (rank == root && (PMPI_Pack(buffer, count, datatype, packed, (int)bytes, &position,
+                                       comm) != MPI_SUCCESS || (size_t)position != bytes)) {
+            free(packed);
+            return failed(s, comm, rank, PIPECAST_ERR_OTHER);
+        }
+        data = packed;
+    }
+    int mpi_rc = MPI_SUCCESS;
+    if ((long)bytes < pml_below) {
+        rc = bcast_p2p(s, data, bytes, root, size, &mpi_rc);
+        if (rc == PIPECAST_OK) s->over_p2p++;
+    } else {
+        rc = pipecast_bcast_bytes(s->pc, data, bytes, root);
+    }
+    if (rc != PIPECAST_OK) {
+        free(packed);
+        return failed(s, comm, rank, rc);
+    }
+    s->handled++;
+    if (mpi_rc == MPI_SUCCESS && packed != NULL && rank != root) {
+        int position = 0;
+        mpi_rc = PMPI_Unpack(packed, (int)bytes, &position, buffer, count, datatype, comm);
+    }
+    free(packed);
+    return mpi_rc;
 }
