@@ -1,0 +1,75 @@
+/*
+ * Faults under pipecast (component or preload shim), run by tests/ompi_faults.rs. Loops
+ * broadcasts of 4 MiB + 3 bytes (pipecast's transport) and 200 KiB (pipecast's tree over the
+ * MPI's point-to-point layer) with rotating roots; every rank checks every byte of a seeded
+ * pattern and prints "WRONG DATA" on any difference. Modes (argv[1]):
+ *   plain  just the loop (used with one rank's settings broken, MPMD);
+ *   late   rank 2 sleeps PIPECAST_TEST_SLEEP seconds (default 20) before iteration 3:
+ *          late, not gone, so every broadcast must still succeed;
+ *   kill   rank 2 SIGKILLs itself 30 ms into iteration 3's broadcast: the job must end,
+ *          and no rank may report a broadcast as successful with wrong data.
+ * Rank 0 prints "mpi_fault_test: ok" when every rank saw the right bytes.
+ */
+#include <mpi.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static unsigned char pattern(size_t i, unsigned seed)
+{
+    uint64_t x = (uint64_t)i * 0x9E3779B97F4A7C15ull + seed * 0xD1B54A32D192ED03ull;
+    x ^= x >> 31;
+    return (unsigned char)(x * 0xBF58476D1CE4E5B9ull >> 56);
+}
+
+static void *kill_soon(void *arg)
+{
+    (void)arg;
+    usleep(30000);
+    raise(SIGKILL);
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    const char *mode = argc > 1 ? argv[1] : "plain";
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    const char *sleep_env = getenv("PIPECAST_TEST_SLEEP");
+    int late_s = sleep_env != NULL ? atoi(sleep_env) : 20;
+    const size_t sizes[] = {(4u << 20) + 3, 200 * 1024};
+    size_t cap = sizes[0];
+    unsigned char *buf = malloc(cap);
+    int wrong = 0;
+    for (int it = 0; it < 8; it++) {
+        size_t n = sizes[it % 2];
+        int root = it % size;
+        unsigned seed = 77 + (unsigned)it;
+        if (it == 3 && rank == 2 && strcmp(mode, "late") == 0) sleep((unsigned)late_s);
+        if (it == 3 && rank == 2 && strcmp(mode, "kill") == 0) {
+            pthread_t t;
+            pthread_create(&t, NULL, kill_soon, NULL);
+        }
+        for (size_t i = 0; i < n; i++) buf[i] = rank == root ? pattern(i, seed) : 0x5A;
+        int rc = MPI_Bcast(buf, (int)n, MPI_BYTE, root, MPI_COMM_WORLD);
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++) bad += buf[i] != pattern(i, seed);
+        if (bad) {
+            fprintf(stderr, "WRONG DATA rank %d iteration %d: %zu of %zu bytes (MPI_Bcast returned %d)\n",
+                    rank, it, bad, n, rc);
+            wrong++;
+        }
+    }
+    int total = 0;
+    MPI_Allreduce(&wrong, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0) printf(total == 0 ? "mpi_fault_test: ok\n" : "mpi_fault_test: %d wrong\n", total);
+    free(buf);
+    MPI_Finalize();
+    return total == 0 ? 0 : 1;
+}
