@@ -194,6 +194,86 @@ fn preload_under_mpich() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `mpicc` (or `mpicc.mpich`) of `tests/c/<name>.c` into `dir/<output>`.
+fn compile(mpicc: &str, dir: &Path, name: &str, output: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let program = dir.join(output);
+    let cc = Command::new(mpicc)
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(&program)
+        .arg(root.join(format!("tests/c/{name}.c")))
+        .status()
+        .unwrap_or_else(|e| panic!("run {mpicc}: {e}"));
+    assert!(cc.success(), "{name}.c does not compile with {mpicc}");
+    program
+}
+
+/// Rounds of 8 overlapping `MPI_Ibcast`s (0, 1, 7, 65537, 600001, 1 MiB + 3, 4 MiB + 1, 2 MiB
+/// bytes, every rank a root), one before any `MPI_Bcast` (the MPI's own ibcast), then after a
+/// blocking broadcast that sets pipecast up, waited with `MPI_Wait` in reverse order,
+/// `MPI_Waitall`, an `MPI_Testall` loop and `MPI_Waitany`, plus a strided datatype
+/// (`tests/c/mpi_ibcast_test.c`): through the component (`coll_ibcast`, completed from Open
+/// MPI's progress), the shim under Open MPI and the shim under MPICH (generalized requests
+/// completed by the interposed wait/test calls).
+#[test]
+fn overlapping_ibcasts() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(dir) = build() else { return };
+    let program = compile("mpicc", &dir, "mpi_ibcast_test", "mpi_ibcast_test");
+    let program = program.to_str().unwrap();
+    let preload = format!(
+        "LD_PRELOAD={}",
+        dir.join("libpipecast_preload.so").display()
+    );
+    let component = component_args(&dir, &[]);
+    let shim = ["-x", &preload, "-x", "PIPECAST_VERBOSE=1"];
+    let out = mpirun(4, &strs(&component), &[program]);
+    check_ibcast(&out, "coll:pipecast");
+    let out = mpirun(4, &shim, &[program]);
+    check_ibcast(&out, "pipecast-preload");
+    if !have("mpicc.mpich", &["--version"]) {
+        eprintln!("SKIPPED (MPICH part): MPICH not installed (apt-get install mpich libmpich-dev)");
+        return;
+    }
+    let program = compile(
+        "mpicc.mpich",
+        &dir,
+        "mpi_ibcast_test",
+        "mpi_ibcast_test_mpich",
+    );
+    let out = Command::new("timeout")
+        .args(["120", "mpiexec.mpich", "-np", "4", "-env", "LD_PRELOAD"])
+        .arg(dir.join("libpipecast_preload_mpich.so"))
+        .args(["-env", "PIPECAST_VERBOSE", "1"])
+        .arg(&program)
+        .output()
+        .expect("run mpiexec.mpich");
+    check_ibcast(&out, "pipecast-preload");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn check_ibcast(out: &Output, marker: &str) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("mpi_ibcast_test: ok"),
+        "{marker}: stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert!(
+        !stderr.contains("WRONG DATA") && !stderr.contains("failed"),
+        "{marker}: {stderr}"
+    );
+    // Per rank: the blocking 1 MiB broadcast that sets pipecast up, then in each of 4 rounds
+    // the 4 ibcasts of at least pml_below (512 KiB), and the strided one. The ibcasts of the
+    // round before it go to the MPI's own ibcast.
+    let n = carried(&stderr, marker);
+    assert_eq!(
+        n,
+        4 * (1 + 4 * 4 + 1),
+        "{marker}: pipecast carried {n}:\n{stderr}"
+    );
+}
+
 /// mpi4py's own collective tests (`test_cco`, 350 tests; the sdist's `test/` directory named by
 /// PIPECAST_MPI4PY_TESTS, which `.ci/run` downloads) with every broadcast forced through
 /// pipecast (threshold 1 byte), via the component and via the preload shim. Its
@@ -249,7 +329,69 @@ fn mpi4py_suite() {
         &suite,
     );
     check_suite(&out, "pipecast-preload");
+    // mpi4py's MPI_Ibcast tests (test_cco_nb_buf's Bcast cases: contiguous arrays of every
+    // type and indexed datatypes, waited with Request.Wait) after its MPI_Bcast tests
+    // (test_cco_buf), which set pipecast up on WORLD: from then on WORLD's Ibcasts go
+    // through pipecast too (an MPI_Ibcast never sets pipecast up: it must not block).
+    let ibcast = [
+        "/usr/bin/python3",
+        &runtests,
+        "-q",
+        "-i",
+        "test_cco_buf|test_cco_nb_buf",
+        "-k",
+        "Bcast",
+    ];
+    let args = component_args(
+        &dir,
+        &[
+            "--mca",
+            "coll_pipecast_min_bytes",
+            "1",
+            "--mca",
+            "coll_pipecast_pml_below",
+            "0",
+        ],
+    );
+    let out = mpirun(4, &strs(&args), &ibcast);
+    check_ibcast_suite(&out, "coll:pipecast");
+    let shim = [
+        "-x",
+        &preload,
+        "-x",
+        "PIPECAST_VERBOSE=1",
+        "-x",
+        "PIPECAST_MIN_BYTES=1",
+        "-x",
+        "PIPECAST_PML_BELOW=0",
+    ];
+    let out = mpirun(4, &shim, &ibcast);
+    check_ibcast_suite(&out, "pipecast-preload");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn check_ibcast_suite(out: &Output, marker: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{marker}: mpi4py's tests failed:\n{stderr}"
+    );
+    assert_eq!(
+        stderr.matches("Ran 16 tests").count(),
+        4,
+        "{marker}: {stderr}"
+    );
+    assert!(
+        !stderr.contains("FAILED (") && !stderr.contains("failed:"),
+        "{marker}: {stderr}"
+    );
+    // Per rank: 231 MPI_Bcast and 231 MPI_Ibcast on WORLD, 63 + 168 MPI_Bcast on the
+    // duplicates (whose Ibcasts run before any MPI_Bcast there: the previous module's).
+    let n = carried(&stderr, marker);
+    assert!(
+        n >= 4 * (2 * 231 + 63 + 168),
+        "{marker}: pipecast carried only {n}:\n{stderr}"
+    );
 }
 
 fn check_suite(out: &Output, marker: &str) {

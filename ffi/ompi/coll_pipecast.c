@@ -8,6 +8,9 @@
  * so at enable time comm->c_coll holds the functions we fall back to; nothing blocking may run at
  * enable (it deadlocks under MPI_THREAD_MULTIPLE), so the address exchange happens at the first
  * large broadcast on each communicator, through the saved allgather.
+ *
+ * MPI_Ibcast (coll_ibcast) takes pipecast's path on communicators an MPI_Bcast already set up;
+ * its requests are completed from opal_progress (see pipecast_ibcast).
  */
 #include "ompi_config.h"
 
@@ -25,6 +28,8 @@
 #include "ompi/mca/coll/coll.h"
 #include "ompi/mca/pml/pml.h"
 #include "ompi/request/request.h"
+#include "opal/runtime/opal_progress.h"
+#include "opal/threads/mutex.h"
 #include "opal/util/output.h"
 
 #include "pipecast.h"
@@ -61,6 +66,8 @@ typedef struct {
     mca_coll_base_module_t *prev_bcast_module;
     mca_coll_base_module_allgather_fn_t prev_allgather;
     mca_coll_base_module_t *prev_allgather_module;
+    mca_coll_base_module_ibcast_fn_t prev_ibcast;
+    mca_coll_base_module_t *prev_ibcast_module;
     struct ompi_communicator_t *comm;
     pipecast_comm *pc;      /* created at the first large bcast */
     bool agreed;            /* the glue settings were compared at the first bcast */
@@ -73,6 +80,7 @@ typedef struct {
 
 static int pipecast_register(void);
 static int pipecast_open(void);
+static int pipecast_close(void);
 static int pipecast_init_query(bool enable_progress_threads, bool enable_mpi_threads);
 static mca_coll_base_module_t *pipecast_comm_query(struct ompi_communicator_t *comm, int *priority);
 
@@ -83,6 +91,7 @@ mca_coll_pipecast_component_t mca_coll_pipecast_component = {
             .mca_component_name = "pipecast",
             MCA_BASE_MAKE_VERSION(component, 0, 1, 0),
             .mca_open_component = pipecast_open,
+            .mca_close_component = pipecast_close,
             .mca_register_component_params = pipecast_register,
         },
         .collm_data = {MCA_BASE_METADATA_PARAM_CHECKPOINT},
@@ -92,6 +101,13 @@ mca_coll_pipecast_component_t mca_coll_pipecast_component = {
 };
 
 #define C (&mca_coll_pipecast_component)
+
+/* Nonblocking broadcasts in flight (see pipecast_ibcast), completed from opal_progress. */
+struct pc_ibcast_s;
+static struct pc_ibcast_s *pending = NULL;
+static opal_mutex_t pending_lock;
+static bool progress_registered = false;
+static void pc_progress_stop(void);
 
 static void say(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void say(int level, const char *fmt, ...)
@@ -178,6 +194,7 @@ static bool runtime_version_matches(char *seen, size_t len)
 
 static int pipecast_open(void)
 {
+    OBJ_CONSTRUCT(&pending_lock, opal_mutex_t);
     char seen[96] = "";
     C->version_ok = runtime_version_matches(seen, sizeof seen);
     if (!C->version_ok) {
@@ -186,6 +203,13 @@ static int pipecast_open(void)
                 "disables itself (rebuild it with `make -C ffi` against this Open MPI)\n",
                 PIPECAST_BUILT_FOR_MAJOR, PIPECAST_BUILT_FOR_MINOR, PIPECAST_BUILT_FOR_RELEASE, seen);
     }
+    return OMPI_SUCCESS;
+}
+
+static int pipecast_close(void)
+{
+    pc_progress_stop();
+    OBJ_DESTRUCT(&pending_lock);
     return OMPI_SUCCESS;
 }
 
@@ -202,6 +226,8 @@ static void module_construct(mca_coll_pipecast_module_t *m)
     m->prev_bcast_module = NULL;
     m->prev_allgather = NULL;
     m->prev_allgather_module = NULL;
+    m->prev_ibcast = NULL;
+    m->prev_ibcast_module = NULL;
     m->comm = NULL;
     m->pc = NULL;
     m->agreed = false;
@@ -222,6 +248,7 @@ static void module_destruct(mca_coll_pipecast_module_t *m)
     if (m->pc != NULL) pipecast_comm_free(m->pc);
     if (m->prev_bcast_module != NULL) OBJ_RELEASE(m->prev_bcast_module);
     if (m->prev_allgather_module != NULL) OBJ_RELEASE(m->prev_allgather_module);
+    if (m->prev_ibcast_module != NULL) OBJ_RELEASE(m->prev_ibcast_module);
 }
 
 OBJ_CLASS_INSTANCE(mca_coll_pipecast_module_t, mca_coll_base_module_t, module_construct,
@@ -241,6 +268,11 @@ static int pipecast_module_enable(mca_coll_base_module_t *module, struct ompi_co
     m->prev_allgather = comm->c_coll->coll_allgather;
     m->prev_allgather_module = comm->c_coll->coll_allgather_module;
     OBJ_RETAIN(m->prev_allgather_module);
+    if (comm->c_coll->coll_ibcast_module != NULL) {
+        m->prev_ibcast = comm->c_coll->coll_ibcast;
+        m->prev_ibcast_module = comm->c_coll->coll_ibcast_module;
+        OBJ_RETAIN(m->prev_ibcast_module);
+    }
     m->comm = comm;
     return OMPI_SUCCESS;
 }
@@ -491,6 +523,217 @@ static int pipecast_bcast(void *buff, int count, struct ompi_datatype_t *datatyp
     return ompi_rc;
 }
 
+/* Nonblocking broadcasts: pipecast's progress thread moves the bytes; a callback registered
+ * with opal_progress polls pipecast_test and completes the MPI request, so only MPI's own
+ * threads ever touch Open MPI's request machinery.
+ *
+ * The request must be an ompi_coll_base_nbc_request_t: MPI_Ibcast (ompi_coll_base_retain_
+ * datatypes) keeps a derived datatype alive through its fields. Its header
+ * (ompi/mca/coll/base/coll_base_util.h) includes op.h, which needs Fortran headers Debian does
+ * not ship, so here it is field for field as in 4.1.4 (retain writes 8-byte words at 160..184,
+ * right after the 160-byte ompi_request_t; the release check at open refuses other releases). */
+typedef struct {
+    ompi_request_t super;
+    union {
+        ompi_request_complete_fn_t req_complete_cb;
+        ompi_request_free_fn_t req_free;
+    } cb;
+    void *req_complete_cb_data;
+    union {
+        struct {
+            void *first, *second;
+        } pair;
+    } data;
+} ompi_coll_base_nbc_request_t;
+OMPI_DECLSPEC extern opal_class_t ompi_coll_base_nbc_request_t_class;
+_Static_assert(sizeof(ompi_coll_base_nbc_request_t) == sizeof(ompi_request_t) + 32,
+               "ompi_coll_base_nbc_request_t as in Open MPI 4.1");
+
+typedef struct pc_ibcast_s {
+    ompi_coll_base_nbc_request_t super;
+    pipecast_request *pr; /* NULL once pipecast_test reported the end (and freed it) */
+    mca_coll_pipecast_module_t *m;
+    /* A non-contiguous datatype: the packed bytes, unpacked into the user's buffer at the end
+     * (MPI_Ibcast keeps the datatype alive until the request completes). */
+    char *packed;
+    void *buff;
+    int count;
+    struct ompi_datatype_t *datatype;
+    size_t bytes;
+    bool unpack;
+    pipecast_result result;
+    struct pc_ibcast_s *next;
+} pc_ibcast_t;
+
+static void pc_ibcast_construct(pc_ibcast_t *r)
+{
+    r->pr = NULL;
+    r->packed = NULL;
+    r->next = NULL;
+}
+
+OBJ_CLASS_INSTANCE(pc_ibcast_t, ompi_coll_base_nbc_request_t, pc_ibcast_construct, NULL);
+
+static int pc_ibcast_free(ompi_request_t **req)
+{
+    /* MPI frees a request only once it completed. */
+    OMPI_REQUEST_FINI(*req);
+    OBJ_RELEASE(*req);
+    *req = MPI_REQUEST_NULL;
+    return OMPI_SUCCESS;
+}
+
+static int pc_ibcast_cancel(ompi_request_t *req, int complete)
+{
+    (void)req;
+    (void)complete;
+    return OMPI_SUCCESS; /* a broadcast in flight cannot be cancelled: it completes normally */
+}
+
+/* Completes the pipecast broadcasts that finished: called by opal_progress, so always on a
+ * thread inside MPI. The finished ones leave the list under the lock and are completed after
+ * it (completion runs callbacks, which must not find the lock held). */
+static int pc_progress(void)
+{
+    if (pending == NULL) return 0;
+    pc_ibcast_t *finished = NULL;
+    OPAL_THREAD_LOCK(&pending_lock);
+    pc_ibcast_t **at = (pc_ibcast_t **)&pending;
+    while (*at != NULL) {
+        pc_ibcast_t *r = *at;
+        int done = 0;
+        r->result = pipecast_test(r->pr, &done);
+        if (!done && r->result == PIPECAST_OK) {
+            at = &r->next;
+            continue;
+        }
+        r->pr = NULL;
+        *at = r->next;
+        r->next = finished;
+        finished = r;
+    }
+    OPAL_THREAD_UNLOCK(&pending_lock);
+    int completed = 0;
+    while (finished != NULL) {
+        pc_ibcast_t *r = finished;
+        finished = r->next;
+        r->next = NULL;
+        int mpi_rc = MPI_SUCCESS;
+        if (r->result != PIPECAST_OK) {
+            /* As for a blocking broadcast: the error goes to the request (and so to the
+             * communicator's error handler); never a fallback. */
+            char detail[512];
+            pipecast_last_error(detail, sizeof detail);
+            fprintf(stderr, "coll:pipecast: rank %d comm %s: nonblocking broadcast failed: %s (%s)\n",
+                    ompi_comm_rank(r->m->comm), r->m->comm->c_name, pipecast_strerror(r->result),
+                    detail);
+            r->m->failed = true;
+            mpi_rc = MPI_ERR_OTHER;
+        } else if (r->unpack) {
+            int position = 0;
+            if (MPI_Unpack(r->packed, (int)r->bytes, &position, r->buff, r->count, r->datatype,
+                           r->m->comm) != MPI_SUCCESS)
+                mpi_rc = MPI_ERR_OTHER;
+        }
+        free(r->packed);
+        r->packed = NULL;
+        r->super.super.req_status.MPI_ERROR = mpi_rc;
+        ompi_request_complete(&r->super.super, true);
+        completed++;
+    }
+    return completed;
+}
+
+/* Before the component is unloaded: no progress callback may point into it. */
+static void pc_progress_stop(void)
+{
+    if (progress_registered) opal_progress_unregister(pc_progress);
+    progress_registered = false;
+}
+
+/* MPI_Ibcast. Open MPI also calls it from inside its progress engine (communicator creation
+ * agrees on a context id with ibcasts), where nothing may block: so an ibcast never sets
+ * pipecast up. It takes pipecast's path only on a communicator that an earlier MPI_Bcast set
+ * up (settings agreed, pipecast_comm_create done) — the same at every rank, since every rank
+ * calls the same collectives in the same order — and only from pml_below (the previous
+ * module's per-message cost is lower below). Everything else goes to the previous ibcast. */
+static int pipecast_ibcast(void *buff, int count, struct ompi_datatype_t *datatype, int root,
+                           struct ompi_communicator_t *comm, ompi_request_t **request,
+                           mca_coll_base_module_t *module)
+{
+    mca_coll_pipecast_module_t *m = (mca_coll_pipecast_module_t *)module;
+    size_t type_size = 0;
+    ptrdiff_t lb = 0, extent = 0;
+    ompi_datatype_type_size(datatype, &type_size);
+    ompi_datatype_get_true_extent(datatype, &lb, &extent);
+    size_t bytes = type_size * (size_t)(count < 0 ? 0 : count);
+    if (m->failed) return OMPI_ERROR;
+    bool ours = m->agreed && m->pc != NULL && !m->disabled && !OMPI_COMM_IS_INTER(comm) &&
+                ompi_comm_size(comm) >= 2 && bytes >= (size_t)C->min_bytes &&
+                bytes >= (size_t)(C->pml_below > 0 ? C->pml_below : 0);
+    if (!ours) {
+        if (m->prev_ibcast == NULL) return OMPI_ERR_NOT_SUPPORTED;
+        m->fallback++;
+        return m->prev_ibcast(buff, count, datatype, root, comm, request, m->prev_ibcast_module);
+    }
+    pc_ibcast_t *r = OBJ_NEW(pc_ibcast_t);
+    if (r == NULL) return OMPI_ERR_OUT_OF_RESOURCE;
+    OMPI_REQUEST_INIT(&r->super.super, false);
+    r->super.super.req_type = OMPI_REQUEST_COLL;
+    r->super.super.req_state = OMPI_REQUEST_ACTIVE;
+    r->super.super.req_free = pc_ibcast_free;
+    r->super.super.req_cancel = pc_ibcast_cancel;
+    r->super.super.req_mpi_object.comm = comm;
+    r->super.super.req_status = ompi_status_empty;
+    r->m = m;
+    r->buff = buff;
+    r->count = count;
+    r->datatype = datatype;
+    r->bytes = bytes;
+    r->unpack = false;
+    char *data = (char *)buff + lb;
+    if (!ompi_datatype_is_contiguous_memory_layout(datatype, count)) {
+        /* Layouts may differ between ranks: pack, so every rank takes the same path. */
+        r->packed = malloc(bytes > 0 ? bytes : 1);
+        int position = 0;
+        if (r->packed == NULL ||
+            (ompi_comm_rank(comm) == root &&
+             (MPI_Pack(buff, count, datatype, r->packed, (int)bytes, &position, comm) != MPI_SUCCESS ||
+              (size_t)position != bytes))) {
+            free(r->packed);
+            r->packed = NULL;
+            OBJ_RELEASE(r);
+            m->failed = true;
+            return OMPI_ERROR;
+        }
+        r->unpack = ompi_comm_rank(comm) != root;
+        data = r->packed;
+    }
+    pipecast_result rc = pipecast_ibcast_bytes(m->pc, data, bytes, root, &r->pr);
+    if (rc != PIPECAST_OK) {
+        char detail[512];
+        pipecast_last_error(detail, sizeof detail);
+        fprintf(stderr, "coll:pipecast: rank %d comm %s: nonblocking broadcast failed: %s (%s)\n",
+                ompi_comm_rank(comm), comm->c_name, pipecast_strerror(rc), detail);
+        m->failed = true;
+        free(r->packed);
+        r->packed = NULL;
+        OBJ_RELEASE(r);
+        return OMPI_ERROR;
+    }
+    m->handled++;
+    OPAL_THREAD_LOCK(&pending_lock);
+    if (!progress_registered) {
+        opal_progress_register(pc_progress);
+        progress_registered = true;
+    }
+    r->next = (pc_ibcast_t *)pending;
+    pending = (struct pc_ibcast_s *)r;
+    OPAL_THREAD_UNLOCK(&pending_lock);
+    *request = &r->super.super;
+    return OMPI_SUCCESS;
+}
+
 static mca_coll_base_module_t *pipecast_comm_query(struct ompi_communicator_t *comm, int *priority)
 {
     if (OMPI_COMM_IS_INTER(comm) || ompi_comm_size(comm) < 2 || C->priority < 0) return NULL;
@@ -499,6 +742,7 @@ static mca_coll_base_module_t *pipecast_comm_query(struct ompi_communicator_t *c
     *priority = C->priority;
     m->super.coll_module_enable = pipecast_module_enable;
     m->super.coll_bcast = pipecast_bcast;
+    m->super.coll_ibcast = pipecast_ibcast;
     say(1, "rank %d comm %s: selected with priority %d", ompi_comm_rank(comm), comm->c_name,
         C->priority);
     return &m->super;

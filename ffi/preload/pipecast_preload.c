@@ -13,11 +13,17 @@
  * follow pipecast's tree but travel as PMPI_Isend/PMPI_Irecv segments on a private duplicate of
  * the communicator (so they never match the application's messages): the MPI's own per-message
  * latency is lower than pipecast's progress thread's for mid-size messages.
+ *
+ * MPI_Ibcast goes through pipecast_ibcast_bytes behind a generalized request; the MPI_Wait and
+ * MPI_Test families are interposed to complete it (see "Nonblocking broadcasts" below).
  */
 #include <mpi.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "pipecast.h"
 
@@ -55,12 +61,15 @@ static long env_long(const char *name, long dflt)
     return n;
 }
 
+static void finish_all_of(comm_state *s);
+
 static int delete_state(MPI_Comm comm, int key, void *value, void *extra)
 {
     (void)comm;
     (void)key;
     (void)extra;
     comm_state *s = value;
+    finish_all_of(s);
     if (verbose >= 1) {
         int rank = -1;
         PMPI_Comm_rank(s->comm, &rank);
@@ -252,31 +261,45 @@ static int failed(comm_state *s, MPI_Comm comm, int rank, pipecast_result rc)
     return MPI_ERR_OTHER;
 }
 
-int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm)
+/* What a broadcast of `bytes` on `comm` takes: pipecast (its state returned) or the MPI's own
+ * broadcast (NULL). Every rank decides alike: from the type signature's size, the
+ * communicator and the agreed settings only; pipecast_comm_create (collective, at the first
+ * broadcast pipecast takes) is agreed too. `from` is the smallest size pipecast carries.
+ * Without `may_set_up` (MPI_Ibcast, which must not block) nothing collective runs: pipecast
+ * takes the broadcast only on a communicator an earlier MPI_Bcast set up, which is the same
+ * at every rank (the ranks call the same collectives in the same order).
+ * Sets *err (and returns NULL) when an earlier pipecast broadcast on `comm` failed. */
+static comm_state *pipecast_for(MPI_Comm comm, size_t bytes, long from, int may_set_up,
+                                int *rank, int *err)
 {
-    int inter = 0, size = 0, type_size = 0;
-    if (keyval == MPI_KEYVAL_INVALID || comm == MPI_COMM_NULL || count < 0)
-        return PMPI_Bcast(buffer, count, datatype, root, comm);
+    int inter = 0, size = 0;
+    *err = 0;
+    *rank = 0;
+    if (keyval == MPI_KEYVAL_INVALID || comm == MPI_COMM_NULL) return NULL;
     PMPI_Comm_test_inter(comm, &inter);
     PMPI_Comm_size(comm, &size);
-    PMPI_Type_size(datatype, &type_size);
-    size_t bytes = (size_t)type_size * (size_t)count;
-    comm_state *s = (inter || size < 2) ? NULL : state_of(comm);
-    int rank = 0;
-    PMPI_Comm_rank(comm, &rank);
-    if (s != NULL && !s->agreed) agree_on_settings(s, rank, size);
-    if (s != NULL && s->failed) return failed(s, comm, rank, PIPECAST_ERR_OTHER);
-    /* Every rank decides alike: from the type signature's size and agreed settings only. */
-    if (s == NULL || s->disabled || (long)bytes < min_bytes) {
-        if (s != NULL) s->fallback++;
-        return PMPI_Bcast(buffer, count, datatype, root, comm);
+    if (inter || size < 2) return NULL;
+    comm_state *s = state_of(comm);
+    if (s == NULL) return NULL;
+    PMPI_Comm_rank(comm, rank);
+    if (!may_set_up && (!s->agreed || (s->pc == NULL && !s->disabled))) {
+        s->fallback++;
+        return NULL;
     }
-    pipecast_result rc = PIPECAST_OK;
+    if (!s->agreed) agree_on_settings(s, *rank, size);
+    if (s->failed) {
+        *err = failed(s, comm, *rank, PIPECAST_ERR_OTHER);
+        return NULL;
+    }
+    if (s->disabled || (long)bytes < from) {
+        s->fallback++;
+        return NULL;
+    }
     if (s->pc == NULL) {
         /* NULL config: the PIPECAST_* environment, agreed among the ranks. */
-        rc = pipecast_comm_create(rank, size, allgather_cb, s, NULL, &s->pc);
+        pipecast_result rc = pipecast_comm_create(*rank, size, allgather_cb, s, NULL, &s->pc);
         if (rc != PIPECAST_OK) {
-            if (rank == 0 && verbose >= 1) {
+            if (*rank == 0 && verbose >= 1) {
                 char detail[512];
                 pipecast_last_error(detail, sizeof detail);
                 fprintf(stderr, "pipecast-preload: pipecast declined at every rank, MPI's own "
@@ -284,30 +307,57 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
             }
             s->disabled = 1;
             s->fallback++;
-            return PMPI_Bcast(buffer, count, datatype, root, comm);
+            return NULL;
         }
     }
-    /* Layouts may differ between ranks (same type signature): a non-contiguous one is packed
-     * around the broadcast, so every rank still takes pipecast's path. */
+    return s;
+}
+
+/* The contiguous bytes pipecast moves for (buffer, count, datatype): the buffer itself, or a
+ * packed copy (*packed, to be freed; filled at the root). Layouts may differ between ranks
+ * (same type signature): packing keeps every rank on pipecast's path. NULL on failure. */
+static char *contiguous_bytes(void *buffer, int count, MPI_Datatype datatype, size_t bytes,
+                              int root, int rank, MPI_Comm comm, char **packed)
+{
     MPI_Aint lb = 0, extent = 0, true_lb = 0, true_extent = 0;
+    int type_size = 0;
+    PMPI_Type_size(datatype, &type_size);
     PMPI_Type_get_extent(datatype, &lb, &extent);
     PMPI_Type_get_true_extent(datatype, &true_lb, &true_extent);
-    int contiguous = (MPI_Aint)type_size == true_extent && extent == true_extent;
-    char *data = (char *)buffer + true_lb;
-    char *packed = NULL;
-    if (!contiguous) {
-        packed = malloc(bytes > 0 ? bytes : 1);
-        if (packed == NULL) return failed(s, comm, rank, PIPECAST_ERR_OTHER);
-        int position = 0;
-        if (rank == root && (PMPI_Pack(buffer, count, datatype, packed, (int)bytes, &position,
-                                       comm) != MPI_SUCCESS || (size_t)position != bytes)) {
-            free(packed);
-            return failed(s, comm, rank, PIPECAST_ERR_OTHER);
-        }
-        data = packed;
+    *packed = NULL;
+    if ((MPI_Aint)type_size == true_extent && extent == true_extent)
+        return (char *)buffer + true_lb;
+    char *p = malloc(bytes > 0 ? bytes : 1);
+    if (p == NULL) return NULL;
+    int position = 0;
+    if (rank == root && (PMPI_Pack(buffer, count, datatype, p, (int)bytes, &position, comm) !=
+                             MPI_SUCCESS ||
+                         (size_t)position != bytes)) {
+        free(p);
+        return NULL;
     }
+    *packed = p;
+    return p;
+}
+
+int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm)
+{
+    int type_size = 0, rank = 0, err = 0;
+    if (count < 0 || datatype == MPI_DATATYPE_NULL)
+        return PMPI_Bcast(buffer, count, datatype, root, comm);
+    PMPI_Type_size(datatype, &type_size);
+    size_t bytes = (size_t)type_size * (size_t)count;
+    comm_state *s = pipecast_for(comm, bytes, min_bytes, 1, &rank, &err);
+    if (err != 0) return err;
+    if (s == NULL) return PMPI_Bcast(buffer, count, datatype, root, comm);
+    char *packed = NULL;
+    char *data = contiguous_bytes(buffer, count, datatype, bytes, root, rank, comm, &packed);
+    if (data == NULL) return failed(s, comm, rank, PIPECAST_ERR_OTHER);
     int mpi_rc = MPI_SUCCESS;
+    pipecast_result rc;
     if ((long)bytes < pml_below) {
+        int size = 0;
+        PMPI_Comm_size(comm, &size);
         rc = bcast_p2p(s, data, bytes, root, size, &mpi_rc);
         if (rc == PIPECAST_OK) s->over_p2p++;
     } else {
@@ -324,4 +374,269 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
     }
     free(packed);
     return mpi_rc;
+}
+
+/* ---- Nonblocking broadcasts ----
+ *
+ * MPI_Ibcast at or above PIPECAST_PML_BELOW goes to pipecast_ibcast_bytes (smaller ones to
+ * PMPI_Ibcast, whose per-message cost is lower) and hands the application a generalized
+ * request, on communicators that an earlier MPI_Bcast set up (MPI_Ibcast must not block, and
+ * setting up is collective; see pipecast_for). MPI_Grequest_complete must run on an MPI thread, never on pipecast's progress
+ * thread, so the shim also interposes the MPI_Wait and MPI_Test families: before the MPI's
+ * own version runs, they complete the pipecast broadcasts among the requests (pipecast_test;
+ * the blocking ones keep polling, driving the MPI's progress in between so that other
+ * requests, and other ranks waiting on this one, move on). A request given only to another
+ * completion call (MPI_Request_get_status, persistent-request calls) never completes. */
+typedef struct pending_ibcast {
+    MPI_Request greq;
+    pipecast_request *pr;
+    comm_state *s;
+    MPI_Comm comm;
+    int rank;
+    char *packed;         /* a non-contiguous datatype: the packed bytes ... */
+    void *buffer;         /* ... unpacked here at the end */
+    int count;
+    MPI_Datatype dtype;   /* a duplicate of the application's (it may free its own) */
+    size_t bytes;
+    int unpack;
+    int rc;               /* the MPI code the request reports */
+    struct pending_ibcast *next;
+} pending_ibcast;
+
+static pthread_mutex_t pending_lock = PTHREAD_MUTEX_INITIALIZER;
+static pending_ibcast *pending = NULL; /* started and not yet completed */
+
+static int ibcast_query(void *extra, MPI_Status *status)
+{
+    pending_ibcast *ib = extra;
+    PMPI_Status_set_elements(status, MPI_BYTE, 0);
+    PMPI_Status_set_cancelled(status, 0);
+    status->MPI_SOURCE = MPI_UNDEFINED;
+    status->MPI_TAG = MPI_UNDEFINED;
+    return ib->rc;
+}
+
+static int ibcast_free(void *extra)
+{
+    free(extra);
+    return MPI_SUCCESS;
+}
+
+static int ibcast_cancel(void *extra, int complete)
+{
+    (void)extra;
+    (void)complete;
+    return MPI_SUCCESS; /* a broadcast cannot be cancelled: it completes normally */
+}
+
+/* Takes the pending broadcast behind `req` off the list (NULL when it is not one of ours). */
+static pending_ibcast *claim(MPI_Request req)
+{
+    if (req == MPI_REQUEST_NULL) return NULL;
+    pthread_mutex_lock(&pending_lock);
+    pending_ibcast **at = &pending;
+    while (*at != NULL && (*at)->greq != req) at = &(*at)->next;
+    pending_ibcast *ib = *at;
+    if (ib != NULL) *at = ib->next;
+    pthread_mutex_unlock(&pending_lock);
+    return ib;
+}
+
+static void unclaim(pending_ibcast *ib)
+{
+    pthread_mutex_lock(&pending_lock);
+    ib->next = pending;
+    pending = ib;
+    pthread_mutex_unlock(&pending_lock);
+}
+
+/* Lets the MPI progress (its own requests, and the ones other ranks wait on) while this rank
+ * waits for pipecast, without taking the CPU from pipecast's progress thread. */
+static void let_mpi_progress(unsigned spins)
+{
+    int flag = 0;
+    PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &flag, MPI_STATUS_IGNORE);
+    if (spins < 64) {
+        sched_yield();
+    } else {
+        struct timespec ts = {0, 20000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* Completes the generalized request of a finished pipecast broadcast. */
+static void complete_ibcast(pending_ibcast *ib, pipecast_result rc)
+{
+    ib->pr = NULL; /* freed by pipecast_test */
+    if (rc != PIPECAST_OK) {
+        char detail[512];
+        pipecast_last_error(detail, sizeof detail);
+        fprintf(stderr, "pipecast-preload: rank %d: nonblocking broadcast failed: %s (%s)\n",
+                ib->rank, pipecast_strerror(rc), detail);
+        ib->s->failed = 1;
+        ib->rc = MPI_ERR_OTHER;
+        PMPI_Comm_call_errhandler(ib->comm, MPI_ERR_OTHER);
+    } else if (ib->unpack) {
+        int position = 0;
+        ib->rc = PMPI_Unpack(ib->packed, (int)ib->bytes, &position, ib->buffer, ib->count,
+                             ib->dtype, ib->comm);
+    }
+    if (ib->dtype != MPI_DATATYPE_NULL) PMPI_Type_free(&ib->dtype);
+    free(ib->packed);
+    ib->packed = NULL;
+    PMPI_Grequest_complete(ib->greq);
+}
+
+/* If `req` is one of pipecast's broadcasts: completes it when it has finished (with `block`,
+ * once it has). Returns whether it is one of ours still running. */
+static int finish(MPI_Request req, int block)
+{
+    if (pending == NULL) return 0;
+    pending_ibcast *ib = claim(req);
+    if (ib == NULL) return 0;
+    for (unsigned spins = 0;; spins++) {
+        int done = 0;
+        pipecast_result rc = pipecast_test(ib->pr, &done);
+        if (done || rc != PIPECAST_OK) {
+            complete_ibcast(ib, rc);
+            return 0;
+        }
+        if (!block) {
+            unclaim(ib);
+            return 1;
+        }
+        let_mpi_progress(spins);
+    }
+}
+
+static int any_ours(int n, const MPI_Request *reqs)
+{
+    if (pending == NULL) return 0;
+    int found = 0;
+    pthread_mutex_lock(&pending_lock);
+    for (pending_ibcast *ib = pending; ib != NULL && !found; ib = ib->next)
+        for (int i = 0; i < n && !found; i++) found = reqs[i] == ib->greq;
+    pthread_mutex_unlock(&pending_lock);
+    return found;
+}
+
+/* Before a communicator's state goes: its broadcasts in flight finish first. */
+static void finish_all_of(comm_state *s)
+{
+    for (;;) {
+        MPI_Request req = MPI_REQUEST_NULL;
+        pthread_mutex_lock(&pending_lock);
+        for (pending_ibcast *ib = pending; ib != NULL; ib = ib->next)
+            if (ib->s == s) req = ib->greq;
+        pthread_mutex_unlock(&pending_lock);
+        if (req == MPI_REQUEST_NULL) return;
+        finish(req, 1);
+    }
+}
+
+int MPI_Ibcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm,
+               MPI_Request *request)
+{
+    int type_size = 0, rank = 0, err = 0;
+    if (count < 0 || datatype == MPI_DATATYPE_NULL)
+        return PMPI_Ibcast(buffer, count, datatype, root, comm, request);
+    PMPI_Type_size(datatype, &type_size);
+    size_t bytes = (size_t)type_size * (size_t)count;
+    comm_state *s = pipecast_for(comm, bytes, pml_below > min_bytes ? pml_below : min_bytes, 0,
+                                 &rank, &err);
+    if (err != 0) return err;
+    if (s == NULL) return PMPI_Ibcast(buffer, count, datatype, root, comm, request);
+    pending_ibcast *ib = calloc(1, sizeof *ib);
+    if (ib == NULL) return failed(s, comm, rank, PIPECAST_ERR_OTHER);
+    ib->s = s;
+    ib->comm = comm;
+    ib->rank = rank;
+    ib->buffer = buffer;
+    ib->count = count;
+    ib->bytes = bytes;
+    ib->dtype = MPI_DATATYPE_NULL;
+    ib->rc = MPI_SUCCESS;
+    char *data = contiguous_bytes(buffer, count, datatype, bytes, root, rank, comm, &ib->packed);
+    if (data == NULL) {
+        free(ib);
+        return failed(s, comm, rank, PIPECAST_ERR_OTHER);
+    }
+    if (ib->packed != NULL && rank != root) {
+        ib->unpack = 1;
+        PMPI_Type_dup(datatype, &ib->dtype);
+    }
+    pipecast_result rc = pipecast_ibcast_bytes(s->pc, data, bytes, root, &ib->pr);
+    if (rc != PIPECAST_OK) {
+        if (ib->dtype != MPI_DATATYPE_NULL) PMPI_Type_free(&ib->dtype);
+        free(ib->packed);
+        free(ib);
+        return failed(s, comm, rank, rc);
+    }
+    PMPI_Grequest_start(ibcast_query, ibcast_free, ibcast_cancel, ib, &ib->greq);
+    *request = ib->greq;
+    s->handled++;
+    unclaim(ib);
+    return MPI_SUCCESS;
+}
+
+int MPI_Wait(MPI_Request *request, MPI_Status *status)
+{
+    finish(*request, 1);
+    return PMPI_Wait(request, status);
+}
+
+int MPI_Test(MPI_Request *request, int *flag, MPI_Status *status)
+{
+    finish(*request, 0);
+    return PMPI_Test(request, flag, status);
+}
+
+int MPI_Waitall(int count, MPI_Request requests[], MPI_Status statuses[])
+{
+    if (any_ours(count, requests))
+        for (int i = 0; i < count; i++) finish(requests[i], 1);
+    return PMPI_Waitall(count, requests, statuses);
+}
+
+int MPI_Testall(int count, MPI_Request requests[], int *flag, MPI_Status statuses[])
+{
+    for (int i = 0; pending != NULL && i < count; i++) finish(requests[i], 0);
+    return PMPI_Testall(count, requests, flag, statuses);
+}
+
+int MPI_Testany(int count, MPI_Request requests[], int *index, int *flag, MPI_Status *status)
+{
+    for (int i = 0; pending != NULL && i < count; i++) finish(requests[i], 0);
+    return PMPI_Testany(count, requests, index, flag, status);
+}
+
+int MPI_Testsome(int incount, MPI_Request requests[], int *outcount, int indices[],
+                 MPI_Status statuses[])
+{
+    for (int i = 0; pending != NULL && i < incount; i++) finish(requests[i], 0);
+    return PMPI_Testsome(incount, requests, outcount, indices, statuses);
+}
+
+/* Waitany/Waitsome over pipecast's requests: test everything until something completed. */
+int MPI_Waitany(int count, MPI_Request requests[], int *index, MPI_Status *status)
+{
+    if (!any_ours(count, requests)) return PMPI_Waitany(count, requests, index, status);
+    for (unsigned spins = 0;; spins++) {
+        int flag = 0;
+        int rc = MPI_Testany(count, requests, index, &flag, status);
+        if (rc != MPI_SUCCESS || flag) return rc;
+        let_mpi_progress(spins);
+    }
+}
+
+int MPI_Waitsome(int incount, MPI_Request requests[], int *outcount, int indices[],
+                 MPI_Status statuses[])
+{
+    if (!any_ours(incount, requests))
+        return PMPI_Waitsome(incount, requests, outcount, indices, statuses);
+    for (unsigned spins = 0;; spins++) {
+        int rc = MPI_Testsome(incount, requests, outcount, indices, statuses);
+        if (rc != MPI_SUCCESS || *outcount != 0) return rc;
+        let_mpi_progress(spins);
+    }
 }
