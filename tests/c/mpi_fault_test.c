@@ -7,7 +7,9 @@
  *   late   rank 2 sleeps PIPECAST_TEST_SLEEP seconds (default 20) before iteration 3:
  *          late, not gone, so every broadcast must still succeed;
  *   kill   rank 2 SIGKILLs itself 30 ms into iteration 3's broadcast: the job must end,
- *          and no rank may report a broadcast as successful with wrong data.
+ *          and no rank may report a broadcast as successful with wrong data. Errors are
+ *          returned (MPI_ERRORS_RETURN) so that the ranks see them: a failed broadcast prints
+ *          "broadcast error", and the later ones must fail too (never succeed with wrong data).
  * Rank 0 prints "mpi_fault_test: ok" when every rank saw the right bytes.
  */
 #include <mpi.h>
@@ -41,6 +43,7 @@ int main(int argc, char **argv)
     int rank, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (strcmp(mode, "kill") == 0) MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     const char *sleep_env = getenv("PIPECAST_TEST_SLEEP");
     int late_s = sleep_env != NULL ? atoi(sleep_env) : 20;
     const size_t sizes[] = {(4u << 20) + 3, 200 * 1024};
@@ -58,6 +61,11 @@ int main(int argc, char **argv)
         }
         for (size_t i = 0; i < n; i++) buf[i] = rank == root ? pattern(i, seed) : 0x5A;
         int rc = MPI_Bcast(buf, (int)n, MPI_BYTE, root, MPI_COMM_WORLD);
+        if (rc != MPI_SUCCESS) {
+            fprintf(stderr, "rank %d iteration %d: broadcast error %d\n", rank, it, rc);
+            wrong++;
+            continue;
+        }
         size_t bad = 0;
         for (size_t i = 0; i < n; i++) bad += buf[i] != pattern(i, seed);
         if (bad) {
