@@ -10,6 +10,9 @@
  *          and no rank may report a broadcast as successful with wrong data. Errors are
  *          returned (MPI_ERRORS_RETURN) so that the ranks see them: a failed broadcast prints
  *          "broadcast error", and the later ones must fail too (never succeed with wrong data).
+ *   ilate, ikill  the same with MPI_Ibcast + MPI_Wait from iteration 1 on (iteration 0, a
+ *          blocking MPI_Bcast, sets pipecast up: an MPI_Ibcast never does), late or killed
+ *          at iteration 4 (a 4 MiB MPI_Ibcast, which pipecast carries).
  * Rank 0 prints "mpi_fault_test: ok" when every rank saw the right bytes.
  */
 #include <mpi.h>
@@ -43,6 +46,8 @@ int main(int argc, char **argv)
     int rank, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
+    const int nonblocking = mode[0] == 'i';
+    if (nonblocking) mode++;
     if (strcmp(mode, "kill") == 0) MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     const char *sleep_env = getenv("PIPECAST_TEST_SLEEP");
     int late_s = sleep_env != NULL ? atoi(sleep_env) : 20;
@@ -54,13 +59,22 @@ int main(int argc, char **argv)
         size_t n = sizes[it % 2];
         int root = it % size;
         unsigned seed = 77 + (unsigned)it;
-        if (it == 3 && rank == 2 && strcmp(mode, "late") == 0) sleep((unsigned)late_s);
-        if (it == 3 && rank == 2 && strcmp(mode, "kill") == 0) {
+        /* Nonblocking: at iteration 4, a pipecast MPI_Ibcast (200 KiB ones go to the MPI's). */
+        const int at = nonblocking ? 4 : 3;
+        if (it == at && rank == 2 && strcmp(mode, "late") == 0) sleep((unsigned)late_s);
+        if (it == at && rank == 2 && strcmp(mode, "kill") == 0) {
             pthread_t t;
             pthread_create(&t, NULL, kill_soon, NULL);
         }
         for (size_t i = 0; i < n; i++) buf[i] = rank == root ? pattern(i, seed) : 0x5A;
-        int rc = MPI_Bcast(buf, (int)n, MPI_BYTE, root, MPI_COMM_WORLD);
+        int rc;
+        if (nonblocking && it > 0) {
+            MPI_Request req;
+            rc = MPI_Ibcast(buf, (int)n, MPI_BYTE, root, MPI_COMM_WORLD, &req);
+            if (rc == MPI_SUCCESS) rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
+        } else {
+            rc = MPI_Bcast(buf, (int)n, MPI_BYTE, root, MPI_COMM_WORLD);
+        }
         if (rc != MPI_SUCCESS) {
             fprintf(stderr, "rank %d iteration %d: broadcast error %d\n", rank, it, rc);
             wrong++;
