@@ -272,6 +272,10 @@ static int pipecast_module_enable(mca_coll_base_module_t *module, struct ompi_co
         m->prev_ibcast = comm->c_coll->coll_ibcast;
         m->prev_ibcast_module = comm->c_coll->coll_ibcast_module;
         OBJ_RETAIN(m->prev_ibcast_module);
+    } else {
+        /* Nothing to hand the rest to: leave MPI_Ibcast alone (the pointers are copied into
+         * comm->c_coll after enable). */
+        m->super.coll_ibcast = NULL;
     }
     m->comm = comm;
     return OMPI_SUCCESS;

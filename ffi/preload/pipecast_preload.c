@@ -385,8 +385,8 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
  * thread, so the shim also interposes the MPI_Wait and MPI_Test families: before the MPI's
  * own version runs, they complete the pipecast broadcasts among the requests (pipecast_test;
  * the blocking ones keep polling, driving the MPI's progress in between so that other
- * requests, and other ranks waiting on this one, move on). A request given only to another
- * completion call (MPI_Request_get_status, persistent-request calls) never completes. */
+ * requests, and other ranks waiting on this one, move on). MPI_Request_get_status reports such
+ * a request as running until a wait/test call (or MPI_Request_free) of the shim saw it end. */
 typedef struct pending_ibcast {
     MPI_Request greq;
     pipecast_request *pr;
@@ -615,6 +615,14 @@ int MPI_Testsome(int incount, MPI_Request requests[], int *outcount, int indices
 {
     for (int i = 0; pending != NULL && i < incount; i++) finish(requests[i], 0);
     return PMPI_Testsome(incount, requests, outcount, indices, statuses);
+}
+
+/* Freeing an active request is legal: the broadcast still runs to its end, so it is waited
+ * for here (its buffer must stay valid anyway), and its generalized request completed. */
+int MPI_Request_free(MPI_Request *request)
+{
+    finish(*request, 1);
+    return PMPI_Request_free(request);
 }
 
 /* Waitany/Waitsome over pipecast's requests: test everything until something completed. */
