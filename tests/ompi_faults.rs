@@ -4,8 +4,10 @@
 //! - a rank late by 20 s (four times the timeout) is waited for: every broadcast correct
 //!   (and one late by 8 s in an `MPI_Ibcast` + `MPI_Wait`);
 //! - one rank with a bad setting (an interface that does not exist, an unreadable topology
-//!   file; an MPMD run): every rank declines pipecast together, the MPI's own broadcast
-//!   carries everything byte-exact, and the job ends in seconds (it used to hang);
+//!   file, another threshold, an unreadable one; an MPMD run): every rank declines pipecast
+//!   together, the MPI's own broadcast carries everything byte-exact, and the job ends in
+//!   seconds (it used to hang);
+//! - datatype layouts that differ between ranks (same signature): one path, byte-exact;
 //! - a rank SIGKILLed in the middle of a broadcast: the job ends, and no rank reports a
 //!   broadcast that returned success with wrong data (errors are returned to the program,
 //!   which checks every broadcast that succeeded); the same in an `MPI_Ibcast`.
@@ -238,12 +240,14 @@ fn a_rank_late_by_twenty_seconds_is_waited_for() {
     }
 }
 
-/// MPMD: three ranks are fine, one has `env` (a bad setting). Every rank must decline
-/// together: the MPI's own broadcast carries everything, byte-exact, in seconds.
-fn one_bad_rank(env: &str, reason: &str) {
+/// MPMD: three ranks are fine, one has `env` (a bad setting, for each glue; `None`: the glue
+/// has no such setting). Every rank must decline together: the MPI's own broadcast carries
+/// everything, byte-exact, in seconds, and rank 0 logs `reason`.
+fn one_bad_rank(env: impl Fn(Glue) -> Option<&'static str>, reason: &str) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let Some(dir) = build() else { return };
     for glue in glues() {
+        let Some(env) = env(glue) else { continue };
         let (out, took) = mpirun(
             glue,
             &dir,
@@ -268,8 +272,8 @@ fn one_bad_rank(env: &str, reason: &str) {
         );
         assert!(!all.contains("WRONG DATA"), "{glue:?}: {all}");
         assert!(
-            all.contains("declined at every rank") && all.contains(reason),
-            "{glue:?}: the reason is logged once: {all}"
+            all.contains(reason),
+            "{glue:?} with {env}: the reason is logged: {all}"
         );
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(carried(&stderr, glue.marker()), 0, "{glue:?}: {all}");
@@ -279,15 +283,72 @@ fn one_bad_rank(env: &str, reason: &str) {
 
 #[test]
 fn one_rank_naming_no_interface_makes_every_rank_decline_together() {
-    one_bad_rank("PIPECAST_IFACE=nosuch0", "nosuch0");
+    one_bad_rank(|_| Some("PIPECAST_IFACE=nosuch0"), "nosuch0");
 }
 
 #[test]
 fn one_rank_unable_to_read_the_topology_makes_every_rank_decline_together() {
     one_bad_rank(
-        "PIPECAST_TOPOLOGY=/nonexistent/pipecast-topology.json",
-        "PIPECAST_TOPOLOGY",
+        |glue| match glue {
+            Glue::Component => {
+                Some("OMPI_MCA_coll_pipecast_topology=/nonexistent/pipecast-topology.json")
+            }
+            Glue::Shim | Glue::Mpich => {
+                Some("PIPECAST_TOPOLOGY=/nonexistent/pipecast-topology.json")
+            }
+        },
+        "pipecast-topology.json",
     );
+}
+
+/// The glue's own threshold differs on one rank (it used to decide alone and hang).
+#[test]
+fn one_rank_with_another_threshold_makes_every_rank_decline_together() {
+    one_bad_rank(
+        |glue| match glue {
+            Glue::Component => Some("OMPI_MCA_coll_pipecast_min_bytes=1000"),
+            Glue::Shim | Glue::Mpich => Some("PIPECAST_MIN_BYTES=1000"),
+        },
+        "ranks differ",
+    );
+    // A value the shim cannot read (Open MPI itself refuses a bad MCA integer).
+    one_bad_rank(
+        |glue| match glue {
+            Glue::Component => None,
+            Glue::Shim | Glue::Mpich => Some("PIPECAST_PML_BELOW=lots"),
+        },
+        "unparsable",
+    );
+}
+
+/// Datatype layouts may differ between ranks (same type signature): contiguous ints at even
+/// ranks, a strided vector at odd ones. Every rank takes pipecast's path (the strided ones
+/// packed around it), byte-exact.
+#[test]
+fn ranks_with_different_datatype_layouts_take_one_path() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(dir) = build() else { return };
+    for glue in glues() {
+        let (out, _) = mpirun(
+            glue,
+            &dir,
+            &[Context {
+                np: 4,
+                env: &[],
+                mode: "layouts",
+            }],
+            120,
+        );
+        let all = text(&out);
+        assert!(
+            out.status.success() && all.contains("mpi_fault_test: ok"),
+            "{glue:?}: {all}"
+        );
+        assert!(!all.contains("WRONG DATA"), "{glue:?}: {all}");
+        // Per rank: the loop's 8, then 2 sizes from each of 4 roots.
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(carried(&stderr, glue.marker()), 4 * 16, "{glue:?}: {all}");
+    }
 }
 
 #[test]

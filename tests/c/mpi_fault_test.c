@@ -13,6 +13,9 @@
  *   ilate, ikill  the same with MPI_Ibcast + MPI_Wait from iteration 1 on (iteration 0, a
  *          blocking MPI_Bcast, sets pipecast up: an MPI_Ibcast never does), late or killed
  *          at iteration 4 (a 4 MiB MPI_Ibcast, which pipecast carries).
+ *   layouts  after the loop, broadcasts whose datatype layout differs between ranks (same
+ *          type signature, legal in MPI): odd ranks see every other int of a strided vector,
+ *          even ranks contiguous ints; every rank must still take the same path.
  * Rank 0 prints "mpi_fault_test: ok" when every rank saw the right bytes.
  */
 #include <mpi.h>
@@ -37,6 +40,35 @@ static void *kill_soon(void *arg)
     usleep(30000);
     raise(SIGKILL);
     return NULL;
+}
+
+/* `count` ints from `root`, contiguous at even ranks, every other int of a strided vector at
+ * odd ones (the same type signature). Returns 1 on wrong data. */
+static int mixed_layouts(int count, int root, int rank)
+{
+    int *v = malloc(sizeof(int) * 2 * (size_t)count);
+    MPI_Datatype type = MPI_INT;
+    int n = count;
+    int stride = 1;
+    if (rank % 2 == 1) {
+        MPI_Type_vector(count, 1, 2, MPI_INT, &type);
+        MPI_Type_commit(&type);
+        n = 1;
+        stride = 2;
+    }
+    for (int i = 0; i < 2 * count; i++) v[i] = -1;
+    for (int i = 0; i < count && rank == root; i++) v[i * stride] = i * 13 + root;
+    int rc = MPI_Bcast(v, n, type, root, MPI_COMM_WORLD);
+    int bad = 0;
+    for (int i = 0; i < count; i++) bad += v[i * stride] != i * 13 + root;
+    if (stride == 2)
+        for (int i = 0; i < count; i++) bad += v[2 * i + 1] != -1;
+    if (bad)
+        fprintf(stderr, "WRONG DATA rank %d mixed layouts (%d ints from %d): %d wrong (rc %d)\n",
+                rank, count, root, bad, rc);
+    if (type != MPI_INT) MPI_Type_free(&type);
+    free(v);
+    return bad != 0;
 }
 
 int main(int argc, char **argv)
@@ -86,6 +118,13 @@ int main(int argc, char **argv)
             fprintf(stderr, "WRONG DATA rank %d iteration %d: %zu of %zu bytes (MPI_Bcast returned %d)\n",
                     rank, it, bad, n, rc);
             wrong++;
+        }
+    }
+    if (strcmp(mode, "layouts") == 0) {
+        /* 400 KB (pipecast's tree over the MPI's point-to-point) and 4 MB (its transport). */
+        for (int root = 0; root < size; root++) {
+            wrong += mixed_layouts(100000, root, rank);
+            wrong += mixed_layouts(1000000, root, rank);
         }
     }
     int total = 0;
