@@ -120,10 +120,11 @@ pub fn run(args: Args) -> CliResult {
             );
         }
         if let Some(path) = &args.topology {
-            let machines = pipecast::topology::read_topology(path)?.size();
+            // The machines' `ranks` (default 1 each) fill them in file order.
+            let machines = pipecast::topology::read_topology(path)?.ranks();
             if machines != n {
                 return Err(format!(
-                    "{}: {machines} machines, but --local {n} ranks: rank r runs on machine r, so give --local {machines}",
+                    "{}: {machines} ranks on its machines, but --local {n} ranks: ranks fill the machines in file order, so give --local {machines}",
                     path.display()
                 )
                 .into());
