@@ -37,7 +37,8 @@ pub struct Hosts {
 impl Hosts {
     /// The grouping `host_of[r]` (rank r runs on host `host_of[r]`, a machine of `network`).
     /// Every machine of `network` must hold a rank. The network's machines get `ranks` = the
-    /// number of ranks on them.
+    /// number of ranks on them (a job may put more than a file's [`MAX_RANKS_PER_MACHINE`] on
+    /// one host; that limit is for files and `--ranks-per-machine`).
     pub fn new(network: Topology, host_of: Vec<usize>) -> Result<Hosts, TopologyError> {
         let count = network.size();
         let mut ranks = vec![Vec::new(); count];
@@ -54,12 +55,6 @@ impl Hosts {
                 "host {} holds no rank",
                 network.machines()[h].name
             )));
-        }
-        if let Some(list) = ranks.iter().find(|l| l.len() > MAX_RANKS_PER_MACHINE) {
-            return Err(TopologyError::BadRanks {
-                machine: network.machines()[host_of[list[0]]].name.clone(),
-                value: list.len().to_string(),
-            });
         }
         let mut network = network;
         for (m, list) in network.machines.iter_mut().zip(&ranks) {
