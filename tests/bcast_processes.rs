@@ -603,3 +603,41 @@ fn strip_ansi(s: &str) -> String {
     }
     out
 }
+
+/// Issue 11: three ranks on each of two machines (the file's `ranks`) broadcast over a
+/// two-level plan — leaders across, the others fed by their leader — byte-exact, every root.
+#[test]
+fn ranks_sharing_machines_broadcast_over_two_levels() {
+    let dir = std::env::temp_dir().join(format!("pipecast-two-level-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("t.json");
+    std::fs::write(
+        &file,
+        r#"{"switches": ["s0", "s1"], "links": [["s0", "s1"]],
+            "machines": [{"name": "n0", "switch": "s0", "ranks": 3},
+                         {"name": "n1", "switch": "s1", "ranks": 3}]}"#,
+    )
+    .unwrap();
+    let file = file.to_str().unwrap();
+    for tree in ["auto", "linear", "binary", "multilane", "flat"] {
+        let args = [
+            "--topology",
+            file,
+            "--sizes",
+            "1,65537,1M",
+            "--iters",
+            "6",
+            "--tree",
+            tree,
+        ];
+        run_ok(6, &args);
+    }
+    let out = bench_local(4, &["--topology", file, "--sizes", "1"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("with 6 ranks on them"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
