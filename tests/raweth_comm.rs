@@ -215,10 +215,11 @@ fn raweth_broadcasts_are_byte_exact_with_one_percent_loss_at_a_switch() {
     );
 }
 
-/// Ranks on loopback share one interface: `auto` falls back to tcp.
+/// Ranks on loopback share one interface: `auto` falls back to tcp for the network link (with
+/// shared memory off: otherwise ranks of one host use no network link at all).
 #[test]
 fn auto_on_one_host_falls_back_to_tcp() {
-    let out = pipecast(&[
+    let out = pipecast_without_shm(&[
         "bench",
         "--local",
         "2",
@@ -287,6 +288,7 @@ fn without_cap_net_raw_raweth_names_the_capability_and_auto_uses_tcp() {
     let run = |transport: &str| {
         common::as_nobody(EXE)
             .expect("checked above")
+            .env("PIPECAST_SHM", "off")
             .args([
                 "bench",
                 "--local",
@@ -320,4 +322,13 @@ fn without_cap_net_raw_raweth_names_the_capability_and_auto_uses_tcp() {
     let report: serde_json::Value =
         serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
     assert_eq!(report["transport"], "tcp", "{report}");
+}
+
+/// `pipecast ARGS` with shared memory off, so ranks of this host use the network link.
+fn pipecast_without_shm(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(EXE)
+        .args(args)
+        .env("PIPECAST_SHM", "off")
+        .output()
+        .expect("runs pipecast")
 }

@@ -85,6 +85,9 @@ struct Row {
     /// averaged over ranks and iterations.
     #[serde(skip_serializing_if = "Option::is_none")]
     overlap_pct: Option<f64>,
+    /// Extension: one `memcpy` of the message at rank 0, measured in the same run — the
+    /// physical limit of a broadcast between ranks of one host.
+    memcpy_us: f64,
 }
 
 #[derive(Serialize)]
@@ -171,6 +174,11 @@ pub fn run(args: Args) -> CliResult {
         let (p2p_times, p2p_ok, _, _) =
             measure(&mut comm, &mut buf, &p2p, None, iters, Some(0), args.seed)?;
         let (p2p_us, p2p_min_us, _, _) = summarize(&mut comm, &p2p_times, p2p_ok)?;
+        let memcpy_us = if me == 0 {
+            memcpy_time(&buf, iters)
+        } else {
+            0.0
+        };
         for tree in &trees {
             if progress {
                 eprint!("\r\x1b[K{bytes} B, {tree} ...");
@@ -204,6 +212,7 @@ pub fn run(args: Args) -> CliResult {
                 ran,
                 transport_counters,
                 overlap_pct,
+                memcpy_us,
             });
         }
     }
@@ -330,6 +339,18 @@ fn overlap(
     Ok(((mean / all.len().max(1) as f64 * 10.0).round() / 10.0, ok))
 }
 
+/// One memcpy of `src` into a buffer already touched, averaged over `iters` copies (µs).
+fn memcpy_time(src: &[u8], iters: usize) -> f64 {
+    let mut dst = src.to_vec();
+    let iters = iters.max(1);
+    let t0 = Instant::now();
+    for _ in 0..iters {
+        dst.copy_from_slice(std::hint::black_box(src));
+        std::hint::black_box(&mut dst);
+    }
+    ((t0.elapsed().as_secs_f64() * 1e6 / iters as f64) * 1000.0).round() / 1000.0
+}
+
 /// Busy computation for `d` (what an application does while its broadcast progresses);
 /// returns the µs it took.
 fn compute_for(d: Duration) -> f64 {
@@ -392,11 +413,11 @@ fn counters_delta(
 
 fn print_table(n: usize, transport: &str, rows: &[Row]) {
     println!(
-        "# pipecast bench: {n} ranks, {transport}; time per iteration = broadcast + barrier, slowest rank"
+        "# pipecast bench: {n} ranks, {transport}; time per iteration = broadcast + barrier, slowest rank; /T(m): to the point-to-point time of the message, /memcpy: to one memcpy of it (the limit on one host)"
     );
     println!(
-        "{:>10} {:>18} {:>9} {:>11} {:>11} {:>11} {:>9} {:>8} {:>3}",
-        "bytes", "tree", "segment", "avg_us", "min_us", "max_us", "MB/s", "/T(m)", "ok"
+        "{:>10} {:>18} {:>9} {:>11} {:>11} {:>11} {:>9} {:>8} {:>8} {:>3}",
+        "bytes", "tree", "segment", "avg_us", "min_us", "max_us", "MB/s", "/T(m)", "/memcpy", "ok"
     );
     for r in rows {
         let mbps = if r.avg_us > 0.0 {
@@ -410,7 +431,7 @@ fn print_table(n: usize, transport: &str, rows: &[Row]) {
             format!("{}={}", r.tree, r.ran)
         };
         println!(
-            "{:>10} {:>18} {:>9} {:>11.1} {:>11.1} {:>11.1} {:>9.1} {:>8.2} {:>3}",
+            "{:>10} {:>18} {:>9} {:>11.1} {:>11.1} {:>11.1} {:>9.1} {:>8.2} {:>8.1} {:>3}",
             r.bytes,
             tree,
             r.segment_bytes,
@@ -419,6 +440,7 @@ fn print_table(n: usize, transport: &str, rows: &[Row]) {
             r.max_us,
             mbps,
             r.avg_us / r.p2p_us.max(1e-9),
+            r.avg_us / r.memcpy_us.max(1e-3),
             if r.verified { "yes" } else { "NO" }
         );
         if let Some(pct) = r.overlap_pct {
