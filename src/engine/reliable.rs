@@ -1,6 +1,14 @@
-//! Per-peer reliability for raw Ethernet frames: pure (no sockets, time passed in as u64 ns).
+//! Per-peer reliability over a lossy link: pure (no sockets, time passed in as u64 ns).
 //!
-//! Each frame to a peer gets a per-peer sequence number (from 1). The receiver returns a
+//! This is pipecast's one retransmission scheme. It sits between the [`Endpoint`](super::Endpoint)
+//! and a link that may lose, duplicate or reorder what it carries, and is switched on for such
+//! links only: raw Ethernet uses it for every peer (`transport::raweth`), the simulated network
+//! (`crate::sim`) for every pair of ranks whose path is lossy; TCP, reliable already, does
+//! not. The engine above it sees every message exactly once, so its cumulative credits are
+//! flow control only and never trigger a resend.
+//!
+//! Each item (a raw Ethernet frame, a simulated engine message) to a peer gets a per-peer
+//! sequence number (from 1). The receiver returns a
 //! cumulative acknowledgement (every number below `ack` arrived), a 64-bit selective
 //! acknowledgement bitmap (bit i: `ack + 1 + i` arrived) and a credit (how many numbers from
 //! `ack` on it will accept). The sender keeps every unacknowledged frame, limits what is in
