@@ -15,8 +15,6 @@ mod endpoint;
 mod layout;
 mod message;
 pub mod reliable;
-#[cfg(test)]
-mod sim;
 
 pub use bcast::{Bcast, Config, Setup};
 pub use endpoint::{Endpoint, Route};
