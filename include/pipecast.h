@@ -170,6 +170,15 @@ pipecast_result pipecast_tree_node(pipecast_comm *comm,
                                    size_t *nchildren,
                                    uint64_t *segment_bytes);
 
+// Below how many bytes the MPI glue should leave a broadcast on this communicator to the
+// MPI's own broadcast, because pipecast cannot win there (0: it never defers). Today: a
+// communicator whose ranks all share one host, below `PIPECAST_HOST_MIN_BYTES` (default
+// 1 MiB). The same value at every rank. Local: no communication. NULL gives 0.
+//
+// # Safety
+// `comm` must be NULL or a live handle.
+uint64_t pipecast_defers_below(const pipecast_comm *comm);
+
 // Frees a communicator (NULL is ignored). Local: no communication.
 //
 // # Safety

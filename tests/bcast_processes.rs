@@ -1,5 +1,7 @@
 //! Broadcasts between real processes (`pipecast bench`, which verifies every byte at every
-//! rank and exits non-zero otherwise), a killed rank, and ranks that disagree.
+//! rank and exits non-zero otherwise), a killed rank, and ranks that disagree. Ranks on one
+//! host move segments through shared memory (single copy by cross-memory attach, or the
+//! two-copy ring), or over TCP loopback with `PIPECAST_SHM=off`; both are tested.
 
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -20,9 +22,20 @@ fn bench_local_env(n: usize, args: &[&str], env: &[(&str, &str)]) -> Output {
         .expect("run pipecast")
 }
 
-/// Runs a local bench; returns the parsed JSON, or None if the tree is not implemented yet.
+/// Runs a local bench (shared memory, single copy); returns the parsed JSON, or None if the
+/// tree is not implemented yet.
 fn run_ok(n: usize, args: &[&str]) -> Option<serde_json::Value> {
-    let out = bench_local(n, args);
+    run_ok_over(n, args, &[], "shm:cma")
+}
+
+/// Runs a local bench with `env`, expecting link `link`.
+fn run_ok_over(
+    n: usize,
+    args: &[&str],
+    env: &[(&str, &str)],
+    link: &str,
+) -> Option<serde_json::Value> {
+    let out = bench_local_env(n, args, env);
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() && stderr.contains("not implemented yet") {
         eprintln!("skipped (planner not merged yet): {args:?}");
@@ -31,7 +44,7 @@ fn run_ok(n: usize, args: &[&str]) -> Option<serde_json::Value> {
     assert!(out.status.success(), "bench {n} {args:?} failed:\n{stderr}");
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     assert_eq!(json["ranks"], n);
-    assert_eq!(json["transport"], "tcp");
+    assert_eq!(json["transport"], link);
     let results = json["results"].as_array().unwrap();
     assert!(!results.is_empty());
     for r in results {
@@ -44,6 +57,15 @@ fn run_ok(n: usize, args: &[&str]) -> Option<serde_json::Value> {
 
 #[test]
 fn every_tree_every_root_awkward_sizes() {
+    every_tree_every_root(&[], "shm:cma");
+}
+
+#[test]
+fn every_tree_every_root_over_tcp_loopback() {
+    every_tree_every_root(&[("PIPECAST_SHM", "off")], "tcp");
+}
+
+fn every_tree_every_root(env: &[(&str, &str)], link: &str) {
     // Segment 64 KiB: sizes 0, 1, 7, segment − 1, segment + 1; 4 iterations = every root.
     let trees = [
         "auto",
@@ -70,7 +92,7 @@ fn every_tree_every_root_awkward_sizes() {
             "--tree",
             tree,
         ];
-        if let Some(json) = run_ok(4, &args) {
+        if let Some(json) = run_ok_over(4, &args, env, link) {
             let results = json["results"].as_array().unwrap();
             assert_eq!(results.len(), 5);
             for r in results {
@@ -106,6 +128,92 @@ fn two_to_eight_ranks_odd_size() {
     }
 }
 
+/// The two-copy ring, forced: 2 to 8 ranks, awkward sizes (a segment bigger than a ring
+/// chunk included), every root.
+#[test]
+fn ring_between_two_to_eight_ranks() {
+    for n in [2, 4, 8] {
+        let iters = n.to_string();
+        let args = [
+            "--sizes",
+            "0,1,7,65537,5000011",
+            "--segment",
+            "3M",
+            "--iters",
+            &iters,
+            "--tree",
+            "linear,flat",
+        ];
+        run_ok_over(n, &args, &[("PIPECAST_SHM", "ring")], "shm:ring");
+    }
+}
+
+/// A process that may not use cross-memory attach (a seccomp filter, as container runtimes
+/// install, makes `process_vm_readv` fail with EPERM) reaches the ring on its own, and says so.
+#[test]
+fn ring_when_cross_memory_attach_is_refused() {
+    let Some(no_cma) = build_no_cma() else {
+        return;
+    };
+    let out = Command::new(&no_cma)
+        .arg(EXE)
+        .args(["bench", "--local", "3", "--json"])
+        .args([
+            "--sizes",
+            "1,1048579",
+            "--iters",
+            "3",
+            "--tree",
+            "flat,linear",
+        ])
+        .env("PIPECAST_LOG", "info")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["transport"], "shm:ring", "{stderr}");
+    assert!(json["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|r| r["verified"] == true));
+    assert!(
+        stderr.contains("cross-memory attach is refused"),
+        "the log says why: {stderr}"
+    );
+    // Forcing single copy there is a clear error at every rank, not a hang.
+    let out = Command::new(&no_cma)
+        .arg(EXE)
+        .args(["bench", "--local", "2", "--sizes", "1K", "--iters", "2"])
+        .env("PIPECAST_SHM", "cma")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("PIPECAST_SHM=cma"), "{stderr}");
+}
+
+/// Builds tests/c/no_cma.c (runs a command under a seccomp filter that refuses
+/// process_vm_readv), or None without a C compiler.
+fn build_no_cma() -> Option<std::path::PathBuf> {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let exe = dir.join("no_cma");
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/no_cma.c");
+    match Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg(src)
+        .status()
+    {
+        Ok(s) if s.success() => Some(exe),
+        _ => {
+            eprintln!("skipped: no C compiler");
+            None
+        }
+    }
+}
+
 #[test]
 fn plain_sendmsg_without_io_uring() {
     let args = [
@@ -118,7 +226,11 @@ fn plain_sendmsg_without_io_uring() {
         "--tree",
         "flat,scatter-allgather",
     ];
-    let out = bench_local_env(3, &args, &[("PIPECAST_IO_URING", "0")]);
+    let out = bench_local_env(
+        3,
+        &args,
+        &[("PIPECAST_IO_URING", "0"), ("PIPECAST_SHM", "off")],
+    );
     assert!(
         out.status.success(),
         "{}",
@@ -135,6 +247,10 @@ fn sixty_four_mebibytes() {
 }
 
 fn spawn_rank(rank: usize, n: usize, port: u16, args: &[&str]) -> Child {
+    spawn_rank_env(rank, n, port, args, &[])
+}
+
+fn spawn_rank_env(rank: usize, n: usize, port: u16, args: &[&str], env: &[(&str, &str)]) -> Child {
     Command::new(EXE)
         .arg("bench")
         .args(args)
@@ -142,6 +258,7 @@ fn spawn_rank(rank: usize, n: usize, port: u16, args: &[&str]) -> Child {
         .env("PIPECAST_SIZE", n.to_string())
         .env("PIPECAST_RENDEZVOUS", format!("127.0.0.1:{port}"))
         .env("PIPECAST_LOG", "off")
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -172,6 +289,72 @@ fn wait_until(child: &mut Child, deadline: Instant, what: &str) -> std::process:
 
 #[test]
 fn killed_rank_makes_the_others_fail_within_the_timeout() {
+    killed_rank(&[]);
+}
+
+#[test]
+fn killed_rank_over_the_ring_leaves_nothing_behind() {
+    killed_rank(&[("PIPECAST_SHM", "ring")]);
+}
+
+#[test]
+fn killed_rank_over_tcp_loopback() {
+    killed_rank(&[("PIPECAST_SHM", "off")]);
+}
+
+/// Shared-memory names a rank left: files in /dev/shm, abstract sockets `@pipecast.IP:PORT`
+/// of the given listening ports.
+fn leftovers(ports: &[String]) -> Vec<String> {
+    let mut found: Vec<String> = std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.contains("pipecast"))
+                .collect()
+        })
+        .unwrap_or_default();
+    let unix = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
+    found.extend(
+        unix.lines()
+            .filter_map(|l| l.split_whitespace().nth(7))
+            .filter(|name| ports.iter().any(|p| name.ends_with(&format!(":{p}"))))
+            .map(str::to_string),
+    );
+    found
+}
+
+/// The abstract socket names of the pipecast listeners of processes `pids`.
+fn listener_ports(pids: &[u32]) -> Vec<String> {
+    let unix = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
+    let names: Vec<&str> = unix
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(7))
+        .filter(|n| n.starts_with("@pipecast."))
+        .collect();
+    // A listener's name holds its TCP port; keep those whose port a rank of ours listens on.
+    let mut ports = Vec::new();
+    for pid in pids {
+        let Ok(out) = Command::new("ss").args(["-ltnpH"]).output() else {
+            break;
+        };
+        for l in String::from_utf8_lossy(&out.stdout).lines() {
+            if l.contains(&format!("pid={pid},")) {
+                if let Some(port) = l
+                    .split_whitespace()
+                    .nth(3)
+                    .and_then(|a| a.rsplit(':').next())
+                {
+                    if names.iter().any(|n| n.ends_with(&format!(":{port}"))) {
+                        ports.push(port.to_string());
+                    }
+                }
+            }
+        }
+    }
+    ports
+}
+
+fn killed_rank(env: &[(&str, &str)]) {
     let n = 4;
     let port = free_port();
     let args = [
@@ -184,12 +367,22 @@ fn killed_rank_makes_the_others_fail_within_the_timeout() {
         "--timeout-ms",
         "2000",
     ];
-    let mut ranks: Vec<Child> = (0..n).map(|r| spawn_rank(r, n, port, &args)).collect();
+    let mut ranks: Vec<Child> = (0..n)
+        .map(|r| spawn_rank_env(r, n, port, &args, env))
+        .collect();
     std::thread::sleep(Duration::from_millis(1500));
     for (r, c) in ranks.iter_mut().enumerate() {
         assert!(
             c.try_wait().unwrap().is_none(),
             "rank {r} ended before the kill"
+        );
+    }
+    let pids: Vec<u32> = ranks.iter().map(Child::id).collect();
+    let ports = listener_ports(&pids);
+    if env.is_empty() {
+        assert!(
+            !ports.is_empty() || Command::new("ss").output().is_err(),
+            "the ranks listen on shared-memory sockets"
         );
     }
     ranks[2].kill().unwrap();
@@ -204,6 +397,11 @@ fn killed_rank_makes_the_others_fail_within_the_timeout() {
         std::io::Read::read_to_string(ranks[r].stderr.as_mut().unwrap(), &mut err).unwrap();
         assert!(err.contains("pipecast:"), "rank {r} prints an error: {err}");
     }
+    assert_eq!(
+        leftovers(&ports),
+        Vec::<String>::new(),
+        "nothing left behind"
+    );
 }
 
 #[test]
@@ -340,4 +538,106 @@ fn topology_file_maps_ranks_to_machines() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("4 machines"));
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Hosts with 1, 2 and 3 ranks in one job (host names from PIPECAST_MACHINE): shared memory
+/// inside each host, TCP between them, every byte checked at every rank, every root.
+#[test]
+fn mixed_hosts_of_one_two_and_three_ranks() {
+    let hosts = ["a", "b", "b", "c", "c", "c"];
+    let n = hosts.len();
+    let port = free_port();
+    let args = [
+        "--sizes",
+        "0,1,65537,1048579",
+        "--segment",
+        "64K",
+        "--iters",
+        "6",
+        "--tree",
+        "auto,linear,binomial",
+    ];
+    let mut ranks: Vec<Child> = hosts
+        .iter()
+        .enumerate()
+        .map(|(r, h)| {
+            spawn_rank_env(
+                r,
+                n,
+                port,
+                &args,
+                &[("PIPECAST_MACHINE", h), ("PIPECAST_LOG", "info")],
+            )
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    for (r, c) in ranks.iter_mut().enumerate() {
+        let status = wait_until(c, deadline, &format!("rank {r}"));
+        let mut err = String::new();
+        std::io::Read::read_to_string(c.stderr.as_mut().unwrap(), &mut err).unwrap();
+        assert!(status.success(), "rank {r}: {err}");
+        let err = strip_ansi(&err);
+        let link = if r == 0 {
+            "transport=tcp"
+        } else {
+            "transport=tcp+shm:cma"
+        };
+        assert!(err.contains(link), "rank {r} runs {link}: {err}");
+    }
+}
+
+/// Log text without terminal colours.
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Issue 11: three ranks on each of two machines (the file's `ranks`) broadcast over a
+/// two-level plan — leaders across, the others fed by their leader — byte-exact, every root.
+#[test]
+fn ranks_sharing_machines_broadcast_over_two_levels() {
+    let dir = std::env::temp_dir().join(format!("pipecast-two-level-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("t.json");
+    std::fs::write(
+        &file,
+        r#"{"switches": ["s0", "s1"], "links": [["s0", "s1"]],
+            "machines": [{"name": "n0", "switch": "s0", "ranks": 3},
+                         {"name": "n1", "switch": "s1", "ranks": 3}]}"#,
+    )
+    .unwrap();
+    let file = file.to_str().unwrap();
+    for tree in ["auto", "linear", "binary", "multilane", "flat"] {
+        let args = [
+            "--topology",
+            file,
+            "--sizes",
+            "1,65537,1M",
+            "--iters",
+            "6",
+            "--tree",
+            tree,
+        ];
+        run_ok(6, &args);
+    }
+    let out = bench_local(4, &["--topology", file, "--sizes", "1"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("with 6 ranks on them"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }

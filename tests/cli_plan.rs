@@ -358,3 +358,90 @@ fn hetero_trees_report_their_throughput() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("prune-degree"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Issue 11: ranks sharing a machine get a two-level plan, and the JSON says which.
+#[test]
+fn ranks_per_machine_plan_two_levels() {
+    let dir = std::env::temp_dir().join(format!("pipecast-cli-ranks-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("t.json");
+    std::fs::write(
+        &file,
+        r#"{"switches": ["s0", "s1"], "links": [["s0", "s1"]],
+            "machines": [{"name": "n0", "switch": "s0", "ranks": 3},
+                         {"name": "n1", "switch": "s1"},
+                         {"name": "n2", "switch": "s1", "ranks": 2}]}"#,
+    )
+    .unwrap();
+    let file = file.to_str().unwrap();
+    let v = plan_json(&["plan", "--topology", file, "--tree", "linear", "--json"]);
+    check_contract(&v, 6, 0);
+    assert_eq!(v["contention_free"], true);
+    let hosts = v["hosts"].as_array().expect("a hosts field");
+    let rows: Vec<(String, u64, Vec<u64>)> = hosts
+        .iter()
+        .map(|h| {
+            let ranks = h["ranks"].as_array().unwrap();
+            (
+                h["name"].as_str().unwrap().to_string(),
+                h["leader"].as_u64().unwrap(),
+                ranks.iter().map(|r| r.as_u64().unwrap()).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("n0".to_string(), 0, vec![0, 1, 2]),
+            ("n1".to_string(), 3, vec![3]),
+            ("n2".to_string(), 4, vec![4, 5]),
+        ]
+    );
+    // The chain n0 → n1 → n2 between leaders, each leader's host after its network child.
+    let children = &v["lanes"][0]["children"];
+    assert_eq!(children[0], serde_json::json!([3, 1, 2]));
+    assert_eq!(children[3], serde_json::json!([4]));
+    assert_eq!(children[4], serde_json::json!([5]));
+    // Root 5 leads n2; --ranks-per-machine overrides the file (2 × 3 = 6 ranks again).
+    let v = plan_json(&[
+        "plan",
+        "--topology",
+        file,
+        "--ranks-per-machine",
+        "2",
+        "--root",
+        "5",
+        "--msize",
+        "1M",
+        "--json",
+    ]);
+    check_contract(&v, 6, 5);
+    assert_eq!(v["hosts"][2]["leader"], 5);
+    assert_eq!(v["hosts"][2]["ranks"], serde_json::json!([4, 5]));
+    assert!(v["predicted_us"].as_f64().unwrap() > 0.0);
+    // One rank per machine: no hosts field (the contract as before).
+    let v = plan_json(&[
+        "plan",
+        "--topology",
+        file,
+        "--ranks-per-machine",
+        "1",
+        "--json",
+    ]);
+    assert_eq!(v["ranks"], 3);
+    assert!(v.get("hosts").is_none());
+    // The table shows both levels; bad K values are clear errors.
+    let out = pipecast(&["plan", "--topology", file]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("two-level: linear between 3 hosts"), "{text}");
+    for bad in ["0", "5000"] {
+        let out = pipecast(&["plan", "--topology", file, "--ranks-per-machine", bad]);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("machine n0: \"ranks\" must be a whole number from 1 to 1024"),
+            "{err}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

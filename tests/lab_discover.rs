@@ -145,6 +145,25 @@ fn run_sets_rank_environment_and_reports_failures() {
         let line = format!("[r{r}] {r}/3 {m} 198.18.0.1:47800");
         assert!(stdout.contains(&line), "missing {line:?} in {stdout}");
     }
+    // Two ranks per machine, in blocks: ranks 2 and 3 on h1, all meeting at rank 0 on h0.
+    let out = pipecast(&[
+        "lab",
+        "run",
+        "--name",
+        lab.name(),
+        "--ranks-per-machine",
+        "2",
+        "--",
+        "sh",
+        "-c",
+        "echo $PIPECAST_RANK/$PIPECAST_SIZE $PIPECAST_MACHINE $PIPECAST_RENDEZVOUS",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for (r, m) in ["h0", "h0", "h1", "h1", "h2", "h2"].iter().enumerate() {
+        let line = format!("[r{r}] {r}/6 {m} 198.18.0.1:47800");
+        assert!(stdout.contains(&line), "missing {line:?} in {stdout}");
+    }
     // Rank 1 fails: the run fails and names it.
     let out = lab.run(&["sh", "-c", "test $PIPECAST_RANK != 1"]);
     assert!(!out.status.success());

@@ -39,6 +39,10 @@ fn mpirun(np: usize, extra: &[&str], program: &[&str]) -> Output {
     ]);
     cmd.args(extra).args(program);
     cmd.env("PIPECAST_TIMEOUT_MS", "20000");
+    // Every rank runs on this one host, where pipecast leaves broadcasts below 1 MiB to the
+    // MPI by default: these tests are about pipecast's own paths, so it takes every size
+    // (`one_host_defers_small_broadcasts_by_default` tests the default).
+    cmd.env("PIPECAST_HOST_MIN_BYTES", "0");
     cmd.output().expect("run mpirun")
 }
 
@@ -106,6 +110,35 @@ fn component_args(dir: &Path, extra: &[&str]) -> Vec<String> {
 
 fn strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
+}
+
+/// At its default settings, on one host, pipecast leaves broadcasts below 1 MiB to Open MPI's
+/// own broadcast (faster there) and says so once at verbose 1; larger ones still go through
+/// pipecast (over shared memory). Byte-exact either way (the test program checks every rank).
+#[test]
+fn one_host_defers_small_broadcasts_by_default() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(dir) = build() else { return };
+    let test = dir.join("mpi_bcast_test");
+    let args = component_args(&dir, &["-x", "PIPECAST_HOST_MIN_BYTES=1M"]);
+    let out = mpirun(4, &strs(&args), &[test.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("mpi_bcast_test: ok"),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "every rank on one host: broadcasts below 1048576 bytes go to Open MPI's own"
+        ),
+        "{stderr}"
+    );
+    assert_eq!(over_pml(&stderr, "coll:pipecast"), 0, "{stderr}");
+    assert!(
+        carried(&stderr, "coll:pipecast") > 0,
+        "1 MiB + 3 still by pipecast: {stderr}"
+    );
 }
 
 #[test]
@@ -186,6 +219,9 @@ fn preload_under_mpich() {
             "-env",
             "PIPECAST_TIMEOUT_MS",
             "20000",
+            "-env",
+            "PIPECAST_HOST_MIN_BYTES",
+            "0",
         ])
         .arg(&test)
         .output()
@@ -245,6 +281,7 @@ fn overlapping_ibcasts() {
         .args(["120", "mpiexec.mpich", "-np", "4", "-env", "LD_PRELOAD"])
         .arg(dir.join("libpipecast_preload_mpich.so"))
         .args(["-env", "PIPECAST_VERBOSE", "1"])
+        .args(["-env", "PIPECAST_HOST_MIN_BYTES", "0"])
         .arg(&program)
         .output()
         .expect("run mpiexec.mpich");

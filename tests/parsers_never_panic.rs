@@ -5,7 +5,7 @@
 use pipecast::hetero::parse_platform;
 use pipecast::model::Profile;
 use pipecast::plan::{self, TreeKind};
-use pipecast::topology::parse_topology;
+use pipecast::topology::{hosts, parse_topology};
 use proptest::prelude::*;
 
 /// JSON-shaped text built from the formats' own words, so that the parsers get past the syntax.
@@ -17,6 +17,7 @@ fn jsonish() -> impl Strategy<Value = String> {
         Just("\"name\"".to_string()),
         Just("\"switch\"".to_string()),
         Just("\"gbps\"".to_string()),
+        Just("\"ranks\"".to_string()),
         Just("\"nodes\"".to_string()),
         Just("\"source\"".to_string()),
         Just("\"edges\"".to_string()),
@@ -45,8 +46,13 @@ fn jsonish() -> impl Strategy<Value = String> {
 }
 
 fn exercise(text: &str) {
-    if let Ok(t) = parse_topology(text) {
-        if t.size() <= 64 {
+    if let Ok(file) = parse_topology(text) {
+        // Machines with several `ranks` become two-level plans (`hosts::expand`).
+        // (It may refuse a file whose names clash with its own `host:N` / `N:rR` names.)
+        if let Some(t) = (file.ranks() <= 64)
+            .then(|| hosts::expand(&file, None).ok())
+            .flatten()
+        {
             for tree in [TreeKind::Linear, TreeKind::Binary, TreeKind::Multilane] {
                 if let Ok(p) = plan::build(&t, 0, &tree, Some(4)) {
                     assert!(plan::check(&p, &t).spanning);
@@ -69,5 +75,19 @@ proptest! {
     #[test]
     fn json_shaped_text(text in jsonish()) {
         exercise(&text);
+    }
+
+    #[test]
+    fn machines_with_ranks(ranks in proptest::collection::vec("0|-?[1-9][0-9]{0,4}(\\.5)?|null|\"2\"", 1..5)) {
+        let machines: Vec<String> = ranks
+            .iter()
+            .enumerate()
+            .map(|(i, k)| format!(r#"{{"name": "n{i}", "switch": "s0", "ranks": {k}}}"#))
+            .collect();
+        let text = format!(r#"{{"switches": ["s0"], "machines": [{}]}}"#, machines.join(","));
+        exercise(&text);
+        if let Err(e) = parse_topology(&text) {
+            prop_assert!(e.to_string().contains("\"ranks\" must be a whole number"), "{}", e);
+        }
     }
 }

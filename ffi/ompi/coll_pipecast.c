@@ -73,6 +73,7 @@ typedef struct {
     bool agreed;            /* the glue settings were compared at the first bcast */
     bool disabled;          /* pipecast declined on this communicator (at every rank alike) */
     bool failed;            /* a pipecast broadcast failed: later ones fail too, never fall back */
+    bool deferral_said;     /* verbose 1 said once that small broadcasts go to Open MPI's own */
     unsigned long handled;  /* broadcasts pipecast carried */
     unsigned long over_pml; /* of those, moved over Open MPI's PML along pipecast's tree */
     unsigned long fallback; /* broadcasts passed to the previous module */
@@ -232,6 +233,7 @@ static void module_construct(mca_coll_pipecast_module_t *m)
     m->pc = NULL;
     m->agreed = false;
     m->disabled = false;
+    m->deferral_said = false;
     m->failed = false;
     m->handled = 0;
     m->over_pml = 0;
@@ -473,6 +475,18 @@ static int pipecast_bcast(void *buff, int count, struct ompi_datatype_t *datatyp
         m->fallback++;
         return m->prev_bcast(buff, count, datatype, root, comm, m->prev_bcast_module);
     }
+    if (bytes < pipecast_defers_below(m->pc)) {
+        /* Where pipecast cannot win (all ranks on one host, a small message), Open MPI's own
+         * broadcast runs: the same answer at every rank. */
+        if (!m->deferral_said && ompi_comm_rank(comm) == 0) {
+            say(1, "comm %s: every rank on one host: broadcasts below %llu bytes go to Open "
+                   "MPI's own broadcast (faster there; PIPECAST_HOST_MIN_BYTES)",
+                comm->c_name, (unsigned long long)pipecast_defers_below(m->pc));
+        }
+        m->deferral_said = true;
+        m->fallback++;
+        return m->prev_bcast(buff, count, datatype, root, comm, m->prev_bcast_module);
+    }
     bool contiguous = ompi_datatype_is_contiguous_memory_layout(datatype, count);
     char *data = (char *)buff + lb;
     char *packed = NULL;
@@ -674,7 +688,8 @@ static int pipecast_ibcast(void *buff, int count, struct ompi_datatype_t *dataty
     if (m->failed) return OMPI_ERROR;
     bool ours = m->agreed && m->pc != NULL && !m->disabled && !OMPI_COMM_IS_INTER(comm) &&
                 ompi_comm_size(comm) >= 2 && bytes >= (size_t)C->min_bytes &&
-                bytes >= (size_t)(C->pml_below > 0 ? C->pml_below : 0);
+                bytes >= (size_t)(C->pml_below > 0 ? C->pml_below : 0) &&
+                bytes >= pipecast_defers_below(m->pc);
     if (!ours) {
         if (m->prev_ibcast == NULL) return OMPI_ERR_NOT_SUPPORTED;
         m->fallback++;

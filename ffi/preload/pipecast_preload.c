@@ -33,6 +33,7 @@ typedef struct {
     pipecast_comm *pc;
     int agreed;   /* the glue settings were compared at the first bcast */
     int disabled; /* pipecast declined on this communicator, at every rank alike */
+    int deferral_said; /* verbose 1 said once that small broadcasts go to the MPI's own */
     int failed;   /* a pipecast broadcast failed: later ones fail too, never fall back */
     unsigned long handled, over_p2p, fallback;
 } comm_state;
@@ -309,6 +310,17 @@ static comm_state *pipecast_for(MPI_Comm comm, size_t bytes, long from, int may_
             s->fallback++;
             return NULL;
         }
+    }
+    if ((unsigned long long)bytes < (unsigned long long)pipecast_defers_below(s->pc)) {
+        /* Where pipecast cannot win (every rank on one host, a small message) the MPI's own
+         * broadcast runs: the same answer at every rank. */
+        if (!s->deferral_said && *rank == 0 && verbose >= 1)
+            fprintf(stderr, "pipecast-preload: every rank on one host: broadcasts below %llu "
+                    "bytes go to the MPI's own broadcast (faster there; PIPECAST_HOST_MIN_BYTES)\n",
+                    (unsigned long long)pipecast_defers_below(s->pc));
+        s->deferral_said = 1;
+        s->fallback++;
+        return NULL;
     }
     return s;
 }

@@ -345,6 +345,22 @@ pub unsafe extern "C" fn pipecast_tree_node(
     })
 }
 
+/// Below how many bytes the MPI glue should leave a broadcast on this communicator to the
+/// MPI's own broadcast, because pipecast cannot win there (0: it never defers). Today: a
+/// communicator whose ranks all share one host, below `PIPECAST_HOST_MIN_BYTES` (default
+/// 1 MiB). The same value at every rank. Local: no communication. NULL gives 0.
+///
+/// # Safety
+/// `comm` must be NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn pipecast_defers_below(comm: *const pipecast_comm) -> u64 {
+    // SAFETY: NULL or a live handle (caller contract); only read.
+    match unsafe { comm.as_ref() } {
+        Some(handle) => handle.comm.defers_below(),
+        None => 0,
+    }
+}
+
 /// Frees a communicator (NULL is ignored). Local: no communication.
 ///
 /// # Safety

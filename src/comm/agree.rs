@@ -69,10 +69,12 @@ pub fn settings_text(config: &Config) -> String {
     };
     write!(
         s,
-        "tree={algorithm} segment={} window={} transport={}",
+        "tree={algorithm} segment={} window={} transport={} shm={} host_min_bytes={}",
         config.segment.map_or("model".into(), |v| v.to_string()),
         config.engine.window,
         transport_kind(&config.transport),
+        config.shm,
+        config.host_min_bytes,
     )
     .ok();
     // Debug output of these Vec-based values is deterministic.

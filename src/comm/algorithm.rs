@@ -44,7 +44,10 @@ impl FromStr for Algorithm {
     }
 }
 
-/// The lanes for `algorithm` rooted at `root` (`auto` must be [`resolve`]d first).
+/// The lanes for `algorithm` rooted at `root` (`auto` must be [`resolve`]d first). On a
+/// topology whose ranks share hosts ([`Topology::hosts`], as [`super::hosts::topology`] builds
+/// it) every tree is two-level (`plan::two_level`); scatter-allgather and point-to-point are
+/// not trees and stay as they are.
 pub fn lanes(
     topology: &Topology,
     root: usize,
@@ -76,7 +79,8 @@ pub fn lanes(
 /// `auto` becomes the tree the extended LogP model of seed 003 §4.2 predicts fastest for this
 /// message on this topology with this calibration profile (`model::plan_for`, which prefers
 /// contention-free candidates; `hetero::plan_for` adds `hetero:NAME`); a pipelined tree without a configured segment size gets the
-/// model's segment size (the profile's sizes are the candidates, seed 003 §5.1). A configured
+/// model's segment size (the profile's sizes are the candidates, seed 003 §5.1). When ranks
+/// share hosts, `auto` compares the two-level plans' prices (`model::two_level`). A configured
 /// segment size always wins; the non-pipelined baselines move whole messages ([`segment_for`]).
 pub fn resolve(
     topology: &Topology,
@@ -149,6 +153,56 @@ mod tests {
         let linear = Algorithm::Tree(TreeKind::Linear);
         assert_eq!(segment_for(&linear, 8, 1 << 20, Some(4096)), 4096);
         assert_eq!(segment_for(&linear, 8, 1 << 20, None), DEFAULT_SEGMENT);
+    }
+
+    #[test]
+    fn trees_are_two_level_when_ranks_share_hosts() {
+        let file = crate::topology::gen::hub(2, 2, true);
+        let t = crate::topology::hosts::expand(&file, Some(3)).unwrap();
+        let hosts = t.hosts().unwrap();
+        let profile = Profile::builtin("1gbit").unwrap();
+        for name in [
+            "auto",
+            "linear",
+            "binary",
+            "kary:3",
+            "kbinomial",
+            "multilane",
+            "flat",
+            "binomial",
+            "naive-linear",
+            "naive-binary",
+            "hetero:grow",
+        ] {
+            let requested: Algorithm = name.parse().unwrap();
+            let (algorithm, segment) = resolve(&t, 4, &requested, 1 << 20, None, &profile).unwrap();
+            assert_ne!(algorithm, Algorithm::Tree(TreeKind::Auto));
+            let segments = (1u64 << 20).div_ceil(segment);
+            for lane in lanes(&t, 4, &algorithm, segments).unwrap() {
+                for (p, kids) in lane.children.iter().enumerate() {
+                    for &c in kids {
+                        let (hp, hc) = (hosts.host_of(p), hosts.host_of(c));
+                        // Only leaders cross hosts; a leader feeds its whole host.
+                        if hp != hc {
+                            assert_eq!(p, hosts.leader(hp, 4), "{name}");
+                            assert_eq!(c, hosts.leader(hc, 4), "{name}");
+                        } else {
+                            assert_eq!(p, hosts.leader(hp, 4), "{name}");
+                        }
+                    }
+                }
+            }
+            let plan = crate::plan::Plan {
+                tree: TreeKind::Linear,
+                root: 4,
+                lanes: lanes(&t, 4, &algorithm, segments).unwrap(),
+            };
+            let report = crate::plan::check(&plan, &t);
+            assert!(report.spanning && report.rooted, "{name}: {report:?}");
+        }
+        // Not trees: unchanged.
+        let sa = lanes(&t, 0, &Algorithm::ScatterAllgather, 4).unwrap();
+        assert_eq!(sa, scatter_allgather(t.size(), 0));
     }
 
     #[test]

@@ -159,10 +159,11 @@ pub fn host_keys(ranks: &[RankHost]) -> Vec<String> {
         .collect()
 }
 
-/// Before the bootstrap: fails (as [`topology`] would after it) when the file's size is not
-/// the job's and this rank's host `name` is not one of the file's machines.
+/// Before the bootstrap: fails (as [`topology`] would after it) when the file's rank count
+/// (its machines' `ranks`) is not the job's size and this rank's host `name` is not one of the
+/// file's machines.
 pub fn check_file(file: &Topology, size: usize, name: &str) -> Result<(), CommError> {
-    if file.size() == size || machine_of_host(file, name).is_some() {
+    if file.ranks() == size || machine_of_host(file, name).is_some() {
         return Ok(());
     }
     Err(CommError::TopologyHosts {
@@ -173,7 +174,9 @@ pub fn check_file(file: &Topology, size: usize, name: &str) -> Result<(), CommEr
 }
 
 /// The topology the communicator plans on, machine r being rank r: ranks sharing a host sit
-/// behind a switch `host:NAME` ([`host_topology`], which says how; this maps its errors).
+/// behind a switch `host:NAME` ([`host_topology`], which says how; this maps its errors), and
+/// the topology remembers them ([`Topology::hosts`]), so every plan on it is two-level
+/// (`plan::two_level`: only host leaders cross a NIC, the other ranks read from their leader).
 pub fn topology(
     file: Option<&Topology>,
     ranks: &[RankHost],
@@ -286,8 +289,32 @@ mod tests {
             3,
             &crate::comm::Algorithm::Tree(crate::plan::TreeKind::Linear),
             8,
-        );
-        assert!(!lanes.unwrap().is_empty());
+        )
+        .unwrap();
+        // Two-level: the chain c → a → b between leaders 3, 0, 1; 0 → 2 and 1 → 4 through
+        // memory.
+        assert_eq!(lanes.len(), 1);
+        let mut across: Vec<(usize, usize)> = Vec::new();
+        for (p, kids) in lanes[0].children.iter().enumerate() {
+            across.extend(kids.iter().map(|&c| (p, c)));
+        }
+        across.sort_unstable();
+        assert_eq!(across, [(0, 1), (0, 2), (1, 4), (3, 0)]);
+    }
+
+    #[test]
+    fn a_file_with_ranks_per_machine_places_ranks_in_file_order() {
+        let file = crate::topology::parse_topology(
+            r#"{"switches": ["s0"], "machines": [{"name": "n0", "switch": "s0", "ranks": 2},
+                {"name": "n1", "switch": "s0", "ranks": 2}]}"#,
+        )
+        .unwrap();
+        check_file(&file, 4, "elsewhere").unwrap();
+        assert!(check_file(&file, 2, "elsewhere").is_err());
+        let four = vec![rank("x", [1, 0, 0, 1]); 4];
+        let t = topology(Some(&file), &four, &host_keys(&four)).unwrap();
+        let h = t.hosts().unwrap();
+        assert_eq!((h.ranks(0), h.ranks(1)), (&[0, 1][..], &[2, 3][..]));
     }
 
     #[test]

@@ -22,6 +22,7 @@ mod request;
 pub mod settings;
 mod setup;
 
+pub use crate::transport::shm::ShmMode;
 pub use agree::ErrorClass;
 pub use algorithm::{
     choose_segment, lanes, resolve, scatter_allgather, segment_for, Algorithm, DEFAULT_SEGMENT,
@@ -99,7 +100,21 @@ pub struct Config {
     pub transport: Transport,
     /// Raw Ethernet: receive through a PACKET_MMAP ring of this many bytes.
     pub raweth_ring: Option<usize>,
+    /// How ranks on one host move segments (env PIPECAST_SHM; default: shared memory, single
+    /// copy where the kernel allows it).
+    pub shm: ShmMode,
+    /// On a communicator whose ranks all share one host, the MPI glue leaves broadcasts below
+    /// this many bytes to the MPI's own broadcast ([`Comm::defers_below`]; env
+    /// PIPECAST_HOST_MIN_BYTES).
+    pub host_min_bytes: u64,
 }
+
+/// The default of [`Config::host_min_bytes`]: below it, on one host, Open MPI 4.1's
+/// shared-memory broadcast beat pipecast's (whose every broadcast pays a hand-over to its
+/// progress thread and a wake-up per hop, tens of µs, where Open MPI's ranks poll shared
+/// memory) in `bench/local_ompi.sh` on this project's 2-core machines; docs/results-ompi.md
+/// has the numbers.
+pub const HOST_MIN_BYTES: u64 = 1 << 20;
 
 impl Default for Config {
     fn default() -> Config {
@@ -114,6 +129,8 @@ impl Default for Config {
             iface: None,
             transport: Transport::Tcp,
             raweth_ring: None,
+            shm: ShmMode::Auto,
+            host_min_bytes: HOST_MIN_BYTES,
         }
     }
 }
@@ -138,11 +155,13 @@ pub struct Comm {
     wake: Arc<crate::transport::Wake>,
     progress: Option<std::thread::JoinHandle<()>>,
     failed: Option<String>,
-    /// The transport that runs (`tcp`, `raweth:IFACE`).
+    /// The transport that runs (`tcp`, `raweth:IFACE`, `shm:cma`, `tcp+shm:cma`).
     link: String,
     /// Raw Ethernet: payload bytes per full frame (the model's segment sizes are rounded up
     /// to whole frames).
     frame_payload: Option<u64>,
+    /// How many hosts the ranks are on.
+    hosts: usize,
 }
 
 /// One rank's place in a single-lane broadcast tree ([`Comm::tree_node`]).
@@ -234,23 +253,23 @@ impl Comm {
         let ready = agree::ready_blob(finished.as_ref().err());
         let all = bootstrap.allgather(&ready)?;
         agree::all_ready(&all)?;
-        let (config, topology, link, frame_payload, ops, wake, progress) =
-            finished.expect("a failed rank fails the second round");
+        let f = finished.expect("a failed rank fails the second round");
         Ok(Comm {
             rank,
             size,
-            topology,
-            config,
+            topology: f.topology,
+            config: f.config,
             bootstrap,
             plans: BTreeMap::new(),
             choices: BTreeMap::new(),
             seq: 0,
-            ops: Some(ops),
-            wake,
-            progress: Some(progress),
+            ops: Some(f.ops),
+            wake: f.wake,
+            progress: Some(f.progress),
             failed: None,
-            link,
-            frame_payload,
+            link: f.link,
+            frame_payload: f.frame_payload,
+            hosts: f.hosts,
         })
     }
 
@@ -292,6 +311,24 @@ impl Comm {
             applied.map(|()| config).map_err(Into::into),
         )
     }
+    /// How many hosts the ranks are on (ranks with the same host name and address share one).
+    pub fn hosts(&self) -> usize {
+        self.hosts
+    }
+
+    /// Below how many bytes the MPI glue should leave a broadcast to the MPI's own (0: never):
+    /// where pipecast's own measurements say it cannot win. The same at every rank (it
+    /// depends on the hosts, known to all from the bootstrap, and on an agreed setting). Today
+    /// that is a communicator on one host below [`Config::host_min_bytes`]; between hosts,
+    /// `min_bytes` of the glue decides as before.
+    pub fn defers_below(&self) -> u64 {
+        if self.hosts == 1 {
+            self.config.host_min_bytes
+        } else {
+            0
+        }
+    }
+
     pub fn rank(&self) -> usize {
         self.rank
     }

@@ -1,6 +1,7 @@
 //! The `pipecast plan --json` contract (DESIGN.md), written by this one function for the tool
 //! (`pipecast plan`) and the C API (`pipecast_plan_json`, with the segment size the
-//! communicator's broadcast really uses).
+//! communicator's broadcast really uses). When ranks share hosts (`Topology::hosts`) it adds
+//! `"hosts"` after `contention_free`: every host's `name`, `leader` and `ranks` (docs/planner.md).
 
 use crate::plan::{self, Lane, Plan, TreeKind};
 use crate::topology::Topology;
@@ -44,6 +45,19 @@ pub fn plan_json(r: &PlanReport) -> String {
             json!(plan::check(&checked, r.topology).contention_free),
         ),
     ];
+    if let Some(hosts) = r.topology.hosts() {
+        // Two-level plans (plan::two_level): which ranks share a host and who leads it.
+        let list: Vec<Value> = (0..hosts.count())
+            .map(|h| {
+                json!({
+                    "name": hosts.name(h),
+                    "leader": hosts.leader(h, r.root),
+                    "ranks": hosts.ranks(h),
+                })
+            })
+            .collect();
+        fields.push(("hosts", json!(list)));
+    }
     if let Some((segment, predicted)) = r.priced {
         fields.push(("segment_bytes", json!(segment)));
         if let Some(us) = predicted {

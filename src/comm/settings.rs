@@ -33,10 +33,14 @@ pub struct Settings {
     pub window: Option<String>,
     /// `PIPECAST_RAWETH_RING`: receive raw Ethernet through a PACKET_MMAP ring of this size.
     pub raweth_ring: Option<String>,
+    /// `PIPECAST_SHM`: how ranks on one host move segments (auto, cma, ring, off).
+    pub shm: Option<String>,
+    /// `PIPECAST_HOST_MIN_BYTES`: on one host, the MPI glue leaves smaller broadcasts to the MPI.
+    pub host_min_bytes: Option<String>,
 }
 
 /// The variables, in the order errors and documentation list them.
-pub const VARIABLES: [&str; 10] = [
+pub const VARIABLES: [&str; 12] = [
     "PIPECAST_TRANSPORT",
     "PIPECAST_TREE",
     "PIPECAST_SEGMENT",
@@ -47,6 +51,8 @@ pub const VARIABLES: [&str; 10] = [
     "PIPECAST_IP",
     "PIPECAST_WINDOW",
     "PIPECAST_RAWETH_RING",
+    "PIPECAST_SHM",
+    "PIPECAST_HOST_MIN_BYTES",
 ];
 
 impl Settings {
@@ -60,7 +66,7 @@ impl Settings {
         s
     }
 
-    fn slots(&mut self) -> [&mut Option<String>; 10] {
+    fn slots(&mut self) -> [&mut Option<String>; 12] {
         [
             &mut self.transport,
             &mut self.tree,
@@ -72,6 +78,8 @@ impl Settings {
             &mut self.ip,
             &mut self.window,
             &mut self.raweth_ring,
+            &mut self.shm,
+            &mut self.host_min_bytes,
         ]
     }
 
@@ -135,6 +143,17 @@ impl Settings {
                 )
             })?;
             config.raweth_ring = Some(bytes as usize);
+        }
+        if let Some(v) = &self.host_min_bytes {
+            config.host_min_bytes = parse_bytes(v).ok_or_else(|| {
+                bad(
+                    "PIPECAST_HOST_MIN_BYTES",
+                    format!("{v:?}: expected bytes such as 0, 65536 or 1M"),
+                )
+            })?;
+        }
+        if let Some(v) = &self.shm {
+            config.shm = v.parse().map_err(|e| bad("PIPECAST_SHM", e))?;
         }
         if let Some(v) = &self.iface {
             config.iface = Some(v.trim().to_string());

@@ -8,7 +8,9 @@ use super::progress::{self, Op};
 use super::{hosts, link, CommError, Config};
 use crate::topology::Topology;
 use crate::transport::raweth::RawEthTransport;
-use crate::transport::{TcpTransport, Wake};
+use crate::transport::router::Router;
+use crate::transport::shm::{self, ShmLink, ShmMode};
+use crate::transport::{TcpTransport, Transport, Wake};
 use crate::wire::bootstrap::{Repr, Status};
 use crossbeam_channel::Sender;
 use rand::RngCore;
@@ -20,24 +22,30 @@ pub struct Local {
     config: Config,
     tcp: TcpTransport,
     raw: Option<RawEthTransport>,
+    /// The shared-memory link to ranks on this host (`None` with `PIPECAST_SHM=off`).
+    shm: Option<ShmLink>,
     /// Unguessable: another job, or a host on the segment, cannot forge this job's frames or
     /// connections. Rank 0's is the job's.
     cookie: u64,
     settings: String,
 }
 
-/// What a rank has once every rank is ready: its config, the topology it plans on, the link
-/// that runs (`tcp`, `raweth:IFACE`), raw Ethernet's payload per frame, and the progress
-/// thread with its queue.
-pub type Finished = (
-    Config,
-    Topology,
-    String,
-    Option<u64>,
-    Sender<Op>,
-    Arc<Wake>,
-    JoinHandle<()>,
-);
+/// What a rank has once every rank is ready.
+pub struct Finished {
+    pub config: Config,
+    /// The topology it plans on.
+    pub topology: Topology,
+    /// The link that runs (`tcp`, `raweth:IFACE`, `tcp+shm:cma`, …).
+    pub link: String,
+    /// Raw Ethernet's payload per frame.
+    pub frame_payload: Option<u64>,
+    /// The progress thread, its queue and its wake descriptor.
+    pub ops: Sender<Op>,
+    pub wake: Arc<Wake>,
+    pub progress: JoinHandle<()>,
+    /// How many hosts the ranks are on (1: every rank shares this rank's host).
+    pub hosts: usize,
+}
 
 impl Local {
     /// Listens and opens the raw socket `config` asks for.
@@ -52,7 +60,16 @@ impl Local {
         config.ip = Some(ip.clone());
         let tcp = TcpTransport::bind(rank, &ip)?;
         let raw = link::open_raw(rank, &config, ip.parse().ok())?;
+        let shm = match config.shm {
+            ShmMode::Off => None,
+            mode => Some(ShmLink::bind(
+                rank,
+                &shm::socket_name(&tcp.local_addr()),
+                mode,
+            )?),
+        };
         Ok(Local {
+            shm,
             settings: agree::settings_text(&config),
             config,
             tcp,
@@ -84,6 +101,7 @@ impl Local {
             config,
             mut tcp,
             raw,
+            shm,
             ..
         } = self;
         let rank_hosts: Vec<hosts::RankHost> = peers
@@ -99,7 +117,8 @@ impl Local {
         let topology = hosts::topology(config.topology.as_ref(), &rank_hosts, &keys)?;
         tcp.set_peers(peers.addrs.clone(), peers.cookie);
         tcp.set_keepalive(config.timeout);
-        let mut transport = link::choose(&config.transport, tcp, raw, &peers.macs, peers.cookie)?;
+        let net = link::choose(&config.transport, tcp, raw, &peers.macs, peers.cookie)?;
+        let mut transport = on_host(rank, net, shm, &keys, peers);
         // Every rank is here (it passed the first allgather), so connecting now never waits
         // for a late rank; afterwards broadcasts need no connection setup at all.
         let everyone: Vec<usize> = (0..size).filter(|&r| r != rank).collect();
@@ -120,6 +139,41 @@ impl Local {
             .name(format!("pipecast-progress-{rank}"))
             .spawn(move || progress::serve(rank, transport, rx, woken))
             .map_err(|e| CommError::Bootstrap(format!("cannot start the progress thread: {e}")))?;
-        Ok((config, topology, link, frame_payload, ops, wake, progress))
+        let mut distinct = keys.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        Ok(Finished {
+            config,
+            topology,
+            link,
+            frame_payload,
+            ops,
+            wake,
+            progress,
+            hosts: distinct.len(),
+        })
     }
+}
+
+/// The link to every peer: shared memory to the ranks on this rank's host (same host key),
+/// the network link to the others. Without shared memory, or alone on its host, the network
+/// link alone.
+fn on_host(
+    rank: usize,
+    net: link::Link,
+    shm: Option<ShmLink>,
+    keys: &[String],
+    peers: &Peers,
+) -> link::Link {
+    let local: Vec<bool> = keys.iter().map(|k| *k == keys[rank]).collect();
+    let Some(mut shm) = shm.filter(|_| local.iter().filter(|&&l| l).count() > 1) else {
+        return net;
+    };
+    shm.set_peers(
+        peers.addrs.iter().map(shm::socket_name).collect(),
+        peers.cookie,
+    );
+    let route = local.iter().map(|&l| usize::from(l)).collect();
+    let links: Vec<Box<dyn Transport>> = vec![net, Box::new(shm)];
+    Box::new(Router::new(links, route))
 }

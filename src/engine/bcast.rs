@@ -414,19 +414,26 @@ impl Bcast {
 
     /// The next message to send: credits first, then the FPFS choice among segments that are
     /// here and fit in their child's window.
-    pub fn poll_transmit(&mut self, _now: u64) -> Option<Transmit> {
+    pub fn poll_transmit(&mut self, now: u64) -> Option<Transmit> {
+        self.poll_transmit_to(now, &|_| true)
+    }
+
+    /// [`poll_transmit`](Self::poll_transmit) restricted to the peers `to` accepts: what one
+    /// link of several takes (the others' messages wait for their own links).
+    pub fn poll_transmit_to(&mut self, _now: u64, to: &dyn Fn(usize) -> bool) -> Option<Transmit> {
         if self.failed {
             return None;
         }
-        if let Some(t) = self.control.pop_front() {
-            return Some(t);
+        if let Some(i) = self.control.iter().position(|t| to(t.to)) {
+            return self.control.remove(i);
         }
         let window = self.config.window;
         let mut best: Option<(u32, usize, usize)> = None;
         for (l, state) in self.lanes.iter().enumerate() {
             for (c, child) in state.children.iter().enumerate() {
                 let n = child.next;
-                if n < state.segments
+                if to(child.rank)
+                    && n < state.segments
                     && state.have[n as usize]
                     && n < child.acked.saturating_add(window)
                     && best.is_none_or(|(bn, _, _)| n < bn)

@@ -107,6 +107,12 @@ impl Endpoint {
         self.active.get(&seq).is_some_and(Bcast::is_done)
     }
 
+    /// Whether some broadcast in flight is over here (its driver should finish it now rather
+    /// than let a link wait for the network).
+    pub fn any_done(&self) -> bool {
+        self.active.values().any(Bcast::is_done)
+    }
+
     /// Removes a finished (or failed) broadcast; messages for it are dropped from now on.
     pub fn finish(&mut self, seq: u64) -> Option<Bcast> {
         self.active.remove(&seq)
@@ -177,9 +183,20 @@ impl Endpoint {
     /// The next message to send and the broadcast whose buffer holds its payload: the
     /// oldest broadcast first (its segments are the ones peers wait for longest).
     pub fn poll_transmit(&mut self, now: u64) -> Option<(u64, Transmit)> {
+        self.poll_transmit_to(now, &|_| true)
+    }
+
+    /// [`poll_transmit`](Self::poll_transmit) for the peers one link serves (`to`), when a
+    /// rank reaches different peers over different links (shared memory on its host, the
+    /// network beyond).
+    pub fn poll_transmit_to(
+        &mut self,
+        now: u64,
+        to: &dyn Fn(usize) -> bool,
+    ) -> Option<(u64, Transmit)> {
         self.active
             .iter_mut()
-            .find_map(|(&seq, b)| b.poll_transmit(now).map(|t| (seq, t)))
+            .find_map(|(&seq, b)| b.poll_transmit_to(now, to).map(|t| (seq, t)))
     }
 
     /// Every rank a broadcast in flight waits for.

@@ -14,7 +14,8 @@ use crate::topology::{MachineId, Topology};
 pub const PLAN_SLICE: u64 = 64 * 1024;
 
 /// [`plan::build`] for every tree: `hetero:NAME` is heuristic NAME's tree for slices of
-/// [`PLAN_SLICE`] bytes, as one lane.
+/// [`PLAN_SLICE`] bytes, as one lane — between the hosts' leaders when ranks share hosts
+/// (`plan::two_level`).
 pub fn build_plan(
     topology: &Topology,
     root: MachineId,
@@ -27,6 +28,10 @@ pub fn build_plan(
     let size = topology.size();
     if root >= size {
         return Err(PlanError::BadRoot { root, size });
+    }
+    if let Some(hosts) = topology.hosts() {
+        let network = build_plan(hosts.network(), hosts.host_of(root), tree, segments)?;
+        return Ok(plan::two_level::expand(hosts, root, &network));
     }
     let (lane, _) =
         plan_on_topology(topology, root, name, PLAN_SLICE).map_err(|e| PlanError::Hetero {

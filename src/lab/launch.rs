@@ -21,6 +21,8 @@ pub struct RunOptions {
     /// Set (e.g. by a Ctrl-C handler) to kill every rank now. Ranks run in their own process
     /// groups, so a terminal's Ctrl-C reaches only us.
     pub interrupted: Option<Arc<AtomicBool>>,
+    /// Ranks per machine: rank r runs on machine r / K ([`super::block`]).
+    pub ranks_per_machine: usize,
 }
 
 impl Default for RunOptions {
@@ -29,6 +31,7 @@ impl Default for RunOptions {
             timeout: Duration::from_secs(60),
             port: 47_800,
             interrupted: None,
+            ranks_per_machine: 1,
         }
     }
 }
@@ -56,17 +59,27 @@ fn ip_path() -> Result<std::path::PathBuf, LabError> {
     })
 }
 
-/// The environment of rank `rank`: `PIPECAST_RANK`, `PIPECAST_SIZE`, `PIPECAST_RENDEZVOUS`
-/// (rank 0's data address and `port`), `PIPECAST_MACHINE` and `PIPECAST_LAB`.
-pub fn rank_env(state: &LabState, rank: usize, port: u16) -> Vec<(String, String)> {
+/// The environment of rank `rank` of `placed.len()`, running on machine `placed[rank]`
+/// ([`super::block`]): `PIPECAST_RANK`, `PIPECAST_SIZE`, `PIPECAST_RENDEZVOUS` (rank 0's data
+/// address and `port`), `PIPECAST_MACHINE` and `PIPECAST_LAB`. Ranks on one machine share
+/// its name and address, so pipecast groups them as one host (two-level plans).
+pub fn rank_env(
+    state: &LabState,
+    placed: &[usize],
+    rank: usize,
+    port: u16,
+) -> Vec<(String, String)> {
     vec![
         ("PIPECAST_RANK".into(), rank.to_string()),
-        ("PIPECAST_SIZE".into(), state.machines.len().to_string()),
+        ("PIPECAST_SIZE".into(), placed.len().to_string()),
         (
             "PIPECAST_RENDEZVOUS".into(),
-            format!("{}:{port}", state.machines[0].address),
+            format!("{}:{port}", state.machines[placed[0]].address),
         ),
-        ("PIPECAST_MACHINE".into(), state.machines[rank].name.clone()),
+        (
+            "PIPECAST_MACHINE".into(),
+            state.machines[placed[rank]].name.clone(),
+        ),
         ("PIPECAST_LAB".into(), state.name.clone()),
     ]
 }
@@ -97,8 +110,9 @@ fn kill_group(child: &Child) {
         .status();
 }
 
-/// Runs `cmd` once in every machine namespace (rank = machine index) and waits for all of them,
-/// printing each rank's output prefixed `[rN]`. Ranks still running at the deadline are killed.
+/// Runs `cmd` once per rank — `opts.ranks_per_machine` in every machine namespace, rank r on
+/// machine r / K ([`super::block`]) — and waits for all of them, printing each rank's output
+/// prefixed `[rN]`. Ranks still running at the deadline are killed.
 pub fn run(
     state: &LabState,
     cmd: &[String],
@@ -109,14 +123,16 @@ pub fn run(
             "no command given: write `pipecast lab run --name N -- CMD ARGS…`".into(),
         ));
     }
+    let placed = super::block(state.machines.len(), opts.ranks_per_machine)?;
     let ip = ip_path()?;
-    let mut children = Vec::with_capacity(state.machines.len());
+    let mut children = Vec::with_capacity(placed.len());
     let mut pumps = Vec::new();
-    for (rank, m) in state.machines.iter().enumerate() {
+    for (rank, &machine) in placed.iter().enumerate() {
+        let m = &state.machines[machine];
         let spawned = Command::new(&ip)
             .args(["netns", "exec", &m.netns])
             .args(cmd)
-            .envs(rank_env(state, rank, opts.port))
+            .envs(rank_env(state, &placed, rank, opts.port))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -176,7 +192,7 @@ pub fn run(
         };
         outcomes.push(RankOutcome {
             rank,
-            machine: state.machines[rank].name.clone(),
+            machine: state.machines[placed[rank]].name.clone(),
             code,
             timed_out: late && timed_out,
         });
@@ -246,18 +262,40 @@ mod tests {
 
     #[test]
     fn rank_environment() {
-        let env = rank_env(&crate::lab::state::sample_state(), 1, 4000);
-        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
-        assert_eq!(get("PIPECAST_RANK"), Some("1"));
-        assert_eq!(get("PIPECAST_SIZE"), Some("2"));
-        assert_eq!(get("PIPECAST_RENDEZVOUS"), Some("198.18.0.1:4000"));
-        assert_eq!(get("PIPECAST_MACHINE"), Some("h1"));
+        let state = crate::lab::state::sample_state();
+        let env = rank_env(&state, &[0, 1], 1, 4000);
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        assert_eq!(get("PIPECAST_RANK").as_deref(), Some("1"));
+        assert_eq!(get("PIPECAST_SIZE").as_deref(), Some("2"));
+        assert_eq!(
+            get("PIPECAST_RENDEZVOUS").as_deref(),
+            Some("198.18.0.1:4000")
+        );
+        assert_eq!(get("PIPECAST_MACHINE").as_deref(), Some("h1"));
+        // Three ranks per machine: rank 4 is machine h1's second.
+        let placed = crate::lab::block(2, 3).unwrap();
+        let env = rank_env(&state, &placed, 4, 4000);
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        assert_eq!(get("PIPECAST_SIZE").as_deref(), Some("6"));
+        assert_eq!(get("PIPECAST_MACHINE").as_deref(), Some("h1"));
+        assert_eq!(
+            get("PIPECAST_RENDEZVOUS").as_deref(),
+            Some("198.18.0.1:4000")
+        );
     }
 
     #[test]
     fn empty_commands_are_refused() {
         let state = crate::lab::state::sample_state();
         assert!(run(&state, &[], &RunOptions::default()).is_err());
+        let zero = RunOptions {
+            ranks_per_machine: 0,
+            ..RunOptions::default()
+        };
+        let e = run(&state, &["true".into()], &zero)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--ranks-per-machine 0"), "{e}");
         let e = exec(&state, "h7", &["true".into()])
             .unwrap_err()
             .to_string();

@@ -19,12 +19,14 @@ mod build;
 mod command;
 mod launch;
 mod mpi;
+mod placement;
 mod state;
 
 pub use build::{down, missing_namespaces, up, UpOptions};
 pub use command::{find_tool, is_root, require_tools};
 pub use launch::{exec, lldp_dump, run, RankOutcome, RunOptions};
 pub use mpi::{hostfile, mpirun, mpirun_command, rsh};
+pub use placement::block;
 pub use state::{labs, load, run_root, LabState, MachineState, SwitchState};
 
 /// What went wrong building or using a lab.

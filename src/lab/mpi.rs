@@ -68,14 +68,16 @@ fn session_base(state: &LabState, machine: &str) -> String {
         .to_string()
 }
 
-/// Writes `<run dir>/hostfile`: one management address per machine, one slot each, in rank
-/// order (so MPI rank r runs on machine r with mpirun's default by-slot mapping).
-pub fn hostfile(state: &LabState) -> Result<std::path::PathBuf, LabError> {
+/// Writes `<run dir>/hostfile`: one management address per machine, `per_machine` slots
+/// each, in rank order (so MPI rank r runs on machine r / K with mpirun's default by-slot
+/// mapping, the lab's block placement, [`super::block`]).
+pub fn hostfile(state: &LabState, per_machine: usize) -> Result<std::path::PathBuf, LabError> {
+    super::block(1, per_machine)?;
     let path = Path::new(&state.run_dir).join("hostfile");
     let text: String = state
         .machines
         .iter()
-        .map(|m| format!("{} slots=1\n", m.mgmt_address))
+        .map(|m| format!("{} slots={per_machine}\n", m.mgmt_address))
         .collect();
     std::fs::write(&path, text)
         .map_err(|e| LabError::Io(format!("cannot write {}: {e}", path.display())))?;
@@ -116,16 +118,22 @@ pub fn mpirun_command(state: &LabState, exe: &Path, hostfile: &Path) -> Vec<Stri
     cmd
 }
 
-/// Runs mpirun with the lab's settings and the user's arguments (`-np` defaults to every
-/// machine); returns mpirun's exit code.
-pub fn mpirun(state: &LabState, exe: &Path, args: &[String]) -> Result<i32, LabError> {
+/// Runs mpirun with the lab's settings and the user's arguments, `per_machine` slots on every
+/// machine (`-np` defaults to all of them: K ranks per machine, rank r on machine r / K);
+/// returns mpirun's exit code.
+pub fn mpirun(
+    state: &LabState,
+    exe: &Path,
+    args: &[String],
+    per_machine: usize,
+) -> Result<i32, LabError> {
     if find_tool("mpirun").is_none() {
         return Err(LabError::MissingTool {
             tool: "mpirun".into(),
             package: "openmpi-bin".into(),
         });
     }
-    let hostfile = hostfile(state)?;
+    let hostfile = hostfile(state, per_machine)?;
     for name in state.machines.iter().map(|m| m.name.as_str()).chain(["mg"]) {
         let dir = session_base(state, name);
         std::fs::create_dir_all(&dir)
@@ -136,7 +144,10 @@ pub fn mpirun(state: &LabState, exe: &Path, args: &[String]) -> Result<i32, LabE
         .iter()
         .any(|a| a == "-np" || a == "-n" || a.starts_with("--np"))
     {
-        cmd.extend(["-np".into(), state.machines.len().to_string()]);
+        cmd.extend([
+            "-np".into(),
+            (state.machines.len() * per_machine).to_string(),
+        ]);
     }
     cmd.extend(args.iter().cloned());
     let status = Command::new(find_tool("ip").expect("checked with the lab"))

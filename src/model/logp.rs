@@ -82,6 +82,18 @@ pub fn sending_degree(lanes: &[Lane]) -> u64 {
         .unwrap_or(0)
 }
 
+/// When the first segment reaches each rank, latest over lanes: `max over lanes of A·L + B·g`.
+pub fn arrival_times(lanes: &[Lane], c: Cost) -> Vec<f64> {
+    let size = lanes.first().map_or(0, |l| l.parents.len());
+    let mut out = vec![0.0f64; size];
+    for lane in arrivals(lanes) {
+        for (t, (a, b)) in out.iter_mut().zip(lane) {
+            *t = t.max(a as f64 * c.l_us + b as f64 * c.g_us);
+        }
+    }
+    out
+}
+
 /// Time until the first segment of every lane has reached every rank: `max(A·L + B·g)`.
 pub fn first_arrival(lanes: &[Lane], c: Cost) -> f64 {
     arrivals(lanes)

@@ -9,7 +9,9 @@
 //! [`predict`] prices a plan for a message and a segment size; [`choose_segment`] picks the best
 //! candidate segment size (the profile's sizes); [`plan_for`] also resolves `kbinomial` (whose
 //! optimal k depends on the segment count) and `auto` (the best of linear, binary,
-//! kbinomial, multilane and kary:3). Everything here is pure.
+//! kbinomial, multilane and kary:3). On a topology whose ranks share hosts the plans are
+//! two-level and [`two_level`] prices them (network stream plus in-host copies). Everything
+//! here is pure.
 
 #![deny(unsafe_code)]
 
@@ -17,8 +19,9 @@ pub mod contention;
 pub mod logp;
 pub mod profile;
 pub mod steps;
+pub mod two_level;
 
-pub use profile::{Cost, Point, Profile, BUILTIN_NAMES};
+pub use profile::{Cost, Point, Profile, BUILTIN_NAMES, DEFAULT_MEMCPY_GB_S};
 
 use crate::plan::{self, kbinomial, Plan, PlanError, TreeKind};
 use crate::topology::{MachineId, Topology};
@@ -81,7 +84,7 @@ pub const AUTO_CANDIDATES: [TreeKind; 4] = [
 ];
 
 /// Bytes each lane carries.
-fn per_lane(plan: &Plan, msize: u64) -> u64 {
+pub(crate) fn per_lane(plan: &Plan, msize: u64) -> u64 {
     msize.div_ceil(plan.lanes.len().max(1) as u64)
 }
 
@@ -179,7 +182,8 @@ pub fn plan_for(
             }
         }
         TreeKind::KBinomial(None) => {
-            let size = topology.size() as u64;
+            // The tree between hosts when ranks share them (plan::two_level).
+            let size = topology.hosts().map_or(topology.size(), |h| h.count()) as u64;
             let mut built: BTreeMap<u32, Plan> = BTreeMap::new();
             let mut best: Option<Choice> = None;
             for seg in profile.sizes() {
@@ -194,7 +198,10 @@ pub fn plan_for(
                         None,
                     )?),
                 };
-                let t = predict(p, profile, msize, seg);
+                let t = match topology.hosts() {
+                    Some(hosts) => two_level::predict(p, hosts, profile, msize, seg),
+                    None => predict(p, profile, msize, seg),
+                };
                 if best.as_ref().is_none_or(|b| t < b.predicted_us) {
                     best = Some(Choice {
                         plan: p.clone(),
@@ -216,8 +223,11 @@ pub fn plan_for(
 
 /// Prices a plan already built for `msize` bytes: the best candidate segment size and its
 /// predicted time ([`plan_for`]'s last step; the hetero layer uses it for `hetero:NAME`).
+/// Plans on a topology whose ranks share hosts are two-level ([`two_level::choose_segment`]).
 pub fn price(plan: Plan, topology: &Topology, profile: &Profile, msize: u64) -> Choice {
-    let (segment_bytes, predicted_us) = if plan.lanes.len() > 1 && plan.tree.is_pipelined() {
+    let (segment_bytes, predicted_us) = if let Some(hosts) = topology.hosts() {
+        two_level::choose_segment(&plan, hosts, profile, msize)
+    } else if plan.lanes.len() > 1 && plan.tree.is_pipelined() {
         choose_segment_with_links(&plan, topology, profile, msize)
     } else {
         choose_segment(&plan, profile, msize)
@@ -421,7 +431,10 @@ mod tests {
                 "{err}"
             );
         }
-        let empty = Profile { points: vec![] };
+        let empty = Profile {
+            points: vec![],
+            memcpy_gb_s: None,
+        };
         let err = plan_for(&t, 0, &TreeKind::Linear, &empty, 1000).unwrap_err();
         assert!(matches!(err, ModelError::EmptyProfile));
     }

@@ -11,6 +11,10 @@
 //! from the last two points (g grows with the bytes on the wire) and holds L at its last value
 //! (L is a latency; extrapolating it can turn negative, as seed 003's 1 Gbit/s L(m) falls from
 //! 8 KB on).
+//!
+//! An optional `"memcpy_GB_s"` (10⁹ bytes/s, default [`DEFAULT_MEMCPY_GB_S`]) is the copy
+//! bandwidth of one rank reading a segment from its host leader's buffer, the in-host stage of
+//! two-level plans (`model::two_level`). Profiles without it load as before.
 
 use super::ModelError;
 use serde::{Deserialize, Serialize};
@@ -35,25 +39,44 @@ pub struct Cost {
     pub g_us: f64,
 }
 
+/// Copy bandwidth of the in-host stage when a profile gives none, in GB/s (10⁹ bytes/s): a
+/// conservative single-thread `memcpy`/`process_vm_readv` of cache-cold segments on a current
+/// server (one core streams 5–15 GB/s; several local ranks copy at once and share the bus).
+pub const DEFAULT_MEMCPY_GB_S: f64 = 5.0;
+
 /// A calibration profile: at least one point, sizes strictly increasing, every size and g
-/// positive, every L non-negative and finite. Deserializing validates; a profile built by hand
-/// can be checked with [`Profile::validate`].
+/// positive, every L non-negative and finite, the copy bandwidth (if given) positive.
+/// Deserializing validates; a profile built by hand can be checked with [`Profile::validate`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "RawProfile")]
 pub struct Profile {
     pub points: Vec<Point>,
+    /// In-host copy bandwidth in GB/s (`"memcpy_GB_s"`); `None`: [`DEFAULT_MEMCPY_GB_S`].
+    #[serde(
+        rename = "memcpy_GB_s",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub memcpy_gb_s: Option<f64>,
 }
 
 /// The JSON shape before validation.
 #[derive(Deserialize)]
 struct RawProfile {
     points: Vec<Point>,
+    #[serde(rename = "memcpy_GB_s", default)]
+    memcpy_gb_s: Option<f64>,
 }
 
 impl TryFrom<RawProfile> for Profile {
     type Error = ModelError;
     fn try_from(raw: RawProfile) -> Result<Profile, ModelError> {
-        Profile::new(raw.points)
+        let profile = Profile {
+            points: raw.points,
+            memcpy_gb_s: raw.memcpy_gb_s,
+        };
+        profile.validate()?;
+        Ok(profile)
     }
 }
 
@@ -66,7 +89,10 @@ const TABLE2_1GBIT: &str = include_str!("../../profiles/table2-1gbit.json");
 impl Profile {
     /// A profile from points, validated.
     pub fn new(points: Vec<Point>) -> Result<Profile, ModelError> {
-        let profile = Profile { points };
+        let profile = Profile {
+            points,
+            memcpy_gb_s: None,
+        };
         profile.validate()?;
         Ok(profile)
     }
@@ -75,6 +101,13 @@ impl Profile {
     pub fn validate(&self) -> Result<(), ModelError> {
         if self.points.is_empty() {
             return Err(ModelError::EmptyProfile);
+        }
+        if let Some(bw) = self.memcpy_gb_s {
+            if !(bw.is_finite() && bw > 0.0) {
+                return Err(ModelError::Profile(format!(
+                    "memcpy_GB_s is {bw}, it must be a positive number of GB/s (10^9 bytes/s)"
+                )));
+            }
         }
         for (index, p) in self.points.iter().enumerate() {
             let bad = |field: &'static str, value: f64, need: &'static str| ModelError::BadPoint {
@@ -143,6 +176,11 @@ impl Profile {
     /// Pretty JSON in the contract's shape.
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).expect("a profile serializes")
+    }
+
+    /// Microseconds for one local rank to copy `bytes` from its leader's buffer.
+    pub fn copy_us(&self, bytes: u64) -> f64 {
+        bytes as f64 / (self.memcpy_gb_s.unwrap_or(DEFAULT_MEMCPY_GB_S) * 1000.0)
     }
 
     /// The candidate segment sizes.
@@ -266,7 +304,34 @@ mod tests {
         // Plain serde deserialization validates too.
         let err = serde_json::from_str::<Profile>(r#"{"points":[]}"#).unwrap_err();
         assert!(err.to_string().contains("no points"), "{err}");
-        assert_eq!(Profile { points: vec![] }.cost(1000).g_us, 0.0);
+        let empty = Profile {
+            points: vec![],
+            memcpy_gb_s: None,
+        };
+        assert_eq!(empty.cost(1000).g_us, 0.0);
+    }
+
+    #[test]
+    fn memcpy_bandwidth_is_optional() {
+        let p = Profile::builtin("1gbit").unwrap();
+        assert_eq!(p.memcpy_gb_s, None);
+        assert_eq!(p.copy_us(5000), 1.0); // 5 GB/s = 5000 B/µs
+        assert!(!p.to_json().contains("memcpy"));
+        let text = r#"{"points":[{"bytes":256,"L_us":1,"g_us":2}],"memcpy_GB_s":20}"#;
+        let fast = Profile::parse(text).unwrap();
+        assert_eq!(fast.copy_us(20_000), 1.0);
+        assert_eq!(Profile::parse(&fast.to_json()).unwrap(), fast);
+        for bad in ["0", "-3", "null"] {
+            let text =
+                format!(r#"{{"points":[{{"bytes":256,"L_us":1,"g_us":2}}],"memcpy_GB_s":{bad}}}"#);
+            let r = Profile::parse(&text);
+            if bad == "null" {
+                assert_eq!(r.unwrap().memcpy_gb_s, None);
+            } else {
+                let e = r.unwrap_err().to_string();
+                assert!(e.contains("memcpy_GB_s"), "{e}");
+            }
+        }
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! A [`Plan`] is one or more [`Lane`]s; each lane is a spanning tree over all ranks rooted at the
 //! broadcast root, and carries an equal share of the message (only `multilane` has two).
 //! `children[r]` is in send order: under FPFS forwarding (seed 001 §3.2) a rank sends each
-//! segment to its children in this order.
+//! segment to its children in this order. On a topology whose ranks share hosts
+//! (`Topology::hosts`) every plan is two-level ([`two_level`]).
 
 #![deny(unsafe_code)]
 
@@ -15,6 +16,7 @@ pub mod kbinomial;
 pub mod linear;
 pub mod multilane;
 pub mod scatter_allgather;
+pub mod two_level;
 
 use crate::topology::{MachineId, Topology};
 use std::fmt;
@@ -247,7 +249,8 @@ impl Plan {
 /// Builds the tree `tree` rooted at `root` over `topology`. `segments` is the number of
 /// pipeline segments when known (the optimal k of `kbinomial` depends on it). `hetero:NAME`
 /// is refused ([`PlanError::BuiltByHetero`]): the hetero layer builds it (`hetero::build_plan`
-/// builds every tree).
+/// builds every tree). When ranks share hosts ([`Topology::hosts`]) the plan is two-level:
+/// `tree` between the hosts' leaders, a fan-out through memory inside hosts ([`two_level`]).
 pub fn build(
     topology: &Topology,
     root: MachineId,
@@ -257,6 +260,9 @@ pub fn build(
     let size = topology.size();
     if root >= size {
         return Err(PlanError::BadRoot { root, size });
+    }
+    if let Some(hosts) = topology.hosts() {
+        return two_level::build(hosts, root, tree, segments);
     }
     let single = |lane: Lane, tree: TreeKind| Plan {
         tree,

@@ -47,6 +47,15 @@ pub enum TopologyError {
         size: usize,
         missing: String,
     },
+    /// A machine's `ranks` is not a whole number in range.
+    #[error("machine {machine}: \"ranks\" must be a whole number from 1 to {max}, got {value}", max = super::hosts::MAX_RANKS_PER_MACHINE)]
+    BadRanks { machine: String, value: String },
+    /// More ranks in all than the planners take.
+    #[error("{ranks} ranks in all: at most {max} are supported (lower the machines' \"ranks\" or --ranks-per-machine)", max = super::hosts::MAX_RANKS)]
+    TooManyRanks { ranks: usize },
+    /// A host grouping that does not fit its network ([`super::Hosts::new`]).
+    #[error("bad host grouping: {0}")]
+    BadHosts(String),
 }
 
 /// Checks names, links and tree shape. Indices in `links`/`machines` must be in range
@@ -72,6 +81,12 @@ pub(super) fn validate(
     for m in machines {
         if seen.insert(m.name.as_str(), ()).is_some() {
             return Err(TopologyError::DuplicateMachine(m.name.clone()));
+        }
+        if !(1..=super::hosts::MAX_RANKS_PER_MACHINE).contains(&m.ranks) {
+            return Err(TopologyError::BadRanks {
+                machine: m.name.clone(),
+                value: m.ranks.to_string(),
+            });
         }
         if m.switch >= switches.len() {
             return Err(TopologyError::UnknownSwitch {

@@ -5,7 +5,9 @@
 //!  "machines": [{"name": "n0", "switch": "s0"}, {"name": "n1", "switch": "s1"}]}
 //! ```
 //! A link may also be `{"a": "s0", "b": "s1", "gbps": 10}`. Machines may carry `site`, `mac`,
-//! `port`, `host` and `gbps`. Unknown fields are ignored so that the format can grow.
+//! `port`, `host`, `gbps` and `ranks` (how many ranks run on the machine, default 1: rank order
+//! fills the machines in file order, machine 0's ranks first; see [`super::hosts::expand`]).
+//! Unknown fields are ignored so that the format can grow.
 
 use super::{Link, Machine, Switch, Topology, TopologyError};
 use serde_json::{json, Map, Value};
@@ -103,7 +105,18 @@ pub fn parse_topology(text: &str) -> Result<Topology, TopologyError> {
             .ok_or_else(|| TopologyError::Json(format!("machine {name} has no \"switch\"")))?;
         let switch = lookup(&switch_name, format!("machine {name}"))?;
         let gbps = number(o, "gbps", &format!("machine {name}"))?;
+        let ranks = match o.get("ranks") {
+            None | Some(Value::Null) => 1,
+            Some(v) => v
+                .as_u64()
+                .and_then(|k| usize::try_from(k).ok())
+                .ok_or_else(|| TopologyError::BadRanks {
+                    machine: name.clone(),
+                    value: v.to_string(),
+                })?,
+        };
         machines.push(Machine {
+            ranks,
             site: text("site")?,
             mac: text("mac")?,
             port: text("port")?,
@@ -166,6 +179,9 @@ pub fn to_json(t: &Topology) -> Value {
             }
             if let Some(g) = m.gbps {
                 o.insert("gbps".into(), json!(g));
+            }
+            if m.ranks != 1 {
+                o.insert("ranks".into(), json!(m.ranks));
             }
             Value::Object(o)
         })
@@ -255,6 +271,31 @@ mod tests {
         assert!(e.contains("not a topology file"), "{e}");
         let e = err(r#"{"switches": ["s0"]}"#);
         assert!(e.contains("missing \"machines\""), "{e}");
+        for bad in ["0", "-1", "2.5", "\"4\"", "1025", "99999999999999999999"] {
+            let e = err(&format!(
+                r#"{{"switches": ["s0"], "machines": [{{"name": "n0", "switch": "s0"}}, {{"name": "n7", "switch": "s0", "ranks": {bad}}}]}}"#
+            ));
+            assert!(
+                e.contains("machine n7: \"ranks\" must be a whole number from 1 to 1024"),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn ranks_per_machine_parse_and_round_trip() {
+        let t = parse_topology(
+            r#"{"switches": ["s0"], "machines": [{"name": "n0", "switch": "s0", "ranks": 3},
+                {"name": "n1", "switch": "s0"}, {"name": "n2", "switch": "s0", "ranks": null}]}"#,
+        )
+        .unwrap();
+        let ranks: Vec<usize> = t.machines().iter().map(|m| m.ranks).collect();
+        assert_eq!(ranks, [3, 1, 1]);
+        assert_eq!((t.size(), t.ranks()), (3, 5));
+        let text = to_json(&t).to_string();
+        assert_eq!(text.matches("\"ranks\"").count(), 1, "{text}");
+        let again = parse_topology(&text).unwrap();
+        assert_eq!(again.machines(), t.machines());
     }
 
     #[test]

@@ -20,6 +20,8 @@ pub mod slurm;
 
 pub use error::TopologyError;
 pub use file::{parse_topology, read_topology, to_json};
+pub use hosts::Hosts;
+use std::sync::Arc;
 
 /// Index of a switch in [`Topology::switches`].
 pub type SwitchId = usize;
@@ -47,6 +49,10 @@ pub struct Machine {
     pub host: Option<String>,
     /// Optional bandwidth of the machine's own link in Gbit/s.
     pub gbps: Option<f64>,
+    /// Ranks the machine runs (file field `ranks`, default 1; 1 to
+    /// [`hosts::MAX_RANKS_PER_MACHINE`]). They share its NIC: [`hosts::expand`] turns a file's
+    /// machines into one machine per rank, and the ranks of one machine into a host.
+    pub ranks: usize,
 }
 
 impl Machine {
@@ -59,6 +65,7 @@ impl Machine {
             port: None,
             host: None,
             gbps: None,
+            ranks: 1,
         }
     }
 }
@@ -89,6 +96,8 @@ pub struct Topology {
     depth: Vec<u32>,
     /// Neighbours of each switch with the link index, sorted by neighbour id.
     adjacency: Vec<Vec<(SwitchId, usize)>>,
+    /// Which machines (ranks) share a host, when some do ([`hosts::Hosts::rank_topology`]).
+    hosts: Option<Arc<Hosts>>,
 }
 
 impl Topology {
@@ -129,6 +138,7 @@ impl Topology {
             up,
             depth,
             adjacency,
+            hosts: None,
         })
     }
 
@@ -151,6 +161,16 @@ impl Topology {
     /// Number of machines (= ranks).
     pub fn size(&self) -> usize {
         self.machines.len()
+    }
+    /// Ranks the file describes: the sum of the machines' `ranks` (= [`Topology::size`] when
+    /// every machine runs one rank; [`hosts::expand`] makes one machine per rank).
+    pub fn ranks(&self) -> usize {
+        self.machines.iter().map(|m| m.ranks).sum()
+    }
+    /// Which machines are ranks of one host (one NIC), when some are: plans on this topology
+    /// are two-level (`plan::two_level`). `None` when every machine is a host of its own.
+    pub fn hosts(&self) -> Option<&Hosts> {
+        self.hosts.as_deref()
     }
     /// The switch machine `m` is attached to.
     pub fn switch_of(&self, m: MachineId) -> SwitchId {

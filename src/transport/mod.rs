@@ -1,6 +1,7 @@
 //! Transports: how engine messages travel between processes. Today: TCP
-//! ([`tcp::TcpTransport`]) and raw Ethernet ([`raweth::RawEthTransport`]), both behind
-//! [`Transport`] and run by the communicator's progress thread; verbs come next. `unsafe` code of the crate lives here
+//! ([`tcp::TcpTransport`]), raw Ethernet ([`raweth::RawEthTransport`]) and shared memory
+//! between the ranks of one host ([`shm::ShmLink`]), all behind [`Transport`], combined per
+//! peer by [`router::Router`] and run by the communicator's progress thread; verbs come next. `unsafe` code of the crate lives here
 //! (and in `capi/`), each block with a `// SAFETY:` comment.
 //!
 //! A transport frames [`Message`](crate::engine::Message)s, sends data segments straight from
@@ -10,6 +11,8 @@
 
 pub mod frame;
 pub mod loan;
+pub mod router;
+pub mod shm;
 pub mod tcp;
 pub mod uring;
 pub mod wake;
@@ -52,6 +55,12 @@ pub trait Transport: Send {
     /// Also waits on `fd` (the progress thread's [`Wake`]) in `progress`: a readable `fd`
     /// ends the wait.
     fn set_wake(&mut self, fd: std::os::fd::RawFd);
+
+    /// A descriptor that is readable whenever this link has something to read, so that
+    /// another link's wait can include it ([`router::Router`]); `None` when it has none.
+    fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
 
     /// Whether peers need this link served even when no broadcast runs (raw Ethernet: its
     /// acknowledgements and heartbeats; TCP's kernel does that).

@@ -1,7 +1,7 @@
 //! Byte formats as typed views over bytes (smoltcp's `Packet`/`Repr` split, see STYLE.md):
 //! [`ethernet`] (the Ethernet II header), [`lldp`] (IEEE 802.1AB LLDPDUs and their TLVs) and
 //! [`frame`] (pipecast's own raw-Ethernet frame header) and [`bootstrap`] (the blob ranks
-//! exchange when a communicator is created).
+//! exchange when a communicator is created) and [`shm`] (records between ranks on one host).
 //!
 //! A view (`Frame`, `Tlv`) wraps any `T: AsRef<[u8]>`, checks its length once in
 //! `new_checked`, and then reads fields over fixed ranges without panicking. A `Repr` is the
@@ -14,6 +14,7 @@ pub mod bootstrap;
 pub mod ethernet;
 pub mod frame;
 pub mod lldp;
+pub mod shm;
 
 /// A malformed frame.
 #[derive(Debug, thiserror::Error, PartialEq, Eq, Clone)]
@@ -42,4 +43,6 @@ pub enum WireError {
     BadVersion { got: u8, want: u8 },
     #[error("bad length in {what}: {detail}")]
     BadLength { what: &'static str, detail: String },
+    #[error("bad {what}: {detail}")]
+    Invalid { what: &'static str, detail: String },
 }

@@ -120,11 +120,14 @@ pub fn run(args: Args) -> CliResult {
             );
         }
         if let Some(path) = &args.topology {
-            let machines = pipecast::topology::read_topology(path)?.size();
-            if machines != n {
+            // The machines' `ranks` (default 1 each) fill them in file order.
+            let file = pipecast::topology::read_topology(path)?;
+            let ranks = file.ranks();
+            if ranks != n {
                 return Err(format!(
-                    "{}: {machines} machines, but --local {n} ranks: rank r runs on machine r, so give --local {machines}",
-                    path.display()
+                    "{}: {} machines with {ranks} ranks on them, but --local {n} ranks: ranks fill the machines in file order, so give --local {ranks}",
+                    path.display(),
+                    file.size()
                 )
                 .into());
             }

@@ -17,7 +17,7 @@ pub struct Args {
 enum LabCommand {
     /// Build a lab from a topology file: namespaces, bridges, shaped links, lldpd.
     Up(UpArgs),
-    /// Run a command once on every machine (rank = machine index) and wait for all.
+    /// Run a command once per rank (K per machine, rank r on machine r / K) and wait for all.
     Run(RunArgs),
     /// Run a command on one machine.
     Exec(ExecArgs),
@@ -91,6 +91,10 @@ struct RunArgs {
     /// Rendezvous TCP port on rank 0 (PIPECAST_RENDEZVOUS).
     #[arg(long, default_value_t = 47_800)]
     port: u16,
+    /// Ranks per machine: rank r runs on machine r / K (the order of a topology file's
+    /// `ranks` and of `pipecast plan --ranks-per-machine K`).
+    #[arg(long, value_name = "K", default_value_t = 1)]
+    ranks_per_machine: usize,
     /// The command and its arguments.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
     command: Vec<String>,
@@ -121,7 +125,10 @@ struct RshArgs {
 struct MpirunArgs {
     #[arg(long, default_value = "pc")]
     name: String,
-    /// Arguments for mpirun (program and its arguments last); -np defaults to all machines.
+    /// Slots per machine: K ranks on every machine, rank r on machine r / K.
+    #[arg(long, value_name = "K", default_value_t = 1)]
+    ranks_per_machine: usize,
+    /// Arguments for mpirun (program and its arguments last); -np defaults to all slots.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
     args: Vec<String>,
 }
@@ -167,7 +174,7 @@ pub fn run(args: Args) -> CliResult {
         LabCommand::Mpirun(a) => {
             let state = lab::load(&a.name)?;
             let exe = std::env::current_exe()?;
-            let code = lab::mpirun(&state, &exe, &a.args)?;
+            let code = lab::mpirun(&state, &exe, &a.args, a.ranks_per_machine)?;
             if code != 0 {
                 std::process::exit(code);
             }
@@ -233,6 +240,7 @@ fn run_all(a: RunArgs) -> CliResult {
         timeout: Duration::from_secs(a.timeout),
         port: a.port,
         interrupted: Some(interrupted.clone()),
+        ranks_per_machine: a.ranks_per_machine,
     };
     let outcomes = lab::run(&state, &a.command, &opts)?;
     if interrupted.load(Ordering::SeqCst) {

@@ -5,7 +5,7 @@ use crate::CliResult;
 use pipecast::hetero;
 use pipecast::model::{contention, Profile};
 use pipecast::plan::{self, Plan, TreeKind};
-use pipecast::topology::{read_topology, Topology};
+use pipecast::topology::{hosts, read_topology, Topology};
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -30,6 +30,11 @@ pub struct Args {
     /// Calibration profile: a JSON file, or a built-in: 100mbit, 1gbit (seed 003 Table 2).
     #[arg(long, default_value = "100mbit")]
     profile: String,
+    /// Ranks on every machine (overrides the file's `ranks`): rank order fills machine 0
+    /// first. Ranks sharing a machine get a two-level plan (leaders between machines, the
+    /// rest fed through memory).
+    #[arg(long, value_name = "K")]
+    ranks_per_machine: Option<usize>,
     /// Print the JSON contract (same as --format json).
     #[arg(long)]
     json: bool,
@@ -64,7 +69,7 @@ fn parse_bytes(text: &str) -> Result<u64, String> {
 }
 
 pub fn run(args: Args) -> CliResult {
-    let topology = read_topology(&args.topology)?;
+    let topology = hosts::expand(&read_topology(&args.topology)?, args.ranks_per_machine)?;
     let kind: TreeKind = match &args.tree {
         Some(name) => name.parse()?,
         None if args.msize.is_some() => TreeKind::Auto,
@@ -112,7 +117,12 @@ fn hetero_throughput(
         return None;
     };
     let slice = priced.map_or(hetero::PLAN_SLICE, |(_, segment, _)| segment.max(1));
-    hetero::plan_on_topology(topology, plan.root, name, slice)
+    // Two-level plans: the heuristic's tree runs between the hosts' leaders.
+    let (network, root) = match topology.hosts() {
+        Some(h) => (h.network(), h.host_of(plan.root)),
+        None => (topology, plan.root),
+    };
+    hetero::plan_on_topology(network, root, name, slice)
         .ok()
         .map(|(_, throughput)| (slice, throughput))
 }
@@ -151,6 +161,25 @@ fn table(
         );
     }
     let name = |r: usize| topology.machines()[r].name.as_str();
+    if let Some(hosts) = topology.hosts() {
+        let _ = writeln!(
+            s,
+            "two-level: {} between {} hosts' leaders, each leader then feeds its host's other ranks through memory",
+            plan.tree,
+            hosts.count()
+        );
+        let _ = writeln!(s, "{:<12} {:>6}  ranks", "host", "leader");
+        for h in 0..hosts.count() {
+            let ranks: Vec<String> = hosts.ranks(h).iter().map(|r| r.to_string()).collect();
+            let _ = writeln!(
+                s,
+                "{:<12} {:>6}  {}",
+                hosts.name(h),
+                hosts.leader(h, plan.root),
+                ranks.join(" ")
+            );
+        }
+    }
     for (i, lane) in plan.lanes.iter().enumerate() {
         let _ = writeln!(s, "\nlane {i}");
         let _ = writeln!(

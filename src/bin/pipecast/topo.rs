@@ -165,6 +165,13 @@ fn summary(name: &str, t: &Topology) -> String {
         t.links().len(),
         t.size()
     );
+    if t.ranks() != t.size() {
+        // The machines' `ranks`: plans on this file are two-level (docs/planner.md).
+        out += &format!(
+            "{} ranks (machines with several ranks share their NIC)\n",
+            t.ranks()
+        );
+    }
     let width = t
         .switches()
         .iter()

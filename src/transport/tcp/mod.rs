@@ -194,7 +194,8 @@ impl TcpTransport {
     }
 
     fn queue(&mut self, endpoint: &mut Endpoint, now: u64) -> Result<(), TransportError> {
-        while let Some((seq, t)) = endpoint.poll_transmit(now) {
+        let served: Vec<usize> = self.conns.keys().copied().collect();
+        while let Some((seq, t)) = endpoint.poll_transmit_to(now, &|p| served.contains(&p)) {
             let conn = self
                 .conns
                 .get_mut(&t.to)
@@ -454,6 +455,12 @@ impl Transport for TcpTransport {
             events: libc::POLLIN,
             revents: 0,
         });
+        // A broadcast that this round's sends completed must not wait for the network.
+        let wait = if endpoint.any_done() {
+            Duration::ZERO
+        } else {
+            wait
+        };
         let ms = wait.as_millis().min(i32::MAX as u128) as i32;
         // SAFETY: `fds` is a live, exclusively borrowed array of `fds.len()` pollfd structs
         // whose descriptors stay open (owned by `self.conns`, and the wake descriptor by the

@@ -1,0 +1,95 @@
+#!/bin/sh
+# pipecast's Open MPI component against Open MPI's own MPI_Bcast with every rank on this one
+# host (issue "ranks on the same host"), side by side in one run.
+#
+# Runs bench/mpi_bcast.c (seed 003 Fig. 10 timing: bcast + barrier per iteration, slowest rank;
+# one memcpy of the message at rank 0 in the same run) under mpirun for each NP in $NPS and
+# each configuration:
+#   default          Open MPI's own decision (coll tuned over the vader/sm BTL)
+#   sm               coll/sm forced (coll_sm_priority 100)
+#   han              coll/han forced (coll_han_priority 100)
+#   pipecast         the component at its default settings (it may defer to Open MPI's
+#                    broadcast where its model predicts no win: verbose 1 says so)
+#   pipecast-forced  the component taking every size (coll_pipecast_min_bytes 1,
+#                    coll_pipecast_pml_below 0, PIPECAST_HOST_MIN_BYTES=1): what the shared-memory
+#                    link itself does
+# Output: $OUT/results.jsonl, $OUT/*.err, and a table on stdout: time per broadcast, its ratio
+# to Open MPI's default in the same run (>1: faster than Open MPI) and to one memcpy.
+#
+# OSU's osu_bcast is the reference benchmark; its source cannot be fetched from this machine
+# (only the Rust, Python, Debian and npm registries are reachable), so mpi_bcast.c stands in.
+#
+# Usage: bench/local_ompi.sh [OUT_DIR]     (default /tmp/pipecast-local-ompi)
+# Environment (defaults): NPS="2 4"  SIZES=4K,16K,64K,256K,1M,4M,16M  ITERS=50  BUDGET=2
+#   CONFIGS="default sm han pipecast pipecast-forced"  BUILD=1 (0: use what is built)
+set -eu
+cd "$(dirname "$0")/.."
+OUT=${1:-/tmp/pipecast-local-ompi}
+NPS=${NPS:-"2 4"}
+SIZES=${SIZES:-4K,16K,64K,256K,1M,4M,16M}
+ITERS=${ITERS:-50}
+BUDGET=${BUDGET:-2}
+CONFIGS=${CONFIGS:-"default sm han pipecast pipecast-forced"}
+mkdir -p "$OUT"
+: > "$OUT/results.jsonl"
+if [ "${BUILD:-1}" = 1 ]; then
+  cargo build --release --locked --lib >&2
+  make -C ffi CARGO=true >&2
+fi
+mpicc -O2 -o "$OUT/mpi_bcast" bench/mpi_bcast.c
+ROOT_ARGS=""
+[ "$(id -u)" = 0 ] && ROOT_ARGS="--allow-run-as-root"
+COMPONENT="--mca mca_base_component_path SYS_DEFAULT:$PWD/ffi/build --mca coll_pipecast_verbose 1"
+
+for np in $NPS; do
+  for config in $CONFIGS; do
+    case $config in
+      default) args="" ;;
+      sm) args="--mca coll_sm_priority 100" ;;
+      han) args="--mca coll_han_priority 100" ;;
+      pipecast) args="$COMPONENT" ;;
+      pipecast-forced) args="$COMPONENT --mca coll_pipecast_min_bytes 1 --mca coll_pipecast_pml_below 0 -x PIPECAST_HOST_MIN_BYTES=1" ;;
+      *) echo "unknown configuration $config" >&2; exit 2 ;;
+    esac
+    err="$OUT/np$np.$config.err"
+    echo "== np $np $config ($(date -u +%T))" >&2
+    # shellcheck disable=SC2086
+    if ! timeout 600 mpirun $ROOT_ARGS --oversubscribe -np "$np" --mca mpi_yield_when_idle 1 $args \
+        "$OUT/mpi_bcast" --sizes "$SIZES" --iters "$ITERS" --budget "$BUDGET" --no-p2p \
+        --label "np$np/$config" >> "$OUT/results.jsonl" 2> "$err"; then
+      echo "   FAILED (see $err)" >&2
+    fi
+  done
+done
+
+python3 - "$OUT/results.jsonl" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+by = {}
+for r in rows:
+    np, config = r["label"].split("/", 1)
+    by[(np, config, r["bytes"])] = r
+nps = sorted({k[0] for k in by}, key=lambda s: int(s[2:]))
+configs = []
+for k in by:
+    if k[1] not in configs:
+        configs.append(k[1])
+sizes = sorted({k[2] for k in by})
+print("# MPI_Bcast + barrier per iteration, one host; x = Open MPI default / config (>1: faster); /memcpy = config / one memcpy")
+print("%-4s %9s" % ("np", "bytes") + "".join("  %22s" % c for c in configs))
+for np in nps:
+    for b in sizes:
+        base = by.get((np, "default", b))
+        cells = []
+        for c in configs:
+            r = by.get((np, c, b))
+            if r is None:
+                cells.append("  %22s" % "-")
+                continue
+            us = r["bcast_s"] * 1e6
+            x = base["bcast_s"] / r["bcast_s"] if base and r["bcast_s"] > 0 else 0
+            m = r["bcast_s"] / r["memcpy_s"] if r.get("memcpy_s") else 0
+            bad = "" if r["ok"] else " WRONG"
+            cells.append("  %9.1fus %4.2fx %4.1fm%s" % (us, x, m, bad))
+        print("%-4s %9d" % (np, b) + "".join(cells))
+EOF

@@ -1,0 +1,183 @@
+//! Pricing two-level plans (`plan::two_level`): the network stream between the hosts'
+//! leaders, then a memory copy per local rank, concurrent and pipelined behind it.
+//!
+//! The network part is the inter-host tree (`plan::two_level::network`) priced as any plan
+//! ([`super::predict`]: seed 003 §4.2's formula (2), seed 001's step model for k-binomial
+//! trees). Each local rank of host h reads segment x straight from its leader's buffer once
+//! the leader has it: the first segment lands at `arrive(leader) + c`, with `c` = one
+//! segment's copy at [`Profile::copy_us`], and later ones follow every
+//! `max(period, lanes · c)` — the network's period (the busiest leader's sends per segment,
+//! `D·g`) or, when memory is the slower stage, one copy per lane. So
+//!
+//! `T = max(T_net, max over hosts with several ranks of arrive(leader) + c + (X − 1)·max(D·g, lanes·c))`.
+//!
+//! The local ranks copy concurrently (each from the leader's buffer, `process_vm_readv`), so a
+//! host's stage does not grow with its rank count; the memory bus they share is not modelled.
+//! A single host is `X·c` = the message over the copy bandwidth.
+
+use super::logp;
+use super::profile::{Cost, Profile};
+use crate::plan::{kbinomial, two_level, Plan, TreeKind};
+use crate::topology::Hosts;
+
+/// Predicted µs of `msize` bytes over the two-level `plan` with segments of `segment` bytes
+/// (per lane; non-pipelined trees move whole messages, as [`super::predict`]).
+pub fn predict(plan: &Plan, hosts: &Hosts, profile: &Profile, msize: u64, segment: u64) -> f64 {
+    if msize == 0 || plan.lanes.is_empty() {
+        return 0.0;
+    }
+    let net = two_level::network(plan, hosts);
+    let t_net = super::predict(&net, profile, msize, segment);
+    let (x, bytes, cost) = if plan.tree.is_pipelined() {
+        let share = super::per_lane(plan, msize);
+        let seg = segment.max(1).min(share);
+        (share.div_ceil(seg), seg, profile.cost(seg))
+    } else {
+        (1, msize, profile.cost(msize))
+    };
+    let copy = profile.copy_us(bytes);
+    let (arrive, period) = network_schedule(&net, cost);
+    let copy_period = copy * plan.lanes.len() as f64;
+    let pipeline = x.saturating_sub(1) as f64 * period.max(copy_period);
+    (0..hosts.count())
+        .filter(|&h| hosts.ranks(h).len() > 1)
+        .map(|h| arrive.get(h).copied().unwrap_or(0.0) + copy + pipeline)
+        .fold(t_net, f64::max)
+}
+
+/// When the first segment reaches each host's leader (latest over lanes), and the network's
+/// period between segments, as [`super::predict`] prices `net`.
+fn network_schedule(net: &Plan, cost: Cost) -> (Vec<f64>, f64) {
+    match net.tree {
+        TreeKind::KBinomial(_) if net.lanes.len() == 1 => {
+            let lane = &net.lanes[0];
+            let arrive = kbinomial::arrival_steps(lane)
+                .into_iter()
+                .map(|s| s as f64 * (cost.l_us + cost.g_us))
+                .collect();
+            (arrive, lane.max_degree() as f64 * cost.g_us)
+        }
+        _ => (
+            logp::arrival_times(&net.lanes, cost),
+            logp::sending_degree(&net.lanes) as f64 * cost.g_us,
+        ),
+    }
+}
+
+/// The candidate segment size with the smallest [`predict`]ed time, and that time (as
+/// [`super::choose_segment`]; several concurrent lanes also pay for their busiest shared
+/// network edge, [`super::busiest_edge`] on the inter-host tree).
+pub fn choose_segment(plan: &Plan, hosts: &Hosts, profile: &Profile, msize: u64) -> (u64, f64) {
+    if msize == 0 {
+        return (0, 0.0);
+    }
+    if !plan.tree.is_pipelined() {
+        return (msize, predict(plan, hosts, profile, msize, msize));
+    }
+    let share = super::per_lane(plan, msize);
+    let busiest = if plan.lanes.len() > 1 {
+        super::busiest_edge(&two_level::network(plan, hosts), hosts.network()) as f64
+    } else {
+        0.0
+    };
+    let mut best = (0u64, f64::INFINITY);
+    for size in profile.sizes() {
+        let seg = size.min(share).max(1);
+        let links = busiest * share as f64 * profile.cost(seg).g_us / seg as f64;
+        let t = predict(plan, hosts, profile, msize, size).max(links);
+        if t < best.1 {
+            best = (seg, t);
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{plan_for, DEFAULT_MEMCPY_GB_S};
+    use crate::plan;
+    use crate::topology::{gen, hosts, Topology};
+
+    fn profile() -> Profile {
+        Profile::builtin("1gbit").unwrap()
+    }
+
+    #[test]
+    fn one_host_costs_the_message_over_the_copy_bandwidth() {
+        let names = ["box"; 4];
+        let keys: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let t = hosts::host_topology(None, &names, &keys).unwrap();
+        let plan = plan::build(&t, 0, &TreeKind::Linear, None).unwrap();
+        let msize = 1 << 20;
+        let t_us = predict(&plan, t.hosts().unwrap(), &profile(), msize, 8192);
+        let want = msize as f64 / (DEFAULT_MEMCPY_GB_S * 1000.0);
+        assert!((t_us - want).abs() < 1e-6, "{t_us} vs {want}");
+    }
+
+    #[test]
+    fn the_in_host_stage_hides_behind_the_network() {
+        // 1 Gbit/s: a segment's network gap is far longer than its copy, so K ranks per
+        // machine cost about one copy more than one rank per machine, and far less than the
+        // ranks-as-machines chain.
+        let file = gen::hub(2, 3, false);
+        let p = profile();
+        let msize = 4 << 20;
+        let one = plan_for(&file, 0, &TreeKind::Linear, &p, msize).unwrap();
+        let t = hosts::expand(&file, Some(4)).unwrap();
+        let two = plan_for(&t, 0, &TreeKind::Linear, &p, msize).unwrap();
+        assert!(two.predicted_us >= one.predicted_us);
+        assert!(
+            two.predicted_us < one.predicted_us * 1.01,
+            "{} vs {}",
+            two.predicted_us,
+            one.predicted_us
+        );
+        let mut flat = t.clone();
+        flat = Topology::new(
+            flat.switches().to_vec(),
+            flat.links().to_vec(),
+            flat.machines().to_vec(),
+        )
+        .unwrap(); // the same rank topology without the grouping: today's chain
+        let chain = plan_for(&flat, 0, &TreeKind::Linear, &p, msize).unwrap();
+        assert!(chain.predicted_us > two.predicted_us);
+    }
+
+    #[test]
+    fn slow_memory_sets_the_pace() {
+        let t = hosts::expand(&Topology::single_switch(2), Some(3)).unwrap();
+        let mut p = profile();
+        p.memcpy_gb_s = Some(0.001); // 1 B/µs: slower than the wire
+        let plan = plan::build(&t, 0, &TreeKind::Linear, None).unwrap();
+        let seg = 8192;
+        let msize = 64 * seg;
+        let copy = p.copy_us(seg);
+        assert!(copy > p.cost(seg).g_us);
+        let t_us = predict(&plan, t.hosts().unwrap(), &p, msize, seg);
+        // Host 1's leader gets segment 1 after L + g; its ranks then copy 64 segments.
+        let c = p.cost(seg);
+        let want = c.l_us + c.g_us + 64.0 * copy;
+        assert!((t_us - want).abs() < 1e-6, "{t_us} vs {want}");
+    }
+
+    #[test]
+    fn auto_and_every_tree_price_two_level_plans() {
+        let t = hosts::expand(&gen::random_cluster(3, 9, 4), Some(2)).unwrap();
+        let p = profile();
+        for name in [
+            "auto",
+            "kbinomial",
+            "multilane",
+            "flat",
+            "binomial",
+            "binary",
+        ] {
+            let c = plan_for(&t, 5, &name.parse().unwrap(), &p, 1 << 20).unwrap();
+            assert!(c.predicted_us > 0.0 && c.segment_bytes > 0, "{name}");
+            assert!(plan::check(&c.plan, &t).spanning, "{name}");
+            let (seg, us) = choose_segment(&c.plan, t.hosts().unwrap(), &p, 1 << 20);
+            assert_eq!((seg, us), (c.segment_bytes, c.predicted_us), "{name}");
+        }
+    }
+}

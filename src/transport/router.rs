@@ -1,0 +1,184 @@
+//! Several links behind one: a rank reaches the peers on its own host over shared memory and
+//! the others over the network. The router gives each link its peers, runs them in one
+//! round, and makes the link that waits (the network's) also wake up when another link has
+//! something to read, through one `epoll` descriptor that stands for all of them.
+//!
+//! Each link takes from the endpoint only the messages to its own peers
+//! (`Endpoint::poll_transmit_to`), so the router never touches a message itself.
+
+use super::{Buffers, Transport, TransportError};
+use crate::engine::Endpoint;
+use std::collections::BTreeMap;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+/// Links, and which one reaches each peer.
+pub struct Router {
+    links: Vec<Box<dyn Transport>>,
+    /// `route[peer]`: index into `links`.
+    route: Vec<usize>,
+    /// Readable when the progress thread's wake descriptor or any non-waiting link is.
+    epoll: Option<OwnedFd>,
+}
+
+impl Router {
+    /// `links[i]` serves every peer `p` with `route[p] == i` (this rank's own entry is
+    /// ignored). The first link is the one that waits; the others must expose their
+    /// descriptors ([`Transport::wait_fd`]).
+    pub fn new(links: Vec<Box<dyn Transport>>, route: Vec<usize>) -> Router {
+        assert!(
+            route.iter().all(|&l| l < links.len()),
+            "every route names a link"
+        );
+        Router {
+            links,
+            route,
+            epoll: None,
+        }
+    }
+
+    fn peers_of(&self, link: usize, peers: &[usize]) -> Vec<usize> {
+        peers
+            .iter()
+            .copied()
+            .filter(|&p| self.route.get(p) == Some(&link))
+            .collect()
+    }
+
+    /// Whether the link serves any peer at all.
+    fn used(&self, link: usize) -> bool {
+        self.route.contains(&link)
+    }
+}
+
+impl Transport for Router {
+    fn describe(&self) -> String {
+        let used: Vec<String> = (0..self.links.len())
+            .filter(|&l| self.used(l))
+            .map(|l| self.links[l].describe())
+            .collect();
+        if used.is_empty() {
+            self.links[0].describe()
+        } else {
+            used.join("+")
+        }
+    }
+
+    fn frame_payload(&self) -> Option<u64> {
+        self.links[0].frame_payload()
+    }
+
+    fn connect(&mut self, peers: &[usize], timeout: Duration) -> Result<(), TransportError> {
+        for l in 0..self.links.len() {
+            let mine = self.peers_of(l, peers);
+            if !mine.is_empty() {
+                self.links[l].connect(&mine, timeout)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Every link without waiting, then the first one waiting up to `wait` (woken by any
+    /// link), then the others again so what arrived meanwhile is handled in this round.
+    fn progress(
+        &mut self,
+        bufs: &mut Buffers,
+        endpoint: &mut Endpoint,
+        clock: &dyn Fn() -> u64,
+        wait: Duration,
+    ) -> crate::Result<()> {
+        let waiter = (0..self.links.len()).find(|&l| self.used(l)).unwrap_or(0);
+        for l in 0..self.links.len() {
+            if l != waiter && self.used(l) {
+                self.links[l].progress(bufs, endpoint, clock, Duration::ZERO)?;
+            }
+        }
+        self.links[waiter].progress(bufs, endpoint, clock, wait)?;
+        for l in 0..self.links.len() {
+            if l != waiter && self.used(l) {
+                self.links[l].progress(bufs, endpoint, clock, Duration::ZERO)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The waiting link waits on an epoll descriptor holding `fd` and every other link's
+    /// descriptor.
+    fn set_wake(&mut self, fd: RawFd) {
+        let waiter = (0..self.links.len()).find(|&l| self.used(l)).unwrap_or(0);
+        let others: Vec<RawFd> = (0..self.links.len())
+            .filter(|&l| l != waiter && self.used(l))
+            .filter_map(|l| self.links[l].wait_fd())
+            .collect();
+        if others.is_empty() {
+            self.links[waiter].set_wake(fd);
+            return;
+        }
+        match epoll_of(&[&[fd], others.as_slice()].concat()) {
+            Ok(e) => {
+                self.links[waiter].set_wake(e.as_raw_fd());
+                self.epoll = Some(e);
+            }
+            Err(e) => {
+                // Without it the waiting link still wakes on `fd` and at the end of each
+                // round: slower, never stuck.
+                tracing::warn!(error = %e, "epoll_create failed: links wake each other late");
+                self.links[waiter].set_wake(fd);
+            }
+        }
+    }
+
+    fn wait_fd(&self) -> Option<RawFd> {
+        None
+    }
+
+    fn serves_idle(&self) -> bool {
+        (0..self.links.len()).any(|l| self.used(l) && self.links[l].serves_idle())
+    }
+
+    fn counters(&self) -> BTreeMap<String, u64> {
+        let mut all = BTreeMap::new();
+        for l in &self.links {
+            all.extend(l.counters());
+        }
+        all
+    }
+
+    fn describe_state(&self, now: u64) -> String {
+        (0..self.links.len())
+            .filter(|&l| self.used(l))
+            .map(|l| self.links[l].describe_state(now))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    fn shutdown(&mut self) {
+        for l in &mut self.links {
+            l.shutdown();
+        }
+    }
+}
+
+/// An epoll descriptor, level-triggered, readable while any of `fds` is.
+fn epoll_of(fds: &[RawFd]) -> io::Result<OwnedFd> {
+    // SAFETY: epoll_create1 takes no pointers; a non-negative result is a new descriptor.
+    let e = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if e < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `e` is fresh and owned by nobody else.
+    let e = unsafe { OwnedFd::from_raw_fd(e) };
+    for &fd in fds {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: fd as u64,
+        };
+        // SAFETY: `ev` is a live epoll_event; `fd` is open (owned by the progress thread or
+        // a link that lives as long as the router holding this epoll).
+        if unsafe { libc::epoll_ctl(e.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(e)
+}

@@ -1,0 +1,719 @@
+//! The shared-memory link between the ranks of one host. The bytes of a segment never cross a
+//! socket: the reader copies them straight from the writer's user buffer with cross-memory
+//! attach (`process_vm_readv`, one copy: [`cma`]) or, where the kernel refuses that (Yama,
+//! seccomp in containers), from a ring the writer fills in a shared `memfd` (two copies:
+//! [`ring`]). What does cross the pair's Unix socket are 64-byte records
+//! ([`crate::wire::shm`]): engine messages with the writer's address, ring chunks, ring
+//! releases.
+//!
+//! A writer's buffer stays valid until the reader has it: the engine completes a broadcast at
+//! a rank only when its children acknowledged every segment, and a child acknowledges a
+//! segment only after copying it. A peer that dies closes its socket (and its memory goes
+//! away): the broadcasts that wait for it fail at once; a peer that is only late is waited
+//! for. Nothing has a name in the file system, so nothing is left behind by a killed rank.
+
+mod cma;
+mod ring;
+mod setup;
+
+pub use setup::socket_name;
+
+use super::frame::{self, HEADER};
+use super::{Buffers, Transport, TransportError};
+use crate::engine::{Endpoint, Message, Route};
+use crate::wire::shm::{Record, HEAD, RECORD};
+use ring::Ring;
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+use std::io::{self, Read};
+use std::ops::Range;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::str::FromStr;
+use std::time::Duration;
+
+/// A writer's ring, per reader that needs one.
+const RING_BYTES: usize = 8 << 20;
+/// The largest piece of a segment in one ring chunk (a quarter ring keeps several in flight).
+const CHUNK: usize = RING_BYTES / 4;
+/// Bytes of records read from one peer per round.
+const READ_BUDGET: usize = RECORD * 1024;
+
+const _: () = assert!(HEAD == HEADER, "a record carries one frame header");
+
+/// How ranks on one host move segments (`PIPECAST_SHM`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ShmMode {
+    /// Single copy where the kernel allows it, else the ring, per pair (default).
+    #[default]
+    Auto,
+    /// Single copy, or fail.
+    Cma,
+    /// Always the ring (two copies).
+    Ring,
+    /// No shared-memory link: ranks on one host use the network link (TCP loopback).
+    Off,
+}
+
+impl FromStr for ShmMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<ShmMode, String> {
+        match s.trim() {
+            "auto" => Ok(ShmMode::Auto),
+            "cma" => Ok(ShmMode::Cma),
+            "ring" => Ok(ShmMode::Ring),
+            "off" => Ok(ShmMode::Off),
+            t => Err(format!("{t:?}: write auto, cma, ring or off")),
+        }
+    }
+}
+
+impl fmt::Display for ShmMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ShmMode::Auto => "auto",
+            ShmMode::Cma => "cma",
+            ShmMode::Ring => "ring",
+            ShmMode::Off => "off",
+        })
+    }
+}
+
+struct TxRing {
+    ring: Ring,
+    /// Next position to write.
+    head: u64,
+    /// The reader is done with everything below.
+    freed: u64,
+}
+
+/// A message waiting to leave: its header, and the part of its payload already chunked.
+struct Out {
+    head: [u8; HEADER],
+    message: Message,
+    seq: u64,
+    payload: Range<usize>,
+    at: usize,
+}
+
+/// Where an arriving segment goes.
+enum Dest {
+    Buffer { seq: u64, range: Range<usize> },
+    Hold(Vec<u8>),
+    Discard,
+}
+
+/// A ring segment being assembled from its chunks.
+struct Partial {
+    message: Message,
+    len: usize,
+    dest: Dest,
+    got: usize,
+}
+
+struct Peer {
+    stream: UnixStream,
+    pid: i32,
+    /// The writer's ring this rank reads (`None`: read by cross-memory attach).
+    rx: Option<Ring>,
+    /// This rank's ring for the peer (`None`: the peer attaches to our buffers).
+    tx: Option<TxRing>,
+    out: VecDeque<Out>,
+    /// Encoded records not yet written.
+    wbuf: Vec<u8>,
+    rbuf: Vec<u8>,
+    partial: Option<Partial>,
+    /// Ring released up to here (read), and the last release told to the writer.
+    freed: u64,
+    freed_told: u64,
+    closed: bool,
+}
+
+impl Peer {
+    fn new(stream: UnixStream, pid: i32, rx: Option<Ring>, tx: Option<TxRing>) -> Peer {
+        Peer {
+            stream,
+            pid,
+            rx,
+            tx,
+            out: VecDeque::new(),
+            wbuf: Vec::new(),
+            rbuf: Vec::new(),
+            partial: None,
+            freed: 0,
+            freed_told: 0,
+            closed: false,
+        }
+    }
+}
+
+/// This rank's shared-memory link to the other ranks of its host.
+pub struct ShmLink {
+    me: usize,
+    mode: ShmMode,
+    listener: UnixListener,
+    /// Every rank's socket name (only those on this host are used).
+    names: Vec<String>,
+    cookie: u64,
+    /// 16 random bytes a peer reads to prove that cross-memory attach works.
+    probe: Box<[u8; 16]>,
+    peers: BTreeMap<usize, Peer>,
+    wake: Option<RawFd>,
+    /// Readable when any peer's socket is (for a router whose other link waits).
+    epoll: Option<OwnedFd>,
+    cma_bytes: u64,
+    ring_bytes: u64,
+}
+
+impl ShmLink {
+    /// Listens on the abstract socket `name` ([`socket_name`]).
+    pub fn bind(me: usize, name: &str, mode: ShmMode) -> Result<ShmLink, TransportError> {
+        let listener = setup::listen(name).map_err(|e| TransportError::Setup {
+            what: format!("shared memory: listen on @{name}"),
+            error: e.to_string(),
+        })?;
+        let mut probe = Box::new([0u8; 16]);
+        rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut probe[..]);
+        Ok(ShmLink {
+            me,
+            mode,
+            listener,
+            names: Vec::new(),
+            cookie: 0,
+            probe,
+            peers: BTreeMap::new(),
+            wake: None,
+            epoll: None,
+            cma_bytes: 0,
+            ring_bytes: 0,
+        })
+    }
+
+    /// Every rank's socket name and the job cookie.
+    pub fn set_peers(&mut self, names: Vec<String>, cookie: u64) {
+        self.names = names;
+        self.cookie = cookie;
+    }
+
+    fn add_peer(&mut self, rank: usize, peer: Peer) -> Result<(), TransportError> {
+        if self.epoll.is_none() {
+            // SAFETY: no pointers; a non-negative result is a new descriptor we own.
+            let e = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+            if e < 0 {
+                return Err(io_err(None, io::Error::last_os_error()));
+            }
+            // SAFETY: fresh descriptor, owned by nobody else.
+            self.epoll = Some(unsafe { OwnedFd::from_raw_fd(e) });
+        }
+        let epoll = self.epoll.as_ref().expect("created above").as_raw_fd();
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: rank as u64,
+        };
+        // SAFETY: a live epoll_event; the stream's descriptor lives as long as the peer,
+        // which lives as long as this link (and its epoll).
+        if unsafe { libc::epoll_ctl(epoll, libc::EPOLL_CTL_ADD, peer.stream.as_raw_fd(), &mut ev) }
+            < 0
+        {
+            return Err(io_err(Some(rank), io::Error::last_os_error()));
+        }
+        self.peers.insert(rank, peer);
+        Ok(())
+    }
+
+    fn queue(&mut self, endpoint: &mut Endpoint, now: u64) -> Result<(), TransportError> {
+        let peers = &self.peers;
+        let served = |p: usize| peers.contains_key(&p);
+        let mut got = Vec::new();
+        while let Some((seq, t)) = endpoint.poll_transmit_to(now, &served) {
+            got.push((seq, t));
+        }
+        for (seq, t) in got {
+            let peer = self.peers.get_mut(&t.to).expect("served");
+            if peer.closed {
+                return Err(TransportError::Closed { peer: t.to });
+            }
+            peer.out.push_back(Out {
+                head: frame::encode(&t.message),
+                message: t.message,
+                seq,
+                payload: t.payload,
+                at: 0,
+            });
+        }
+        Ok(())
+    }
+
+    /// Turns queued messages into records (filling rings) and writes what the socket takes.
+    fn flush(&mut self, rank: usize, bufs: &Buffers) -> Result<(), TransportError> {
+        let p = self.peers.get_mut(&rank).expect("a peer");
+        while p.wbuf.len() < RECORD * 256 {
+            let Some(o) = p.out.front_mut() else { break };
+            let data = matches!(o.message, Message::Data(_)) && !o.payload.is_empty();
+            if !data {
+                p.wbuf.extend_from_slice(
+                    &Record::Message {
+                        head: o.head,
+                        addr: 0,
+                    }
+                    .encode(),
+                );
+                p.out.pop_front();
+                continue;
+            }
+            let buf = bufs
+                .get(&o.seq)
+                .ok_or_else(|| gone_buffer(rank, o.seq))?
+                .as_slice();
+            let payload = buf
+                .get(o.payload.clone())
+                .ok_or_else(|| gone_buffer(rank, o.seq))?;
+            match &mut p.tx {
+                None => {
+                    p.wbuf.extend_from_slice(
+                        &Record::Message {
+                            head: o.head,
+                            addr: payload.as_ptr() as u64,
+                        }
+                        .encode(),
+                    );
+                    self.cma_bytes += payload.len() as u64;
+                    p.out.pop_front();
+                }
+                Some(tx) => {
+                    let size = tx.ring.size() as u64;
+                    let len = (payload.len() - o.at).min(CHUNK);
+                    let off = tx.head % size;
+                    let pos = if off + len as u64 > size {
+                        tx.head + (size - off)
+                    } else {
+                        tx.head
+                    };
+                    if pos + len as u64 - tx.freed > size {
+                        break; // the reader has not freed enough yet
+                    }
+                    tx.ring
+                        .write((pos % size) as usize, &payload[o.at..o.at + len]);
+                    p.wbuf.extend_from_slice(
+                        &Record::RingChunk {
+                            head: o.head,
+                            pos,
+                            at: o.at as u32,
+                            len: len as u32,
+                        }
+                        .encode(),
+                    );
+                    tx.head = pos + len as u64;
+                    self.ring_bytes += len as u64;
+                    o.at += len;
+                    if o.at == payload.len() {
+                        p.out.pop_front();
+                    }
+                }
+            }
+        }
+        write_out(rank, p)
+    }
+
+    /// Reads and handles what peer `rank` sent.
+    fn receive(
+        &mut self,
+        rank: usize,
+        bufs: &mut Buffers,
+        endpoint: &mut Endpoint,
+        now: u64,
+    ) -> crate::Result<()> {
+        let p = self.peers.get_mut(&rank).expect("a peer");
+        let mut chunk = [0u8; RECORD * 64];
+        let mut read = 0;
+        while read < READ_BUDGET && !p.closed {
+            match p.stream.read(&mut chunk) {
+                Ok(0) => p.closed = true,
+                Ok(n) => {
+                    read += n;
+                    p.rbuf.extend_from_slice(&chunk[..n]);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::ConnectionReset => p.closed = true,
+                Err(e) => return Err(io_err(Some(rank), e).into()),
+            }
+        }
+        let whole = p.rbuf.len() / RECORD * RECORD;
+        let records: Vec<u8> = p.rbuf.drain(..whole).collect();
+        for r in records.chunks_exact(RECORD) {
+            let record = Record::decode(r).map_err(|e| bad(rank, e.to_string()))?;
+            self.handle(rank, record, bufs, endpoint, now)?;
+        }
+        let p = self.peers.get_mut(&rank).expect("a peer");
+        if p.freed > p.freed_told {
+            p.wbuf
+                .extend_from_slice(&Record::RingFreed { upto: p.freed }.encode());
+            p.freed_told = p.freed;
+        }
+        Ok(())
+    }
+
+    fn handle(
+        &mut self,
+        rank: usize,
+        record: Record,
+        bufs: &mut Buffers,
+        endpoint: &mut Endpoint,
+        now: u64,
+    ) -> crate::Result<()> {
+        let p = self.peers.get_mut(&rank).expect("a peer");
+        match record {
+            Record::Message { head, addr } => {
+                let message = frame::decode(rank, &head)?;
+                let Message::Data(h) = message else {
+                    endpoint.handle_message(now, rank, &message)?;
+                    return Ok(());
+                };
+                if h.len > 0 && p.rx.is_some() {
+                    return Err(crate::Error::from(bad(
+                        rank,
+                        "a segment by address, but this rank reads its ring".into(),
+                    )));
+                }
+                let len = h.len as usize;
+                let pid = p.pid;
+                match endpoint.route_data(rank, &h)? {
+                    Route::Into { seq, range } => {
+                        let buf = bufs
+                            .get_mut(&seq)
+                            .ok_or_else(|| gone_buffer(rank, seq))?
+                            .as_mut_slice();
+                        if range.len() != len || range.end > buf.len() {
+                            return Err(crate::Error::from(bad(
+                                rank,
+                                format!(
+                                    "segment {} of {len} bytes does not fit {range:?}",
+                                    h.index
+                                ),
+                            )));
+                        }
+                        attach(rank, pid, addr, &mut buf[range])?;
+                        self.cma_bytes += len as u64;
+                        endpoint.handle_data(now, &h);
+                    }
+                    Route::Hold => {
+                        let mut v = vec![0u8; len];
+                        attach(rank, pid, addr, &mut v)?;
+                        endpoint.hold(rank, message, v);
+                    }
+                    Route::Discard => {}
+                }
+            }
+            Record::RingChunk { head, pos, at, len } => {
+                let message = frame::decode(rank, &head)?;
+                let Message::Data(h) = message else {
+                    return Err(crate::Error::from(bad(
+                        rank,
+                        "a ring chunk of a control message".into(),
+                    )));
+                };
+                let Some(rx) = &p.rx else {
+                    return Err(crate::Error::from(bad(
+                        rank,
+                        "a ring chunk, but this rank reads by address".into(),
+                    )));
+                };
+                let (at, len, total) = (at as usize, len as usize, h.len as usize);
+                if at == 0 && p.partial.is_none() {
+                    let dest = match endpoint.route_data(rank, &h)? {
+                        Route::Into { seq, range } => {
+                            if range.len() != total {
+                                return Err(crate::Error::from(bad(
+                                    rank,
+                                    format!(
+                                        "segment {} of {total} bytes does not fit {range:?}",
+                                        h.index
+                                    ),
+                                )));
+                            }
+                            Dest::Buffer { seq, range }
+                        }
+                        Route::Hold => Dest::Hold(vec![0; total]),
+                        Route::Discard => Dest::Discard,
+                    };
+                    p.partial = Some(Partial {
+                        message,
+                        len: total,
+                        dest,
+                        got: 0,
+                    });
+                }
+                let Some(part) = &mut p.partial else {
+                    return Err(crate::Error::from(bad(
+                        rank,
+                        format!("a chunk at {at} of a segment that never began"),
+                    )));
+                };
+                if part.message != message || part.got != at || at + len > total {
+                    return Err(crate::Error::from(bad(
+                        rank,
+                        format!("chunk {at}+{len} out of order for a segment of {total} bytes"),
+                    )));
+                }
+                let off = pos % rx.size() as u64;
+                match &mut part.dest {
+                    Dest::Buffer { seq, range } => {
+                        let buf = bufs
+                            .get_mut(seq)
+                            .ok_or_else(|| gone_buffer(rank, *seq))?
+                            .as_mut_slice();
+                        let dst = buf
+                            .get_mut(range.start + at..range.start + at + len)
+                            .ok_or_else(|| bad(rank, "a chunk beyond the buffer".into()))?;
+                        rx.read(off, dst).map_err(|e| bad(rank, e))?;
+                    }
+                    Dest::Hold(v) => rx
+                        .read(off, &mut v[at..at + len])
+                        .map_err(|e| bad(rank, e))?,
+                    Dest::Discard => {}
+                }
+                part.got += len;
+                p.freed = p.freed.max(pos + len as u64);
+                self.ring_bytes += len as u64;
+                if part.got == part.len {
+                    let part = p.partial.take().expect("present");
+                    match part.dest {
+                        Dest::Buffer { .. } => endpoint.handle_data(now, &h),
+                        Dest::Hold(v) => endpoint.hold(rank, part.message, v),
+                        Dest::Discard => {}
+                    }
+                }
+            }
+            Record::RingFreed { upto } => {
+                let Some(tx) = &mut p.tx else {
+                    return Err(crate::Error::from(bad(
+                        rank,
+                        "a ring release, but it reads by address".into(),
+                    )));
+                };
+                if upto > tx.head {
+                    return Err(crate::Error::from(bad(
+                        rank,
+                        format!(
+                            "released the ring up to {upto}, written only to {}",
+                            tx.head
+                        ),
+                    )));
+                }
+                tx.freed = tx.freed.max(upto);
+            }
+            r => {
+                return Err(crate::Error::from(bad(
+                    rank,
+                    format!("unexpected after setup: {r:?}"),
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    /// Fails if a peer that a broadcast in flight waits for is gone.
+    fn check_closed(&self, endpoint: &Endpoint) -> Result<(), TransportError> {
+        if self.peers.values().any(|p| p.closed) {
+            if let Some(peer) = endpoint
+                .waiting_for()
+                .into_iter()
+                .find(|r| self.peers.get(r).is_some_and(|p| p.closed))
+            {
+                return Err(TransportError::Closed { peer });
+            }
+        }
+        Ok(())
+    }
+
+    fn modes(&self) -> String {
+        let cma = self.peers.values().any(|p| p.rx.is_none());
+        let ring = self.peers.values().any(|p| p.rx.is_some());
+        match (cma, ring) {
+            (true, true) => "cma+ring",
+            (false, true) => "ring",
+            _ => "cma",
+        }
+        .into()
+    }
+}
+
+impl Transport for ShmLink {
+    fn describe(&self) -> String {
+        format!("shm:{}", self.modes())
+    }
+
+    fn connect(&mut self, peers: &[usize], timeout: Duration) -> Result<(), TransportError> {
+        self.setup(peers, timeout)
+    }
+
+    fn progress(
+        &mut self,
+        bufs: &mut Buffers,
+        endpoint: &mut Endpoint,
+        clock: &dyn Fn() -> u64,
+        wait: Duration,
+    ) -> crate::Result<()> {
+        let ranks: Vec<usize> = self.peers.keys().copied().collect();
+        self.queue(endpoint, clock())?;
+        self.check_closed(endpoint)?;
+        for &r in &ranks {
+            self.flush(r, bufs)?;
+        }
+        if !wait.is_zero() && !endpoint.any_done() {
+            self.wait(&ranks, wait)?;
+        }
+        for &r in &ranks {
+            self.receive(r, bufs, endpoint, clock())?;
+        }
+        self.queue(endpoint, clock())?;
+        self.check_closed(endpoint)?;
+        for &r in &ranks {
+            self.flush(r, bufs)?;
+        }
+        Ok(())
+    }
+
+    fn set_wake(&mut self, fd: RawFd) {
+        self.wake = Some(fd);
+    }
+
+    fn wait_fd(&self) -> Option<RawFd> {
+        self.epoll.as_ref().map(|e| e.as_raw_fd())
+    }
+
+    fn counters(&self) -> BTreeMap<String, u64> {
+        BTreeMap::from([
+            ("shm_cma_bytes".to_string(), self.cma_bytes),
+            ("shm_ring_bytes".to_string(), self.ring_bytes),
+        ])
+    }
+
+    fn describe_state(&self, _now: u64) -> String {
+        let mut out = format!("shm ({})", self.modes());
+        for (r, p) in &self.peers {
+            if p.out.is_empty() && p.wbuf.is_empty() && p.partial.is_none() && !p.closed {
+                continue;
+            }
+            out += &format!(
+                "\n  peer {r}: {} messages queued, {} record bytes unwritten, mid-segment {}, closed {}",
+                p.out.len(),
+                p.wbuf.len(),
+                p.partial.is_some(),
+                p.closed
+            );
+        }
+        out
+    }
+
+    fn shutdown(&mut self) {
+        for p in self.peers.values() {
+            p.stream.shutdown(std::net::Shutdown::Both).ok();
+        }
+        self.peers.clear();
+    }
+}
+
+impl ShmLink {
+    /// Waits up to `wait` for a peer's records, room to write, or the wake descriptor.
+    fn wait(&self, ranks: &[usize], wait: Duration) -> Result<(), TransportError> {
+        let mut fds: Vec<libc::pollfd> = ranks
+            .iter()
+            .map(|r| {
+                let p = &self.peers[r];
+                libc::pollfd {
+                    fd: if p.closed { -1 } else { p.stream.as_raw_fd() },
+                    events: libc::POLLIN | if p.wbuf.is_empty() { 0 } else { libc::POLLOUT },
+                    revents: 0,
+                }
+            })
+            .collect();
+        fds.push(libc::pollfd {
+            fd: self.wake.unwrap_or(-1),
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        let ms = wait.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: a live array of `fds.len()` pollfds whose descriptors stay open for the
+        // call (owned by `self.peers` and the progress thread); -1 entries are ignored.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(io_err(None, e));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `send(2)` without SIGPIPE (a library inside an MPI program cannot count on it being
+/// ignored): a closed peer is an error code, not a signal.
+fn send(stream: &UnixStream, bytes: &[u8]) -> io::Result<usize> {
+    // SAFETY: reads `bytes.len()` bytes from a live slice; the descriptor is open.
+    let n = unsafe {
+        libc::send(
+            stream.as_raw_fd(),
+            bytes.as_ptr().cast(),
+            bytes.len(),
+            libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
+fn write_out(rank: usize, p: &mut Peer) -> Result<(), TransportError> {
+    while !p.wbuf.is_empty() && !p.closed {
+        match send(&p.stream, &p.wbuf) {
+            Ok(0) => p.closed = true,
+            Ok(n) => {
+                p.wbuf.drain(..n);
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+                ) =>
+            {
+                p.closed = true
+            }
+            Err(e) => return Err(io_err(Some(rank), e)),
+        }
+    }
+    Ok(())
+}
+
+/// Reads a segment from peer `rank`'s memory; a peer whose process is gone is `Closed`.
+fn attach(rank: usize, pid: i32, addr: u64, dst: &mut [u8]) -> Result<(), TransportError> {
+    if dst.is_empty() {
+        return Ok(());
+    }
+    cma::read(pid, addr, dst).map_err(|e| match e.raw_os_error() {
+        Some(libc::ESRCH) => TransportError::Closed { peer: rank },
+        _ => bad(rank, format!("cannot read its segment at {addr:#x}: {e}")),
+    })
+}
+
+fn gone_buffer(peer: usize, seq: u64) -> TransportError {
+    TransportError::BadFrame {
+        peer,
+        reason: format!("a segment of broadcast {seq}, whose buffer is gone"),
+    }
+}
+
+fn bad(peer: usize, reason: String) -> TransportError {
+    TransportError::BadFrame { peer, reason }
+}
+
+fn io_err(peer: Option<usize>, e: io::Error) -> TransportError {
+    TransportError::Io {
+        peer,
+        error: e.to_string(),
+    }
+}

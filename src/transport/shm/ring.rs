@@ -1,0 +1,247 @@
+//! The two-copy fallback of the shared-memory link: a ring in an anonymous shared file
+//! (`memfd_create`) that the writer fills and the reader maps read-only. The descriptor
+//! travels once over the pair's Unix socket (`SCM_RIGHTS`); nothing has a name in the file
+//! system or in /dev/shm, so nothing outlives the two processes, however they end.
+//!
+//! Positions grow without bound (`u64`); a position's place in the ring is `pos % size`. The
+//! writer never lets a chunk wrap (it skips to the next turn instead) and never overwrites
+//! bytes below what the reader said it freed.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+
+/// A mapped ring.
+pub struct Ring {
+    ptr: *mut u8,
+    size: usize,
+    fd: OwnedFd,
+}
+
+// SAFETY: the mapping belongs to this value alone (unmapped on drop); moving it to the
+// progress thread moves the only handle to it.
+unsafe impl Send for Ring {}
+
+impl Ring {
+    /// A new ring of `size` bytes that this process writes.
+    pub fn create(size: usize) -> io::Result<Ring> {
+        // SAFETY: the name is a NUL-terminated literal; a non-negative result is a new fd.
+        let fd = unsafe { libc::memfd_create(c"pipecast-ring".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is fresh and owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: ftruncate on our own open memfd.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ring::map(fd, size, true)
+    }
+
+    /// Maps a ring received from its writer, read-only; fails unless the file holds `size`
+    /// bytes.
+    pub fn open(fd: OwnedFd, size: usize) -> io::Result<Ring> {
+        // SAFETY: `st` is a live stat buffer for fstat to fill.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fstat on an open descriptor into a live struct.
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if st.st_size < 0 || (st.st_size as u64) < size as u64 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "the peer's ring holds {} bytes, it announced {size}",
+                    st.st_size
+                ),
+            ));
+        }
+        Ring::map(fd, size, false)
+    }
+
+    fn map(fd: OwnedFd, size: usize, writable: bool) -> io::Result<Ring> {
+        if size == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty ring"));
+        }
+        let prot = libc::PROT_READ | if writable { libc::PROT_WRITE } else { 0 };
+        // SAFETY: a new shared mapping of an open file of at least `size` bytes; the kernel
+        // picks the address.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                size,
+                prot,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Ring {
+            ptr: ptr.cast(),
+            size,
+            fd,
+        })
+    }
+
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    pub fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// Copies `src` to ring offset `off`.
+    pub fn write(&mut self, off: usize, src: &[u8]) {
+        assert!(
+            off <= self.size && src.len() <= self.size - off,
+            "chunk inside the ring"
+        );
+        // SAFETY: `off + src.len() <= size` (checked above), inside our writable mapping; the
+        // reader only reads this range after our record announcing it, so no reference to
+        // these bytes exists on our side.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.add(off), src.len()) };
+    }
+
+    /// Copies ring offset `off..off + dst.len()` into `dst`, when that lies inside the ring.
+    pub fn read(&self, off: u64, dst: &mut [u8]) -> Result<(), String> {
+        let end = off.checked_add(dst.len() as u64);
+        if end.is_none_or(|e| e > self.size as u64) {
+            return Err(format!(
+                "a chunk of {} bytes at ring offset {off} does not fit a ring of {} bytes",
+                dst.len(),
+                self.size
+            ));
+        }
+        // SAFETY: the range is inside the mapping (checked above). The writer may (if it
+        // misbehaves) write these bytes concurrently; we copy raw bytes without forming a
+        // reference to the shared memory, so that can only garble the copy, not our memory.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.ptr.add(off as usize), dst.as_mut_ptr(), dst.len())
+        };
+        Ok(())
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`size` are our mapping, unmapped once here.
+        unsafe { libc::munmap(self.ptr.cast(), self.size) };
+    }
+}
+
+/// Sends `record` with descriptor `fd` attached (`SCM_RIGHTS`).
+pub fn send_with_fd(stream: &UnixStream, record: &[u8], fd: RawFd) -> io::Result<()> {
+    let mut iov = libc::iovec {
+        iov_base: record.as_ptr() as *mut libc::c_void,
+        iov_len: record.len(),
+    };
+    // SAFETY: CMSG_SPACE is a pure size computation.
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+    let mut control = vec![0u8; space];
+    // SAFETY: a zeroed msghdr is valid; we fill its pointers with live buffers below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    // SAFETY: `msg` points at `control`, which has room for one cmsg with one fd
+    // (CMSG_SPACE); CMSG_FIRSTHDR/CMSG_DATA stay inside it.
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<RawFd>(), fd);
+    }
+    // SAFETY: `msg` and everything it points to live across the call; the record is only read.
+    let n = unsafe { libc::sendmsg(stream.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if n as usize != record.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::WriteZero,
+            "short send of a record with a descriptor",
+        ));
+    }
+    Ok(())
+}
+
+/// Receives up to `buf.len()` bytes and the descriptor attached to them, if any.
+pub fn recv_with_fd(stream: &UnixStream, buf: &mut [u8]) -> io::Result<(usize, Option<OwnedFd>)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: pure size computation.
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32 * 4) } as usize;
+    let mut control = vec![0u8; space];
+    // SAFETY: a zeroed msghdr is valid; pointers set below to live buffers.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    // SAFETY: `msg` points at live buffers of the stated sizes for the call's duration.
+    let n = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut got = None;
+    // SAFETY: the kernel filled `control` up to msg_controllen; the CMSG_* macros walk it
+    // within those bounds, and each SCM_RIGHTS descriptor is a new one now owned by us.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(c);
+                let count = ((*c).cmsg_len as usize - (data as usize - c as usize))
+                    / std::mem::size_of::<RawFd>();
+                for i in 0..count {
+                    let fd = std::ptr::read_unaligned(data.cast::<RawFd>().add(i));
+                    let owned = OwnedFd::from_raw_fd(fd);
+                    // Keep the first; close any extra a confused peer sent.
+                    if got.is_none() {
+                        got = Some(owned);
+                    }
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    Ok((n as usize, got))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ring_passed_over_a_socket_shows_the_writers_bytes() {
+        let mut w = Ring::create(1 << 16).unwrap();
+        let (a, b) = UnixStream::pair().unwrap();
+        send_with_fd(&a, &[9u8; 64], w.fd()).unwrap();
+        let mut buf = [0u8; 64];
+        let (n, fd) = recv_with_fd(&b, &mut buf).unwrap();
+        assert_eq!((n, buf), (64, [9u8; 64]));
+        let r = Ring::open(fd.expect("a descriptor"), 1 << 16).unwrap();
+        w.write(100, b"hello");
+        let mut out = [0u8; 5];
+        r.read(100, &mut out).unwrap();
+        assert_eq!(&out, b"hello");
+        assert!(r.read((1 << 16) - 2, &mut out).is_err());
+        assert!(r.read(u64::MAX, &mut out).is_err());
+        let big = Ring::open(
+            Ring::create(4096)
+                .map(|r| r.fd.try_clone().unwrap())
+                .unwrap(),
+            1 << 20,
+        );
+        assert!(big.is_err(), "a ring smaller than announced is refused");
+    }
+}
