@@ -3,7 +3,8 @@
 //! Layers, top to bottom (see `../shared/DESIGN.md`): [`topology`] (the physical network),
 //! [`plan`] (broadcast trees of the seed papers and the contention checker), [`model`] (cost
 //! models and calibration profiles), [`hetero`] (seed 004's heterogeneous platforms), [`wire`]
-//! (byte formats), [`engine`] (the pipelined broadcast state machine), [`transport`] (TCP, raw
+//! (byte formats), [`engine`] (the pipelined broadcast state machine and its per-peer
+//! reliability), [`sim`] (the simulated network the engine is tested on), [`transport`] (TCP, raw
 //! Ethernet, verbs), [`comm`] (communicator), [`capi`] (C ABI) and [`lab`] (emulated cluster).
 //! `unsafe` code lives only in `transport` and `capi`.
 
@@ -15,6 +16,7 @@ pub mod hetero;
 pub mod lab;
 pub mod model;
 pub mod plan;
+pub mod sim;
 pub mod topology;
 pub mod transport;
 pub mod wire;

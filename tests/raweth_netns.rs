@@ -490,7 +490,7 @@ fn broadcasts_complete_byte_exact_when_a_bridge_drops_frames() {
         String::from_utf8_lossy(&out.stderr)
     );
     let config = Config {
-        reliable: pipecast::transport::raweth::reliable::Config {
+        reliable: pipecast::engine::reliable::Config {
             rto_initial: 5_000_000,
             ..Default::default()
         },
@@ -801,7 +801,7 @@ fn an_oversized_send_buffer_against_tbf_still_completes() {
         }
         let config = Config {
             sndbuf: Some(8 << 20),
-            reliable: pipecast::transport::raweth::reliable::Config {
+            reliable: pipecast::engine::reliable::Config {
                 rate,
                 ..Default::default()
             },

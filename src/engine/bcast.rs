@@ -8,9 +8,9 @@
 //!
 //! Flow control: a rank has at most `window` segments in flight to one child; the child
 //! returns cumulative credits as segments land (they land directly in the user buffer, so
-//! "consumed" means "placed"). Cumulative credits double as acknowledgements, which is what a
-//! lossy transport needs for retransmission: it can add a timer per child on top of
-//! `acked`/`next` without changing this protocol.
+//! "consumed" means "placed"). The engine expects every message exactly once, in any order:
+//! a lossy link runs the per-peer reliability of [`reliable`](super::reliable) below it, so
+//! credits are flow control only and the engine never retransmits.
 //!
 //! Driven like quinn-proto: `place`/`handle_data`/`handle_message` take events in,
 //! `poll_transmit` hands messages out, `poll_timeout`/`handle_timeout` manage the idle timer.
@@ -29,10 +29,6 @@ pub struct Config {
     pub credit_every: u32,
     /// A broadcast that makes no progress for this long (ns) fails with `Timeout`.
     pub idle_timeout: u64,
-    /// For lossy transports: resend a child's unacknowledged segments (go-back-N from its
-    /// cumulative credit) after this long (ns) without a credit from it. `None` on reliable
-    /// transports (TCP).
-    pub retransmit_after: Option<u64>,
 }
 
 impl Default for Config {
@@ -41,7 +37,6 @@ impl Default for Config {
             window: 16,
             credit_every: 4,
             idle_timeout: 5_000_000_000,
-            retransmit_after: None,
         }
     }
 }
@@ -61,15 +56,11 @@ pub struct Setup {
 #[derive(Debug, Clone)]
 struct Child {
     rank: usize,
-    /// Next segment to send.
+    /// Next segment to send (every one below it was sent).
     next: u32,
-    /// Highest `next` ever (differs from `next` after a go-back-N rewind).
-    sent: u32,
     /// Segments the child has acknowledged (cumulative).
     acked: u32,
     done: bool,
-    /// When the child last acknowledged something (or was last sent a retransmission).
-    heard_at: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -169,10 +160,8 @@ impl Bcast {
                     .map(|&rank| Child {
                         rank,
                         next: 0,
-                        sent: 0,
                         acked: 0,
                         done: false,
-                        heard_at: now,
                     })
                     .collect()
             } else {
@@ -252,15 +241,6 @@ impl Bcast {
     /// this rank agree on the broadcast.
     pub fn place(&mut self, from: usize, h: &DataHeader) -> Result<Placement, EngineError> {
         if h.seq < self.setup.seq {
-            // A retransmission of a broadcast this rank completed (its last credit was lost):
-            // answer that it has everything.
-            if self.config.retransmit_after.is_some() {
-                let old = Layout::new(h.msize, u64::from(h.segment), usize::from(h.lanes).max(1));
-                if usize::from(h.lane) < old.lanes() {
-                    let consumed = old.segments(usize::from(h.lane));
-                    self.answer(from, h.seq, h.lane, consumed, true);
-                }
-            }
             return Ok(Placement::Discard);
         }
         if h.seq > self.setup.seq {
@@ -292,32 +272,10 @@ impl Bcast {
             }
         };
         if state.have[h.index as usize] {
-            // A retransmission: our credit (or Done) was lost, or is late. Say it again.
-            let (prefix, done) = (state.prefix, state.done_sent && self.setup.deep);
-            self.answer(from, h.seq, h.lane, prefix, done);
+            // A duplicate (a link that duplicates and runs no reliability): it landed already.
             return Ok(Placement::Discard);
         }
         Ok(Placement::Into(range.start as usize..range.end as usize))
-    }
-
-    /// Queues a credit (and optionally a Done) for `to`, e.g. in answer to a retransmission.
-    fn answer(&mut self, to: usize, seq: u64, lane: u16, consumed: u32, done: bool) {
-        self.control.push_back(Transmit {
-            to,
-            message: Message::Credit {
-                seq,
-                lane,
-                consumed,
-            },
-            payload: 0..0,
-        });
-        if done {
-            self.control.push_back(Transmit {
-                to,
-                message: Message::Done { seq, lane },
-                payload: 0..0,
-            });
-        }
     }
 
     fn check_agreement(&mut self, from: usize, h: &DataHeader) -> Result<(), EngineError> {
@@ -418,20 +376,13 @@ impl Bcast {
             ))));
         };
         if let Some(consumed) = consumed {
-            if consumed > child.sent {
-                let next = child.sent;
+            if consumed > child.next {
+                let next = child.next;
                 return Err(self.fail(EngineError::Protocol(format!(
                     "rank {from} acknowledged {consumed} segments of lane {lane} but was sent {next}"
                 ))));
             }
-            if consumed > child.acked || done {
-                child.heard_at = now;
-            }
             child.acked = child.acked.max(consumed);
-            child.next = child.next.max(child.acked);
-        }
-        if done && !child.done {
-            child.heard_at = now;
         }
         child.done |= done;
         self.last_progress = now;
@@ -494,7 +445,6 @@ impl Bcast {
         let (n, l, c) = best?;
         let child = &mut self.lanes[l].children[c];
         child.next += 1;
-        child.sent = child.sent.max(child.next);
         let range = self.layout.range(l, n).expect("segment exists");
         Some(Transmit {
             to: child.rank,
@@ -517,44 +467,11 @@ impl Bcast {
         if self.failed || self.is_done() {
             return None;
         }
-        let idle = self.last_progress.saturating_add(self.config.idle_timeout);
-        Some(self.retransmit_at().map_or(idle, |r| r.min(idle)))
+        Some(self.last_progress.saturating_add(self.config.idle_timeout))
     }
 
-    /// The earliest retransmission deadline, if the transport is lossy and a child owes us.
-    fn retransmit_at(&self) -> Option<u64> {
-        let rto = self.config.retransmit_after?;
-        self.lanes
-            .iter()
-            .flat_map(|s| s.children.iter().map(move |c| (s, c)))
-            .filter(|(s, c)| self.owes(s, c))
-            .map(|(_, c)| c.heard_at.saturating_add(rto))
-            .min()
-    }
-
-    /// Whether `c` has something outstanding: unacknowledged segments, or (deep) its Done.
-    fn owes(&self, s: &LaneState, c: &Child) -> bool {
-        c.acked < c.next || (self.setup.deep && !c.done && c.acked == s.segments)
-    }
-
-    /// Fails the broadcast if it made no progress for the idle timeout; on a lossy transport,
-    /// rewinds children that owe credits so their segments are sent again (go-back-N).
+    /// Fails the broadcast if it made no progress for the idle timeout.
     pub fn handle_timeout(&mut self, now: u64) -> Result<(), EngineError> {
-        if let Some(rto) = self.config.retransmit_after {
-            let deep = self.setup.deep;
-            for s in &mut self.lanes {
-                let segments = s.segments;
-                for c in &mut s.children {
-                    let owes = c.acked < c.next || (deep && !c.done && c.acked == segments);
-                    if owes && now >= c.heard_at.saturating_add(rto) {
-                        // Resend from the first unacknowledged segment; a child that has it
-                        // all (and owes only Done) gets the last one again, which it answers.
-                        c.next = c.acked.min(segments.saturating_sub(1));
-                        c.heard_at = now;
-                    }
-                }
-            }
-        }
         let idle = self.last_progress.saturating_add(self.config.idle_timeout);
         if !self.failed && !self.is_done() && now >= idle {
             let waiting_for = self.waiting_for();
@@ -604,8 +521,8 @@ impl Bcast {
             );
             for c in &s.children {
                 out += &format!(
-                    "\n    child {}: next {} sent {} acked {} done {}",
-                    c.rank, c.next, c.sent, c.acked, c.done
+                    "\n    child {}: next {} acked {} done {}",
+                    c.rank, c.next, c.acked, c.done
                 );
             }
         }

@@ -3,7 +3,8 @@
 //! [`Bcast`] is one rank's part in one broadcast of any [`Plan`](crate::plan::Plan) (one or
 //! more lanes); [`Endpoint`] is every broadcast in flight at one rank (routing by sequence
 //! number, holding what arrives early); [`Layout`] cuts the message into lanes and segments;
-//! [`Message`] is what ranks say to each other. Links frame messages and move bytes; the
+//! [`Message`] is what ranks say to each other; [`reliable`] is the one retransmission scheme,
+//! per peer, switched on for lossy links. Links frame messages and move bytes; the
 //! communicator's progress thread drives the endpoint with a real clock. See `bcast.rs` for
 //! the protocol (FPFS forwarding, credits).
 
@@ -13,8 +14,7 @@ mod bcast;
 mod endpoint;
 mod layout;
 mod message;
-#[cfg(test)]
-mod sim;
+pub mod reliable;
 
 pub use bcast::{Bcast, Config, Setup};
 pub use endpoint::{Endpoint, Route};

@@ -1,7 +1,7 @@
 //! Raw Ethernet transport: pipecast frames (wire/frame.rs) in Ethernet frames of EtherType
 //! 0x88B5, sent to each peer's MAC address from an `AF_PACKET` socket ([`socket`]), made
-//! reliable per peer by [`reliable`] (sequence numbers, cumulative + selective acks, RTO,
-//! credit, pacing).
+//! reliable per peer by the engine's one retransmission scheme, [`reliable`] (sequence
+//! numbers, cumulative + selective acks, RTO, credit, pacing; pure, in `engine::reliable`).
 //!
 //! Same shape as [`TcpTransport`](crate::transport::TcpTransport): the communicator gives it
 //! the peers' MAC addresses and the job cookie from the bootstrap, then drives it with the
@@ -14,16 +14,15 @@
 //! Frames with another job's cookie or communicator id, from unknown MACs, of unknown
 //! versions or with bad lengths are dropped and counted ([`Counters`]).
 
-pub mod reliable;
 pub mod ring;
 mod rx;
 pub mod socket;
 mod tx;
 
+use crate::engine::reliable::{self, Pacer, Receiver, Sender};
 use crate::engine::{DataHeader, Endpoint};
 use crate::transport::{Buffers, Transport, TransportError};
 use crate::wire::frame::{Kind, Repr, HEADER_LEN};
-use reliable::{Pacer, Receiver, Sender};
 use socket::{Mac, RawSocket, RecvBatch};
 use std::collections::{BTreeMap, VecDeque};
 use std::io;

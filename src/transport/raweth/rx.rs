@@ -3,8 +3,8 @@
 //! through the per-peer reliability, then copied to their offset in the user buffer.
 
 use super::{io_err, ring, Assembly, RawEthTransport, Target};
+use crate::engine::reliable::Accept;
 use crate::engine::{DataHeader, Endpoint, Message, Route};
-use crate::transport::raweth::reliable::Accept;
 use crate::transport::raweth::socket::{Addressed, Mac, RecvBatch};
 use crate::transport::TransportError;
 use crate::transport::{land_held, Buffers};

@@ -1,6 +1,14 @@
-//! Per-peer reliability for raw Ethernet frames: pure (no sockets, time passed in as u64 ns).
+//! Per-peer reliability over a lossy link: pure (no sockets, time passed in as u64 ns).
 //!
-//! Each frame to a peer gets a per-peer sequence number (from 1). The receiver returns a
+//! This is pipecast's one retransmission scheme. It sits between the [`Endpoint`](super::Endpoint)
+//! and a link that may lose, duplicate or reorder what it carries, and is switched on for such
+//! links only: raw Ethernet uses it for every peer (`transport::raweth`), the simulated network
+//! (`crate::sim`) for every pair of ranks whose path is lossy; TCP, reliable already, does
+//! not. The engine above it sees every message exactly once, so its cumulative credits are
+//! flow control only and never trigger a resend.
+//!
+//! Each item (a raw Ethernet frame, a simulated engine message) to a peer gets a per-peer
+//! sequence number (from 1). The receiver returns a
 //! cumulative acknowledgement (every number below `ack` arrived), a 64-bit selective
 //! acknowledgement bitmap (bit i: `ack + 1 + i` arrived) and a credit (how many numbers from
 //! `ack` on it will accept). The sender keeps every unacknowledged frame, limits what is in
@@ -548,189 +556,8 @@ impl Receiver {
 
 #[cfg(test)]
 mod tests {
+    //! Sender and receiver by hand; over a simulated lossy link in `crate::sim`'s tests.
     use super::*;
-    use rand::{Rng, SeedableRng};
-    use rand_chacha::ChaCha8Rng;
-
-    /// One direction of a lossy link on a virtual clock: frames (seq, payload) and acks.
-    #[derive(Clone, Copy)]
-    enum Pkt {
-        /// (seq, item, copy number)
-        Data(u64, u32, u8),
-        /// (ack, sack, credit, repaired)
-        Ack(u64, u64, u32, Option<(u64, u8)>),
-    }
-
-    struct Net {
-        rng: ChaCha8Rng,
-        loss: f64,
-        dup: f64,
-        /// Delay range: frames sent close together overtake each other when it is wide.
-        delay: std::ops::Range<u64>,
-        /// (arrival time, tiebreak, packet, to receiver?)
-        flight: BTreeMap<(u64, u64), (Pkt, bool)>,
-        n: u64,
-    }
-
-    impl Net {
-        fn send(&mut self, now: u64, p: Pkt, to_rx: bool) {
-            if self.rng.gen_bool(self.loss) {
-                return;
-            }
-            let copies = if self.rng.gen_bool(self.dup) { 2 } else { 1 };
-            for _ in 0..copies {
-                let at = now + self.rng.gen_range(self.delay.clone());
-                self.n += 1;
-                self.flight.insert((at, self.n), (p, to_rx));
-            }
-        }
-    }
-
-    /// Sends `n` items over a link with the given loss and duplication; returns what the
-    /// receiver delivered and the virtual time it took.
-    fn run(seed: u64, n: u32, loss: f64, dup: f64, config: Config) -> (Vec<u32>, u64, u64) {
-        // 50-150 µs: reorders frames sent close together (in-order only when lossless).
-        let delay = if loss == 0.0 && dup == 0.0 {
-            100_000..100_001
-        } else {
-            50_000..150_000
-        };
-        let mut net = Net {
-            rng: ChaCha8Rng::seed_from_u64(seed),
-            loss,
-            dup,
-            delay,
-            flight: BTreeMap::new(),
-            n: 0,
-        };
-        let mut tx: Sender<u32> = Sender::new(config);
-        let mut rx = Receiver::new(config);
-        let mut pacer = Pacer::new(config.rate, config.burst, 0);
-        let mut delivered = Vec::new();
-        let mut next_item = 0u32;
-        let mut now = 0u64;
-        let mut steps = 0;
-        while (next_item < n || !tx.is_idle()) && steps < 1_000_000 {
-            steps += 1;
-            tx.handle_timeout(now);
-            // Send what the pacer and credit allow.
-            loop {
-                if tx.has_retransmit() {
-                    if !pacer.try_take(now, 1500) {
-                        break;
-                    }
-                    let (s, &v) = tx.poll_retransmit(now).expect("queued");
-                    let copy = tx.next_copy(s).expect("unacknowledged");
-                    tx.sent(s, now);
-                    net.send(now, Pkt::Data(s, v, copy), true);
-                } else if next_item < n && tx.can_send() {
-                    if !pacer.try_take(now, 1500) {
-                        break;
-                    }
-                    let s = tx.push(now, next_item);
-                    tx.sent(s, now);
-                    net.send(now, Pkt::Data(s, next_item, 1), true);
-                    next_item += 1;
-                } else {
-                    break;
-                }
-            }
-            // Next event: an arrival, a timer or the pacer.
-            let mut at = tx.poll_timeout().unwrap_or(u64::MAX);
-            if let Some((&(t, _), _)) = net.flight.iter().next() {
-                at = at.min(t);
-            }
-            if next_item < n && tx.can_send() || tx.has_retransmit() {
-                at = at.min(pacer.ready_at(now, 1500).max(now + 1));
-            }
-            if at == u64::MAX {
-                break;
-            }
-            now = now.max(at);
-            while let Some(entry) = net.flight.first_entry() {
-                if entry.key().0 > now {
-                    break;
-                }
-                let (p, to_rx) = entry.remove();
-                match (p, to_rx) {
-                    (Pkt::Data(s, v, copy), true) => {
-                        if rx.accept(s) == Accept::Fresh {
-                            delivered.push(v);
-                            if copy != 1 {
-                                rx.repaired(s, copy);
-                            }
-                        }
-                    }
-                    (Pkt::Ack(a, s, c, r), false) => {
-                        tx.on_ack(now, a, s, c, r);
-                    }
-                    _ => unreachable!(),
-                }
-            }
-            if rx.ack_due() {
-                let (a, s, c) = rx.ack();
-                rx.acked();
-                net.send(now, Pkt::Ack(a, s, c, rx.take_repaired()), false);
-            }
-        }
-        (delivered, now, tx.retransmits)
-    }
-
-    fn exactly_once(delivered: &[u32], n: u32) {
-        let mut sorted = delivered.to_vec();
-        sorted.sort_unstable();
-        assert_eq!(
-            sorted,
-            (0..n).collect::<Vec<_>>(),
-            "every item exactly once"
-        );
-    }
-
-    #[test]
-    fn lossless_link_delivers_everything_without_retransmits() {
-        let (d, _, re) = run(1, 2000, 0.0, 0.0, Config::default());
-        exactly_once(&d, 2000);
-        assert_eq!(re, 0);
-    }
-
-    #[test]
-    fn loss_duplication_and_reordering_still_deliver_exactly_once() {
-        for seed in 0..4 {
-            for (loss, dup) in [(0.01, 0.0), (0.05, 0.05), (0.3, 0.1)] {
-                let (d, _, re) = run(seed, 1000, loss, dup, Config::default());
-                exactly_once(&d, 1000);
-                assert!(re > 0, "seed {seed}: loss {loss} needs retransmits");
-            }
-        }
-    }
-
-    #[test]
-    fn a_small_credit_still_completes() {
-        let config = Config {
-            window: 4,
-            ..Config::default()
-        };
-        let (d, _, _) = run(3, 500, 0.1, 0.05, config);
-        exactly_once(&d, 500);
-    }
-
-    #[test]
-    fn pacing_bounds_the_rate() {
-        // 1500-byte frames at 1.5 MB/s: 1000 frames need at least ~1 s minus the burst.
-        let config = Config {
-            rate: Some(1_500_000),
-            burst: 15_000,
-            ..Config::default()
-        };
-        let (d, t, _) = run(4, 1000, 0.0, 0.0, config);
-        exactly_once(&d, 1000);
-        assert!(
-            t >= 980_000_000,
-            "finished at {t} ns, faster than the pacing rate"
-        );
-        let (_, t_unpaced, _) = run(4, 1000, 0.0, 0.0, Config::default());
-        assert!(t_unpaced < t / 10);
-    }
 
     #[test]
     fn rto_backs_off_and_is_capped() {

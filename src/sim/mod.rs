@@ -1,0 +1,18 @@
+//! The simulated network: pure, deterministic, on a virtual clock.
+//!
+//! One fabric for every test that runs ranks together without sockets. [`SimLink`] is one
+//! directed edge of a topology (seeded delay, loss, reordering, duplication, optionally a
+//! rate); [`SimNet`] puts a rank on each machine and runs there the code that runs on the
+//! real links: the engine's [`Endpoint`](crate::engine::Endpoint) with every broadcast in
+//! flight and, between ranks whose path is lossy, the per-peer reliability of
+//! [`engine::reliable`](crate::engine::reliable), which raw Ethernet runs.
+
+#![deny(unsafe_code)]
+
+mod link;
+mod net;
+#[cfg(test)]
+mod tests;
+
+pub use link::{LinkModel, LinkStats, SimLink};
+pub use net::{Outcome, SimNet, Stats};
