@@ -21,7 +21,7 @@ pub mod profile;
 pub mod steps;
 pub mod two_level;
 
-pub use profile::{Cost, Point, Profile, BUILTIN_NAMES, DEFAULT_MEMCPY_GB_S};
+pub use profile::{Cost, Point, Profile, BUILTIN_NAMES, COPY_OVERHEAD_US, DEFAULT_MEMCPY_GB_S};
 
 use crate::plan::{self, kbinomial, Plan, PlanError, TreeKind};
 use crate::topology::{MachineId, Topology};

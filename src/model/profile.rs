@@ -44,6 +44,13 @@ pub struct Cost {
 /// server (one core streams 5–15 GB/s; several local ranks copy at once and share the bus).
 pub const DEFAULT_MEMCPY_GB_S: f64 = 5.0;
 
+/// What each in-host segment costs besides its bytes: the writer's record on the pair's
+/// socket, the reader's wake-up, its `process_vm_readv` call and its share of a credit
+/// (about 10 µs on this project's machines). Without it the model would cut a message on one
+/// host into the smallest segments (measured: 256-byte segments made 16 MiB 47× slower than
+/// one whole-message copy per rank).
+pub const COPY_OVERHEAD_US: f64 = 10.0;
+
 /// A calibration profile: at least one point, sizes strictly increasing, every size and g
 /// positive, every L non-negative and finite, the copy bandwidth (if given) positive.
 /// Deserializing validates; a profile built by hand can be checked with [`Profile::validate`].
@@ -180,7 +187,7 @@ impl Profile {
 
     /// Microseconds for one local rank to copy `bytes` from its leader's buffer.
     pub fn copy_us(&self, bytes: u64) -> f64 {
-        bytes as f64 / (self.memcpy_gb_s.unwrap_or(DEFAULT_MEMCPY_GB_S) * 1000.0)
+        COPY_OVERHEAD_US + bytes as f64 / (self.memcpy_gb_s.unwrap_or(DEFAULT_MEMCPY_GB_S) * 1000.0)
     }
 
     /// The candidate segment sizes.
@@ -315,11 +322,11 @@ mod tests {
     fn memcpy_bandwidth_is_optional() {
         let p = Profile::builtin("1gbit").unwrap();
         assert_eq!(p.memcpy_gb_s, None);
-        assert_eq!(p.copy_us(5000), 1.0); // 5 GB/s = 5000 B/µs
+        assert_eq!(p.copy_us(5000), COPY_OVERHEAD_US + 1.0); // 5 GB/s = 5000 B/µs
         assert!(!p.to_json().contains("memcpy"));
         let text = r#"{"points":[{"bytes":256,"L_us":1,"g_us":2}],"memcpy_GB_s":20}"#;
         let fast = Profile::parse(text).unwrap();
-        assert_eq!(fast.copy_us(20_000), 1.0);
+        assert_eq!(fast.copy_us(20_000), COPY_OVERHEAD_US + 1.0);
         assert_eq!(Profile::parse(&fast.to_json()).unwrap(), fast);
         for bad in ["0", "-3", "null"] {
             let text =

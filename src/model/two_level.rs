@@ -13,7 +13,8 @@
 //!
 //! The local ranks copy concurrently (each from the leader's buffer, `process_vm_readv`), so a
 //! host's stage does not grow with its rank count; the memory bus they share is not modelled.
-//! A single host is `X·c` = the message over the copy bandwidth.
+//! A single host is `X·c` = the message over the copy bandwidth plus a per-segment overhead
+//! ([`super::profile::COPY_OVERHEAD_US`]).
 
 use super::logp;
 use super::profile::{Cost, Profile};
@@ -81,7 +82,10 @@ pub fn choose_segment(plan: &Plan, hosts: &Hosts, profile: &Profile, msize: u64)
         0.0
     };
     let mut best = (0u64, f64::INFINITY);
-    for size in profile.sizes() {
+    // Beyond the profile's sizes: the in-host stage favours large segments (each costs a
+    // fixed overhead), and a host's ranks may be all there is.
+    let large = [256 << 10, 1 << 20, 4 << 20, share];
+    for size in profile.sizes().chain(large) {
         let seg = size.min(share).max(1);
         let links = busiest * share as f64 * profile.cost(seg).g_us / seg as f64;
         let t = predict(plan, hosts, profile, msize, size).max(links);
@@ -95,7 +99,7 @@ pub fn choose_segment(plan: &Plan, hosts: &Hosts, profile: &Profile, msize: u64)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{plan_for, DEFAULT_MEMCPY_GB_S};
+    use crate::model::{plan_for, COPY_OVERHEAD_US, DEFAULT_MEMCPY_GB_S};
     use crate::plan;
     use crate::topology::{gen, hosts, Topology};
 
@@ -111,7 +115,8 @@ mod tests {
         let plan = plan::build(&t, 0, &TreeKind::Linear, None).unwrap();
         let msize = 1 << 20;
         let t_us = predict(&plan, t.hosts().unwrap(), &profile(), msize, 8192);
-        let want = msize as f64 / (DEFAULT_MEMCPY_GB_S * 1000.0);
+        // 128 segments, each its bytes over the copy bandwidth plus the per-segment overhead.
+        let want = msize as f64 / (DEFAULT_MEMCPY_GB_S * 1000.0) + 128.0 * COPY_OVERHEAD_US;
         assert!((t_us - want).abs() < 1e-6, "{t_us} vs {want}");
     }
 
