@@ -479,9 +479,14 @@ static int pipecast_bcast(void *buff, int count, struct ompi_datatype_t *datatyp
         /* Where pipecast cannot win (all ranks on one host, a small message), Open MPI's own
          * broadcast runs: the same answer at every rank. */
         if (!m->deferral_said && ompi_comm_rank(comm) == 0) {
-            say(1, "comm %s: every rank on one host: broadcasts below %llu bytes go to Open "
-                   "MPI's own broadcast (faster there; PIPECAST_HOST_MIN_BYTES)",
-                comm->c_name, (unsigned long long)pipecast_defers_below(m->pc));
+            uint64_t below = pipecast_defers_below(m->pc);
+            if (below == UINT64_MAX)
+                say(1, "comm %s: every rank on one host: every broadcast goes to Open MPI's own "
+                       "broadcast (faster there; PIPECAST_HOST_MIN_BYTES)", comm->c_name);
+            else
+                say(1, "comm %s: every rank on one host: broadcasts below %llu bytes go to Open "
+                       "MPI's own broadcast (faster there; PIPECAST_HOST_MIN_BYTES)",
+                    comm->c_name, (unsigned long long)below);
         }
         m->deferral_said = true;
         m->fallback++;

@@ -74,7 +74,9 @@ pub fn settings_text(config: &Config) -> String {
         config.engine.window,
         transport_kind(&config.transport),
         config.shm,
-        config.host_min_bytes,
+        config
+            .host_min_bytes
+            .map_or("default".into(), |b| b.to_string()),
     )
     .ok();
     // Debug output of these Vec-based values is deterministic.

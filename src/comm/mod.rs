@@ -105,16 +105,19 @@ pub struct Config {
     pub shm: ShmMode,
     /// On a communicator whose ranks all share one host, the MPI glue leaves broadcasts below
     /// this many bytes to the MPI's own broadcast ([`Comm::defers_below`]; env
-    /// PIPECAST_HOST_MIN_BYTES).
-    pub host_min_bytes: u64,
+    /// PIPECAST_HOST_MIN_BYTES). `None`: the measured default ([`HOST_MIN_BYTES`], and every
+    /// size with two ranks).
+    pub host_min_bytes: Option<u64>,
 }
 
-/// The default of [`Config::host_min_bytes`]: below it, on one host, Open MPI 4.1's
-/// shared-memory broadcast beat pipecast's (whose every broadcast pays a hand-over to its
-/// progress thread and a wake-up per hop, tens of µs, where Open MPI's ranks poll shared
-/// memory) in `bench/local_ompi.sh` on this project's 2-core machines; docs/results-ompi.md
-/// has the numbers.
-pub const HOST_MIN_BYTES: u64 = 1 << 20;
+/// The default of [`Config::host_min_bytes`] with three ranks or more on one host. Measured
+/// with `bench/local_ompi.sh` (docs/results-ompi.md, 2-core machine, Open MPI 4.1): every
+/// pipecast broadcast pays a hand-over to its progress thread and a wake-up per hop (about
+/// 130 µs for a 4 KiB broadcast) where Open MPI's ranks poll shared memory, so Open MPI wins
+/// up to 1 MiB (4 ranks: 0.79×); from 4 MiB pipecast's concurrent single copies win (4 ranks:
+/// 1.45× at 4 MiB, 1.97× at 16 MiB). With two ranks a broadcast is one copy either way and
+/// Open MPI's own was faster at every size (0.37–0.90×), so two ranks always defer.
+pub const HOST_MIN_BYTES: u64 = 4 << 20;
 
 impl Default for Config {
     fn default() -> Config {
@@ -130,7 +133,7 @@ impl Default for Config {
             transport: Transport::Tcp,
             raweth_ring: None,
             shm: ShmMode::Auto,
-            host_min_bytes: HOST_MIN_BYTES,
+            host_min_bytes: None,
         }
     }
 }
@@ -322,10 +325,11 @@ impl Comm {
     /// that is a communicator on one host below [`Config::host_min_bytes`]; between hosts,
     /// `min_bytes` of the glue decides as before.
     pub fn defers_below(&self) -> u64 {
-        if self.hosts == 1 {
-            self.config.host_min_bytes
-        } else {
-            0
+        match (self.hosts, self.config.host_min_bytes) {
+            (1, Some(bytes)) => bytes,
+            (1, None) if self.size == 2 => u64::MAX,
+            (1, None) => HOST_MIN_BYTES,
+            _ => 0,
         }
     }
 

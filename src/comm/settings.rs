@@ -145,12 +145,12 @@ impl Settings {
             config.raweth_ring = Some(bytes as usize);
         }
         if let Some(v) = &self.host_min_bytes {
-            config.host_min_bytes = parse_bytes(v).ok_or_else(|| {
+            config.host_min_bytes = Some(parse_bytes(v).ok_or_else(|| {
                 bad(
                     "PIPECAST_HOST_MIN_BYTES",
                     format!("{v:?}: expected bytes such as 0, 65536 or 1M"),
                 )
-            })?;
+            })?);
         }
         if let Some(v) = &self.shm {
             config.shm = v.parse().map_err(|e| bad("PIPECAST_SHM", e))?;
