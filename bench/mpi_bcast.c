@@ -168,7 +168,7 @@ int main(int argc, char **argv)
         if (rank == 0) {
             printf("{\"label\":\"%s\",\"np\":%d,\"root\":%d,\"bytes\":%zu,\"iters\":%d,\"bcast_s\":%.6f,"
                    "\"bcast_root_s\":%.6f,\"p2p_s\":%.6f,\"p2p_peer\":%d,\"ratio\":%.4f,"
-                   "\"memcpy_s\":%.6f,\"ok\":%s}\n",
+                   "\"memcpy_s\":%.9f,\"ok\":%s}\n",
                    label, np, root, bytes, n, slowest, at_root, t, peer, t > 0 ? slowest / t : 0,
                    copy, every ? "true" : "false");
             fflush(stdout);
