@@ -121,6 +121,27 @@ pub(crate) fn land_held(
     Ok(())
 }
 
+/// Fails if a peer that a broadcast in flight waits for is gone (`closed(peer)`): how a
+/// reliable link (TCP, shared memory) learns of a dead process, its connection closed.
+pub(crate) fn check_closed(
+    endpoint: &Endpoint,
+    closed: impl Fn(usize) -> bool,
+) -> Result<(), TransportError> {
+    match endpoint.waiting_for().into_iter().find(|&p| closed(p)) {
+        Some(peer) => Err(TransportError::Closed { peer }),
+        None => Ok(()),
+    }
+}
+
+/// A payload routed into a broadcast whose buffer is gone: cannot happen (a broadcast cannot
+/// finish while one of its segments is still arriving), reported rather than trusted.
+pub(crate) fn gone_buffer(peer: usize, seq: u64) -> TransportError {
+    TransportError::BadFrame {
+        peer,
+        reason: format!("a segment of broadcast {seq} arrived after it finished here"),
+    }
+}
+
 /// Runs broadcast `seq` (posted on `endpoint`, its buffer in `bufs`) over `link` until it is
 /// done here, then removes it: the loop of the communicator's progress thread for one
 /// broadcast, for tests and tools that drive a link themselves.

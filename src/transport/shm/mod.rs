@@ -19,7 +19,7 @@ mod setup;
 pub use setup::socket_name;
 
 use super::frame::{self, HEADER};
-use super::{Buffers, Transport, TransportError};
+use super::{gone_buffer, Buffers, Transport, TransportError};
 use crate::engine::{Endpoint, Message, Route};
 use crate::wire::shm::{Record, HEAD, RECORD};
 use ring::Ring;
@@ -515,16 +515,10 @@ impl ShmLink {
 
     /// Fails if a peer that a broadcast in flight waits for is gone.
     fn check_closed(&self, endpoint: &Endpoint) -> Result<(), TransportError> {
-        if self.peers.values().any(|p| p.closed) {
-            if let Some(peer) = endpoint
-                .waiting_for()
-                .into_iter()
-                .find(|r| self.peers.get(r).is_some_and(|p| p.closed))
-            {
-                return Err(TransportError::Closed { peer });
-            }
+        if !self.peers.values().any(|p| p.closed) {
+            return Ok(());
         }
-        Ok(())
+        super::check_closed(endpoint, |r| self.peers.get(&r).is_some_and(|p| p.closed))
     }
 
     fn modes(&self) -> String {
@@ -698,13 +692,6 @@ fn attach(rank: usize, pid: i32, addr: u64, dst: &mut [u8]) -> Result<(), Transp
         Some(libc::ESRCH) => TransportError::Closed { peer: rank },
         _ => bad(rank, format!("cannot read its segment at {addr:#x}: {e}")),
     })
-}
-
-fn gone_buffer(peer: usize, seq: u64) -> TransportError {
-    TransportError::BadFrame {
-        peer,
-        reason: format!("a segment of broadcast {seq}, whose buffer is gone"),
-    }
 }
 
 fn bad(peer: usize, reason: String) -> TransportError {

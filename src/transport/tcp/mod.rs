@@ -6,7 +6,7 @@
 
 use super::frame::{self, HEADER};
 use super::uring::{RecvTarget, Ring};
-use super::{land_held, Buffers, Transport, TransportError};
+use super::{gone_buffer, land_held, Buffers, Transport, TransportError};
 use crate::engine::{Endpoint, Message, Route};
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{self, IoSlice, IoSliceMut, Read};
@@ -181,16 +181,10 @@ impl TcpTransport {
 
     /// Fails if a peer that a broadcast in flight waits for has closed its connection.
     fn check_closed(&self, endpoint: &Endpoint) -> Result<(), TransportError> {
-        if self.conns.values().any(|c| c.closed) {
-            if let Some(peer) = endpoint
-                .waiting_for()
-                .into_iter()
-                .find(|p| self.conns.get(p).is_some_and(|c| c.closed))
-            {
-                return Err(TransportError::Closed { peer });
-            }
+        if !self.conns.values().any(|c| c.closed) {
+            return Ok(());
         }
-        Ok(())
+        super::check_closed(endpoint, |p| self.conns.get(&p).is_some_and(|c| c.closed))
     }
 
     fn queue(&mut self, endpoint: &mut Endpoint, now: u64) -> Result<(), TransportError> {
@@ -534,15 +528,6 @@ impl Transport for TcpTransport {
             c.stream.shutdown(std::net::Shutdown::Both).ok();
         }
         self.conns.clear();
-    }
-}
-
-/// A payload was routed into a broadcast whose buffer is gone: cannot happen (a broadcast
-/// cannot finish while one of its segments is still arriving), reported rather than trusted.
-fn gone_buffer(peer: usize, seq: u64) -> TransportError {
-    TransportError::BadFrame {
-        peer,
-        reason: format!("a segment of broadcast {seq} arrived after it finished here"),
     }
 }
 
