@@ -183,5 +183,7 @@ mod tests {
         let l = choose(&Transport::Auto, tcp, None, &[None, None], 5).unwrap();
         assert_eq!(l.describe(), "tcp");
         assert!(!l.serves_idle());
+        assert_eq!(l.capabilities(), crate::transport::Capabilities::default());
+        assert!(l.capabilities().reliable);
     }
 }

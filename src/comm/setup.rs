@@ -127,7 +127,7 @@ impl Local {
             config.timeout.max(std::time::Duration::from_secs(60)),
         )?;
         let link = transport.describe();
-        let frame_payload = transport.frame_payload();
+        let frame_payload = transport.capabilities().max_frame;
         tracing::info!(rank, transport = %link, "joined");
         let wake = Arc::new(Wake::new().map_err(|e| {
             CommError::Bootstrap(format!("cannot create the progress thread's eventfd: {e}"))

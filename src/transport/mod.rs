@@ -25,6 +25,34 @@ use crate::engine::Endpoint;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+/// What a link can do, for the endpoint and the driver above it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Delivers every message exactly once (TCP, shared memory). A lossy link (raw Ethernet)
+    /// needs per-peer reliability (`engine::reliable`).
+    pub reliable: bool,
+    /// Payload bytes of one full frame (raw Ethernet: segments that are whole multiples of it
+    /// travel in full frames); `None` for a byte stream.
+    pub max_frame: Option<u64>,
+    /// Buffers must be registered with the link before data moves (RDMA verbs; none today).
+    pub needs_registration: bool,
+    /// The reader takes the bytes from the writer's memory itself (shared memory's
+    /// cross-memory attach; RDMA reads): the writer's buffer must stay put until the reader
+    /// acknowledged it, which the engine's credits already guarantee.
+    pub one_sided: bool,
+}
+
+impl Default for Capabilities {
+    fn default() -> Capabilities {
+        Capabilities {
+            reliable: true,
+            max_frame: None,
+            needs_registration: false,
+            one_sided: false,
+        }
+    }
+}
+
 /// A link the communicator's progress thread drives: it moves the endpoint's messages
 /// between ranks (TCP or raw Ethernet), sending payloads straight from their broadcasts'
 /// buffers and writing arriving segments straight into them. It knows nothing of trees:
@@ -34,10 +62,10 @@ pub trait Transport: Send {
     /// `tcp` or `raweth:IFACE`: what runs.
     fn describe(&self) -> String;
 
-    /// Payload bytes of one full frame on raw Ethernet (segments that are whole multiples of
-    /// it travel in full frames); `None` on TCP, a byte stream.
-    fn frame_payload(&self) -> Option<u64> {
-        None
+    /// What the link can do (NCCL's net plugin properties and smoltcp's device capabilities
+    /// are the models). Default: a reliable byte stream (TCP).
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
     }
 
     fn connect(&mut self, peers: &[usize], timeout: Duration) -> Result<(), TransportError>;

@@ -65,8 +65,9 @@ impl Transport for Router {
         }
     }
 
-    fn frame_payload(&self) -> Option<u64> {
-        self.links[0].frame_payload()
+    /// The network link's (the first): what shapes segments between hosts.
+    fn capabilities(&self) -> super::Capabilities {
+        self.links[0].capabilities()
     }
 
     fn connect(&mut self, peers: &[usize], timeout: Duration) -> Result<(), TransportError> {

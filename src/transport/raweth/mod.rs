@@ -368,8 +368,12 @@ impl Transport for RawEthTransport {
         format!("raweth:{}", self.sock.ifname())
     }
 
-    fn frame_payload(&self) -> Option<u64> {
-        Some(self.max_payload as u64)
+    fn capabilities(&self) -> super::Capabilities {
+        super::Capabilities {
+            reliable: false,
+            max_frame: Some(self.max_payload as u64),
+            ..super::Capabilities::default()
+        }
     }
 
     /// Checks that every one of `peers` has a MAC address (there is no connection to make:

@@ -542,6 +542,14 @@ impl Transport for ShmLink {
         self.setup(peers, timeout)
     }
 
+    /// Reliable; one-sided where the reader attaches to the writer's memory.
+    fn capabilities(&self) -> super::Capabilities {
+        super::Capabilities {
+            one_sided: self.peers.values().any(|p| p.rx.is_none()),
+            ..super::Capabilities::default()
+        }
+    }
+
     fn progress(
         &mut self,
         bufs: &mut Buffers,
@@ -702,5 +710,52 @@ fn io_err(peer: Option<usize>, e: io::Error) -> TransportError {
     TransportError::Io {
         peer,
         error: e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two links of one process (threads) connect; they attach to each other's memory (same
+    /// process), or use the ring when forced.
+    fn pair(mode: ShmMode) -> (ShmLink, ShmLink) {
+        let tag: u64 = rand::random();
+        let names: Vec<String> = (0..2)
+            .map(|r| format!("pipecast.test.{tag:x}.{r}"))
+            .collect();
+        let mut a = ShmLink::bind(0, &names[0], mode).unwrap();
+        let mut b = ShmLink::bind(1, &names[1], mode).unwrap();
+        a.set_peers(names.clone(), 7);
+        b.set_peers(names, 7);
+        let t = std::thread::spawn(move || {
+            b.connect(&[0], Duration::from_secs(10)).unwrap();
+            b
+        });
+        a.connect(&[1], Duration::from_secs(10)).unwrap();
+        (a, t.join().unwrap())
+    }
+
+    #[test]
+    fn links_of_one_host_attach_or_use_the_ring() {
+        let (a, b) = pair(ShmMode::Auto);
+        assert_eq!(a.describe(), "shm:cma");
+        assert_eq!(b.describe(), "shm:cma");
+        let caps = a.capabilities();
+        assert!(caps.reliable && caps.one_sided && caps.max_frame.is_none());
+        let (a, _b) = pair(ShmMode::Ring);
+        assert_eq!(a.describe(), "shm:ring");
+        assert!(!a.capabilities().one_sided);
+    }
+
+    #[test]
+    fn modes_parse_and_print_back() {
+        for m in ["auto", "cma", "ring", "off"] {
+            assert_eq!(m.parse::<ShmMode>().unwrap().to_string(), m);
+        }
+        assert!("shm"
+            .parse::<ShmMode>()
+            .unwrap_err()
+            .contains("auto, cma, ring or off"));
     }
 }
