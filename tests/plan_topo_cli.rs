@@ -99,3 +99,25 @@ fn bad_input_fails_with_the_reason() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("missing.json"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Issue 14: a switch name of 70,000 bytes made `topo check` panic (a column width above
+/// 65535 in `format!`); it is checked and printed like any other.
+#[test]
+fn a_very_long_switch_name_is_checked_without_a_panic() {
+    let dir = std::env::temp_dir().join(format!("pipecast-longname-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("t.json");
+    let name = "s".repeat(70_000);
+    std::fs::write(
+        &path,
+        format!(
+            r#"{{"switches": ["{name}"], "machines": [{{"name": "n0", "switch": "{name}"}}]}}"#
+        ),
+    )
+    .unwrap();
+    let out = pipecast(&["topo", "check", path.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(out.status.success(), "{stderr}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -87,6 +87,11 @@ pub fn expand_hostlist(list: &str) -> Result<Vec<String>, SlurmError> {
         for range in ranges.split(',') {
             let (lo, hi) = range.split_once('-').unwrap_or((range, range));
             let width = lo.len();
+            // u64 has at most 20 digits: more is zero-padding no host name needs (and a
+            // width above 65535 would panic `format!`).
+            if width > 20 || hi.len() > 20 {
+                return Err(bad());
+            }
             let a: u64 = lo.parse().map_err(|_| bad())?;
             let b: u64 = hi.parse().map_err(|_| bad())?;
             if b < a || b - a > 100_000 || out.len() as u64 + (b - a) > 100_000 {
@@ -151,6 +156,13 @@ mod tests {
             ["n0", "n1", "n2", "n7", "m1", "x08", "x09", "x10"]
         );
         assert_eq!(expand_hostlist("a[3]b").unwrap(), ["a3b"]);
+        // Issue 14: a 65,536-digit zero-padded start panicked in `format!`.
+        let padded = format!("n[{}1-2]", "0".repeat(65_536));
+        assert!(expand_hostlist(&padded).is_err());
+        assert_eq!(
+            expand_hostlist("n[00000000000000000001-2]").unwrap(),
+            ["n00000000000000000001", "n00000000000000000002"]
+        );
         for bad in ["n[0-", "n]0[", "n[3-1]", "n[a-b]", "n[0-1][2-3]", "n[[0]]"] {
             assert!(expand_hostlist(bad).is_err(), "{bad}");
         }

@@ -178,7 +178,9 @@ fn summary(name: &str, t: &Topology) -> String {
         .map(|s| s.name.len())
         .max()
         .unwrap_or(0)
-        .max("switch".len());
+        .max("switch".len())
+        // Longer names overflow their column (a width above 65535 would panic `format!`).
+        .min(64);
     out += &format!("{:width$}  machines  linked to\n", "switch");
     for (s, switch) in t.switches().iter().enumerate() {
         let neighbours: Vec<&str> = t
