@@ -121,3 +121,37 @@ fn a_very_long_switch_name_is_checked_without_a_panic() {
     assert!(out.status.success(), "{stderr}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Issue 14: `pipecast plan … | head -1` panicked on the broken pipe; it now exits quietly
+/// with the shell's SIGPIPE status, as `ls` does.
+#[test]
+fn a_closed_stdout_ends_the_tool_quietly() {
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pipecast"))
+        .args([
+            "topo",
+            "gen",
+            "random",
+            "--machines",
+            "20000",
+            "--switches",
+            "500",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Read one line, then close the pipe, like `head -1`.
+    let mut out = child.stdout.take().unwrap();
+    let mut first = [0u8; 1];
+    std::io::Read::read_exact(&mut out, &mut first).unwrap();
+    drop(out);
+    let result = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        result.status.success() || result.status.code() == Some(141),
+        "{:?}: {stderr}",
+        result.status
+    );
+}

@@ -42,7 +42,27 @@ enum Command {
     Lab(lab::Args),
 }
 
+/// `pipecast plan … | head -1`: when the reader of stdout goes away, exit quietly with the
+/// shell's status for SIGPIPE (128 + 13), as `ls` does. Rust ignores SIGPIPE, so `println!`
+/// panics on the broken pipe instead; this hook turns exactly that panic into the quiet exit.
+fn exit_quietly_on_broken_pipe() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.contains("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default(info);
+    }));
+}
+
 fn main() -> ExitCode {
+    exit_quietly_on_broken_pipe();
     let filter = tracing_subscriber::EnvFilter::try_from_env("PIPECAST_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     tracing_subscriber::fmt()
