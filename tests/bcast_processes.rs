@@ -641,3 +641,52 @@ fn ranks_sharing_machines_broadcast_over_two_levels() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Issue 14: a rank of `bench --local` killed by a signal (the out-of-memory killer, say) is
+/// reported as such, and `--local` refuses absurd rank counts.
+#[test]
+fn local_ranks_killed_by_a_signal_are_named() {
+    let mut parent = Command::new(EXE)
+        .args([
+            "bench", "--local", "3", "--sizes", "1K", "--iters", "1000000",
+        ])
+        .args(["--tree", "flat", "--timeout-ms", "2000"])
+        .env("PIPECAST_LOG", "off")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let children = Command::new("pgrep")
+        .args(["-P", &parent.id().to_string()])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+        .unwrap_or_default();
+    let Some(child) = children.lines().next().map(str::to_string) else {
+        parent.kill().ok();
+        parent.wait().ok();
+        eprintln!("skipped: pgrep found no rank");
+        return;
+    };
+    assert!(Command::new("kill")
+        .args(["-9", &child])
+        .status()
+        .unwrap()
+        .success());
+    let status = wait_until(
+        &mut parent,
+        Instant::now() + Duration::from_secs(30),
+        "bench --local",
+    );
+    let mut err = String::new();
+    std::io::Read::read_to_string(parent.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert!(!status.success());
+    assert!(err.contains("was killed by signal 9 (SIGKILL"), "{err}");
+    let out = bench_local(100_000, &["--sizes", "1"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("at most 256 local ranks"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

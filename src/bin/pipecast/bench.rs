@@ -504,6 +504,14 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 /// spawns `n` copies of the current executable with PIPECAST_RANK/SIZE/RENDEZVOUS set (and
 /// the `--local N` argument removed), waits for all, and fails if any failed.
 pub fn spawn_local(n: usize, flag: &str, flag_takes_value: bool) -> CliResult {
+    if n > MAX_LOCAL_RANKS {
+        return Err(format!(
+            "{flag} {n}: at most {MAX_LOCAL_RANKS} local ranks (each rank opens a connection to \
+             every other and runs its own threads); for more, start ranks with a launcher \
+             (PIPECAST_RANK, PIPECAST_SIZE, PIPECAST_RENDEZVOUS)"
+        )
+        .into());
+    }
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
@@ -540,15 +548,41 @@ pub fn spawn_local(n: usize, flag: &str, flag_takes_value: bool) -> CliResult {
         }
     }
     let mut failed = Vec::new();
+    let mut killed = Vec::new();
     for (rank, mut c) in children.into_iter().enumerate() {
-        if !c.wait()?.success() {
-            failed.push(rank);
+        let status = c.wait()?;
+        match std::os::unix::process::ExitStatusExt::signal(&status) {
+            Some(sig) => killed.push(format!(
+                "rank {rank} was killed by signal {sig}{}",
+                signal_hint(sig)
+            )),
+            None if !status.success() => failed.push(rank),
+            None => {}
         }
     }
-    if failed.is_empty() {
+    let mut why = killed;
+    if !failed.is_empty() {
+        why.push(format!("ranks {failed:?} failed (their errors are above)"));
+    }
+    if why.is_empty() {
         Ok(())
     } else {
-        Err(format!("ranks {failed:?} failed (their errors are above)").into())
+        Err(why.join("; ").into())
+    }
+}
+
+/// Most ranks `--local` starts.
+pub const MAX_LOCAL_RANKS: usize = 256;
+
+/// What a signal that ended a rank usually means.
+fn signal_hint(sig: i32) -> &'static str {
+    match sig {
+        9 => " (SIGKILL: killed, e.g. by the kernel's out-of-memory killer — see dmesg)",
+        11 => " (SIGSEGV: a crash)",
+        6 => " (SIGABRT)",
+        15 => " (SIGTERM)",
+        2 => " (SIGINT)",
+        _ => "",
     }
 }
 
@@ -565,6 +599,15 @@ mod tests {
         assert_eq!(parse_size("64KiB").unwrap(), 65536);
         assert!(parse_size("x").is_err());
         assert!(parse_size("").is_err());
+    }
+
+    #[test]
+    fn too_many_local_ranks_is_a_clear_error() {
+        let e = spawn_local(MAX_LOCAL_RANKS + 1, "--local", true)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("at most 256 local ranks"), "{e}");
+        assert!(signal_hint(9).contains("out-of-memory"));
     }
 
     #[test]
