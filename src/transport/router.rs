@@ -50,6 +50,11 @@ impl Router {
     fn used(&self, link: usize) -> bool {
         self.route.contains(&link)
     }
+
+    /// The link that waits in a round: the first one in use.
+    fn waiter(&self) -> usize {
+        (0..self.links.len()).find(|&l| self.used(l)).unwrap_or(0)
+    }
 }
 
 impl Transport for Router {
@@ -89,7 +94,7 @@ impl Transport for Router {
         clock: &dyn Fn() -> u64,
         wait: Duration,
     ) -> crate::Result<()> {
-        let waiter = (0..self.links.len()).find(|&l| self.used(l)).unwrap_or(0);
+        let waiter = self.waiter();
         for l in 0..self.links.len() {
             if l != waiter && self.used(l) {
                 self.links[l].progress(bufs, endpoint, clock, Duration::ZERO)?;
@@ -107,7 +112,7 @@ impl Transport for Router {
     /// The waiting link waits on an epoll descriptor holding `fd` and every other link's
     /// descriptor.
     fn set_wake(&mut self, fd: RawFd) {
-        let waiter = (0..self.links.len()).find(|&l| self.used(l)).unwrap_or(0);
+        let waiter = self.waiter();
         let others: Vec<RawFd> = (0..self.links.len())
             .filter(|&l| l != waiter && self.used(l))
             .filter_map(|l| self.links[l].wait_fd())

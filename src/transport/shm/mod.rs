@@ -222,13 +222,11 @@ impl ShmLink {
     }
 
     fn queue(&mut self, endpoint: &mut Endpoint, now: u64) -> Result<(), TransportError> {
-        let peers = &self.peers;
-        let served = |p: usize| peers.contains_key(&p);
-        let mut got = Vec::new();
-        while let Some((seq, t)) = endpoint.poll_transmit_to(now, &served) {
-            got.push((seq, t));
-        }
-        for (seq, t) in got {
+        loop {
+            let peers = &self.peers;
+            let Some((seq, t)) = endpoint.poll_transmit_to(now, &|p| peers.contains_key(&p)) else {
+                break;
+            };
             let peer = self.peers.get_mut(&t.to).expect("served");
             if peer.closed {
                 return Err(TransportError::Closed { peer: t.to });

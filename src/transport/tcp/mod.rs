@@ -188,8 +188,11 @@ impl TcpTransport {
     }
 
     fn queue(&mut self, endpoint: &mut Endpoint, now: u64) -> Result<(), TransportError> {
-        let served: Vec<usize> = self.conns.keys().copied().collect();
-        while let Some((seq, t)) = endpoint.poll_transmit_to(now, &|p| served.contains(&p)) {
+        loop {
+            let conns = &self.conns;
+            let Some((seq, t)) = endpoint.poll_transmit_to(now, &|p| conns.contains_key(&p)) else {
+                break;
+            };
             let conn = self
                 .conns
                 .get_mut(&t.to)
