@@ -14,9 +14,9 @@ pub struct LinkModel {
     /// that leave closer together than the jitter overtake each other: this is the
     /// reordering. With no jitter an edge is first-in first-out.
     pub jitter: u64,
-    /// Time to put one byte on the edge (ns; 0 is infinitely fast). A message waits until the
-    /// one before it has left: the edge is a queue.
-    pub ns_per_byte: u64,
+    /// Time to put one byte on the edge, in picoseconds (0 is infinitely fast; 8000 is
+    /// 1 Gbit/s). A message waits until the one before it has left: the edge is a queue.
+    pub ps_per_byte: u64,
     /// Probability that a message is lost on this edge.
     pub loss: f64,
     /// Probability that a message arrives twice.
@@ -29,10 +29,23 @@ impl LinkModel {
         LinkModel {
             latency,
             jitter: 0,
-            ns_per_byte: 0,
+            ps_per_byte: 0,
             loss: 0.0,
             duplicate: 0.0,
         }
+    }
+
+    /// A first-in first-out edge of `gbps` Gbit/s with `latency` ns of delay.
+    pub fn rate(gbps: f64, latency: u64) -> LinkModel {
+        LinkModel {
+            ps_per_byte: ps_per_byte(gbps),
+            ..LinkModel::reliable(latency)
+        }
+    }
+
+    /// Nanoseconds to put `bytes` on the edge.
+    pub fn wire_ns(&self, bytes: usize) -> u64 {
+        self.ps_per_byte.saturating_mul(bytes as u64).div_ceil(1000)
     }
 
     /// Whether messages can get lost here: the per-peer reliability is switched on for paths
@@ -40,6 +53,11 @@ impl LinkModel {
     pub fn is_lossy(&self) -> bool {
         self.loss > 0.0
     }
+}
+
+/// Picoseconds per byte at `gbps` Gbit/s (at least 1 ps: an edge is never infinitely fast).
+pub fn ps_per_byte(gbps: f64) -> u64 {
+    ((8000.0 / gbps).round() as u64).max(1)
 }
 
 impl Default for LinkModel {
@@ -55,6 +73,30 @@ pub struct LinkStats {
     pub lost: u64,
     pub duplicated: u64,
     pub delivered: u64,
+    /// Nanoseconds the edge spent putting messages on the wire (queueing excluded).
+    pub busy: u64,
+}
+
+/// How a message crosses an edge ([`SimLink::send_through`]): when its first and last bytes
+/// reach the edge, how long the edge takes to put it on, the delay added to its last byte at
+/// the far end, and whether it pops out there with its first byte (to be forwarded on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Through {
+    pub head: u64,
+    pub tail: u64,
+    pub service: u64,
+    pub extra: u64,
+    pub forward: bool,
+}
+
+/// What [`SimLink::send_through`] did with a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sent {
+    /// When the edge started and finished putting it on.
+    pub start: u64,
+    pub end: u64,
+    /// When each copy (none if lost, two if duplicated) pops out at the far end.
+    pub arrivals: [Option<u64>; 2],
 }
 
 /// A directed edge with its messages in flight, on a virtual clock, with its own seeded
@@ -95,26 +137,72 @@ impl<T: Clone> SimLink<T> {
         self.stats
     }
 
-    /// Puts `message` (`bytes` long) on the edge at `now`.
+    /// Puts `message` (`bytes` long) on the edge at `now` (store and forward: it is whole here).
     pub fn send(&mut self, now: u64, bytes: usize, message: T) {
+        let service = self.model.wire_ns(bytes);
+        let t = Through {
+            head: now,
+            tail: now,
+            service,
+            extra: 0,
+            forward: false,
+        };
+        self.send_through(t, message, |_, _, _| {});
+    }
+
+    /// Cut-through forwarding, as switches pipeline a message's frames: the message's first
+    /// byte reaches this edge at `head`, its last at `tail` (`head <= tail`). The edge puts it
+    /// on from when both it and the edge are free, for `service` ns, and not faster than its
+    /// last byte comes in. Its first and last bytes reach the far end `latency` (+ jitter) ns
+    /// after leaving, the last `extra` ns later still; `stamp(copy, first, last)` tells each
+    /// copy when. With `forward` the message pops out of the edge when its first byte is
+    /// there (a switch forwards it on at once); otherwise when its last byte is.
+    pub fn send_through(
+        &mut self,
+        t: Through,
+        message: T,
+        stamp: impl Fn(&mut T, u64, u64),
+    ) -> Sent {
         let m = self.model;
-        let left = now.max(self.free_at) + m.ns_per_byte.saturating_mul(bytes as u64);
-        self.free_at = left;
+        let Through {
+            head,
+            tail,
+            service,
+            extra,
+            forward,
+        } = t;
+        let start = head.max(self.free_at);
+        let end = (start + service).max(tail);
+        self.free_at = end;
         self.stats.sent += 1;
+        self.stats.busy += service;
+        let mut sent = Sent {
+            start,
+            end,
+            arrivals: [None; 2],
+        };
         // Draw every number whatever happens, so the same sends see the same fates.
         let lost = self.rng.gen_bool(m.loss.clamp(0.0, 1.0));
         let twice = self.rng.gen_bool(m.duplicate.clamp(0.0, 1.0));
         if lost {
             self.stats.lost += 1;
-            return;
+            return sent;
         }
-        let copies = if twice { 2 } else { 1 };
-        self.stats.duplicated += copies - 1;
-        for _ in 0..copies {
-            let at = left + m.latency + self.rng.gen_range(0..=m.jitter);
+        let mut copies = vec![message];
+        if twice {
+            self.stats.duplicated += 1;
+            copies.push(copies[0].clone());
+        }
+        for (i, mut copy) in copies.into_iter().enumerate() {
+            let delay = m.latency + self.rng.gen_range(0..=m.jitter);
             self.sent += 1;
-            self.flight.insert((at, self.sent), message.clone());
+            let (first, last) = (start + delay, end + delay + extra);
+            stamp(&mut copy, first, last);
+            let at = if forward { first } else { last };
+            sent.arrivals[i] = Some(at);
+            self.flight.insert((at, self.sent), copy);
         }
+        sent
     }
 
     /// When the next message arrives at the far end.
@@ -147,7 +235,7 @@ mod tests {
     fn a_link_without_jitter_is_first_in_first_out_and_queues() {
         let mut link = SimLink::new(
             LinkModel {
-                ns_per_byte: 2,
+                ps_per_byte: 2000,
                 ..LinkModel::reliable(100)
             },
             1,

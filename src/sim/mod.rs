@@ -5,14 +5,17 @@
 //! rate); [`SimNet`] puts a rank on each machine and runs there the code that runs on the
 //! real links: the engine's [`Endpoint`](crate::engine::Endpoint) with every broadcast in
 //! flight and, between ranks whose path is lossy, the per-peer reliability of
-//! [`engine::reliable`](crate::engine::reliable), which raw Ethernet runs.
+//! [`engine::reliable`](crate::engine::reliable), which raw Ethernet runs. [`simulate`] runs
+//! one whole broadcast at scale (timing only) and reports what `pipecast sim` prints.
 
 #![deny(unsafe_code)]
 
+mod broadcast;
 mod link;
 mod net;
 #[cfg(test)]
 mod tests;
 
-pub use link::{LinkModel, LinkStats, SimLink};
-pub use net::{Outcome, SimNet, Stats};
+pub use broadcast::{simulate, Contention, EdgeUse, Report, SimError, Timing, EDGE_LATENCY_NS};
+pub use link::{ps_per_byte, LinkModel, LinkStats, Sent, SimLink, Through};
+pub use net::{Flow, Outcome, SimNet, Stats};

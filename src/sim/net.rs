@@ -9,14 +9,17 @@
 //! can be late and broadcasts overlap. Everything is seeded and ordered (`BTreeMap`), so a run
 //! is reproducible.
 
-use super::{LinkModel, SimLink};
+use super::{LinkModel, SimLink, Through};
 use crate::engine::reliable::{self, Accept, Receiver, Sender};
 use crate::engine::{self, Bcast, Endpoint, EngineError, Message, Route, Setup};
+use crate::model::Profile;
 use crate::plan::Lane;
 use crate::topology::{DirEdge, Topology};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::collections::{BTreeMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::sync::Arc;
 
 /// Bytes of header counted for every message on an edge with a finite rate.
 const HEADER_BYTES: usize = 40;
@@ -42,22 +45,55 @@ enum Packet {
 }
 
 impl Packet {
+    /// Payload bytes (counted from the header: without payloads the vector is empty).
+    fn payload_len(&self) -> usize {
+        match self {
+            Packet::Engine {
+                message: Message::Data(h),
+                ..
+            } => h.len as usize,
+            _ => 0,
+        }
+    }
+
     fn bytes(&self) -> usize {
-        HEADER_BYTES
-            + match self {
-                Packet::Engine { payload, .. } => payload.len(),
-                Packet::Ack { .. } => 0,
+        HEADER_BYTES + self.payload_len()
+    }
+
+    fn is_data(&self) -> bool {
+        matches!(
+            self,
+            Packet::Engine {
+                message: Message::Data(_),
+                ..
             }
+        )
     }
 }
 
-/// A packet on its way: it is on edge `hop` of the path from `from` to `to`.
+/// A packet on its way: it is on edge `hop` of `path` (from `from` to `to`); its first byte
+/// reaches the far end of that edge at `head` (cut-through: the next edge may start then),
+/// its last at `tail`.
 #[derive(Debug, Clone)]
 struct Hop {
     from: usize,
     to: usize,
     hop: usize,
+    head: u64,
+    tail: u64,
+    path: Arc<[DirEdge]>,
     packet: Packet,
+}
+
+/// Something due at a virtual time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    /// Posts are due.
+    Post,
+    /// A message may have reached the far end of this edge.
+    Arrival(u32),
+    /// A timer of this rank may be due.
+    Timer(u32),
 }
 
 /// An engine message kept for retransmission, with a copy of its payload.
@@ -111,6 +147,14 @@ struct Rank {
     open: usize,
     dead: bool,
     failed: Option<EngineError>,
+    /// Sequence number → when this rank's part of that broadcast was over.
+    finished: BTreeMap<u64, u64>,
+    /// Sequence number → payload bytes landed so far (the root counts as holding all).
+    landed: BTreeMap<u64, u64>,
+    /// Sequence number → when the whole message had landed here.
+    holds: BTreeMap<u64, u64>,
+    /// When the earliest timer event scheduled for this rank is due.
+    timer_at: Option<u64>,
 }
 
 impl Rank {
@@ -123,8 +167,18 @@ impl Rank {
 #[derive(Debug)]
 struct Post {
     rank: usize,
-    lanes: Vec<Lane>,
+    lanes: Arc<[Lane]>,
     setup: Setup,
+}
+
+/// When one sender's data used one directed edge: from the start of its first message to the
+/// end of its last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flow {
+    pub edge: DirEdge,
+    pub sender: usize,
+    pub first: u64,
+    pub last: u64,
 }
 
 /// Ranks, links and a virtual clock.
@@ -147,6 +201,20 @@ pub struct SimNet {
     /// Events handled, and virtual time passed, before the run is declared stuck.
     max_events: u64,
     max_time: u64,
+    /// Seed 003 §4.2's L(m) and g(m): a data message occupies its sender's uplink for at
+    /// least g(m) and its last byte arrives L(m) after leaving the last edge.
+    profile: Option<Profile>,
+    /// Whether messages carry their bytes (off: timing only, nothing is copied or checked).
+    payloads: bool,
+    /// (time, order, event), earliest first.
+    events: BinaryHeap<Reverse<(u64, u64, Event)>>,
+    order: u64,
+    /// Paths between the pairs of ranks that talked, computed once.
+    paths: HashMap<(usize, usize), Arc<[DirEdge]>>,
+    /// Per edge: sender → (start of its first data message there, end of its last).
+    flows: Vec<BTreeMap<usize, (u64, u64)>>,
+    /// Ranks that run and have broadcasts open.
+    busy_ranks: usize,
 }
 
 impl SimNet {
@@ -169,8 +237,13 @@ impl SimNet {
                 open: 0,
                 dead: false,
                 failed: None,
+                finished: BTreeMap::new(),
+                landed: BTreeMap::new(),
+                holds: BTreeMap::new(),
+                timer_at: None,
             })
             .collect();
+        let edges = topology.edge_count();
         SimNet {
             topology: topology.clone(),
             links,
@@ -185,9 +258,39 @@ impl SimNet {
             stats: Stats::default(),
             max_events: 20_000_000,
             max_time: 3_600_000_000_000,
+            profile: None,
+            payloads: true,
+            events: BinaryHeap::new(),
+            order: 0,
+            paths: HashMap::new(),
+            flows: vec![BTreeMap::new(); edges],
+            busy_ranks: 0,
         }
     }
 
+    /// Prices messages with seed 003 §4.2's extended LogP model (`profile`): a data message
+    /// of m bytes occupies its sender's uplink for g(m) (or its wire time, if longer: the
+    /// 1-port model, one message after another) and its last byte arrives L(m) after it left
+    /// the last edge. Other edges and control messages take their wire time.
+    pub fn profile(&mut self, profile: Profile) -> &mut SimNet {
+        self.profile = Some(profile);
+        self
+    }
+
+    /// Timing only: messages carry no bytes and buffers are not kept, so memory does not grow
+    /// with ranks × message size (the engine runs all the same; data is not checked: the
+    /// tests check it with payloads on). Every rank must post before anything arrives for
+    /// that broadcast (a held segment has no bytes to replay).
+    pub fn without_payloads(&mut self) -> &mut SimNet {
+        self.payloads = false;
+        self
+    }
+
+    /// Raises the number of events after which the run is declared stuck.
+    pub fn max_events(&mut self, events: u64) -> &mut SimNet {
+        self.max_events = events;
+        self
+    }
     /// Every rank's engine tuning.
     pub fn engine_config(&mut self, config: engine::Config) -> &mut SimNet {
         self.engine = config;
@@ -223,28 +326,36 @@ impl SimNet {
     /// ([`SimNet::message`]), every other rank's buffer 0xEE bytes. A rank must post its
     /// broadcasts in sequence-number order, and at no earlier time than the one before.
     pub fn post(&mut self, rank: usize, at: u64, lanes: &[Lane], setup: Setup) -> &mut SimNet {
-        let seed = self.seed ^ setup.seq.wrapping_mul(0xD1B5_4A32_D192_ED03);
-        self.messages.entry(setup.seq).or_insert_with(|| {
-            let mut rng = ChaCha8Rng::seed_from_u64(seed);
-            (0..setup.msize).map(|_| rng.gen()).collect()
-        });
+        self.post_shared(rank, at, lanes.into(), setup)
+    }
+
+    /// [`SimNet::post`] with lanes shared between ranks (one copy for all of them).
+    pub fn post_shared(
+        &mut self,
+        rank: usize,
+        at: u64,
+        lanes: Arc<[Lane]>,
+        setup: Setup,
+    ) -> &mut SimNet {
+        if self.payloads {
+            let seed = self.seed ^ setup.seq.wrapping_mul(0xD1B5_4A32_D192_ED03);
+            self.messages.entry(setup.seq).or_insert_with(|| {
+                let mut rng = ChaCha8Rng::seed_from_u64(seed);
+                (0..setup.msize).map(|_| rng.gen()).collect()
+            });
+        }
         self.ranks[rank].open += 1;
         let order = self.posts.len() as u64;
-        self.posts.insert(
-            (at, order),
-            Post {
-                rank,
-                lanes: lanes.to_vec(),
-                setup,
-            },
-        );
+        self.posts.insert((at, order), Post { rank, lanes, setup });
+        self.schedule(at, Event::Post);
         self
     }
 
     /// Posts broadcast `setup` over `lanes` at every rank at time 0.
     pub fn post_everywhere(&mut self, lanes: &[Lane], setup: Setup) -> &mut SimNet {
+        let lanes: Arc<[Lane]> = lanes.into();
         for r in 0..self.ranks.len() {
-            self.post(r, 0, lanes, setup);
+            self.post_shared(r, 0, lanes.clone(), setup);
         }
         self
     }
@@ -252,6 +363,33 @@ impl SimNet {
     /// The root's message of broadcast `seq`.
     pub fn message(&self, seq: u64) -> &[u8] {
         &self.messages[&seq]
+    }
+
+    /// When rank `rank`'s part of broadcast `seq` was over (its `bcast` would return).
+    pub fn finished_at(&self, rank: usize, seq: u64) -> Option<u64> {
+        self.ranks[rank].finished.get(&seq).copied()
+    }
+
+    /// When rank `rank` held the whole message of broadcast `seq`.
+    pub fn holds_at(&self, rank: usize, seq: u64) -> Option<u64> {
+        self.ranks[rank].holds.get(&seq).copied()
+    }
+
+    /// Every (edge, sender) whose data crossed an edge other than the sender's own uplink,
+    /// with when it did, by edge then sender.
+    pub fn flows(&self) -> Vec<Flow> {
+        self.flows
+            .iter()
+            .enumerate()
+            .flat_map(|(e, senders)| {
+                senders.iter().map(move |(&sender, &(first, last))| Flow {
+                    edge: DirEdge(e as u32),
+                    sender,
+                    first,
+                    last,
+                })
+            })
+            .collect()
     }
 
     /// Rank `rank`'s buffer of broadcast `seq`, once posted.
@@ -280,23 +418,23 @@ impl SimNet {
     /// busy after 20 million events or an hour of virtual time (timers that keep firing
     /// while no broadcast progresses and none times out).
     pub fn run(&mut self) -> Vec<Outcome> {
+        self.busy_ranks = self.ranks.iter().filter(|r| r.runs() && r.open > 0).count();
         let mut events = 0u64;
         loop {
-            if self.quiet() {
+            if self.busy_ranks == 0 && self.quiet() {
                 break;
             }
-            events += 1;
+            let Some(&Reverse((at, _, _))) = self.events.peek() else {
+                panic!("hang: ranks wait with nothing to come\n{}", self.describe());
+            };
+            self.now = self.now.max(at);
             assert!(
                 events <= self.max_events && self.now <= self.max_time,
                 "stuck: {events} events by {} virtual ns\n{}",
                 self.now,
                 self.describe()
             );
-            let Some(now) = self.next_event() else {
-                panic!("hang: ranks wait with nothing to come\n{}", self.describe());
-            };
-            self.now = self.now.max(now);
-            self.step();
+            events += self.step();
         }
         self.ranks
             .iter()
@@ -306,6 +444,20 @@ impl SimNet {
                 (None, false) => Outcome::Done,
             })
             .collect()
+    }
+
+    fn schedule(&mut self, at: u64, event: Event) {
+        self.order += 1;
+        self.events.push(Reverse((at, self.order, event)));
+    }
+
+    /// Rank `r` fails with `e` (a broadcast failed there; it stops).
+    fn fail(&mut self, r: usize, e: EngineError) {
+        let rank = &mut self.ranks[r];
+        if rank.runs() && rank.open > 0 {
+            self.busy_ranks -= 1;
+        }
+        rank.failed = Some(e);
     }
 
     /// Nothing left to do: every running rank completed, and what it sent to another running
@@ -320,64 +472,121 @@ impl SimNet {
         })
     }
 
-    fn next_event(&self) -> Option<u64> {
-        let arrivals = self.links.iter().filter_map(SimLink::next_arrival);
-        let posts = self.posts.keys().next().map(|&(at, _)| at);
-        let timers = self.ranks.iter().filter(|r| r.runs()).flat_map(|r| {
-            r.endpoint
-                .poll_timeout()
-                .into_iter()
-                .chain(r.peers.values().filter_map(|p| p.tx.poll_timeout()))
-        });
-        arrivals.chain(posts).chain(timers).min()
-    }
-
-    /// Everything due at `self.now`: posts, arrivals, timers; then every rank sends.
-    fn step(&mut self) {
+    /// Everything due at `self.now`: posts, arrivals, timers; then every rank they touched
+    /// sends. Returns how many events it handled.
+    fn step(&mut self) -> u64 {
         let now = self.now;
-        while let Some(entry) = self.posts.first_entry() {
-            if entry.key().0 > now {
+        let mut touched = Vec::new();
+        let mut handled = 0;
+        while let Some(&Reverse((at, _, event))) = self.events.peek() {
+            if at > now {
                 break;
             }
-            let post = entry.remove();
-            self.start(post);
-        }
-        for e in 0..self.links.len() {
-            while let Some((_, hop)) = self.links[e].pop_arrived(now) {
-                let path = self.topology.path(hop.from, hop.to);
-                if hop.hop + 1 < path.len() {
-                    let next = path[hop.hop + 1].0 as usize;
-                    let bytes = hop.packet.bytes();
-                    self.links[next].send(
-                        now,
-                        bytes,
-                        Hop {
-                            hop: hop.hop + 1,
-                            ..hop
-                        },
-                    );
-                } else {
-                    self.deliver(hop.from, hop.to, hop.packet);
+            self.events.pop();
+            handled += 1;
+            match event {
+                Event::Post => {
+                    while let Some(entry) = self.posts.first_entry() {
+                        if entry.key().0 > now {
+                            break;
+                        }
+                        let post = entry.remove();
+                        touched.push(post.rank);
+                        self.start(post);
+                    }
+                }
+                Event::Arrival(e) => self.arrive(e as usize, &mut touched),
+                Event::Timer(r) => {
+                    let r = r as usize;
+                    if self.ranks[r].timer_at.is_some_and(|t| t <= now) {
+                        self.ranks[r].timer_at = None;
+                    }
+                    if self.timeout(r) {
+                        touched.push(r);
+                    } else {
+                        self.arm(r);
+                    }
                 }
             }
         }
-        for r in 0..self.ranks.len() {
-            let rank = &mut self.ranks[r];
-            if !rank.runs() {
-                continue;
-            }
-            if let Err(e) = rank.endpoint.handle_timeout(now) {
-                rank.failed = Some(e);
-                continue;
-            }
-            for peer in rank.peers.values_mut() {
-                let before = peer.tx.timeouts;
-                peer.tx.handle_timeout(now);
-                self.stats.timeouts += peer.tx.timeouts - before;
+        touched.sort_unstable();
+        touched.dedup();
+        for r in touched {
+            self.flush(r);
+            self.arm(r);
+        }
+        handled
+    }
+
+    /// Messages that reached the far end of edge `e` by now go on to their next edge or are
+    /// delivered.
+    fn arrive(&mut self, e: usize, touched: &mut Vec<usize>) {
+        let now = self.now;
+        while let Some((_, hop)) = self.links[e].pop_arrived(now) {
+            if hop.hop + 1 < hop.path.len() {
+                let Hop {
+                    from,
+                    to,
+                    hop,
+                    head,
+                    tail,
+                    path,
+                    packet,
+                } = hop;
+                self.put(from, to, hop + 1, head, tail, path, packet);
+            } else {
+                touched.push(hop.to);
+                self.deliver(hop.from, hop.to, hop.packet);
             }
         }
-        for r in 0..self.ranks.len() {
-            self.flush(r);
+    }
+
+    /// Runs rank `r`'s timers if one is due; whether it did.
+    fn timeout(&mut self, r: usize) -> bool {
+        let now = self.now;
+        if !self.ranks[r].runs() || self.next_timeout(r).is_none_or(|t| t > now) {
+            return false;
+        }
+        let rank = &mut self.ranks[r];
+        if let Err(e) = rank.endpoint.handle_timeout(now) {
+            self.fail(r, e);
+            return true;
+        }
+        for peer in rank.peers.values_mut() {
+            let before = peer.tx.timeouts;
+            peer.tx.handle_timeout(now);
+            self.stats.timeouts += peer.tx.timeouts - before;
+        }
+        true
+    }
+
+    /// Rank `r`'s earliest timer: the engine's idle timer or a retransmission timer.
+    fn next_timeout(&self, r: usize) -> Option<u64> {
+        let rank = &self.ranks[r];
+        rank.endpoint
+            .poll_timeout()
+            .into_iter()
+            .chain(rank.peers.values().filter_map(|p| p.tx.poll_timeout()))
+            .min()
+    }
+
+    /// Schedules rank `r`'s earliest timer unless an event at or before it is scheduled. The
+    /// engine's idle timer only moves later, so a timer event that finds nothing due re-arms
+    /// it; retransmission timers can move earlier, so ranks with peers check after each
+    /// flush.
+    fn arm(&mut self, r: usize) {
+        if !self.ranks[r].runs() {
+            return;
+        }
+        let pending = self.ranks[r].timer_at;
+        if pending.is_some() && self.ranks[r].peers.is_empty() {
+            return;
+        }
+        if let Some(t) = self.next_timeout(r) {
+            if pending.is_none_or(|p| t < p) {
+                self.ranks[r].timer_at = Some(t);
+                self.schedule(t, Event::Timer(r as u32));
+            }
         }
     }
 
@@ -388,7 +597,9 @@ impl SimNet {
             return;
         }
         let setup = post.setup;
-        let mut buf = if setup.root == post.rank {
+        let mut buf = if !self.payloads {
+            Vec::new()
+        } else if setup.root == post.rank {
             self.messages[&setup.seq].clone()
         } else {
             vec![0xEE; setup.msize as usize]
@@ -396,8 +607,11 @@ impl SimNet {
         let posted = Bcast::new(post.rank, &post.lanes, setup, self.engine, now)
             .and_then(|b| rank.endpoint.post(b, &mut buf, now));
         rank.bufs.insert(setup.seq, buf);
+        if setup.root == post.rank || setup.msize == 0 {
+            rank.holds.insert(setup.seq, now);
+        }
         if let Err(e) = posted {
-            rank.failed = Some(e);
+            self.fail(post.rank, e);
         }
     }
 
@@ -421,17 +635,84 @@ impl SimNet {
     }
 
     fn transmit(&mut self, from: usize, to: usize, packet: Packet) {
-        let Some(first) = self.topology.path(from, to).first().copied() else {
+        let path = self.path(from, to);
+        if path.is_empty() {
             return;
-        };
+        }
+        let now = self.now;
+        self.put(from, to, 0, now, now, path, packet);
+    }
+
+    /// The path from `from` to `to`, computed once per pair.
+    fn path(&mut self, from: usize, to: usize) -> Arc<[DirEdge]> {
+        let topology = &self.topology;
+        self.paths
+            .entry((from, to))
+            .or_insert_with(|| topology.path(from, to).into())
+            .clone()
+    }
+
+    /// Puts `packet` on edge `hop` of its path; its first byte got there at `head`, its last
+    /// at `tail`.
+    #[allow(clippy::too_many_arguments)]
+    fn put(
+        &mut self,
+        from: usize,
+        to: usize,
+        hop: usize,
+        head: u64,
+        tail: u64,
+        path: Arc<[DirEdge]>,
+        packet: Packet,
+    ) {
+        let e = path[hop].0 as usize;
+        let path_hop = hop;
+        let link = &self.links[e];
         let bytes = packet.bytes();
+        let mut service = link.model().wire_ns(bytes);
+        let mut extra = 0;
+        if let Some(p) = &self.profile {
+            let cost = p.cost(packet.payload_len() as u64);
+            if hop == 0 && packet.is_data() {
+                service = service.max((cost.g_us * 1000.0).round() as u64);
+            }
+            if hop + 1 == path.len() {
+                extra = (cost.l_us * 1000.0).round() as u64;
+            }
+        }
+        let data = packet.is_data();
+        let forward = hop + 1 < path.len();
         let hop = Hop {
             from,
             to,
-            hop: 0,
+            hop,
+            head,
+            tail,
+            path,
             packet,
         };
-        self.links[first.0 as usize].send(self.now, bytes, hop);
+        let stamp = |h: &mut Hop, first, last| {
+            h.head = first;
+            h.tail = last;
+        };
+        let through = Through {
+            head,
+            tail,
+            service,
+            extra,
+            forward,
+        };
+        let sent = self.links[e].send_through(through, hop, stamp);
+        let (start, end) = (sent.start, sent.end);
+        for at in sent.arrivals.into_iter().flatten() {
+            self.schedule(at, Event::Arrival(e as u32));
+        }
+        if data && path_hop > 0 {
+            self.flows[e]
+                .entry(from)
+                .and_modify(|f| f.1 = end)
+                .or_insert((start, end));
+        }
     }
 
     fn deliver(&mut self, from: usize, to: usize, packet: Packet) {
@@ -466,7 +747,7 @@ impl SimNet {
                     }
                 }
                 if let Err(e) = self.engine_in(to, from, message, payload) {
-                    self.ranks[to].failed = Some(e);
+                    self.fail(to, e);
                 }
             }
         }
@@ -488,18 +769,25 @@ impl SimNet {
         };
         match rank.endpoint.route_data(from, &h)? {
             Route::Into { seq, range } => {
-                let buf = rank
-                    .bufs
-                    .get_mut(&seq)
-                    .expect("a running broadcast has a buffer");
-                if range.len() != payload.len() || range.end > buf.len() {
-                    return Err(EngineError::Protocol(format!(
-                        "rank {from} sent {} bytes for {range:?}",
-                        payload.len()
-                    )));
+                if self.payloads {
+                    let buf = rank
+                        .bufs
+                        .get_mut(&seq)
+                        .expect("a running broadcast has a buffer");
+                    if range.len() != payload.len() || range.end > buf.len() {
+                        return Err(EngineError::Protocol(format!(
+                            "rank {from} sent {} bytes for {range:?}",
+                            payload.len()
+                        )));
+                    }
+                    buf[range.clone()].copy_from_slice(&payload);
                 }
-                buf[range].copy_from_slice(&payload);
                 rank.endpoint.handle_data(now, &h);
+                let landed = rank.landed.entry(seq).or_default();
+                *landed += range.len() as u64;
+                if *landed == h.msize {
+                    rank.holds.entry(seq).or_insert(now);
+                }
             }
             Route::Hold => rank.endpoint.hold(from, message, payload),
             Route::Discard => {}
@@ -516,7 +804,11 @@ impl SimNet {
         let now = self.now;
         while let Some((seq, t)) = self.ranks[r].endpoint.poll_transmit(now) {
             self.stats.messages += 1;
-            let payload = self.ranks[r].bufs[&seq][t.payload.clone()].to_vec();
+            let payload = if self.payloads {
+                self.ranks[r].bufs[&seq][t.payload.clone()].to_vec()
+            } else {
+                Vec::new()
+            };
             let item = Item {
                 message: t.message,
                 payload,
@@ -576,7 +868,14 @@ impl SimNet {
             .collect();
         for seq in done {
             rank.endpoint.finish(seq);
+            rank.finished.insert(seq, now);
+            if !self.payloads {
+                rank.bufs.remove(&seq);
+            }
             rank.open -= 1;
+            if rank.open == 0 {
+                self.busy_ranks -= 1;
+            }
         }
     }
 

@@ -7,6 +7,7 @@ mod hetero;
 mod lab;
 mod observe;
 mod plan;
+mod sim;
 mod topo;
 
 use clap::{Parser, Subcommand};
@@ -36,6 +37,8 @@ enum Command {
     Hetero(hetero::Args),
     /// Run and time real broadcasts between processes.
     Bench(bench::Args),
+    /// Simulate whole broadcasts on a topology: times, busy edges, contention.
+    Sim(sim::Args),
     /// Measure L(m) and g(m) and write a calibration profile.
     Calibrate(calibrate::Args),
     /// Emulated multi-switch cluster in network namespaces (root only).
@@ -75,6 +78,7 @@ fn main() -> ExitCode {
         Command::Plan(args) => plan::run(args),
         Command::Hetero(args) => hetero::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Sim(args) => sim::run(args),
         Command::Calibrate(args) => calibrate::run(args),
         Command::Lab(args) => lab::run(args),
     };

@@ -11,6 +11,7 @@ mod engine;
 mod overlap;
 mod props;
 mod reliable_link;
+mod whole;
 
 /// A small window and frequent credits, so flow control is exercised; a short idle timeout
 /// (1 ms of virtual time: links take ns here) so dead ranks are found quickly.

@@ -77,7 +77,7 @@ proptest! {
         };
         let hops = longest_path(&topo).max(1);
         let edge_loss = 1.0 - (1.0 - loss).powf(1.0 / hops as f64);
-        let model = LinkModel { latency: 200, jitter, ns_per_byte: 0, loss: edge_loss, duplicate };
+        let model = LinkModel { latency: 200, jitter, ps_per_byte: 0, loss: edge_loss, duplicate };
         let setup = Setup { seq: 1, root, msize, segment, deep };
         let mut net = SimNet::new(&topo, model, seed);
         net.engine_config(Config {

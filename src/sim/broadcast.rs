@@ -1,0 +1,231 @@
+//! One whole broadcast simulated and measured, at any scale: what `pipecast sim` reports.
+//!
+//! Every rank runs the real [`Endpoint`](crate::engine::Endpoint) (FPFS forwarding, window
+//! and credits, seed 001 §3.2) on a [`SimNet`] without payloads, so memory grows with ranks
+//! and segments, not with ranks × message size. Each directed edge of the topology is a
+//! first-in first-out queue at its rate (the file's `gbps`, else the given rate). Messages
+//! cross switches cut-through. The sender's uplink is its one port (1-port model: one message
+//! after another). With a calibration profile, a data message of m bytes holds the sender's
+//! port for g(m) and arrives L(m) after its last byte left (seed 003 §4.2).
+//!
+//! Contention (seed 000 §3): two senders' data on one directed edge at the same time. A
+//! sender's flow on an edge lasts from the start of its first message there to the end of its
+//! last; the report lists the edges where flows of different senders overlap and for how long.
+
+use super::{LinkModel, SimNet};
+use crate::engine::{self, Setup};
+use crate::model::Profile;
+use crate::plan::Lane;
+use crate::topology::{DirEdge, Topology};
+use std::sync::Arc;
+
+/// Delay of every edge when timing comes from link rates alone (a switch's forwarding
+/// latency, ns).
+pub const EDGE_LATENCY_NS: u64 = 1_000;
+
+/// Where the times come from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Timing {
+    /// Seed 003 §4.2's L(m) and g(m) (a calibration profile). Edges without a rate in the
+    /// topology run at the profile's streaming rate (its largest size over its g).
+    Profile(Profile),
+    /// Edges without a rate in the topology run at `gbps`; each adds [`EDGE_LATENCY_NS`].
+    Rate { gbps: f64 },
+}
+
+impl Timing {
+    /// Gbit/s of an edge the topology gives no rate.
+    pub fn default_gbps(&self) -> f64 {
+        match self {
+            Timing::Rate { gbps } => *gbps,
+            Timing::Profile(p) => match p.points.last() {
+                Some(last) if last.g_us > 0.0 => last.bytes as f64 * 8.0 / (last.g_us * 1000.0),
+                _ => 1.0,
+            },
+        }
+    }
+}
+
+/// One directed edge's use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EdgeUse {
+    pub edge: DirEdge,
+    /// Time it spent putting messages on the wire (ns).
+    pub busy_ns: u64,
+}
+
+/// Data of different senders on one directed edge at the same time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Contention {
+    pub edge: DirEdge,
+    /// Most senders whose flows overlapped there.
+    pub senders: usize,
+    /// How long two or more did (ns).
+    pub overlap_ns: u64,
+}
+
+/// What one simulated broadcast did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    /// When the slowest rank's part was over (its `bcast` would return), ns.
+    pub completion_ns: u64,
+    /// Per rank, when its part was over.
+    pub finished_ns: Vec<u64>,
+    /// Per rank, when it held the whole message.
+    pub holds_ns: Vec<u64>,
+    /// Every edge that carried something, by edge id.
+    pub edges: Vec<EdgeUse>,
+    /// The busiest edge (the lowest id among equals), if any carried something.
+    pub bottleneck: Option<EdgeUse>,
+    /// Edges where different senders' data overlapped, by edge id.
+    pub contention: Vec<Contention>,
+    /// Engine messages (segments, credits) the ranks sent.
+    pub messages: u64,
+}
+
+/// What can stop a simulation.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("rank {rank} failed: {error}")]
+    Failed {
+        rank: usize,
+        error: engine::EngineError,
+    },
+    #[error("the plan's lanes span {lanes} ranks but the topology has {machines} machines")]
+    Size { lanes: usize, machines: usize },
+    #[error("--link-rate must be a positive number of Gbit/s, not {0}")]
+    Rate(f64),
+}
+
+/// Simulates one broadcast of `msize` bytes from `root` over `lanes` in `segment`-byte
+/// segments (per lane) on `topology`, every rank posting at time 0.
+pub fn simulate(
+    topology: &Topology,
+    lanes: Arc<[Lane]>,
+    root: usize,
+    msize: u64,
+    segment: u64,
+    timing: &Timing,
+) -> Result<Report, SimError> {
+    let size = topology.size();
+    let spanned = lanes.first().map_or(0, |l| l.parents.len());
+    if spanned != size {
+        return Err(SimError::Size {
+            lanes: spanned,
+            machines: size,
+        });
+    }
+    let gbps = timing.default_gbps();
+    if !(gbps.is_finite() && gbps > 0.0) {
+        return Err(SimError::Rate(gbps));
+    }
+    let latency = match timing {
+        Timing::Rate { .. } => EDGE_LATENCY_NS,
+        Timing::Profile(_) => 0,
+    };
+    let mut net = SimNet::new(topology, LinkModel::rate(gbps, latency), 0);
+    for e in 0..topology.edge_count() {
+        let edge = DirEdge(e as u32);
+        if let Some(g) = topology
+            .edge_gbps(edge)
+            .filter(|g| g.is_finite() && *g > 0.0)
+        {
+            net.set_link(edge, LinkModel::rate(g, latency));
+        }
+    }
+    if let Timing::Profile(p) = timing {
+        net.profile(p.clone());
+    }
+    // Nothing dies here: no broadcast may fail for being slow.
+    let config = engine::Config {
+        idle_timeout: u64::MAX / 4,
+        ..engine::Config::default()
+    };
+    let segments = msize.div_ceil(segment.max(1)).max(1);
+    let hops = segments
+        .saturating_mul(size as u64)
+        .saturating_mul(lanes.len() as u64);
+    net.engine_config(config)
+        .without_payloads()
+        .max_events(hops.saturating_mul(64).saturating_add(10_000_000));
+    let setup = Setup {
+        seq: 1,
+        root,
+        msize,
+        segment: segment.max(1),
+        deep: false,
+    };
+    for r in 0..size {
+        net.post_shared(r, 0, lanes.clone(), setup);
+    }
+    let outcome = net.run();
+    if let Some((rank, super::Outcome::Failed(error))) = outcome
+        .into_iter()
+        .enumerate()
+        .find(|(_, o)| *o != super::Outcome::Done)
+    {
+        return Err(SimError::Failed { rank, error });
+    }
+    let finished_ns: Vec<u64> = (0..size)
+        .map(|r| net.finished_at(r, 1).unwrap_or(0))
+        .collect();
+    let holds_ns: Vec<u64> = (0..size).map(|r| net.holds_at(r, 1).unwrap_or(0)).collect();
+    let edges: Vec<EdgeUse> = net
+        .link_stats()
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.sent > 0)
+        .map(|(e, s)| EdgeUse {
+            edge: DirEdge(e as u32),
+            busy_ns: s.busy,
+        })
+        .collect();
+    let bottleneck = edges
+        .iter()
+        .copied()
+        .reduce(|a, b| if b.busy_ns > a.busy_ns { b } else { a });
+    Ok(Report {
+        completion_ns: finished_ns.iter().copied().max().unwrap_or(0),
+        finished_ns,
+        holds_ns,
+        edges,
+        bottleneck,
+        contention: contention(&net.flows()),
+        messages: net.stats().messages,
+    })
+}
+
+/// Per edge, where flows of different senders overlap: the most at once and for how long
+/// two or more did. `flows` is sorted by edge.
+fn contention(flows: &[super::Flow]) -> Vec<Contention> {
+    let mut out = Vec::new();
+    for group in flows.chunk_by(|a, b| a.edge == b.edge) {
+        if group.len() < 2 {
+            continue;
+        }
+        // Sweep: +1 at a flow's first, −1 at its last (ends before starts at equal times:
+        // flows that merely touch do not overlap).
+        let mut points: Vec<(u64, i32)> = group
+            .iter()
+            .flat_map(|f| [(f.first, 1), (f.last, -1)])
+            .collect();
+        points.sort_unstable();
+        let (mut now, mut open, mut most, mut overlap) = (0u64, 0i32, 0i32, 0u64);
+        for (t, d) in points {
+            if open >= 2 {
+                overlap += t - now;
+            }
+            now = t;
+            open += d;
+            most = most.max(open);
+        }
+        if most >= 2 && overlap > 0 {
+            out.push(Contention {
+                edge: group[0].edge,
+                senders: most as usize,
+                overlap_ns: overlap,
+            });
+        }
+    }
+    out
+}

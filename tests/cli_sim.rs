@@ -1,0 +1,154 @@
+//! `pipecast sim` end to end: the JSON contract of docs/sim.md field by field, `auto`
+//! reported as `auto=TREE`, every tree `bench` knows (scatter-allgather included), the size
+//! and tree sweep, the SVG plot, contention on the interleaved hub, and clear errors.
+
+use serde_json::Value;
+use std::process::{Command, Output};
+
+fn pipecast(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pipecast"))
+        .args(args)
+        .output()
+        .expect("the pipecast binary runs")
+}
+
+fn sim_json(args: &[&str]) -> Value {
+    let out = pipecast(args);
+    assert!(
+        out.status.success(),
+        "pipecast {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.lines().count(), 1, "one JSON object on one line");
+    serde_json::from_str(&text).unwrap()
+}
+
+const HUB: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/hub4x4.json");
+const INTERLEAVED: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/examples/hub4x4-interleaved.json"
+);
+
+#[test]
+fn json_contract_and_sweep() {
+    let trees = "auto,linear,binary,naive-linear,binomial,scatter-allgather,kbinomial,flat";
+    let v = sim_json(&[
+        "sim",
+        "--topology",
+        HUB,
+        "--tree",
+        trees,
+        "--sizes",
+        "1,64K,1M",
+        "--json",
+    ]);
+    assert_eq!(v["ranks"], 16);
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results.len(), 3 * 8, "sizes × trees");
+    for (i, r) in results.iter().enumerate() {
+        let tree = r["tree"].as_str().unwrap();
+        let want = trees.split(',').nth(i % 8).unwrap();
+        assert!(
+            tree == want || tree.starts_with(&format!("{want}=")),
+            "{tree} for {want}"
+        );
+        if want == "auto" {
+            assert!(tree.starts_with("auto="), "{tree}");
+        }
+        let bytes = r["bytes"].as_u64().unwrap();
+        assert_eq!(bytes, [1, 65536, 1 << 20][i / 8]);
+        assert!(r["segment_bytes"].as_u64().unwrap() >= 1);
+        let t = r["completion_us"].as_f64().unwrap();
+        assert!(t > 0.0, "{tree} {bytes}: {t}");
+        let edges = r["edges"].as_array().unwrap();
+        assert!(!edges.is_empty());
+        for e in edges {
+            assert!(e["edge"].as_str().unwrap().contains("->"));
+            assert!(e["busy_us"].as_f64().unwrap() >= 0.0);
+        }
+        let b = r["bottleneck"].as_str().unwrap();
+        let busiest = edges
+            .iter()
+            .map(|e| e["busy_us"].as_f64().unwrap())
+            .fold(0.0, f64::max);
+        let of_b = edges.iter().find(|e| e["edge"] == b).unwrap();
+        assert_eq!(of_b["busy_us"].as_f64().unwrap(), busiest);
+        let ranks = r["ranks_us"].as_array().unwrap();
+        assert_eq!(ranks.len(), 16);
+        let slowest = ranks
+            .iter()
+            .map(|t| t.as_f64().unwrap())
+            .fold(0.0, f64::max);
+        assert_eq!(slowest, t);
+    }
+}
+
+#[test]
+fn the_unaware_chain_contends_on_the_interleaved_hub() {
+    let v = sim_json(&[
+        "sim",
+        "--topology",
+        INTERLEAVED,
+        "--tree",
+        "linear,naive-linear",
+        "--msize",
+        "4M",
+        "--json",
+    ]);
+    let r = v["results"].as_array().unwrap();
+    assert_eq!(r[0]["contention"].as_array().unwrap().len(), 0);
+    assert!(!r[1]["contention"].as_array().unwrap().is_empty());
+    assert!(r[1]["completion_us"].as_f64() > r[0]["completion_us"].as_f64());
+}
+
+#[test]
+fn svg_has_one_line_per_tree_and_table_prints() {
+    let out = pipecast(&[
+        "sim",
+        "--topology",
+        HUB,
+        "--tree",
+        "linear,binary,scatter-allgather",
+        "--sizes",
+        "4K,64K,1M",
+        "--link-rate",
+        "0.1",
+        "--format",
+        "svg",
+    ]);
+    assert!(out.status.success());
+    let svg = String::from_utf8(out.stdout).unwrap();
+    assert!(svg.starts_with("<svg"));
+    assert_eq!(svg.matches("<polyline").count(), 3);
+    let out = pipecast(&[
+        "sim",
+        "--topology",
+        HUB,
+        "--msize",
+        "1M",
+        "--tree",
+        "linear",
+    ]);
+    assert!(out.status.success());
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(table.contains("linear") && table.contains("completion_us"));
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    for (args, want) in [
+        (vec!["--msize", "1M", "--root", "99"], "--root 99"),
+        (vec![], "--msize"),
+        (vec!["--msize", "1M", "--tree", "nope"], "--tree"),
+        (vec!["--msize", "1M", "--link-rate", "0"], "--link-rate"),
+        (vec!["--msize", "1M", "--segment", "0"], "--segment"),
+    ] {
+        let mut all = vec!["sim", "--topology", HUB];
+        all.extend(args);
+        let out = pipecast(&all);
+        assert!(!out.status.success(), "{all:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{all:?}: {err}");
+    }
+}
