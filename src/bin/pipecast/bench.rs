@@ -106,12 +106,7 @@ pub fn run(args: Args) -> CliResult {
         std::env::set_var("PIPECAST_TRANSPORT", t);
     }
     let sizes = parse_sizes(&args.sizes)?;
-    let trees: Vec<Algorithm> = args
-        .tree
-        .split(',')
-        .map(|t| t.trim().parse::<Algorithm>())
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("--tree: {e}, or scatter-allgather"))?;
+    let trees = parse_trees(&args.tree)?;
     let segment = args.segment.as_deref().map(parse_size).transpose()?;
     if segment == Some(0) || segment.is_some_and(|s| s > u64::from(u32::MAX)) {
         return Err("--segment must be between 1 byte and 4 GiB".into());
@@ -473,6 +468,14 @@ fn splitmix(x: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
+}
+
+/// A `--tree` list: comma-separated trees of `pipecast plan` or scatter-allgather.
+pub fn parse_trees(list: &str) -> Result<Vec<Algorithm>, String> {
+    list.split(',')
+        .map(|t| t.trim().parse::<Algorithm>())
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("--tree: {e}, or scatter-allgather"))
 }
 
 /// Parses "0,1K,64K,4M".

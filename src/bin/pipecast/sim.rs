@@ -111,12 +111,7 @@ pub fn run(args: Args) -> CliResult {
         (None, Some(list)) => parse_sizes(list)?,
         (None, None) => return Err("give --msize SIZE or --sizes LIST".into()),
     };
-    let trees: Vec<Algorithm> = args
-        .tree
-        .split(',')
-        .map(|t| t.trim().parse::<Algorithm>())
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("--tree: {e}, or scatter-allgather"))?;
+    let trees = crate::bench::parse_trees(&args.tree)?;
     let segment = args
         .segment
         .as_deref()
