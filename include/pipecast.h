@@ -180,6 +180,16 @@ pipecast_result pipecast_tree_node(pipecast_comm *comm,
 // `comm` must be NULL or a live handle.
 uint64_t pipecast_defers_below(const pipecast_comm *comm);
 
+// Copies the description of the links this rank's broadcasts run over into `buf`
+// (NUL-terminated, truncated to `len` bytes) and returns its full length: for example
+// `tcp`, `raweth:eth1`, `shm:cma` (every peer on this host, single copy), `shm:ring` or
+// `tcp+shm:cma` (TCP to other hosts, shared memory on this one). For the MPI glue's verbose
+// output. Local: no communication. NULL `comm` gives 0 and writes nothing.
+//
+// # Safety
+// `comm` must be NULL or a live handle; `buf` must be NULL or point to `len` writable bytes.
+size_t pipecast_comm_link(const pipecast_comm *comm, char *buf, size_t len);
+
 // Frees a communicator (NULL is ignored). Local: no communication.
 //
 // # Safety

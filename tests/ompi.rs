@@ -185,6 +185,8 @@ fn component_under_mpirun() {
     assert!(carried(&stderr, "coll:pipecast") >= 4 * 3 * 4, "{stderr}");
     assert!(!stderr.contains("falling back"), "{stderr}");
     assert_eq!(over_pml(&stderr, "coll:pipecast"), 0);
+    // Verbose 1 names the link: every rank of this job shares one host.
+    assert!(stderr.contains("pipecast ready over shm:"), "{stderr}");
     // MPI_THREAD_MULTIPLE: nothing may block in module enable (OMPI.md).
     let out = mpirun(4, &strs(&args), &[test, "multiple"]);
     check(&out, "coll:pipecast", 4);
@@ -206,6 +208,11 @@ fn preload_under_open_mpi() {
         &[test.to_str().unwrap()],
     );
     check(&out, "pipecast-preload", 4);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("pipecast-preload: pipecast ready over shm:"),
+        "{stderr}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -38,6 +38,7 @@ use crate::model::Profile;
 use crate::plan::{Lane, TreeKind};
 use crate::topology::Topology;
 use crate::transport::lend;
+use crate::transport::wake::spin;
 use crate::transport::Buffer;
 use crossbeam_channel::Sender;
 use progress::{Job, Op};
@@ -108,7 +109,15 @@ pub struct Config {
     /// PIPECAST_HOST_MIN_BYTES). `None`: the measured default ([`HOST_MIN_BYTES`], and every
     /// size with two ranks).
     pub host_min_bytes: Option<u64>,
+    /// How long a waiting thread (the caller waiting for its broadcast, the progress thread
+    /// between broadcasts, a shared-memory link waiting for its peers) polls before it sleeps
+    /// in the kernel (env PIPECAST_POLL_US; default [`POLL`]; see
+    /// [`transport::wake::spin`](crate::transport::wake::spin)). Local: ranks may differ.
+    pub poll: Duration,
 }
+
+/// The default of [`Config::poll`]. Measured with `pipecast bench --local` (docs/shm.md).
+pub const POLL: Duration = Duration::from_micros(50);
 
 /// The default of [`Config::host_min_bytes`] with three ranks or more on one host. Measured
 /// with `bench/local_ompi.sh` (docs/results-ompi.md, 2-core machine, Open MPI 4.1): every
@@ -134,6 +143,7 @@ impl Default for Config {
             raweth_ring: None,
             shm: ShmMode::Auto,
             host_min_bytes: None,
+            poll: POLL,
         }
     }
 }
@@ -567,7 +577,9 @@ impl Comm {
         self.check()?;
         let result = lend(buf, |loan| {
             let answer = self.post(Buffer::Loan(loan), lanes, setups)?;
-            answer.recv().map_err(|_| CommError::ProgressGone)?.result
+            let poll = self.config.poll;
+            let outcome = spin(poll, || answer.try_recv().ok()).map_or_else(|| answer.recv(), Ok);
+            outcome.map_err(|_| CommError::ProgressGone)?.result
         });
         if let Err(e) = &result {
             self.failed = Some(e.to_string());
@@ -654,7 +666,10 @@ impl Comm {
             segment,
             deep: false,
         };
-        Ok(Request::new(self.post(buf, lanes, &[setup])?))
+        Ok(Request::new(
+            self.post(buf, lanes, &[setup])?,
+            self.config.poll,
+        ))
     }
 }
 

@@ -8,6 +8,7 @@ use super::link::Link;
 use super::CommError;
 use crate::engine::{Bcast, Config as EngineConfig, Endpoint, Setup};
 use crate::plan::Lane;
+use crate::transport::wake::spin;
 use crate::transport::{Buffer, Buffers, Wake};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::collections::{BTreeMap, VecDeque};
@@ -69,7 +70,7 @@ struct Driver {
 }
 
 /// Serves `ops` until the communicator drops its end.
-pub fn serve(me: usize, link: Link, ops: Receiver<Op>, wake: Arc<Wake>) {
+pub fn serve(me: usize, link: Link, ops: Receiver<Op>, wake: Arc<Wake>, poll: Duration) {
     let mut d = Driver {
         me,
         link,
@@ -88,6 +89,9 @@ pub fn serve(me: usize, link: Link, ops: Receiver<Op>, wake: Arc<Wake>) {
                 Err(TryRecvError::Empty) => None,
                 Err(TryRecvError::Disconnected) => break,
             }
+        } else if let Some(op) = spin(poll, || ops.try_recv().ok()) {
+            // Polled for a while first: the next broadcast often follows at once.
+            Some(op)
         } else {
             match ops.recv_timeout(Duration::from_secs(3600)) {
                 Ok(op) => Some(op),

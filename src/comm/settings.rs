@@ -37,10 +37,12 @@ pub struct Settings {
     pub shm: Option<String>,
     /// `PIPECAST_HOST_MIN_BYTES`: on one host, the MPI glue leaves smaller broadcasts to the MPI.
     pub host_min_bytes: Option<String>,
+    /// `PIPECAST_POLL_US`: how long a waiter polls before it sleeps.
+    pub poll_us: Option<String>,
 }
 
 /// The variables, in the order errors and documentation list them.
-pub const VARIABLES: [&str; 12] = [
+pub const VARIABLES: [&str; 13] = [
     "PIPECAST_TRANSPORT",
     "PIPECAST_TREE",
     "PIPECAST_SEGMENT",
@@ -53,6 +55,7 @@ pub const VARIABLES: [&str; 12] = [
     "PIPECAST_RAWETH_RING",
     "PIPECAST_SHM",
     "PIPECAST_HOST_MIN_BYTES",
+    "PIPECAST_POLL_US",
 ];
 
 impl Settings {
@@ -66,7 +69,7 @@ impl Settings {
         s
     }
 
-    fn slots(&mut self) -> [&mut Option<String>; 12] {
+    fn slots(&mut self) -> [&mut Option<String>; 13] {
         [
             &mut self.transport,
             &mut self.tree,
@@ -80,6 +83,7 @@ impl Settings {
             &mut self.raweth_ring,
             &mut self.shm,
             &mut self.host_min_bytes,
+            &mut self.poll_us,
         ]
     }
 
@@ -151,6 +155,20 @@ impl Settings {
                     format!("{v:?}: expected bytes such as 0, 65536 or 1M"),
                 )
             })?);
+        }
+        if let Some(v) = &self.poll_us {
+            let us: u64 = v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|us| *us <= 1_000_000)
+                .ok_or_else(|| {
+                    bad(
+                        "PIPECAST_POLL_US",
+                        format!("{v:?}: expected microseconds from 0 (never poll) to 1000000"),
+                    )
+                })?;
+            config.poll = Duration::from_micros(us);
         }
         if let Some(v) = &self.shm {
             config.shm = v.parse().map_err(|e| bad("PIPECAST_SHM", e))?;
@@ -245,6 +263,13 @@ mod tests {
                     ..Settings::default()
                 },
                 "PIPECAST_SEGMENT",
+            ),
+            (
+                Settings {
+                    poll_us: Some("-1".into()),
+                    ..Settings::default()
+                },
+                "PIPECAST_POLL_US",
             ),
         ] {
             let e = s.apply(&mut Config::default()).unwrap_err().to_string();
