@@ -349,7 +349,7 @@ pub unsafe extern "C" fn pipecast_tree_node(
 /// Below how many bytes the MPI glue should leave a broadcast on this communicator to the
 /// MPI's own broadcast, because pipecast cannot win there (0: it never defers; UINT64_MAX: it
 /// always defers). Today: a communicator whose ranks all share one host, below
-/// `PIPECAST_HOST_MIN_BYTES` (default 4 MiB, and every size with two ranks: measured in
+/// `PIPECAST_HOST_MIN_BYTES` (default 4 MiB: measured in
 /// docs/results-ompi.md). The same value at every rank. Local: no communication. NULL gives 0.
 ///
 /// # Safety

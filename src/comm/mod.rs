@@ -106,8 +106,7 @@ pub struct Config {
     pub shm: ShmMode,
     /// On a communicator whose ranks all share one host, the MPI glue leaves broadcasts below
     /// this many bytes to the MPI's own broadcast ([`Comm::defers_below`]; env
-    /// PIPECAST_HOST_MIN_BYTES). `None`: the measured default ([`HOST_MIN_BYTES`], and every
-    /// size with two ranks).
+    /// PIPECAST_HOST_MIN_BYTES). `None`: the measured default, [`HOST_MIN_BYTES`].
     pub host_min_bytes: Option<u64>,
     /// How long a waiting thread (the caller waiting for its broadcast, the progress thread
     /// between broadcasts, a shared-memory link waiting for its peers) polls before it sleeps
@@ -119,13 +118,13 @@ pub struct Config {
 /// The default of [`Config::poll`]. Measured with `pipecast bench --local` (docs/shm.md).
 pub const POLL: Duration = Duration::from_micros(50);
 
-/// The default of [`Config::host_min_bytes`] with three ranks or more on one host. Measured
-/// with `bench/local_ompi.sh` (docs/results-ompi.md, 2-core machine, Open MPI 4.1): every
-/// pipecast broadcast pays a hand-over to its progress thread and a wake-up per hop (about
-/// 130 µs for a 4 KiB broadcast) where Open MPI's ranks poll shared memory, so Open MPI wins
-/// up to 1 MiB (4 ranks: 0.79×); from 4 MiB pipecast's concurrent single copies win (4 ranks:
-/// 1.45× at 4 MiB, 1.97× at 16 MiB). With two ranks a broadcast is one copy either way and
-/// Open MPI's own was faster at every size (0.37–0.90×), so two ranks always defer.
+/// The default of [`Config::host_min_bytes`]. Measured with `bench/local_ompi.sh`
+/// (docs/results-ompi.md, "Session 6"; 2-core machine, Open MPI 4.1): a pipecast broadcast
+/// still pays a hand-over to its progress thread and a wake-up per hop (about 50–100 µs with
+/// polling, [`POLL`]) where Open MPI's ranks poll shared memory, so Open MPI wins below
+/// 256 KiB at any rank count and is within noise up to 2 MiB; from 4 MiB pipecast's single
+/// copies won in every run (2 ranks 1.18–2.26×, 4 ranks 1.11–2.66×). Before polling, two ranks
+/// lost at every size and always deferred.
 pub const HOST_MIN_BYTES: u64 = 4 << 20;
 
 impl Default for Config {
@@ -337,7 +336,6 @@ impl Comm {
     pub fn defers_below(&self) -> u64 {
         match (self.hosts, self.config.host_min_bytes) {
             (1, Some(bytes)) => bytes,
-            (1, None) if self.size == 2 => u64::MAX,
             (1, None) => HOST_MIN_BYTES,
             _ => 0,
         }
