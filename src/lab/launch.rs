@@ -1,7 +1,8 @@
 //! `lab run`, `lab exec` and `lab lldp`: using a built lab.
 
-use super::command::{self, find_tool};
+use super::command;
 use super::state::LabState;
+use super::userns::Owner;
 use super::LabError;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
@@ -52,11 +53,14 @@ impl RankOutcome {
     }
 }
 
-fn ip_path() -> Result<std::path::PathBuf, LabError> {
-    find_tool("ip").ok_or_else(|| LabError::MissingTool {
-        tool: "ip".into(),
-        package: "iproute2".into(),
-    })
+/// `ip netns exec NETNS` in the lab's namespaces, or why the lab cannot be used.
+pub(super) fn netns_exec(state: &LabState, netns: &str) -> Result<Command, LabError> {
+    if !state.owner.alive() {
+        return Err(LabError::Gone(state.name.clone()));
+    }
+    let mut c = command::command(&state.owner, "ip")?;
+    c.args(["netns", "exec", netns]);
+    Ok(c)
 }
 
 /// The environment of rank `rank` of `placed.len()`, running on machine `placed[rank]`
@@ -124,13 +128,11 @@ pub fn run(
         ));
     }
     let placed = super::block(state.machines.len(), opts.ranks_per_machine)?;
-    let ip = ip_path()?;
     let mut children = Vec::with_capacity(placed.len());
     let mut pumps = Vec::new();
     for (rank, &machine) in placed.iter().enumerate() {
         let m = &state.machines[machine];
-        let spawned = Command::new(&ip)
-            .args(["netns", "exec", &m.netns])
+        let spawned = netns_exec(state, &m.netns)?
             .args(cmd)
             .envs(rank_env(state, &placed, rank, opts.port))
             .stdin(Stdio::null())
@@ -225,8 +227,7 @@ pub fn exec(state: &LabState, machine: &str, cmd: &[String]) -> Result<i32, LabE
             "no command given: write `pipecast lab exec --name N MACHINE -- CMD ARGS…`".into(),
         ));
     }
-    let status = Command::new(ip_path()?)
-        .args(["netns", "exec", &state.machines[rank].netns])
+    let status = netns_exec(state, &state.machines[rank].netns)?
         .args(cmd)
         // Not a job: only the machine's identity (a lone PIPECAST_RANK would make pipecast
         // wait for the other ranks).
@@ -240,11 +241,15 @@ pub fn exec(state: &LabState, machine: &str, cmd: &[String]) -> Result<i32, LabE
 /// Writes each switch's `lldpcli -f json0 show neighbors` to `dir/<switch>.json`; returns the
 /// files written.
 pub fn lldp_dump(state: &LabState, dir: &Path) -> Result<Vec<std::path::PathBuf>, LabError> {
+    if !state.owner.runs_lldpd() {
+        return Err(LabError::NoLldpd(state.name.clone()));
+    }
     std::fs::create_dir_all(dir)
         .map_err(|e| LabError::Io(format!("cannot create {}: {e}", dir.display())))?;
     let mut written = Vec::new();
     for s in &state.switches {
         let out = command::run(
+            &Owner::Root,
             "lldpcli",
             &["-u", &s.lldp_socket, "-f", "json0", "show", "neighbors"],
         )?;

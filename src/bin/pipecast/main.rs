@@ -38,7 +38,7 @@ enum Command {
     Bench(bench::Args),
     /// Measure L(m) and g(m) and write a calibration profile.
     Calibrate(calibrate::Args),
-    /// Emulated multi-switch cluster in network namespaces (root only).
+    /// Emulated multi-switch cluster in network namespaces (without root: in a user namespace).
     Lab(lab::Args),
 }
 
