@@ -4,7 +4,7 @@
 
 mod lab;
 
-use lab::{pipecast, require_lab, scratch_dir, text, unique_name, users, Lab, User, EXE};
+use lab::{as_each_user, pipecast, require_lab, scratch_dir, text, unique_name, Lab, User, EXE};
 use pipecast::topology::{parse_topology, Topology};
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -127,13 +127,7 @@ fn discovery_reproduces_the_lab_topology() {
 
 #[test]
 fn run_sets_rank_environment_and_reports_failures() {
-    for user in users() {
-        if let Some(reason) = user.skip_reason() {
-            eprintln!("skipping as {user:?}: {reason}");
-            continue;
-        }
-        rank_environment_and_failures(user);
-    }
+    as_each_user(rank_environment_and_failures);
 }
 
 fn rank_environment_and_failures(user: User) {

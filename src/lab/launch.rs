@@ -24,6 +24,9 @@ pub struct RunOptions {
     pub interrupted: Option<Arc<AtomicBool>>,
     /// Ranks per machine: rank r runs on machine r / K ([`super::block`]).
     pub ranks_per_machine: usize,
+    /// Show rank 0's output as its own (no `[r0] ` prefix) and drop the other ranks' standard
+    /// output (their errors still show, prefixed): for a job whose rank 0 reports for all.
+    pub rank0_only: bool,
 }
 
 impl Default for RunOptions {
@@ -33,6 +36,7 @@ impl Default for RunOptions {
             port: 47_800,
             interrupted: None,
             ranks_per_machine: 1,
+            rank0_only: false,
         }
     }
 }
@@ -88,15 +92,20 @@ pub fn rank_env(
     ]
 }
 
-/// Copies a child's output line by line to ours, each line prefixed with `[rN] `.
+/// Copies a child's output line by line to ours (to nowhere when `drop`), each line prefixed
+/// with `prefix` (e.g. `[rN] `).
 fn forward(
     from: impl std::io::Read + Send + 'static,
     prefix: String,
     to_stderr: bool,
+    drop: bool,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         for line in BufReader::new(from).lines() {
             let Ok(line) = line else { break };
+            if drop {
+                continue;
+            }
             if to_stderr {
                 let _ = writeln!(std::io::stderr().lock(), "{prefix}{line}");
             } else {
@@ -149,12 +158,17 @@ pub fn run(
                 return Err(LabError::Command(format!("cannot start rank {rank}: {e}")));
             }
         };
-        let prefix = format!("[r{rank}] ");
+        let prefix = if opts.rank0_only && rank == 0 {
+            String::new()
+        } else {
+            format!("[r{rank}] ")
+        };
+        let quiet = opts.rank0_only && rank != 0;
         if let Some(out) = child.stdout.take() {
-            pumps.push(forward(out, prefix.clone(), false));
+            pumps.push(forward(out, prefix.clone(), false, quiet));
         }
         if let Some(err) = child.stderr.take() {
-            pumps.push(forward(err, prefix, true));
+            pumps.push(forward(err, prefix, true, false));
         }
         children.push(child);
     }

@@ -34,6 +34,17 @@ pub fn users() -> Vec<User> {
     }
 }
 
+/// Runs `test` as each of [`users`] that can build a lab here, saying why it skips the others.
+#[allow(dead_code)]
+pub fn as_each_user(mut test: impl FnMut(User)) {
+    for user in users() {
+        match user.skip_reason() {
+            Some(reason) => eprintln!("skipping as {user:?}: {reason}"),
+            None => test(user),
+        }
+    }
+}
+
 impl User {
     /// A command running `program` as this user.
     pub fn command(self, program: &str) -> Command {

@@ -251,6 +251,7 @@ fn run_all(a: RunArgs) -> CliResult {
         port: a.port,
         interrupted: Some(interrupted.clone()),
         ranks_per_machine: a.ranks_per_machine,
+        rank0_only: false,
     };
     let outcomes = lab::run(&state, &a.command, &opts)?;
     if interrupted.load(Ordering::SeqCst) {
