@@ -20,6 +20,23 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Prints a line on stdout, ignoring a closed pipe (`pipecast demo | head`): the demo must go
+/// on to take its lab down, which the quiet exit on a broken pipe (main.rs) would skip.
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($t)*);
+    }};
+}
+
+/// [`say!`] without the newline.
+macro_rules! say_raw {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stdout(), $($t)*);
+    }};
+}
+
 /// The schedules the demo compares: pipecast's choice and three classic MPI broadcasts.
 const TREES: &str = "auto,naive-linear,binomial,scatter-allgather";
 
@@ -64,7 +81,7 @@ pub fn run(args: Args) -> CliResult {
     let rate_bits = lab::parse_rate(&args.rate)?;
     let exe = std::env::current_exe()?;
     if let Err(why) = lab::require_tools() {
-        println!(
+        say!(
             "note: no lab here ({why}); running the local benchmark instead: {} processes on this host, no switch, nothing to avoid",
             args.local
         );
@@ -76,7 +93,7 @@ pub fn run(args: Args) -> CliResult {
     // Ctrl-C stops what runs (the build, the ranks); the lab is then taken down below.
     ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst))?;
     let name = format!("demo{}", std::process::id() % 10_000);
-    println!(
+    say!(
         "building lab {name}: {} machines on {} switches (hub s0), {} per link direction, rank r on switch r mod {}{}",
         args.machines,
         args.switches,
@@ -98,7 +115,7 @@ pub fn run(args: Args) -> CliResult {
     let result = in_lab(&state, &topology, &exe, &args, &sizes, &interrupted);
     let down = lab::down(&state.name);
     match &down {
-        Ok(()) => println!("lab {} removed", state.name),
+        Ok(()) => say!("lab {} removed", state.name),
         Err(e) => eprintln!("pipecast: removing lab {}: {e}", state.name),
     }
     if interrupted.load(Ordering::SeqCst) {
@@ -106,7 +123,7 @@ pub fn run(args: Args) -> CliResult {
     }
     result?;
     down?;
-    println!("whole run: {:.0} s", started.elapsed().as_secs_f64());
+    say!("whole run: {:.0} s", started.elapsed().as_secs_f64());
     Ok(())
 }
 
@@ -131,7 +148,7 @@ fn in_lab(
     let topology_file = if state.owner.runs_lldpd() {
         learn_by_lldp(state, exe, &dir, built, &run_opts(60))?
     } else {
-        println!(
+        say!(
             "topology: from the file the lab was built from ({})",
             lab::NO_LLDPD
         );
@@ -173,7 +190,7 @@ fn in_lab(
     if std::io::stderr().is_terminal() {
         cmd.push("--progress".into());
     }
-    println!(
+    say!(
         "\nbroadcasting {} from rank 0 with {TREES}, {} times each, every byte checked at every rank:",
         sizes
             .iter()
@@ -240,7 +257,7 @@ fn learn_by_lldp(
                 learned.switches()[learned.switch_of(r)].name
                     == built.switches()[built.switch_of(r)].name
             }));
-    println!(
+    say!(
         "topology: learned over LLDP from {} switches and {} machines{}",
         learned.switches().len(),
         learned.size(),
@@ -268,20 +285,20 @@ fn show_plan(topology_file: &Path, sizes: &[u64], svg_path: &Path) -> CliResult 
         msize,
     )?;
     let priced = Some((msize, chosen.segment_bytes, chosen.predicted_us));
-    println!(
+    say!(
         "\nthe plan for {} from rank 0 (`pipecast plan --topology FILE --msize {msize}`):",
         crate::bench::size_name(msize)
     );
-    print!(
+    say_raw!(
         "{}",
         crate::plan::table(&chosen.plan, &topology, priced, profile)
     );
     match crate::plan::svg(&crate::plan::dot(&chosen.plan, &topology)) {
         Ok(svg) => match std::fs::write(svg_path, svg) {
-            Ok(()) => println!("plan drawn in {}", svg_path.display()),
-            Err(e) => println!("no SVG: cannot write {}: {e}", svg_path.display()),
+            Ok(()) => say!("plan drawn in {}", svg_path.display()),
+            Err(e) => say!("no SVG: cannot write {}: {e}", svg_path.display()),
         },
-        Err(e) => println!("no SVG: {e}"),
+        Err(e) => say!("no SVG: {e}"),
     }
     Ok(())
 }
@@ -293,7 +310,7 @@ fn summary(report: &str) -> CliResult {
     let rows = report["results"].as_array().cloned().unwrap_or_default();
     let mut sizes: Vec<u64> = rows.iter().filter_map(|r| r["bytes"].as_u64()).collect();
     sizes.dedup();
-    println!("\nsummary (time / T(msize), lower is better; T = one point-to-point transfer of the message, same run):");
+    say!("\nsummary (time / T(msize), lower is better; T = one point-to-point transfer of the message, same run):");
     let mut all_verified = true;
     for bytes in sizes {
         let of_size: Vec<&serde_json::Value> =
@@ -333,13 +350,13 @@ fn summary(report: &str) -> CliResult {
             }
             _ => String::new(),
         };
-        println!(
+        say!(
             "  {:>7}: {}{verdict}",
             crate::bench::size_name(bytes),
             parts.join(", ")
         );
     }
-    println!(
+    say!(
         "every byte verified at every rank: {}",
         if all_verified { "yes" } else { "NO" }
     );
