@@ -58,6 +58,13 @@ pub struct Args {
     /// as a blocking broadcast takes, wait; 100 % when computing hid the broadcast entirely).
     #[arg(long)]
     overlap: bool,
+    /// Rank 0 shows which size and tree runs, one line each, also when stderr is not a
+    /// terminal (`pipecast demo` forwards it from the lab).
+    #[arg(long, hide = true)]
+    progress: bool,
+    /// Rank 0 also writes the `--json` report to this file.
+    #[arg(long, hide = true)]
+    report: Option<std::path::PathBuf>,
 }
 
 /// One line of the results: the JSON contract of `pipecast bench --json`.
@@ -160,7 +167,8 @@ pub fn run(args: Args) -> CliResult {
         return Err(format!("--root {r} is not a rank of this {n}-rank job").into());
     }
     let me = comm.rank();
-    let progress = me == 0 && std::io::stderr().is_terminal() && !args.json;
+    let terminal = std::io::stderr().is_terminal();
+    let progress = me == 0 && (args.progress || terminal && !args.json);
     let mut rows = Vec::new();
     let mut all_ok = true;
     for &bytes in &sizes {
@@ -180,8 +188,10 @@ pub fn run(args: Args) -> CliResult {
             0.0
         };
         for tree in &trees {
-            if progress {
+            if progress && terminal {
                 eprint!("\r\x1b[K{bytes} B, {tree} ...");
+            } else if progress {
+                eprintln!("  {} … {tree}", size_name(bytes));
             }
             let before = comm.transport_counters()?;
             let (times, ok, seg, ran) = measure(
@@ -216,16 +226,20 @@ pub fn run(args: Args) -> CliResult {
             });
         }
     }
-    if progress {
+    if progress && terminal {
         eprint!("\r\x1b[K");
     }
     if me == 0 {
+        let report = Report {
+            ranks: n,
+            transport: comm.transport(),
+            results: &rows,
+        };
+        if let Some(path) = &args.report {
+            std::fs::write(path, serde_json::to_string(&report)?)
+                .map_err(|e| format!("--report {}: {e}", path.display()))?;
+        }
         if args.json {
-            let report = Report {
-                ranks: n,
-                transport: comm.transport(),
-                results: &rows,
-            };
             println!("{}", serde_json::to_string(&report)?);
         } else {
             print_table(n, comm.transport(), &rows);
@@ -449,6 +463,15 @@ fn print_table(n: usize, transport: &str, rows: &[Row]) {
                 "", ""
             );
         }
+    }
+}
+
+/// `16 MiB`, `4 KiB`, `100003 B`.
+pub fn size_name(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+        b => format!("{b} B"),
     }
 }
 

@@ -127,7 +127,7 @@ fn hetero_throughput(
         .map(|(_, throughput)| (slice, throughput))
 }
 
-fn table(
+pub(crate) fn table(
     plan: &Plan,
     topology: &Topology,
     priced: Option<(u64, u64, f64)>,
@@ -225,7 +225,7 @@ fn table(
 
 /// Graphviz: switches as boxes joined by their links, machines as ellipses under their switch,
 /// and the broadcast tree drawn over them (one color per lane, labels = send order).
-fn dot(plan: &Plan, topology: &Topology) -> String {
+pub(crate) fn dot(plan: &Plan, topology: &Topology) -> String {
     const COLORS: [&str; 4] = ["red", "blue", "darkgreen", "darkorange"];
     let esc = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
     let q = |s: &str| format!("\"{}\"", esc(s));
@@ -285,7 +285,7 @@ fn dot(plan: &Plan, topology: &Topology) -> String {
 }
 
 /// Pipes dot text through Graphviz's `dot -Tsvg`.
-fn svg(dot_text: &str) -> Result<String, Box<dyn std::error::Error>> {
+pub(crate) fn svg(dot_text: &str) -> Result<String, Box<dyn std::error::Error>> {
     let mut child = Command::new("dot")
         .arg("-Tsvg")
         .stdin(Stdio::piped())
