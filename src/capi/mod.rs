@@ -12,7 +12,9 @@ mod config;
 mod handle;
 mod request;
 
-pub use config::{pipecast_config, pipecast_config_default, pipecast_config_from_env};
+pub use config::{
+    pipecast_config, pipecast_config_default, pipecast_config_from_env, validate_config,
+};
 pub use handle::{
     pipecast_allgather_fn, pipecast_bcast_bytes, pipecast_comm, pipecast_comm_create,
     pipecast_comm_free, pipecast_comm_link, pipecast_plan_json,

@@ -7,7 +7,7 @@
 //! agreement instead of failing alone (a rank that fails alone hangs an MPI job).
 
 use super::{Algorithm, CommError, Config, Transport};
-use crate::model::Profile;
+pub use crate::input::parse_bytes;
 use std::time::Duration;
 
 /// The settings as text, each `None` when unset (or empty).
@@ -180,12 +180,12 @@ impl Settings {
             config.ip = Some(v.trim().to_string());
         }
         if let Some(v) = &self.profile {
-            config.profile =
-                Profile::load(v).map_err(|e| bad("PIPECAST_PROFILE", e.to_string()))?;
+            config.profile = crate::input::load_profile(v)
+                .map_err(|e| bad("PIPECAST_PROFILE", e.to_string()))?;
         }
         if let Some(v) = &self.topology {
             config.topology = Some(
-                crate::topology::read_topology(v.as_ref())
+                crate::input::read_topology(v.as_ref())
                     .map_err(|e| bad("PIPECAST_TOPOLOGY", e.to_string()))?,
             );
         }
@@ -193,31 +193,9 @@ impl Settings {
     }
 }
 
-/// `65536`, `64K`, `4M`, `1G` (binary multiples).
-pub fn parse_bytes(text: &str) -> Option<u64> {
-    let t = text.trim();
-    let (digits, shift) = match t.char_indices().last()? {
-        (i, 'K' | 'k') => (&t[..i], 10),
-        (i, 'M' | 'm') => (&t[..i], 20),
-        (i, 'G' | 'g') => (&t[..i], 30),
-        _ => (t, 0),
-    };
-    digits.parse::<u64>().ok()?.checked_mul(1 << shift)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn bytes_with_suffixes() {
-        assert_eq!(parse_bytes("64K"), Some(65536));
-        assert_eq!(parse_bytes("3"), Some(3));
-        assert_eq!(parse_bytes("2M"), Some(2 << 20));
-        assert_eq!(parse_bytes("x"), None);
-        assert_eq!(parse_bytes(""), None);
-        assert_eq!(parse_bytes("99999999999999G"), None);
-    }
 
     #[test]
     fn present_settings_win_and_bad_values_name_the_variable() {

@@ -24,8 +24,9 @@ pub struct Args {
         default_value = "auto,flat,binomial,naive-linear,naive-binary,scatter-allgather"
     )]
     tree: String,
-    /// Iterations per size and tree (default: 20, fewer for large messages, at least 2).
-    #[arg(long)]
+    /// Iterations per size and tree, at least 1 (default: 20, fewer for large messages, at
+    /// least 2).
+    #[arg(long, value_parser = at_least_one)]
     iters: Option<usize>,
     /// Root of every broadcast (default: iteration i uses root i mod N).
     #[arg(long)]
@@ -131,7 +132,7 @@ pub fn run(args: Args) -> CliResult {
         }
         if let Some(path) = &args.topology {
             // The machines' `ranks` (default 1 each) fill them in file order.
-            let file = pipecast::topology::read_topology(path)?;
+            let file = pipecast::input::read_topology(path)?;
             let ranks = file.ranks();
             if ranks != n {
                 return Err(format!(
@@ -148,7 +149,7 @@ pub fn run(args: Args) -> CliResult {
         topology: args
             .topology
             .as_deref()
-            .map(pipecast::topology::read_topology)
+            .map(pipecast::input::read_topology)
             .transpose()?,
         segment,
         timeout: Duration::from_millis(args.timeout_ms),
@@ -174,8 +175,7 @@ pub fn run(args: Args) -> CliResult {
     for &bytes in &sizes {
         let iters = args
             .iters
-            .unwrap_or_else(|| ((128 << 20) / bytes.max(1) as usize).clamp(2, 20))
-            .max(1);
+            .unwrap_or_else(|| ((128 << 20) / bytes.max(1) as usize).clamp(2, 20));
         let mut buf = vec![0u8; bytes as usize];
         let p2p = Algorithm::PointToPoint { to: 1 };
         // The whole message in one segment (see `comm::segment_for`).
@@ -503,24 +503,19 @@ pub fn parse_sizes(list: &str) -> Result<Vec<u64>, String> {
     list.split(',').map(|s| parse_size(s.trim())).collect()
 }
 
+/// `--iters`: a whole number of at least 1.
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("{text:?}: give a whole number of at least 1")),
+    }
+}
+
 /// Parses "4M", "64KiB", "100" (binary units: K = 1024).
 pub fn parse_size(s: &str) -> Result<u64, String> {
-    let bad = || {
+    pipecast::input::parse_bytes(s).ok_or_else(|| {
         format!("size {s:?}: write a whole number of bytes, optionally with K, M or G (e.g. 64K)")
-    };
-    let upper = s.trim().to_ascii_uppercase();
-    let unit = upper
-        .strip_suffix("IB")
-        .or_else(|| upper.strip_suffix('B'))
-        .unwrap_or(&upper);
-    let (digits, shift) = match unit.chars().last() {
-        Some('K') => (&unit[..unit.len() - 1], 10),
-        Some('M') => (&unit[..unit.len() - 1], 20),
-        Some('G') => (&unit[..unit.len() - 1], 30),
-        _ => (unit, 0),
-    };
-    let n: u64 = digits.parse().map_err(|_| bad())?;
-    n.checked_mul(1 << shift).ok_or_else(bad)
+    })
 }
 
 /// Runs this same command as `n` local ranks on loopback: picks a free rendezvous port,

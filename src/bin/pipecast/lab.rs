@@ -189,7 +189,7 @@ pub fn run(args: Args) -> CliResult {
 
 fn up(a: UpArgs) -> CliResult {
     lab::require_tools()?;
-    let topology = pipecast::topology::read_topology(&a.topology)?;
+    let topology = pipecast::input::read_topology(&a.topology)?;
     let interrupted = Arc::new(AtomicBool::new(false));
     let flag = interrupted.clone();
     // Ctrl-C during `up` abandons the build; `up` then removes what it built.
