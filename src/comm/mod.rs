@@ -21,6 +21,7 @@ mod progress;
 mod request;
 pub mod settings;
 mod setup;
+pub mod tree_dump;
 
 pub use crate::transport::shm::ShmMode;
 pub use agree::ErrorClass;
@@ -113,6 +114,9 @@ pub struct Config {
     /// in the kernel (env PIPECAST_POLL_US; default [`POLL`]; see
     /// [`transport::wake::spin`](crate::transport::wake::spin)). Local: ranks may differ.
     pub poll: Duration,
+    /// Write this rank's trees, one line per distinct plan, to `DIR/colltree<rank>.json`
+    /// (env PIPECAST_TREE_DUMP; [`tree_dump`]). Local: ranks may differ.
+    pub tree_dump: Option<std::path::PathBuf>,
 }
 
 /// The default of [`Config::poll`]. Measured with `pipecast bench --local` (docs/shm.md).
@@ -143,6 +147,7 @@ impl Default for Config {
             shm: ShmMode::Auto,
             host_min_bytes: None,
             poll: POLL,
+            tree_dump: None,
         }
     }
 }
@@ -174,6 +179,8 @@ pub struct Comm {
     frame_payload: Option<u64>,
     /// How many hosts the ranks are on.
     hosts: usize,
+    /// `PIPECAST_TREE_DUMP`: where new plans are recorded.
+    dump: Option<tree_dump::TreeDump>,
 }
 
 /// One rank's place in a single-lane broadcast tree ([`Comm::tree_node`]).
@@ -266,6 +273,11 @@ impl Comm {
         let all = bootstrap.allgather(&ready)?;
         agree::all_ready(&all)?;
         let f = finished.expect("a failed rank fails the second round");
+        let dump = f
+            .config
+            .tree_dump
+            .as_deref()
+            .map(|dir| tree_dump::TreeDump::new(dir, rank));
         Ok(Comm {
             rank,
             size,
@@ -282,6 +294,7 @@ impl Comm {
             link: f.link,
             frame_payload: f.frame_payload,
             hosts: f.hosts,
+            dump,
         })
     }
 
@@ -407,7 +420,7 @@ impl Comm {
     /// 0 (its root completes only when all subtrees reported in) followed by a release.
     pub fn barrier(&mut self) -> crate::Result<()> {
         let tree = Algorithm::Tree(TreeKind::Binomial);
-        let lanes = self.lanes(0, &tree, 1, 0)?;
+        let (lanes, _) = self.lanes(0, &tree, 1, 0)?;
         let phases = [true, false].map(|deep| Setup {
             seq: self.next_seq(),
             root: 0,
@@ -506,13 +519,14 @@ impl Comm {
         Ok(c)
     }
 
+    /// The lanes of a schedule, cached; `true` when they were planned by this call.
     fn lanes(
         &mut self,
         root: usize,
         algorithm: &Algorithm,
         segment: u64,
         msize: u64,
-    ) -> crate::Result<Arc<Vec<Lane>>> {
+    ) -> crate::Result<(Arc<Vec<Lane>>, bool)> {
         let segments = msize.div_ceil(segment).max(1);
         // The tree depends on the segment count only for kbinomial (its optimal k).
         let key_segments = match algorithm {
@@ -521,11 +535,11 @@ impl Comm {
         };
         let key = (root, algorithm.clone(), segment, key_segments);
         if let Some(l) = self.plans.get(&key) {
-            return Ok(l.clone());
+            return Ok((l.clone(), false));
         }
         let l = Arc::new(lanes(&self.topology, root, algorithm, segments)?);
         self.plans.insert(key, l.clone());
-        Ok(l)
+        Ok((l, true))
     }
 
     /// The jobs of `setups` over `lanes`.
@@ -612,7 +626,18 @@ impl Comm {
             .into());
         }
         let (algorithm, segment) = self.resolve(root, algorithm, msize, segment)?;
-        let lanes = self.lanes(root, &algorithm, segment, msize)?;
+        let (lanes, new) = self.lanes(root, &algorithm, segment, msize)?;
+        if let (true, Some(dump)) = (new, self.dump.as_mut()) {
+            dump.record(&tree_dump::DumpedPlan {
+                rank: self.rank,
+                nranks: self.size,
+                root,
+                tree: algorithm.to_string(),
+                segment,
+                msize,
+                lanes: &lanes,
+            });
+        }
         Ok((algorithm, segment, lanes))
     }
 

@@ -39,10 +39,12 @@ pub struct Settings {
     pub host_min_bytes: Option<String>,
     /// `PIPECAST_POLL_US`: how long a waiter polls before it sleeps.
     pub poll_us: Option<String>,
+    /// `PIPECAST_TREE_DUMP`: a directory for per-rank tree dumps (MPICH's `COLL_TREE_DUMP`).
+    pub tree_dump: Option<String>,
 }
 
 /// The variables, in the order errors and documentation list them.
-pub const VARIABLES: [&str; 13] = [
+pub const VARIABLES: [&str; 14] = [
     "PIPECAST_TRANSPORT",
     "PIPECAST_TREE",
     "PIPECAST_SEGMENT",
@@ -56,6 +58,7 @@ pub const VARIABLES: [&str; 13] = [
     "PIPECAST_SHM",
     "PIPECAST_HOST_MIN_BYTES",
     "PIPECAST_POLL_US",
+    "PIPECAST_TREE_DUMP",
 ];
 
 impl Settings {
@@ -69,7 +72,7 @@ impl Settings {
         s
     }
 
-    fn slots(&mut self) -> [&mut Option<String>; 13] {
+    fn slots(&mut self) -> [&mut Option<String>; 14] {
         [
             &mut self.transport,
             &mut self.tree,
@@ -84,6 +87,7 @@ impl Settings {
             &mut self.shm,
             &mut self.host_min_bytes,
             &mut self.poll_us,
+            &mut self.tree_dump,
         ]
     }
 
@@ -178,6 +182,9 @@ impl Settings {
         }
         if let Some(v) = &self.ip {
             config.ip = Some(v.trim().to_string());
+        }
+        if let Some(v) = &self.tree_dump {
+            config.tree_dump = Some(v.into());
         }
         if let Some(v) = &self.profile {
             config.profile = crate::input::load_profile(v)

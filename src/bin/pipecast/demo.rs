@@ -12,8 +12,9 @@
 //! (the same library calls and subcommands), not a second implementation of any of them.
 
 use crate::CliResult;
+use pipecast::input::read_topology;
 use pipecast::lab::{self, LabState, RunOptions, UpOptions};
-use pipecast::topology::{gen, read_topology, to_json, Topology};
+use pipecast::topology::{gen, to_json, Topology};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -272,7 +273,6 @@ fn learn_by_lldp(
 
 /// The plan `auto` picks for the largest size: the table of `pipecast plan`, and its SVG.
 fn show_plan(topology_file: &Path, sizes: &[u64], svg_path: &Path) -> CliResult {
-    use pipecast::model::Profile;
     use pipecast::plan::TreeKind;
     let topology = read_topology(topology_file)?;
     let msize = sizes.iter().copied().max().unwrap_or(1 << 20).max(1);
@@ -281,7 +281,7 @@ fn show_plan(topology_file: &Path, sizes: &[u64], svg_path: &Path) -> CliResult 
         &topology,
         0,
         &TreeKind::Auto,
-        &Profile::load(profile)?,
+        &pipecast::input::load_profile(profile)?,
         msize,
     )?;
     let priced = Some((msize, chosen.segment_bytes, chosen.predicted_us));
