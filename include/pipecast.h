@@ -173,12 +173,22 @@ pipecast_result pipecast_tree_node(pipecast_comm *comm,
 // Below how many bytes the MPI glue should leave a broadcast on this communicator to the
 // MPI's own broadcast, because pipecast cannot win there (0: it never defers; UINT64_MAX: it
 // always defers). Today: a communicator whose ranks all share one host, below
-// `PIPECAST_HOST_MIN_BYTES` (default 4 MiB, and every size with two ranks: measured in
+// `PIPECAST_HOST_MIN_BYTES` (default 4 MiB: measured in
 // docs/results-ompi.md). The same value at every rank. Local: no communication. NULL gives 0.
 //
 // # Safety
 // `comm` must be NULL or a live handle.
 uint64_t pipecast_defers_below(const pipecast_comm *comm);
+
+// Copies the description of the links this rank's broadcasts run over into `buf`
+// (NUL-terminated, truncated to `len` bytes) and returns its full length: for example
+// `tcp`, `raweth:eth1`, `shm:cma` (every peer on this host, single copy), `shm:ring` or
+// `tcp+shm:cma` (TCP to other hosts, shared memory on this one). For the MPI glue's verbose
+// output. Local: no communication. NULL `comm` gives 0 and writes nothing.
+//
+// # Safety
+// `comm` must be NULL or a live handle; `buf` must be NULL or point to `len` writable bytes.
+size_t pipecast_comm_link(const pipecast_comm *comm, char *buf, size_t len);
 
 // Frees a communicator (NULL is ignored). Local: no communication.
 //

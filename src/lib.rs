@@ -13,6 +13,8 @@ pub mod comm;
 pub mod engine;
 pub mod error;
 pub mod hetero;
+pub mod input;
+pub mod json;
 pub mod lab;
 pub mod model;
 pub mod plan;

@@ -33,10 +33,31 @@ fn c_program_uses_the_api() {
         .status()
         .expect("run the C compiler (cc)");
     assert!(status.success(), "the C test program does not compile");
-    let run = Command::new(&out).output().expect("run the C test program");
-    let _ = std::fs::remove_file(&out);
+    let run = Command::new(&out)
+        .env_remove("PIPECAST_LOG")
+        .output()
+        .expect("run the C test program");
     let stderr = String::from_utf8_lossy(&run.stderr);
     let stdout = String::from_utf8_lossy(&run.stdout);
     assert!(run.status.success(), "C test failed:\n{stdout}\n{stderr}");
     assert!(stdout.contains("all checks passed"), "{stdout}");
+    assert!(
+        !stderr.contains("joined"),
+        "no log without PIPECAST_LOG:\n{stderr}"
+    );
+    // Inside a C (or MPI) program the library writes its own log when PIPECAST_LOG asks.
+    let run = Command::new(&out)
+        .env("PIPECAST_LOG", "pipecast=info")
+        .output()
+        .expect("run the C test program");
+    let _ = std::fs::remove_file(&out);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        run.status.success(),
+        "C test failed with PIPECAST_LOG:\n{stderr}"
+    );
+    assert!(
+        stderr.contains("joined"),
+        "the library logs at info:\n{stderr}"
+    );
 }

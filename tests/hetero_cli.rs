@@ -122,3 +122,51 @@ fn errors_are_clear() {
     let (ok, _, err) = pipecast(&["hetero", "gen", "--kind", "mesh"]);
     assert!(!ok && err.contains("random or tiers"), "{err}");
 }
+
+/// Issue 12: on a directed platform where rank 2 (p2) cannot reach rank 3 (p3), `binomial`
+/// does not apply; `--heuristic all` still reports every other heuristic and says why
+/// `binomial` is missing, in the table and in JSON; asked alone, binomial is the error.
+#[test]
+fn all_reports_the_heuristics_that_apply_and_why_one_does_not() {
+    let file = temp("directed.json");
+    std::fs::write(
+        &file,
+        r#"{"nodes": ["p0", "p1", "p2", "p3"], "source": "p0",
+            "edges": [{"from": "p0", "to": "p1", "time": 1.0},
+                      {"from": "p0", "to": "p2", "time": 2.0},
+                      {"from": "p1", "to": "p3", "time": 1.0}]}"#,
+    )
+    .unwrap();
+    let f = file.to_str().unwrap();
+    let (ok, out, err) = pipecast(&["hetero", "--platform", f]);
+    assert!(ok, "{err}");
+    let line = |name: &str| {
+        out.lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no line for {name}: {out}"))
+            .to_string()
+    };
+    assert!(line("binomial").contains("does not apply"), "{out}");
+    assert!(line("binomial").contains("p3"), "{out}");
+    for name in ["prune-simple", "prune-degree", "grow", "lp-grow"] {
+        assert!(line(name).contains('%'), "{name}: {out}");
+    }
+    let (ok, out, err) = pipecast(&["hetero", "--platform", f, "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let hs = v["heuristics"].as_array().unwrap();
+    assert_eq!(hs.len(), 7, "{out}");
+    for h in hs {
+        if h["name"] == "binomial" {
+            assert_eq!(h["applies"], false, "{h}");
+            assert!(h["error"].as_str().unwrap().contains("p3"), "{h}");
+        } else {
+            assert!(h["period"].as_f64().unwrap() > 0.0, "{h}");
+            assert_eq!(h["parents"].as_object().unwrap().len(), 3, "{h}");
+        }
+    }
+    let (ok, _, err) = pipecast(&["hetero", "--platform", f, "--heuristic", "binomial"]);
+    assert!(!ok);
+    assert!(err.contains("binomial") && err.contains("p3"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}

@@ -4,7 +4,7 @@
 
 mod lab;
 
-use lab::{pipecast, require_lab, scratch_dir, text, unique_name, Lab, EXE};
+use lab::{as_each_user, pipecast, require_lab, scratch_dir, text, unique_name, Lab, User, EXE};
 use pipecast::topology::{parse_topology, Topology};
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -127,9 +127,13 @@ fn discovery_reproduces_the_lab_topology() {
 
 #[test]
 fn run_sets_rank_environment_and_reports_failures() {
-    require_lab!();
-    let lab = Lab::up(
-        "r",
+    as_each_user(rank_environment_and_failures);
+}
+
+fn rank_environment_and_failures(user: User) {
+    let lab = Lab::up_as(
+        user,
+        if user == User::Me { "r" } else { "rn" },
         r#"{"switches": ["s0", "s1"], "links": [["s0", "s1"]],
             "machines": [{"name": "h0", "switch": "s0"}, {"name": "h1", "switch": "s1"}, {"name": "h2", "switch": "s1"}]}"#,
         &["--rate", "50mbit"],
@@ -146,7 +150,7 @@ fn run_sets_rank_environment_and_reports_failures() {
         assert!(stdout.contains(&line), "missing {line:?} in {stdout}");
     }
     // Two ranks per machine, in blocks: ranks 2 and 3 on h1, all meeting at rank 0 on h0.
-    let out = pipecast(&[
+    let out = user.pipecast(&[
         "lab",
         "run",
         "--name",
@@ -173,7 +177,7 @@ fn run_sets_rank_environment_and_reports_failures() {
         text(&out)
     );
     // A rank past the deadline is killed.
-    let out = pipecast(&[
+    let out = user.pipecast(&[
         "lab",
         "run",
         "--name",
@@ -201,7 +205,7 @@ fn run_sets_rank_environment_and_reports_failures() {
     assert!(text(&out).contains("[r0] 1500"), "{}", text(&out));
     assert!(text(&out).contains("198.19.0.1/16"), "{}", text(&out));
     // exec on one machine, and its exit code.
-    let out = pipecast(&[
+    let out = user.pipecast(&[
         "lab",
         "exec",
         "--name",
@@ -213,7 +217,7 @@ fn run_sets_rank_environment_and_reports_failures() {
         "exit 3",
     ]);
     assert_eq!(out.status.code(), Some(3));
-    let out = pipecast(&["lab", "exec", "--name", lab.name(), "h9", "--", "true"]);
+    let out = user.pipecast(&["lab", "exec", "--name", lab.name(), "h9", "--", "true"]);
     assert!(text(&out).contains("no machine \"h9\""), "{}", text(&out));
 }
 
@@ -294,36 +298,78 @@ fn up_refuses_bad_input_and_leaves_nothing_behind() {
     assert!(text(&out).contains("already exists"), "{}", text(&out));
 }
 
+/// The lab without root: `nobody` builds a lab in a user namespace of its own, broadcasts
+/// byte-exact across it (sizes 0, 1, odd, not a multiple of a segment, 1 MiB; roots 0, 1,
+/// 2), hears why no lldpd runs there, and `down` ends the user namespace's keeper.
 #[test]
-fn up_without_root_says_so() {
-    // As root, drop privileges with setpriv (util-linux) to see the message.
-    let out = if pipecast::lab::is_root() {
-        match Command::new("setpriv")
-            .args([
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-                EXE,
-                "lab",
-                "up",
-                "--topology",
-                "/dev/null",
-            ])
-            .output()
-        {
-            Ok(o) => o,
-            Err(_) => {
-                eprintln!("skipping: setpriv not available");
-                return;
-            }
-        }
-    } else {
-        pipecast(&["lab", "up", "--topology", "/dev/null"])
-    };
+fn nobody_builds_uses_and_removes_a_lab() {
+    let user = User::Nobody;
+    if let Some(reason) = user.skip_reason() {
+        eprintln!("skipping: {reason}");
+        return;
+    }
+    let lab = Lab::up_as(
+        user,
+        "n",
+        r#"{"switches": ["s0", "s1"], "links": [["s0", "s1"]],
+            "machines": [{"name": "h0", "switch": "s0"}, {"name": "h1", "switch": "s1"}, {"name": "h2", "switch": "s1"}]}"#,
+        &[],
+    );
+    let out = user.pipecast(&["lab", "status"]);
+    assert!(text(&out).contains(lab.name()), "{}", text(&out));
+    let out = lab.run(&["sh", "-c", "id -u; cat /proc/self/uid_map"]);
+    assert!(out.status.success(), "{}", text(&out));
+    // Root inside, nobody outside.
+    assert!(text(&out).contains("[r2] 0"), "{}", text(&out));
+    assert!(text(&out).contains("65534"), "{}", text(&out));
+    let topology = lab.topology_file();
+    let out = lab.run(&[
+        EXE,
+        "bench",
+        "--json",
+        "--topology",
+        topology.to_str().unwrap(),
+        "--sizes",
+        "0,1,7,100003,1M",
+        "--tree",
+        "auto,linear,binomial",
+        "--iters",
+        "3",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let report: serde_json::Value = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("[r0] ")
+                .and_then(|j| serde_json::from_str(j).ok())
+        })
+        .unwrap_or_else(|| panic!("no report: {}", text(&out)));
+    let rows = report["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 15, "{report}");
+    assert!(rows.iter().all(|r| r["verified"] == true), "{report}");
+    let out = user.pipecast(&[
+        "lab",
+        "lldp",
+        "--name",
+        lab.name(),
+        "--out",
+        lab.dir().join("lldp").to_str().unwrap(),
+    ]);
     assert!(!out.status.success());
-    let t = text(&out);
-    assert!(t.contains("the lab needs root"), "{t}");
-    assert!(!t.contains("panicked"), "{t}");
+    assert!(text(&out).contains("setgroups"), "{}", text(&out));
+    // Down ends the keeper of the user namespace (and with it every namespace) and removes
+    // the lab's directory.
+    let run_dir = Path::new("/tmp/pipecast-lab-65534").join(lab.name());
+    let state: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("state.json")).unwrap())
+            .unwrap();
+    let keeper = state["owner"]["keeper"].as_u64().expect("a keeper");
+    let out = user.pipecast(&["lab", "down", "--name", lab.name()]);
+    assert!(out.status.success(), "{}", text(&out));
+    let alive = std::fs::read_to_string(format!("/proc/{keeper}/stat"))
+        .is_ok_and(|s| !s.contains(") Z ") && !s.contains(") X "));
+    assert!(!alive, "keeper {keeper} survived lab down");
+    assert!(!run_dir.exists());
 }
 
 #[test]

@@ -242,6 +242,46 @@ fn a_rank_late_by_twenty_seconds_is_waited_for() {
     }
 }
 
+/// A rank SIGSTOPped mid-broadcast (all its threads, so its progress thread answers nothing)
+/// for longer than the timeout is stopped, not gone: the job waits, then every broadcast is
+/// byte-exact and carried by pipecast. `PIPECAST_SOAK_STOP_S` sets the stop (default 8 s;
+/// `bench/soak.sh` uses 30).
+#[test]
+fn a_rank_stopped_mid_broadcast_is_waited_for() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(dir) = build() else { return };
+    let stop_s: u64 = std::env::var("PIPECAST_SOAK_STOP_S")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8);
+    let sleep = format!("PIPECAST_TEST_SLEEP={stop_s}");
+    for glue in glues() {
+        let (out, took) = mpirun(
+            glue,
+            &dir,
+            &[Context {
+                np: 4,
+                env: &[&sleep],
+                mode: "stop",
+            }],
+            stop_s + 180,
+        );
+        let all = text(&out);
+        assert!(
+            out.status.success() && all.contains("mpi_fault_test: ok"),
+            "{glue:?}: {all}"
+        );
+        assert!(
+            !all.contains("WRONG DATA") && !all.contains("broadcast failed"),
+            "{glue:?}: {all}"
+        );
+        assert!(took >= Duration::from_secs(stop_s), "{glue:?}: {took:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(carried(&stderr, glue.marker()), 32, "{glue:?}: {all}");
+        eprintln!("soak: {glue:?}: a rank stopped for {stop_s} s; the job took {took:?}, every byte right");
+    }
+}
+
 /// MPMD: three ranks are fine, one has `env` (a bad setting, for each glue; `None`: the glue
 /// has no such setting). Every rank must decline together: the MPI's own broadcast carries
 /// everything, byte-exact, in seconds, and rank 0 logs `reason`.

@@ -1,7 +1,8 @@
 //! Every topology shipped in `examples/` parses, and the generated ones are what their
 //! generators produce today (regenerate with `pipecast topo gen …`, see docs/planner.md).
 
-use pipecast::topology::{gen, read_topology, Topology};
+use pipecast::input::read_topology;
+use pipecast::topology::{gen, Topology};
 use std::path::Path;
 
 fn same(a: &Topology, b: &Topology) -> bool {

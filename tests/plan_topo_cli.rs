@@ -155,3 +155,58 @@ fn a_closed_stdout_ends_the_tool_quietly() {
         result.status
     );
 }
+
+/// Issue 14: `topo check /dev/zero` read 5.7 GB; input files are read with a limit that the
+/// message names, with the variable that raises it.
+#[test]
+fn an_oversized_input_file_is_refused_with_the_limit() {
+    let out = pipecast(&["topo", "check", "/dev/zero"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("/dev/zero") && stderr.contains("PIPECAST_MAX_INPUT_BYTES"),
+        "{stderr}"
+    );
+    let dir = std::env::temp_dir().join(format!("pipecast-limit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("t.json");
+    std::fs::write(
+        &path,
+        r#"{"switches": ["s0"], "machines": [{"name": "n0", "switch": "s0"}]}"#,
+    )
+    .unwrap();
+    let check = |limit: &str| {
+        Command::new(env!("CARGO_BIN_EXE_pipecast"))
+            .args(["topo", "check", path.to_str().unwrap()])
+            .env("PIPECAST_MAX_INPUT_BYTES", limit)
+            .output()
+            .unwrap()
+    };
+    let small = check("16");
+    assert!(!small.status.success());
+    assert!(String::from_utf8_lossy(&small.stderr).contains("16 bytes"));
+    assert!(check("1K").status.success());
+    let bad = check("lots");
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("PIPECAST_MAX_INPUT_BYTES=\"lots\""));
+    for profile_or_platform in [
+        vec![
+            "plan",
+            "--topology",
+            path.to_str().unwrap(),
+            "--profile",
+            "/dev/zero",
+            "--msize",
+            "1M",
+        ],
+        vec!["hetero", "--platform", "/dev/zero"],
+    ] {
+        let out = pipecast(&profile_or_platform);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(
+            stderr.contains("PIPECAST_MAX_INPUT_BYTES"),
+            "{profile_or_platform:?}: {stderr}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -476,19 +476,7 @@ fn broadcasts_complete_byte_exact_when_a_bridge_drops_frames() {
     let mut lab = Lab::new();
     let (sw, hosts) = lab.star(4);
     let rules = "table bridge pcrw {\n chain lossy {\n  type filter hook forward priority 0; policy accept;\n  ether type 0x88b5 numgen random mod 100 < 2 counter drop\n }\n}\n";
-    let mut nft = Command::new("ip")
-        .args(["netns", "exec", &sw, "nft", "-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::io::Write::write_all(&mut nft.stdin.take().unwrap(), rules.as_bytes()).unwrap();
-    let out = nft.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    nft(&sw, rules);
     let config = Config {
         reliable: pipecast::engine::reliable::Config {
             rto_initial: 5_000_000,
@@ -755,19 +743,7 @@ fn measure_loss_slowdown_on_a_100mbit_bridge() {
         }
         if drop_pct > 0 {
             let rules = format!("table bridge pcrw {{\n chain lossy {{\n  type filter hook forward priority 0; policy accept;\n  ether type 0x88b5 numgen random mod 100 < {drop_pct} counter drop\n }}\n}}\n");
-            let path = std::env::temp_dir().join(format!("{}.nft", lab.prefix));
-            std::fs::write(&path, rules).unwrap();
-            sh(&[
-                "ip",
-                "netns",
-                "exec",
-                &sw,
-                "nft",
-                "-f",
-                path.to_str().unwrap(),
-            ])
-            .unwrap();
-            std::fs::remove_file(path).ok();
+            nft(&sw, &rules);
         }
         let times = timed_job(&hosts, Via::RawEth, 4 << 20, 65536, 5);
         results.push((drop_pct, median(times.clone()), times));
@@ -992,4 +968,155 @@ fn a_gone_rank_fails_its_peers_over_raw_ethernet() {
             assert!(!e.contains("WRONG DATA"), "rank {r}: {e}");
         }
     }
+}
+
+/// A short soak with faults (issue 14; `bench/soak.sh` runs it with 1000 broadcasts): four
+/// ranks on a bridge that loses 1 % of frames and duplicates 1 % (nftables), with a token
+/// bucket on every port, while a fifth host that is not in the job floods every rank with random
+/// junk and with frames carrying the job's own cookie (as an attacker who sniffed it would).
+/// Mixed sizes (0, 1, odd, around the frame payload, up to 300 KB), roots, trees and segment
+/// sizes; every byte is checked at every rank (`run_job` panics on the first wrong byte), and
+/// the same broadcasts run first on the clean bridge to report the slowdown.
+#[test]
+fn a_soak_with_loss_duplication_bursts_and_a_flood_stays_byte_exact() {
+    use rand::{Rng, SeedableRng};
+    skip_unless_able!(true);
+    let count: usize = std::env::var("PIPECAST_SOAK_BCASTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(120);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x50a4);
+    let trees: [fn(usize, usize) -> Vec<Lane>; 3] = [chain, binary, two_lanes];
+    let cases: Vec<Case> = (0..count)
+        .map(|i| Case {
+            root: rng.gen_range(0..4),
+            msize: match i % 5 {
+                0 => [0, 1, 1411, 1412, 1413][i / 5 % 5],
+                _ => rng.gen_range(2..300_000),
+            },
+            segment: [1412, 10_000, 65_536][rng.gen_range(0..3)],
+            lanes: trees[rng.gen_range(0..3)],
+        })
+        .collect();
+    let config = Config {
+        reliable: pipecast::engine::reliable::Config {
+            rto_initial: 5_000_000,
+            ..Default::default()
+        },
+        ..Config::default()
+    };
+    let mut lab = Lab::new();
+    let (sw, all) = lab.star(5);
+    let (hosts, intruder) = (&all[..4], all[4].clone());
+
+    let t0 = Instant::now();
+    run_job(hosts, &cases, config, 0x50a4_0001);
+    let clean = t0.elapsed();
+
+    // Loss at the bridge, duplicates injected back into it at each port's ingress (nftables
+    // `dup`; this kernel has no netem), and a token bucket on every port (bursts queue).
+    let mut rules = String::from(
+        "table bridge pcsoak {\n chain lossy {\n  type filter hook forward priority 0; policy accept;\n  ether type 0x88b5 numgen random mod 100 < 1 counter drop\n }\n}\ntable netdev pcdup {\n",
+    );
+    for p in 0..4 {
+        rules += &format!(
+            " chain in{p} {{\n  type filter hook ingress device \"p{p}\" priority 0; policy accept;\n  ether type 0x88b5 numgen random mod 100 < 1 counter dup to \"br0\"\n }}\n"
+        );
+        tbf(&sw, &format!("p{p}"), "400mbit");
+    }
+    rules += "}\n";
+    nft(&sw, &rules);
+    let cookie = 0x50a4_0002;
+    let stop = Arc::new(AtomicBool::new(false));
+    let flood = {
+        let stop = stop.clone();
+        let targets: Vec<Mac> = hosts
+            .iter()
+            .map(|ns| RawSocket::open_in_netns(ns, "eth0").unwrap().mac())
+            .collect();
+        std::thread::spawn(move || {
+            let s = RawSocket::open_in_netns(&intruder, "eth0").unwrap();
+            let mut rng = rand::rngs::StdRng::seed_from_u64(0xbad);
+            let mut sent = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                for &to in &targets {
+                    // Random junk of random length, then a well-formed frame with the stolen
+                    // cookie claiming to be a segment of a broadcast in flight.
+                    let junk: Vec<u8> = (0..rng.gen_range(1..1400)).map(|_| rng.gen()).collect();
+                    let head = Repr {
+                        kind: Kind::Data.into(),
+                        cookie,
+                        bcast_seq: rng.gen_range(1..count as u64 + 1),
+                        root: rng.gen_range(0..4),
+                        msize: rng.gen_range(1..300_000),
+                        segment: 1412,
+                        lanes: 1,
+                        segment_len: 1000,
+                        payload_len: 1000,
+                        peer_seq: rng.gen_range(1..64),
+                        ..Repr::default()
+                    }
+                    .to_bytes();
+                    let body = [0xa5u8; 1000];
+                    for frame in [
+                        [IoSlice::new(&junk), IoSlice::new(&[])],
+                        [IoSlice::new(&head), IoSlice::new(&body)],
+                    ] {
+                        sent += s.send_batch(&[(to, frame)]).unwrap_or(0) as u64;
+                    }
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            sent
+        })
+    };
+    let t0 = Instant::now();
+    let counters = run_job(hosts, &cases, config, cookie);
+    let faulty = t0.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let sent = flood.join().unwrap();
+    let sum = |f: fn(&Counters) -> u64| counters.iter().map(f).sum::<u64>();
+    eprintln!(
+        "soak: {count} broadcasts, 0 wrong bytes; clean {clean:?}, with faults {faulty:?} \
+         ({:.2}x); intruder sent {sent} frames; retransmits {}, duplicates {}, dropped: \
+         unknown peer {}, length {}, version {}, cookie {}",
+        faulty.as_secs_f64() / clean.as_secs_f64().max(1e-9),
+        sum(|c| c.retransmits),
+        sum(|c| c.duplicates),
+        sum(|c| c.dropped_unknown_peer),
+        sum(|c| c.dropped_length),
+        sum(|c| c.dropped_version),
+        sum(|c| c.dropped_cookie),
+    );
+    assert!(sent > 0, "the intruder sent nothing");
+    assert!(
+        sum(|c| c.retransmits) > 0,
+        "1 % loss must cause retransmissions"
+    );
+    assert!(
+        sum(|c| c.dropped_unknown_peer + c.dropped_length + c.dropped_version + c.dropped_cookie)
+            > 0,
+        "the intruder's frames must be seen and dropped: {counters:?}"
+    );
+    assert!(
+        sum(|c| c.duplicates) > 0,
+        "1 % duplication must show: {counters:?}"
+    );
+}
+
+/// Loads nftables `rules` in namespace `ns`.
+fn nft(ns: &str, rules: &str) {
+    let mut nft = Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut nft.stdin.take().unwrap(), rules.as_bytes()).unwrap();
+    let out = nft.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "nft: {}\n{rules}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -309,8 +309,10 @@ static pipecast_result ensure_pipecast(mca_coll_pipecast_module_t *m)
     pipecast_result rc = pipecast_comm_create(ompi_comm_rank(m->comm), ompi_comm_size(m->comm),
                                               allgather_through_prev, m, &cfg, &m->pc);
     if (rc == PIPECAST_OK) {
-        say(1, "rank %d comm %s (%d ranks): pipecast ready", ompi_comm_rank(m->comm),
-            m->comm->c_name, ompi_comm_size(m->comm));
+        char link[128];
+        pipecast_comm_link(m->pc, link, sizeof link);
+        say(1, "rank %d comm %s (%d ranks): pipecast ready over %s", ompi_comm_rank(m->comm),
+            m->comm->c_name, ompi_comm_size(m->comm), link);
     } else if (ompi_comm_rank(m->comm) == 0) {
         char detail[512];
         pipecast_last_error(detail, sizeof detail);

@@ -310,6 +310,11 @@ static comm_state *pipecast_for(MPI_Comm comm, size_t bytes, long from, int may_
             s->fallback++;
             return NULL;
         }
+        if (*rank == 0 && verbose >= 1) {
+            char link[128];
+            pipecast_comm_link(s->pc, link, sizeof link);
+            fprintf(stderr, "pipecast-preload: pipecast ready over %s (rank 0 of %d)\n", link, size);
+        }
     }
     if ((unsigned long long)bytes < (unsigned long long)pipecast_defers_below(s->pc)) {
         /* Where pipecast cannot win (every rank on one host, a small message) the MPI's own

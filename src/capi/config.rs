@@ -76,6 +76,20 @@ pub(crate) fn settings_from_c(cfg: &pipecast_config) -> Result<Settings, String>
     })
 }
 
+/// Checks `cfg` as communicator creation reads it (strings as UTF-8, then every setting
+/// parsed and applied), without the environment and without creating anything: the fuzz
+/// target `config` drives the C configuration through it.
+///
+/// # Safety
+/// Every string field of `cfg` must be NULL or a NUL-terminated string that lives during the
+/// call.
+pub unsafe fn validate_config(cfg: &pipecast_config) -> Result<(), String> {
+    let mut check = crate::comm::Config::default();
+    settings_from_c(cfg)?
+        .apply(&mut check)
+        .map_err(|e| e.to_string())
+}
+
 /// Fills `config` with the defaults (everything NULL or 0).
 ///
 /// # Safety

@@ -135,6 +135,7 @@ pub unsafe extern "C" fn pipecast_comm_create(
     out: *mut *mut pipecast_comm,
 ) -> pipecast_result {
     boundary(|| {
+        super::init_log();
         let Some(allgather) = allgather else {
             return fail(PIPECAST_ERR_NULL_ARGUMENT, "allgather callback is NULL");
         };
@@ -348,7 +349,7 @@ pub unsafe extern "C" fn pipecast_tree_node(
 /// Below how many bytes the MPI glue should leave a broadcast on this communicator to the
 /// MPI's own broadcast, because pipecast cannot win there (0: it never defers; UINT64_MAX: it
 /// always defers). Today: a communicator whose ranks all share one host, below
-/// `PIPECAST_HOST_MIN_BYTES` (default 4 MiB, and every size with two ranks: measured in
+/// `PIPECAST_HOST_MIN_BYTES` (default 4 MiB: measured in
 /// docs/results-ompi.md). The same value at every rank. Local: no communication. NULL gives 0.
 ///
 /// # Safety
@@ -358,6 +359,28 @@ pub unsafe extern "C" fn pipecast_defers_below(comm: *const pipecast_comm) -> u6
     // SAFETY: NULL or a live handle (caller contract); only read.
     match unsafe { comm.as_ref() } {
         Some(handle) => handle.comm.defers_below(),
+        None => 0,
+    }
+}
+
+/// Copies the description of the links this rank's broadcasts run over into `buf`
+/// (NUL-terminated, truncated to `len` bytes) and returns its full length: for example
+/// `tcp`, `raweth:eth1`, `shm:cma` (every peer on this host, single copy), `shm:ring` or
+/// `tcp+shm:cma` (TCP to other hosts, shared memory on this one). For the MPI glue's verbose
+/// output. Local: no communication. NULL `comm` gives 0 and writes nothing.
+///
+/// # Safety
+/// `comm` must be NULL or a live handle; `buf` must be NULL or point to `len` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn pipecast_comm_link(
+    comm: *const pipecast_comm,
+    buf: *mut c_char,
+    len: usize,
+) -> usize {
+    // SAFETY: NULL or a live handle (caller contract); only read.
+    match unsafe { comm.as_ref() } {
+        // SAFETY: forwarded caller contract for `buf`.
+        Some(handle) => unsafe { super::copy_out(handle.comm.transport(), buf, len) },
         None => 0,
     }
 }

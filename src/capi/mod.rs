@@ -12,10 +12,12 @@ mod config;
 mod handle;
 mod request;
 
-pub use config::{pipecast_config, pipecast_config_default, pipecast_config_from_env};
+pub use config::{
+    pipecast_config, pipecast_config_default, pipecast_config_from_env, validate_config,
+};
 pub use handle::{
     pipecast_allgather_fn, pipecast_bcast_bytes, pipecast_comm, pipecast_comm_create,
-    pipecast_comm_free, pipecast_plan_json,
+    pipecast_comm_free, pipecast_comm_link, pipecast_plan_json,
 };
 pub use request::{pipecast_ibcast_bytes, pipecast_request, pipecast_test, pipecast_wait};
 
@@ -62,6 +64,39 @@ pub(crate) fn fail(code: pipecast_result, message: impl Into<String>) -> pipecas
     tracing::debug!(?code, %message, "C call failed");
     LAST_ERROR.with(|e| *e.borrow_mut() = message);
     code
+}
+
+/// Copies `text` into `buf` (NUL-terminated, truncated to `len` bytes) and returns its full
+/// length: the convention of every C call that returns a string.
+///
+/// # Safety
+/// `buf` must be NULL or point to `len` writable bytes.
+pub(crate) unsafe fn copy_out(text: &str, buf: *mut c_char, len: usize) -> usize {
+    if !buf.is_null() && len > 0 {
+        let n = text.len().min(len - 1);
+        // SAFETY: `buf` has `len` writable bytes (caller contract) and `n + 1 <= len`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), n);
+            *buf.add(n) = 0;
+        }
+    }
+    text.len()
+}
+
+/// Inside an MPI program nobody installs a log subscriber: the first communicator installs
+/// one that writes `PIPECAST_LOG` (same syntax as the tool's: `info`, `pipecast=debug`, …)
+/// to stderr, unless the variable is unset or the program has a subscriber of its own.
+pub(crate) fn init_log() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("PIPECAST_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+                .try_init();
+        }
+    });
 }
 
 /// Runs `f` behind the panic boundary of every exported function.
@@ -115,13 +150,6 @@ pub extern "C" fn pipecast_strerror(result: pipecast_result) -> *const c_char {
 #[no_mangle]
 pub unsafe extern "C" fn pipecast_last_error(buf: *mut c_char, len: usize) -> usize {
     let message = LAST_ERROR.with(|e| e.borrow().clone());
-    if !buf.is_null() && len > 0 {
-        let n = message.len().min(len - 1);
-        // SAFETY: `buf` has `len` writable bytes (caller contract) and `n + 1 <= len`.
-        unsafe {
-            std::ptr::copy_nonoverlapping(message.as_ptr(), buf.cast::<u8>(), n);
-            *buf.add(n) = 0;
-        }
-    }
-    message.len()
+    // SAFETY: forwarded caller contract.
+    unsafe { copy_out(&message, buf, len) }
 }

@@ -14,9 +14,7 @@ pub trait Bootstrap: Send {
 
 /// Largest blob accepted, so a foreign peer cannot make us allocate gigabytes.
 const MAX_BLOB: u32 = 1 << 20;
-/// A rank's first bytes to rank 0: magic, rank, job size.
-const HELLO: usize = 24;
-const HELLO_MAGIC: [u8; 8] = *b"pcrendez";
+use crate::wire::hello;
 /// How long rank 0 waits for the hello of a fresh connection.
 const HELLO_WAIT: Duration = Duration::from_secs(2);
 
@@ -58,14 +56,18 @@ impl TcpRendezvous {
                         // A stray that connects and says nothing must not stall the job.
                         s.set_read_timeout(Some(HELLO_WAIT.min(timeout)))
                             .map_err(bad)?;
-                        let mut hello = [0u8; HELLO];
-                        if s.read_exact(&mut hello).is_err() || hello[..8] != HELLO_MAGIC {
+                        // A rank's first bytes to rank 0: its rank and the job size.
+                        let mut first = [0u8; hello::LEN];
+                        let words = s
+                            .read_exact(&mut first)
+                            .ok()
+                            .and_then(|()| hello::parse(hello::RENDEZVOUS, &first));
+                        let Some((r, n)) = words else {
                             tracing::warn!(%from, "rendezvous: dropped a connection that is not a pipecast rank's");
                             continue;
-                        }
+                        };
                         s.set_read_timeout(Some(timeout)).map_err(bad)?;
-                        let r = u64::from_le_bytes(hello[8..16].try_into().expect("8")) as usize;
-                        let n = u64::from_le_bytes(hello[16..].try_into().expect("8")) as usize;
+                        let (r, n) = (r as usize, n as usize);
                         if n != size {
                             return Err(CommError::Bootstrap(format!(
                                 "rank {r} says the job has {n} ranks, rank 0 says {size}: set the same PIPECAST_SIZE everywhere"
@@ -123,11 +125,8 @@ impl TcpRendezvous {
             };
             s.set_nodelay(true).map_err(bad)?;
             s.set_read_timeout(Some(timeout)).map_err(bad)?;
-            let mut hello = [0u8; HELLO];
-            hello[..8].copy_from_slice(&HELLO_MAGIC);
-            hello[8..16].copy_from_slice(&(rank as u64).to_le_bytes());
-            hello[16..].copy_from_slice(&(size as u64).to_le_bytes());
-            s.write_all(&hello).map_err(bad)?;
+            s.write_all(&hello::emit(hello::RENDEZVOUS, rank as u64, size as u64))
+                .map_err(bad)?;
             local_ip = s.local_addr().ok().map(|a| a.ip());
             streams.push(s);
         }

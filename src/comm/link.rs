@@ -61,7 +61,9 @@ impl fmt::Display for Transport {
     }
 }
 
-/// The transport the progress thread drives.
+/// The transport the progress thread drives: a boxed trait object, so every call of
+/// [`Transport`](crate::transport::Transport) (`register`/`deregister` included) reaches the
+/// link inside, or the [`Router`](crate::transport::router::Router) that forwards it.
 pub type Link = Box<dyn crate::transport::Transport>;
 
 /// Opens the raw Ethernet side for `config.transport` (`None` for `tcp`, and for `auto` when

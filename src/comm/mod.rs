@@ -21,6 +21,7 @@ mod progress;
 mod request;
 pub mod settings;
 mod setup;
+pub mod tree_dump;
 
 pub use crate::transport::shm::ShmMode;
 pub use agree::ErrorClass;
@@ -38,6 +39,7 @@ use crate::model::Profile;
 use crate::plan::{Lane, TreeKind};
 use crate::topology::Topology;
 use crate::transport::lend;
+use crate::transport::wake::spin;
 use crate::transport::Buffer;
 use crossbeam_channel::Sender;
 use progress::{Job, Op};
@@ -105,18 +107,28 @@ pub struct Config {
     pub shm: ShmMode,
     /// On a communicator whose ranks all share one host, the MPI glue leaves broadcasts below
     /// this many bytes to the MPI's own broadcast ([`Comm::defers_below`]; env
-    /// PIPECAST_HOST_MIN_BYTES). `None`: the measured default ([`HOST_MIN_BYTES`], and every
-    /// size with two ranks).
+    /// PIPECAST_HOST_MIN_BYTES). `None`: the measured default, [`HOST_MIN_BYTES`].
     pub host_min_bytes: Option<u64>,
+    /// How long a waiting thread (the caller waiting for its broadcast, the progress thread
+    /// between broadcasts, a shared-memory link waiting for its peers) polls before it sleeps
+    /// in the kernel (env PIPECAST_POLL_US; default [`POLL`]; see
+    /// [`transport::wake::spin`](crate::transport::wake::spin)). Local: ranks may differ.
+    pub poll: Duration,
+    /// Write this rank's trees, one line per distinct plan, to `DIR/colltree<rank>.json`
+    /// (env PIPECAST_TREE_DUMP; [`tree_dump`]). Local: ranks may differ.
+    pub tree_dump: Option<std::path::PathBuf>,
 }
 
-/// The default of [`Config::host_min_bytes`] with three ranks or more on one host. Measured
-/// with `bench/local_ompi.sh` (docs/results-ompi.md, 2-core machine, Open MPI 4.1): every
-/// pipecast broadcast pays a hand-over to its progress thread and a wake-up per hop (about
-/// 130 µs for a 4 KiB broadcast) where Open MPI's ranks poll shared memory, so Open MPI wins
-/// up to 1 MiB (4 ranks: 0.79×); from 4 MiB pipecast's concurrent single copies win (4 ranks:
-/// 1.45× at 4 MiB, 1.97× at 16 MiB). With two ranks a broadcast is one copy either way and
-/// Open MPI's own was faster at every size (0.37–0.90×), so two ranks always defer.
+/// The default of [`Config::poll`]. Measured with `pipecast bench --local` (docs/shm.md).
+pub const POLL: Duration = Duration::from_micros(50);
+
+/// The default of [`Config::host_min_bytes`]. Measured with `bench/local_ompi.sh`
+/// (docs/results-ompi.md, "Session 6"; 2-core machine, Open MPI 4.1): a pipecast broadcast
+/// still pays a hand-over to its progress thread and a wake-up per hop (about 50–100 µs with
+/// polling, [`POLL`]) where Open MPI's ranks poll shared memory, so Open MPI wins below
+/// 256 KiB at any rank count and is within noise up to 2 MiB; from 4 MiB pipecast's single
+/// copies won in every run (2 ranks 1.18–2.26×, 4 ranks 1.11–2.66×). Before polling, two ranks
+/// lost at every size and always deferred.
 pub const HOST_MIN_BYTES: u64 = 4 << 20;
 
 impl Default for Config {
@@ -134,6 +146,8 @@ impl Default for Config {
             raweth_ring: None,
             shm: ShmMode::Auto,
             host_min_bytes: None,
+            poll: POLL,
+            tree_dump: None,
         }
     }
 }
@@ -165,6 +179,8 @@ pub struct Comm {
     frame_payload: Option<u64>,
     /// How many hosts the ranks are on.
     hosts: usize,
+    /// `PIPECAST_TREE_DUMP`: where new plans are recorded.
+    dump: Option<tree_dump::TreeDump>,
 }
 
 /// One rank's place in a single-lane broadcast tree ([`Comm::tree_node`]).
@@ -257,6 +273,11 @@ impl Comm {
         let all = bootstrap.allgather(&ready)?;
         agree::all_ready(&all)?;
         let f = finished.expect("a failed rank fails the second round");
+        let dump = f
+            .config
+            .tree_dump
+            .as_deref()
+            .map(|dir| tree_dump::TreeDump::new(dir, rank));
         Ok(Comm {
             rank,
             size,
@@ -273,6 +294,7 @@ impl Comm {
             link: f.link,
             frame_payload: f.frame_payload,
             hosts: f.hosts,
+            dump,
         })
     }
 
@@ -327,7 +349,6 @@ impl Comm {
     pub fn defers_below(&self) -> u64 {
         match (self.hosts, self.config.host_min_bytes) {
             (1, Some(bytes)) => bytes,
-            (1, None) if self.size == 2 => u64::MAX,
             (1, None) => HOST_MIN_BYTES,
             _ => 0,
         }
@@ -399,7 +420,7 @@ impl Comm {
     /// 0 (its root completes only when all subtrees reported in) followed by a release.
     pub fn barrier(&mut self) -> crate::Result<()> {
         let tree = Algorithm::Tree(TreeKind::Binomial);
-        let lanes = self.lanes(0, &tree, 1, 0)?;
+        let (lanes, _) = self.lanes(0, &tree, 1, 0)?;
         let phases = [true, false].map(|deep| Setup {
             seq: self.next_seq(),
             root: 0,
@@ -498,13 +519,14 @@ impl Comm {
         Ok(c)
     }
 
+    /// The lanes of a schedule, cached; `true` when they were planned by this call.
     fn lanes(
         &mut self,
         root: usize,
         algorithm: &Algorithm,
         segment: u64,
         msize: u64,
-    ) -> crate::Result<Arc<Vec<Lane>>> {
+    ) -> crate::Result<(Arc<Vec<Lane>>, bool)> {
         let segments = msize.div_ceil(segment).max(1);
         // The tree depends on the segment count only for kbinomial (its optimal k).
         let key_segments = match algorithm {
@@ -513,11 +535,11 @@ impl Comm {
         };
         let key = (root, algorithm.clone(), segment, key_segments);
         if let Some(l) = self.plans.get(&key) {
-            return Ok(l.clone());
+            return Ok((l.clone(), false));
         }
         let l = Arc::new(lanes(&self.topology, root, algorithm, segments)?);
         self.plans.insert(key, l.clone());
-        Ok(l)
+        Ok((l, true))
     }
 
     /// The jobs of `setups` over `lanes`.
@@ -567,7 +589,9 @@ impl Comm {
         self.check()?;
         let result = lend(buf, |loan| {
             let answer = self.post(Buffer::Loan(loan), lanes, setups)?;
-            answer.recv().map_err(|_| CommError::ProgressGone)?.result
+            let poll = self.config.poll;
+            let outcome = spin(poll, || answer.try_recv().ok()).map_or_else(|| answer.recv(), Ok);
+            outcome.map_err(|_| CommError::ProgressGone)?.result
         });
         if let Err(e) = &result {
             self.failed = Some(e.to_string());
@@ -602,7 +626,18 @@ impl Comm {
             .into());
         }
         let (algorithm, segment) = self.resolve(root, algorithm, msize, segment)?;
-        let lanes = self.lanes(root, &algorithm, segment, msize)?;
+        let (lanes, new) = self.lanes(root, &algorithm, segment, msize)?;
+        if let (true, Some(dump)) = (new, self.dump.as_mut()) {
+            dump.record(&tree_dump::DumpedPlan {
+                rank: self.rank,
+                nranks: self.size,
+                root,
+                tree: algorithm.to_string(),
+                segment,
+                msize,
+                lanes: &lanes,
+            });
+        }
         Ok((algorithm, segment, lanes))
     }
 
@@ -654,7 +689,10 @@ impl Comm {
             segment,
             deep: false,
         };
-        Ok(Request::new(self.post(buf, lanes, &[setup])?))
+        Ok(Request::new(
+            self.post(buf, lanes, &[setup])?,
+            self.config.poll,
+        ))
     }
 }
 

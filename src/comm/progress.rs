@@ -8,6 +8,7 @@ use super::link::Link;
 use super::CommError;
 use crate::engine::{Bcast, Config as EngineConfig, Endpoint, Setup};
 use crate::plan::Lane;
+use crate::transport::wake::spin;
 use crate::transport::{Buffer, Buffers, Wake};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::collections::{BTreeMap, VecDeque};
@@ -66,12 +67,16 @@ struct Driver {
     /// After a failure every later broadcast fails too: peers saw this rank close its links,
     /// and a rank must never go on alone.
     failed: Option<String>,
+    /// The link needs each broadcast's buffer registered while it runs (RDMA verbs).
+    registers: bool,
 }
 
 /// Serves `ops` until the communicator drops its end.
-pub fn serve(me: usize, link: Link, ops: Receiver<Op>, wake: Arc<Wake>) {
+pub fn serve(me: usize, link: Link, ops: Receiver<Op>, wake: Arc<Wake>, poll: Duration) {
+    let registers = link.capabilities().needs_registration;
     let mut d = Driver {
         me,
+        registers,
         link,
         endpoint: Endpoint::new(),
         bufs: Buffers::new(),
@@ -88,6 +93,9 @@ pub fn serve(me: usize, link: Link, ops: Receiver<Op>, wake: Arc<Wake>) {
                 Err(TryRecvError::Empty) => None,
                 Err(TryRecvError::Disconnected) => break,
             }
+        } else if let Some(op) = spin(poll, || ops.try_recv().ok()) {
+            // Polled for a while first: the next broadcast often follows at once.
+            Some(op)
         } else {
             match ops.recv_timeout(Duration::from_secs(3600)) {
                 Ok(op) => Some(op),
@@ -146,10 +154,31 @@ impl Driver {
         }
     }
 
-    /// Starts one job: its engine joins the endpoint, which delivers what arrived early.
+    /// Hands broadcast `seq`'s buffer (just posted) to a link that registers buffers.
+    fn register(&mut self, seq: u64) -> crate::Result<()> {
+        if self.registers {
+            let buf = self.bufs.get(&seq).expect("a posted run has a buffer");
+            self.link.register(seq, buf)?;
+        }
+        Ok(())
+    }
+
+    /// Takes broadcast `seq`'s buffer back (finished or failed), deregistering it first.
+    fn take_buf(&mut self, seq: u64) -> Option<Buffer> {
+        let buf = self.bufs.remove(&seq);
+        if self.registers && buf.is_some() {
+            self.link.deregister(seq);
+        }
+        buf
+    }
+
+    /// Starts one job (its buffer posted under its sequence number): the link registers the
+    /// buffer if it must, then the engine joins the endpoint, which delivers what arrived
+    /// early.
     fn start_job(&mut self, job: Job) -> crate::Result<()> {
-        let now = self.now();
         let seq = job.setup.seq;
+        self.register(seq)?;
+        let now = self.now();
         let bcast = Bcast::new(self.me, &job.lanes, job.setup, job.engine, now)?;
         self.link.connect(&bcast.peers(), job.connect_timeout)?;
         let buf = self
@@ -195,7 +224,7 @@ impl Driver {
         for seq in done {
             self.endpoint.finish(seq);
             let mut run = self.runs.remove(&seq).expect("listed");
-            let buf = self.bufs.remove(&seq).expect("a run has a buffer");
+            let buf = self.take_buf(seq).expect("a run has a buffer");
             match run.jobs.pop_front() {
                 Some(next) => {
                     let next_seq = next.setup.seq;
@@ -241,14 +270,14 @@ impl Driver {
                 Some(e) => Err(e),
                 None => Err(CommError::Failed(why.clone()).into()),
             };
-            let buf = self.bufs.remove(&seq).and_then(Buffer::into_owned);
+            let buf = self.take_buf(seq).and_then(Buffer::into_owned);
             run.reply.send(Outcome { result, buf }).ok();
         }
     }
 
     fn fail_all(&mut self, why: &str) {
         for (seq, run) in std::mem::take(&mut self.runs) {
-            let buf = self.bufs.remove(&seq).and_then(Buffer::into_owned);
+            let buf = self.take_buf(seq).and_then(Buffer::into_owned);
             run.reply
                 .send(Outcome {
                     result: Err(CommError::Failed(why.into()).into()),
@@ -256,5 +285,144 @@ impl Driver {
                 })
                 .ok();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{self, TreeKind};
+    use crate::topology::Topology;
+    use crate::transport::recording::{Event, Recording};
+    use crate::transport::{TcpTransport, Transport};
+    use std::sync::Mutex;
+
+    fn job(seq: u64, msize: u64) -> Job {
+        let lanes = plan::build(&Topology::single_switch(2), 0, &TreeKind::NaiveLinear, None)
+            .unwrap()
+            .lanes;
+        Job {
+            lanes: Arc::new(lanes),
+            setup: Setup {
+                seq,
+                root: 0,
+                msize,
+                segment: 4096,
+                deep: false,
+            },
+            engine: EngineConfig::default(),
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+
+    fn pattern(n: usize) -> Vec<u8> {
+        (0..n).map(|i| (i * 31 + 7) as u8).collect()
+    }
+
+    /// Checks rank `rank`'s log: every buffer a round saw was registered, each broadcast in
+    /// `seqs` was registered once (with `len` bytes) before any round that moved its data
+    /// and deregistered once after the last.
+    fn check(log: &[Event], seqs: &[(u64, usize)], rank: usize) {
+        assert!(
+            !log.iter().any(|e| matches!(e, Event::Unregistered(_))),
+            "rank {rank}: a round ran with an unregistered buffer: {log:?}"
+        );
+        for &(seq, len) in seqs {
+            let at = |want: &Event| -> Vec<usize> {
+                (0..log.len()).filter(|&i| log[i] == *want).collect()
+            };
+            let reg = at(&Event::Register(seq, len));
+            let dereg = at(&Event::Deregister(seq));
+            assert_eq!(
+                (reg.len(), dereg.len()),
+                (1, 1),
+                "rank {rank} seq {seq}: {log:?}"
+            );
+            let rounds: Vec<usize> = (0..log.len())
+                .filter(|&i| matches!(&log[i], Event::Progress(s) if s.contains(&seq)))
+                .collect();
+            assert!(!rounds.is_empty(), "rank {rank} seq {seq}: no round");
+            assert!(reg[0] < rounds[0], "rank {rank} seq {seq}: {log:?}");
+            assert!(
+                dereg[0] > *rounds.last().unwrap(),
+                "rank {rank} seq {seq}: {log:?}"
+            );
+        }
+    }
+
+    /// A link that needs registration (as RDMA verbs will) under two real ranks over TCP:
+    /// the driver registers each broadcast's buffer before any data moves and deregisters
+    /// it before handing it back, after completion and after a failure.
+    #[test]
+    fn a_link_that_registers_gets_buffers_before_data_and_back_after_completion_or_failure() {
+        let mut tcps: Vec<TcpTransport> = (0..2)
+            .map(|r| TcpTransport::bind(r, "127.0.0.1").unwrap())
+            .collect();
+        let addrs: Vec<_> = tcps.iter().map(TcpTransport::local_addr).collect();
+        for t in &mut tcps {
+            t.set_peers(addrs.clone(), 42);
+        }
+        let mut logs: Vec<Arc<Mutex<Vec<Event>>>> = Vec::new();
+        let mut ops = Vec::new();
+        let mut threads = Vec::new();
+        for (rank, tcp) in tcps.into_iter().enumerate() {
+            let (mut link, log) = Recording::new(Box::new(tcp));
+            let wake = Arc::new(Wake::new().unwrap());
+            link.set_wake(wake.raw());
+            let (tx, rx) = crossbeam_channel::unbounded();
+            logs.push(log);
+            ops.push((tx, wake.clone()));
+            threads.push(std::thread::spawn(move || {
+                link.connect(&[1 - rank], Duration::from_secs(10)).unwrap();
+                serve(rank, Box::new(link), rx, wake, Duration::ZERO);
+            }));
+        }
+        let post = |rank: usize, jobs: Vec<Job>, buf: Vec<u8>| {
+            let (reply, outcome) = crossbeam_channel::bounded(1);
+            let buf = Buffer::Owned(buf);
+            ops[rank].0.send(Op::Run { buf, jobs, reply }).unwrap();
+            ops[rank].1.notify();
+            outcome
+        };
+        let wait = |outcome: &Receiver<Outcome>| outcome.recv_timeout(Duration::from_secs(60));
+        // Both ranks run `seqs` as one run on one buffer of `len` bytes, byte-exact; the
+        // buffer is deregistered before it comes back.
+        let run = |seqs: &[u64], len: usize| {
+            let data = pattern(len);
+            let replies: Vec<_> = (0..2)
+                .map(|r| {
+                    let buf = if r == 0 { data.clone() } else { vec![0; len] };
+                    let jobs = seqs.iter().map(|&s| job(s, len as u64)).collect();
+                    post(r, jobs, buf)
+                })
+                .collect();
+            for (r, reply) in replies.iter().enumerate() {
+                let out = wait(reply).expect("no hang");
+                assert!(out.result.is_ok(), "rank {r}: {:?}", out.result.err());
+                assert_eq!(out.buf.as_deref(), Some(&data[..]), "rank {r}");
+                let last = logs[r].lock().unwrap().last().cloned();
+                assert_eq!(last, Some(Event::Deregister(*seqs.last().unwrap())));
+            }
+        };
+        // One broadcast, then a run of two on the same buffer (re-registered per job).
+        run(&[1], 100_003);
+        run(&[2, 3], 10_000);
+        // Rank 1 goes away while rank 0 broadcasts: rank 0 fails, and deregisters first.
+        let reply = post(0, vec![job(4, 50_000)], pattern(50_000));
+        let (gone, _) = ops.pop().unwrap();
+        drop(gone);
+        threads.pop().unwrap().join().unwrap();
+        let out = wait(&reply).expect("no hang");
+        assert!(out.result.is_err(), "rank 0 broadcast alone");
+        assert_eq!(logs[0].lock().unwrap().last(), Some(&Event::Deregister(4)));
+        drop(ops);
+        threads.pop().unwrap().join().unwrap();
+        let sizes = [(1, 100_003), (2, 10_000), (3, 10_000)];
+        check(&logs[1].lock().unwrap(), &sizes, 1);
+        check(
+            &logs[0].lock().unwrap(),
+            &[sizes.as_slice(), &[(4, 50_000)]].concat(),
+            0,
+        );
     }
 }

@@ -2,20 +2,25 @@
 
 use super::progress::Outcome;
 use super::CommError;
+use crate::transport::wake::spin;
 use crossbeam_channel::{Receiver, TryRecvError};
+use std::time::Duration;
 
 /// A posted broadcast. It completes on the progress thread; `test` and `wait` collect the
 /// outcome. Dropping an unfinished request waits for it (the buffer is in use until then).
 pub struct Request {
     answer: Receiver<Outcome>,
     outcome: Option<Outcome>,
+    /// How long `wait` polls before it sleeps ([`Config::poll`](super::Config::poll)).
+    poll: Duration,
 }
 
 impl Request {
-    pub(super) fn new(answer: Receiver<Outcome>) -> Request {
+    pub(super) fn new(answer: Receiver<Outcome>, poll: Duration) -> Request {
         Request {
             answer,
             outcome: None,
+            poll,
         }
     }
 
@@ -42,7 +47,9 @@ impl Request {
     fn take(&mut self) -> Outcome {
         match self.outcome.take() {
             Some(o) => o,
-            None => self.answer.recv().unwrap_or_else(|_| gone()),
+            None => spin(self.poll, || self.answer.try_recv().ok())
+                .map_or_else(|| self.answer.recv(), Ok)
+                .unwrap_or_else(|_| gone()),
         }
     }
 }

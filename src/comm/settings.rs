@@ -7,7 +7,7 @@
 //! agreement instead of failing alone (a rank that fails alone hangs an MPI job).
 
 use super::{Algorithm, CommError, Config, Transport};
-use crate::model::Profile;
+pub use crate::input::parse_bytes;
 use std::time::Duration;
 
 /// The settings as text, each `None` when unset (or empty).
@@ -37,10 +37,14 @@ pub struct Settings {
     pub shm: Option<String>,
     /// `PIPECAST_HOST_MIN_BYTES`: on one host, the MPI glue leaves smaller broadcasts to the MPI.
     pub host_min_bytes: Option<String>,
+    /// `PIPECAST_POLL_US`: how long a waiter polls before it sleeps.
+    pub poll_us: Option<String>,
+    /// `PIPECAST_TREE_DUMP`: a directory for per-rank tree dumps (MPICH's `COLL_TREE_DUMP`).
+    pub tree_dump: Option<String>,
 }
 
 /// The variables, in the order errors and documentation list them.
-pub const VARIABLES: [&str; 12] = [
+pub const VARIABLES: [&str; 14] = [
     "PIPECAST_TRANSPORT",
     "PIPECAST_TREE",
     "PIPECAST_SEGMENT",
@@ -53,6 +57,8 @@ pub const VARIABLES: [&str; 12] = [
     "PIPECAST_RAWETH_RING",
     "PIPECAST_SHM",
     "PIPECAST_HOST_MIN_BYTES",
+    "PIPECAST_POLL_US",
+    "PIPECAST_TREE_DUMP",
 ];
 
 impl Settings {
@@ -66,7 +72,7 @@ impl Settings {
         s
     }
 
-    fn slots(&mut self) -> [&mut Option<String>; 12] {
+    fn slots(&mut self) -> [&mut Option<String>; 14] {
         [
             &mut self.transport,
             &mut self.tree,
@@ -80,6 +86,8 @@ impl Settings {
             &mut self.raweth_ring,
             &mut self.shm,
             &mut self.host_min_bytes,
+            &mut self.poll_us,
+            &mut self.tree_dump,
         ]
     }
 
@@ -152,6 +160,20 @@ impl Settings {
                 )
             })?);
         }
+        if let Some(v) = &self.poll_us {
+            let us: u64 = v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|us| *us <= 1_000_000)
+                .ok_or_else(|| {
+                    bad(
+                        "PIPECAST_POLL_US",
+                        format!("{v:?}: expected microseconds from 0 (never poll) to 1000000"),
+                    )
+                })?;
+            config.poll = Duration::from_micros(us);
+        }
         if let Some(v) = &self.shm {
             config.shm = v.parse().map_err(|e| bad("PIPECAST_SHM", e))?;
         }
@@ -161,13 +183,16 @@ impl Settings {
         if let Some(v) = &self.ip {
             config.ip = Some(v.trim().to_string());
         }
+        if let Some(v) = &self.tree_dump {
+            config.tree_dump = Some(v.into());
+        }
         if let Some(v) = &self.profile {
-            config.profile =
-                Profile::load(v).map_err(|e| bad("PIPECAST_PROFILE", e.to_string()))?;
+            config.profile = crate::input::load_profile(v)
+                .map_err(|e| bad("PIPECAST_PROFILE", e.to_string()))?;
         }
         if let Some(v) = &self.topology {
             config.topology = Some(
-                crate::topology::read_topology(v.as_ref())
+                crate::input::read_topology(v.as_ref())
                     .map_err(|e| bad("PIPECAST_TOPOLOGY", e.to_string()))?,
             );
         }
@@ -175,31 +200,9 @@ impl Settings {
     }
 }
 
-/// `65536`, `64K`, `4M`, `1G` (binary multiples).
-pub fn parse_bytes(text: &str) -> Option<u64> {
-    let t = text.trim();
-    let (digits, shift) = match t.char_indices().last()? {
-        (i, 'K' | 'k') => (&t[..i], 10),
-        (i, 'M' | 'm') => (&t[..i], 20),
-        (i, 'G' | 'g') => (&t[..i], 30),
-        _ => (t, 0),
-    };
-    digits.parse::<u64>().ok()?.checked_mul(1 << shift)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn bytes_with_suffixes() {
-        assert_eq!(parse_bytes("64K"), Some(65536));
-        assert_eq!(parse_bytes("3"), Some(3));
-        assert_eq!(parse_bytes("2M"), Some(2 << 20));
-        assert_eq!(parse_bytes("x"), None);
-        assert_eq!(parse_bytes(""), None);
-        assert_eq!(parse_bytes("99999999999999G"), None);
-    }
 
     #[test]
     fn present_settings_win_and_bad_values_name_the_variable() {
@@ -245,6 +248,13 @@ mod tests {
                     ..Settings::default()
                 },
                 "PIPECAST_SEGMENT",
+            ),
+            (
+                Settings {
+                    poll_us: Some("-1".into()),
+                    ..Settings::default()
+                },
+                "PIPECAST_POLL_US",
             ),
         ] {
             let e = s.apply(&mut Config::default()).unwrap_err().to_string();

@@ -66,6 +66,7 @@ impl Local {
                 rank,
                 &shm::socket_name(&tcp.local_addr()),
                 mode,
+                config.poll,
             )?),
         };
         Ok(Local {
@@ -135,9 +136,10 @@ impl Local {
         transport.set_wake(wake.raw());
         let (ops, rx) = crossbeam_channel::unbounded();
         let woken = wake.clone();
+        let poll = config.poll;
         let progress = std::thread::Builder::new()
             .name(format!("pipecast-progress-{rank}"))
-            .spawn(move || progress::serve(rank, transport, rx, woken))
+            .spawn(move || progress::serve(rank, transport, rx, woken, poll))
             .map_err(|e| CommError::Bootstrap(format!("cannot start the progress thread: {e}")))?;
         let mut distinct = keys.clone();
         distinct.sort_unstable();

@@ -16,7 +16,7 @@
 //! `poll_transmit` hands messages out, `poll_timeout`/`handle_timeout` manage the idle timer.
 //! The engine never touches sockets, clocks or the user buffer.
 
-use super::{DataHeader, EngineError, Layout, Message, Placement, Transmit};
+use super::{DataHeader, EngineError, Expected, Layout, Message, Placement, Transmit};
 use crate::plan::Lane;
 use std::collections::VecDeque;
 
@@ -460,6 +460,37 @@ impl Bcast {
             }),
             payload: range.start as usize..range.end as usize,
         })
+    }
+
+    /// The segments this rank may receive next, per lane: those its parent may send now
+    /// under the window, from the last credit sent (`credited`) up to `credited + window`,
+    /// not yet received. The parent's window is this rank's (the agreement makes the setting
+    /// equal everywhere), and it cannot have seen a credit not sent yet, so nothing outside
+    /// this set can arrive. Empty at the root, in lanes this rank takes no part in, and once
+    /// everything arrived. See [`Expected`].
+    pub fn expected(&self) -> Vec<Expected> {
+        if self.failed {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        for (l, s) in self.lanes.iter().enumerate() {
+            let Some(from) = s.parent else { continue };
+            let end = s
+                .credited
+                .saturating_add(self.config.window)
+                .min(s.segments);
+            for index in (s.credited..end).filter(|&i| !s.have[i as usize]) {
+                let range = self.layout.range(l, index).expect("segment exists");
+                out.push(Expected {
+                    from,
+                    seq: self.setup.seq,
+                    lane: l as u16,
+                    index,
+                    range: range.start as usize..range.end as usize,
+                });
+            }
+        }
+        out
     }
 
     /// When `handle_timeout` should be called next (virtual ns).

@@ -10,7 +10,7 @@
 //! Segments still land straight in the user buffer of their broadcast: `route_data` says
 //! where ([`Route::Into`]); only held segments are copied (once more, when posted).
 
-use super::{Bcast, DataHeader, EngineError, Message, Placement, Transmit};
+use super::{Bcast, DataHeader, EngineError, Expected, Message, Placement, Transmit};
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Range;
 
@@ -197,6 +197,17 @@ impl Endpoint {
         self.active
             .iter_mut()
             .find_map(|(&seq, b)| b.poll_transmit_to(now, to).map(|t| (seq, t)))
+    }
+
+    /// The segments this rank may receive next from the peers `from` accepts (those one link
+    /// serves), over every broadcast in flight, oldest first: what a link that pre-posts
+    /// receives or exposes memory (RDMA verbs) should expect. See [`Bcast::expected`].
+    pub fn expected(&self, from: &dyn Fn(usize) -> bool) -> Vec<Expected> {
+        self.active
+            .values()
+            .flat_map(Bcast::expected)
+            .filter(|e| from(e.from))
+            .collect()
     }
 
     /// Every rank a broadcast in flight waits for.

@@ -3,21 +3,24 @@
 //! [`Bcast`] is one rank's part in one broadcast of any [`Plan`](crate::plan::Plan) (one or
 //! more lanes); [`Endpoint`] is every broadcast in flight at one rank (routing by sequence
 //! number, holding what arrives early); [`Layout`] cuts the message into lanes and segments;
-//! [`Message`] is what ranks say to each other; [`reliable`] is the one retransmission scheme,
-//! per peer, switched on for lossy links. Links frame messages and move bytes; the
-//! communicator's progress thread drives the endpoint with a real clock. See `bcast.rs` for
-//! the protocol (FPFS forwarding, credits).
+//! [`Message`] is what ranks say to each other; [`Expected`] is a segment a rank may receive
+//! next (for links that pre-post receives); [`reliable`] is the one retransmission scheme,
+//! per peer, switched on for lossy links (each such link holds a [`reliable::Peers`]). Links
+//! frame messages and move bytes; the communicator's progress thread drives the endpoint with
+//! a real clock. See `bcast.rs` for the protocol (FPFS forwarding, credits).
 
 #![deny(unsafe_code)]
 
 mod bcast;
 mod endpoint;
+mod expected;
 mod layout;
 mod message;
 pub mod reliable;
 
 pub use bcast::{Bcast, Config, Setup};
 pub use endpoint::{Endpoint, Route};
+pub use expected::Expected;
 pub use layout::Layout;
 pub use message::{DataHeader, Message, Placement, Transmit};
 

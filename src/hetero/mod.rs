@@ -25,7 +25,7 @@ pub mod throughput;
 pub use any_tree::{build_plan, plan_for, PLAN_SLICE};
 pub use cluster::{plan_on_topology, platform_of_topology, DEFAULT_GBPS};
 pub use lp::{ssb, ssb_direct, Ssb};
-pub use platform::{parse_platform, read_platform, Edge, EdgeId, NodeId, Platform};
+pub use platform::{parse_platform, Edge, EdgeId, NodeId, Platform};
 pub use throughput::{period, throughput, Model, Tree};
 
 /// What went wrong with a platform, a heuristic or the solver.

@@ -9,12 +9,16 @@
 use super::HeteroError;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::path::Path;
 
 /// Index of a node in [`Platform::nodes`].
 pub type NodeId = usize;
 /// Index of an edge in [`Platform::edges`].
 pub type EdgeId = usize;
+
+/// Edge and send times a platform accepts. Times are relative (throughputs are slices per
+/// time unit), so any platform scales into this range; outside it, throughputs such as
+/// `1 / 5e-324` overflow to infinity and sums of them to NaN.
+pub const TIME_RANGE: std::ops::RangeInclusive<f64> = 1e-9..=1e9;
 
 /// One directed edge `from → to`.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,6 +84,9 @@ impl Platform {
         }
         let mut seen = BTreeMap::new();
         for (i, n) in nodes.iter().enumerate() {
+            if let Some(fault) = crate::topology::name_fault(n) {
+                return bad(format!("node {n:?} {fault}"));
+            }
             if let Some(j) = seen.insert(n.as_str(), i) {
                 return bad(format!(
                     "node {n:?} is listed twice (positions {j} and {i}): names must be unique"
@@ -105,16 +112,19 @@ impl Platform {
             if e.from == e.to {
                 return bad(format!("edge {name} is a self-loop: remove it"));
             }
-            if !(e.time.is_finite() && e.time > 0.0) {
+            if !TIME_RANGE.contains(&e.time) {
                 return bad(format!(
-                    "edge {name} has time {}: the time to send one slice must be a positive number",
-                    e.time
+                    "edge {name} has time {:?}: the time to send one slice must be a number from {:e} to {:e} (times are relative: scale them all by one factor)",
+                    e.time,
+                    TIME_RANGE.start(),
+                    TIME_RANGE.end()
                 ));
             }
             if let Some(s) = e.send {
-                if !(s.is_finite() && s > 0.0 && s <= e.time) {
+                if !(TIME_RANGE.contains(&s) && s <= e.time) {
                     return bad(format!(
-                        "edge {name} has send {s}: the sender-busy time must be positive and at most the edge time {}",
+                        "edge {name} has send {s:?}: the sender-busy time must be at least {:e} and at most the edge time {:?}",
+                        TIME_RANGE.start(),
                         e.time
                     ));
                 }
@@ -249,18 +259,6 @@ pub fn parse_platform(text: &str) -> Result<Platform, HeteroError> {
     Platform::new(file.nodes, source, edges)
 }
 
-/// Reads and parses a platform file; errors name the file.
-pub fn read_platform(path: &Path) -> Result<Platform, HeteroError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| HeteroError::Platform(format!("platform file {}: {e}", path.display())))?;
-    parse_platform(&text).map_err(|e| match e {
-        HeteroError::Platform(m) => {
-            HeteroError::Platform(format!("platform file {}: {m}", path.display()))
-        }
-        other => other,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -287,11 +285,22 @@ mod tests {
         let e = err(
             r#"{"nodes": ["a", "b"], "source": "a", "edges": [{"from": "a", "to": "b", "time": 0}]}"#,
         );
-        assert!(e.contains("a->b") && e.contains("positive"), "{e}");
+        assert!(e.contains("a->b") && e.contains("from 1e-9 to 1e9"), "{e}");
         let e = err(
             r#"{"nodes": ["a", "b"], "source": "a", "edges": [{"from": "a", "to": "b", "time": -2}]}"#,
         );
-        assert!(e.contains("positive"), "{e}");
+        assert!(e.contains("from 1e-9"), "{e}");
+        // Issue 14: a denormal time made the throughput infinite (and NaN downstream).
+        for tiny in ["5e-324", "1e-10", "1e308"] {
+            let e = err(&format!(
+                r#"{{"nodes": ["a", "b"], "source": "a", "edges": [{{"from": "a", "to": "b", "time": {tiny}}}]}}"#
+            ));
+            assert!(e.contains("scale them"), "{tiny}: {e}");
+        }
+        let e = err(
+            r#"{"nodes": ["a", "b"], "source": "a", "edges": [{"from": "a", "to": "b", "time": 1, "send": 5e-324}]}"#,
+        );
+        assert!(e.contains("send 5e-324"), "{e}");
         let e = err(
             r#"{"nodes": ["a", "b", "c"], "source": "a", "edges": [{"from": "a", "to": "b", "time": 1}, {"from": "c", "to": "b", "time": 1}]}"#,
         );

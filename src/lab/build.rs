@@ -1,7 +1,8 @@
 //! `lab up` and `lab down`: building a lab from a topology and removing it.
 
 use super::command::{self, in_netns, ip, netns_list, netns_pids};
-use super::state::{load, run_root, LabState, MachineState, SwitchState};
+use super::state::{create_run_root, load, run_root, LabState, MachineState, SwitchState};
+use super::userns::{self, Owner};
 use super::{tbf_sizes, LabError};
 use crate::topology::{self, Topology};
 use std::path::PathBuf;
@@ -128,11 +129,13 @@ fn plan(topology: &Topology, opts: &UpOptions) -> Result<LabState, LabError> {
         machines,
         topology: topology::to_json(topology),
         complete: false,
+        owner: Owner::Root,
     })
 }
 
-/// Builds a lab from a topology. On any failure or interruption everything built so far is
-/// removed again.
+/// Builds a lab from a topology: as root in the machine's own namespaces, otherwise inside a
+/// new user namespace ([`userns`]; no lldpd there). On any failure or interruption
+/// everything built so far is removed again.
 pub fn up(topology: &Topology, opts: &UpOptions) -> Result<LabState, LabError> {
     command::require_tools()?;
     if !(576..=9000).contains(&opts.mtu) {
@@ -146,16 +149,26 @@ pub fn up(topology: &Topology, opts: &UpOptions) -> Result<LabState, LabError> {
     if run_dir.exists() {
         return Err(LabError::Exists(opts.name.clone()));
     }
-    let existing = netns_list()?;
-    if let Some(ns) = state.namespaces().iter().find(|ns| existing.contains(ns)) {
-        return Err(LabError::Command(format!(
-            "network namespace {ns} already exists: another lab named {} is half built? \
-             remove it with `ip netns del {ns}` or pick another --name",
-            opts.name
-        )));
+    let root = command::is_root();
+    if root {
+        let existing = netns_list(&Owner::Root)?;
+        if let Some(ns) = state.namespaces().iter().find(|ns| existing.contains(ns)) {
+            return Err(LabError::Command(format!(
+                "network namespace {ns} already exists: another lab named {} is half built? \
+                 remove it with `ip netns del {ns}` or pick another --name",
+                opts.name
+            )));
+        }
     }
+    create_run_root()?;
     std::fs::create_dir_all(&run_dir)
         .map_err(|e| LabError::Io(format!("cannot create {}: {e}", run_dir.display())))?;
+    if !root {
+        // A fresh user namespace: no namespace of another lab can be in the way.
+        state.owner = userns::start_keeper().inspect_err(|_| {
+            let _ = std::fs::remove_dir_all(&run_dir);
+        })?;
+    }
     state.save()?;
     match build(topology, opts, &state) {
         Ok(()) => {
@@ -181,9 +194,9 @@ pub fn up(topology: &Topology, opts: &UpOptions) -> Result<LabState, LabError> {
 
 /// Runs one `ip` or `tc` command line. The line is split at spaces: every name in it was
 /// checked by [`plan`] (no spaces), so it reads like the shell commands of LAB.md.
-fn sh(tool: &str, line: &str) -> Result<(), LabError> {
+fn sh(owner: &Owner, tool: &str, line: &str) -> Result<(), LabError> {
     let words: Vec<&str> = line.split_whitespace().collect();
-    command::run(tool, &words).map(|_| ())
+    command::run(owner, tool, &words).map(|_| ())
 }
 
 fn build(t: &Topology, opts: &UpOptions, state: &LabState) -> Result<(), LabError> {
@@ -192,6 +205,7 @@ fn build(t: &Topology, opts: &UpOptions, state: &LabState) -> Result<(), LabErro
         _ => Ok(()),
     };
     let mtu = opts.mtu;
+    let sh = |tool: &str, line: &str| sh(&state.owner, tool, line);
     for ns in state.namespaces() {
         check()?;
         sh("ip", &format!("netns add {ns}"))?;
@@ -281,13 +295,17 @@ fn build(t: &Topology, opts: &UpOptions, state: &LabState) -> Result<(), LabErro
     for s in &state.switches {
         sh("ip", &format!("-n {} link set br0 up", s.netns))?;
     }
-    for s in &state.switches {
-        check()?;
-        start_lldpd(state, s)?;
-    }
-    // After LLDP flows every link is up, so the broadcasts reach every bridge.
-    if !opts.lldp_wait.is_zero() {
-        wait_for_lldp(t, state, opts.lldp_wait, &check)?;
+    if state.owner.runs_lldpd() {
+        for s in &state.switches {
+            check()?;
+            start_lldpd(state, s)?;
+        }
+        // After LLDP flows every link is up, so the broadcasts reach every bridge.
+        if !opts.lldp_wait.is_zero() {
+            wait_for_lldp(t, state, opts.lldp_wait, &check)?;
+        }
+    } else {
+        tracing::info!("{}", userns::NO_LLDPD);
     }
     if let Some(exe) = &opts.announce_exe {
         prime_mac_tables(state, exe)?;
@@ -308,6 +326,7 @@ fn start_lldpd(state: &LabState, s: &SwitchState) -> Result<(), LabError> {
         .map_err(|e| LabError::Io(format!("cannot write {}: {e}", conf.display())))?;
     let pid = dir.join(format!("{}.pid", s.name));
     in_netns(
+        &state.owner,
         &s.netns,
         "lldpd",
         &[
@@ -325,12 +344,11 @@ fn start_lldpd(state: &LabState, s: &SwitchState) -> Result<(), LabError> {
 /// One broadcast from every machine teaches every bridge where each MAC lives (otherwise
 /// unknown unicast floods until the first reply).
 fn prime_mac_tables(state: &LabState, exe: &std::path::Path) -> Result<(), LabError> {
-    let ip_path = command::find_tool("ip").expect("checked by require_tools");
     let children: Vec<_> = state
         .machines
         .iter()
         .map(|m| {
-            std::process::Command::new(&ip_path)
+            command::command(&state.owner, "ip")?
                 .args(["netns", "exec", &m.netns])
                 .arg(exe)
                 .args(["lab", "announce"])
@@ -363,6 +381,7 @@ fn wait_for_lldp(
         loop {
             check()?;
             let out = command::run(
+                &Owner::Root,
                 "lldpcli",
                 &["-u", &s.lldp_socket, "-f", "json0", "show", "neighbors"],
             )
@@ -396,7 +415,18 @@ pub fn down(name: &str) -> Result<(), LabError> {
     command::require_tools()?;
     let state = load(name)?;
     teardown(&state);
-    let left: Vec<String> = netns_list()?
+    if state.owner != Owner::Root {
+        // The namespaces went with the user namespace.
+        return if state.owner.alive() {
+            Err(LabError::Command(format!(
+                "the user namespace of lab {name} is still held by {:?}",
+                state.owner
+            )))
+        } else {
+            Ok(())
+        };
+    }
+    let left: Vec<String> = netns_list(&state.owner)?
         .into_iter()
         .filter(|ns| state.namespaces().contains(ns))
         .collect();
@@ -411,7 +441,10 @@ pub fn down(name: &str) -> Result<(), LabError> {
 
 /// The lab's namespaces that do not exist (e.g. deleted by hand, or after a reboot).
 pub fn missing_namespaces(state: &LabState) -> Result<Vec<String>, LabError> {
-    let existing = netns_list()?;
+    if !state.owner.alive() {
+        return Ok(state.namespaces());
+    }
+    let existing = netns_list(&state.owner)?;
     Ok(state
         .namespaces()
         .into_iter()
@@ -419,22 +452,31 @@ pub fn missing_namespaces(state: &LabState) -> Result<Vec<String>, LabError> {
         .collect())
 }
 
-/// Best effort: every step runs even if an earlier one failed.
+/// Best effort: every step runs even if an earlier one failed. A rootless lab's keeper goes
+/// last, when nothing runs in its namespaces any more.
 fn teardown(state: &LabState) {
-    let namespaces = state.namespaces();
-    let pids: Vec<u32> = namespaces.iter().flat_map(|ns| netns_pids(ns)).collect();
-    command::kill(&pids, "TERM");
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while Instant::now() < deadline && namespaces.iter().any(|ns| !netns_pids(ns).is_empty()) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let pids: Vec<u32> = namespaces.iter().flat_map(|ns| netns_pids(ns)).collect();
-    command::kill(&pids, "KILL");
-    let existing = netns_list().unwrap_or_default();
-    for ns in namespaces.iter().filter(|ns| existing.contains(ns)) {
-        if let Err(e) = ip(&["netns", "del", ns]) {
-            tracing::warn!("{e}");
+    let owner = &state.owner;
+    if owner.alive() {
+        let namespaces = state.namespaces();
+        let pids = |namespaces: &[String]| -> Vec<u32> {
+            namespaces
+                .iter()
+                .flat_map(|ns| netns_pids(owner, ns))
+                .collect()
+        };
+        command::kill(&pids(&namespaces), "TERM");
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline && !pids(&namespaces).is_empty() {
+            std::thread::sleep(Duration::from_millis(50));
         }
+        command::kill(&pids(&namespaces), "KILL");
+        let existing = netns_list(owner).unwrap_or_default();
+        for ns in namespaces.iter().filter(|ns| existing.contains(ns)) {
+            if let Err(e) = ip(owner, &["netns", "del", ns]) {
+                tracing::warn!("{e}");
+            }
+        }
+        owner.stop();
     }
     let _ = std::fs::remove_dir_all(&state.run_dir);
 }

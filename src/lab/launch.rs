@@ -1,7 +1,8 @@
 //! `lab run`, `lab exec` and `lab lldp`: using a built lab.
 
-use super::command::{self, find_tool};
+use super::command;
 use super::state::LabState;
+use super::userns::Owner;
 use super::LabError;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::CommandExt;
@@ -23,6 +24,9 @@ pub struct RunOptions {
     pub interrupted: Option<Arc<AtomicBool>>,
     /// Ranks per machine: rank r runs on machine r / K ([`super::block`]).
     pub ranks_per_machine: usize,
+    /// Show rank 0's output as its own (no `[r0] ` prefix) and drop the other ranks' standard
+    /// output (their errors still show, prefixed): for a job whose rank 0 reports for all.
+    pub rank0_only: bool,
 }
 
 impl Default for RunOptions {
@@ -32,6 +36,7 @@ impl Default for RunOptions {
             port: 47_800,
             interrupted: None,
             ranks_per_machine: 1,
+            rank0_only: false,
         }
     }
 }
@@ -52,11 +57,14 @@ impl RankOutcome {
     }
 }
 
-fn ip_path() -> Result<std::path::PathBuf, LabError> {
-    find_tool("ip").ok_or_else(|| LabError::MissingTool {
-        tool: "ip".into(),
-        package: "iproute2".into(),
-    })
+/// `ip netns exec NETNS` in the lab's namespaces, or why the lab cannot be used.
+pub(super) fn netns_exec(state: &LabState, netns: &str) -> Result<Command, LabError> {
+    if !state.owner.alive() {
+        return Err(LabError::Gone(state.name.clone()));
+    }
+    let mut c = command::command(&state.owner, "ip")?;
+    c.args(["netns", "exec", netns]);
+    Ok(c)
 }
 
 /// The environment of rank `rank` of `placed.len()`, running on machine `placed[rank]`
@@ -84,15 +92,20 @@ pub fn rank_env(
     ]
 }
 
-/// Copies a child's output line by line to ours, each line prefixed with `[rN] `.
+/// Copies a child's output line by line to ours (to nowhere when `drop`), each line prefixed
+/// with `prefix` (e.g. `[rN] `).
 fn forward(
     from: impl std::io::Read + Send + 'static,
     prefix: String,
     to_stderr: bool,
+    drop: bool,
 ) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         for line in BufReader::new(from).lines() {
             let Ok(line) = line else { break };
+            if drop {
+                continue;
+            }
             if to_stderr {
                 let _ = writeln!(std::io::stderr().lock(), "{prefix}{line}");
             } else {
@@ -124,13 +137,11 @@ pub fn run(
         ));
     }
     let placed = super::block(state.machines.len(), opts.ranks_per_machine)?;
-    let ip = ip_path()?;
     let mut children = Vec::with_capacity(placed.len());
     let mut pumps = Vec::new();
     for (rank, &machine) in placed.iter().enumerate() {
         let m = &state.machines[machine];
-        let spawned = Command::new(&ip)
-            .args(["netns", "exec", &m.netns])
+        let spawned = netns_exec(state, &m.netns)?
             .args(cmd)
             .envs(rank_env(state, &placed, rank, opts.port))
             .stdin(Stdio::null())
@@ -147,12 +158,17 @@ pub fn run(
                 return Err(LabError::Command(format!("cannot start rank {rank}: {e}")));
             }
         };
-        let prefix = format!("[r{rank}] ");
+        let prefix = if opts.rank0_only && rank == 0 {
+            String::new()
+        } else {
+            format!("[r{rank}] ")
+        };
+        let quiet = opts.rank0_only && rank != 0;
         if let Some(out) = child.stdout.take() {
-            pumps.push(forward(out, prefix.clone(), false));
+            pumps.push(forward(out, prefix.clone(), false, quiet));
         }
         if let Some(err) = child.stderr.take() {
-            pumps.push(forward(err, prefix, true));
+            pumps.push(forward(err, prefix, true, false));
         }
         children.push(child);
     }
@@ -225,8 +241,7 @@ pub fn exec(state: &LabState, machine: &str, cmd: &[String]) -> Result<i32, LabE
             "no command given: write `pipecast lab exec --name N MACHINE -- CMD ARGS…`".into(),
         ));
     }
-    let status = Command::new(ip_path()?)
-        .args(["netns", "exec", &state.machines[rank].netns])
+    let status = netns_exec(state, &state.machines[rank].netns)?
         .args(cmd)
         // Not a job: only the machine's identity (a lone PIPECAST_RANK would make pipecast
         // wait for the other ranks).
@@ -240,11 +255,15 @@ pub fn exec(state: &LabState, machine: &str, cmd: &[String]) -> Result<i32, LabE
 /// Writes each switch's `lldpcli -f json0 show neighbors` to `dir/<switch>.json`; returns the
 /// files written.
 pub fn lldp_dump(state: &LabState, dir: &Path) -> Result<Vec<std::path::PathBuf>, LabError> {
+    if !state.owner.runs_lldpd() {
+        return Err(LabError::NoLldpd(state.name.clone()));
+    }
     std::fs::create_dir_all(dir)
         .map_err(|e| LabError::Io(format!("cannot create {}: {e}", dir.display())))?;
     let mut written = Vec::new();
     for s in &state.switches {
         let out = command::run(
+            &Owner::Root,
             "lldpcli",
             &["-u", &s.lldp_socket, "-f", "json0", "show", "neighbors"],
         )?;

@@ -11,7 +11,9 @@
 //!   name, one LLDPDU per second), so the topology can be discovered rather than told.
 //!
 //! The state of a lab lives in `<run dir>/<lab>/state.json` so that `run`, `exec`, `lldp`,
-//! `down` and `status` work from any process. Only root can build labs.
+//! `down` and `status` work from any process. Root builds labs in the machine's own
+//! namespaces; an ordinary user builds them inside a user namespace of their own (see
+//! [`userns`]: same commands, no lldpd).
 
 #![deny(unsafe_code)]
 
@@ -21,23 +23,28 @@ mod launch;
 mod mpi;
 mod placement;
 mod state;
+mod userns;
 
 pub use build::{down, missing_namespaces, up, UpOptions};
-pub use command::{find_tool, is_root, require_tools};
+pub use command::{find_tool, is_root, require_tools, uid};
 pub use launch::{exec, lldp_dump, run, RankOutcome, RunOptions};
 pub use mpi::{hostfile, mpirun, mpirun_command, rsh};
 pub use placement::block;
 pub use state::{labs, load, run_root, LabState, MachineState, SwitchState};
+pub use userns::{Owner, NO_LLDPD};
 
 /// What went wrong building or using a lab.
 #[derive(Debug, thiserror::Error)]
 pub enum LabError {
     #[error("{0}")]
     Command(String),
-    #[error(
-        "the lab needs root (network namespaces, bridges, tc): run it as root, e.g. with sudo"
-    )]
-    NotRoot,
+    /// User namespaces refused (the message names the setting to change).
+    #[error("{0}")]
+    UserNamespaces(String),
+    #[error("lab {0}: {NO_LLDPD}")]
+    NoLldpd(String),
+    #[error("lab {0} is gone: the user namespace that held its namespaces ended (its keeper process was killed, or the machine rebooted); `pipecast lab down --name {0}` removes what is left")]
+    Gone(String),
     #[error("{tool} not found: install the Debian package {package} (apt-get install {package})")]
     MissingTool { tool: String, package: String },
     #[error("lab {0:?} already exists: remove it with `pipecast lab down --name {0}` or pick another --name")]

@@ -7,7 +7,6 @@ use super::command::find_tool;
 use super::state::LabState;
 use super::LabError;
 use std::path::Path;
-use std::process::Command;
 
 /// Finds the machine by name, data address or management address.
 fn machine_netns<'a>(state: &'a LabState, host: &str) -> Result<&'a str, LabError> {
@@ -32,12 +31,8 @@ fn machine_netns<'a>(state: &'a LabState, host: &str) -> Result<&'a str, LabErro
 /// in the machine's namespace with our stdin/stdout/stderr. Returns the exit code.
 pub fn rsh(state: &LabState, host: &str, command: &[String]) -> Result<i32, LabError> {
     let netns = machine_netns(state, host)?;
-    let ip = find_tool("ip").ok_or_else(|| LabError::MissingTool {
-        tool: "ip".into(),
-        package: "iproute2".into(),
-    })?;
-    let status = Command::new(ip)
-        .args(["netns", "exec", netns, "sh", "-c", &command.join(" ")])
+    let status = super::launch::netns_exec(state, netns)?
+        .args(["sh", "-c", &command.join(" ")])
         .env("OMPI_MCA_orte_tmpdir_base", session_base(state, host))
         .env("TMPDIR", session_base(state, host))
         .env("PIPECAST_MACHINE", machine_name(state, host))
@@ -150,7 +145,7 @@ pub fn mpirun(
         ]);
     }
     cmd.extend(args.iter().cloned());
-    let status = Command::new(find_tool("ip").expect("checked with the lab"))
+    let status = super::command::command(&state.owner, "ip")?
         .args(&cmd[1..])
         .env("PIPECAST_LAB", &state.name)
         // TMPDIR, not an MCA parameter: mpirun forwards MCA parameters to every orted.

@@ -1,5 +1,6 @@
 //! The record of a lab on disk: `<run root>/<lab>/state.json`.
 
+use super::userns::Owner;
 use super::LabError;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -40,6 +41,9 @@ pub struct LabState {
     pub topology: serde_json::Value,
     /// True once `up` finished; a partly built lab can still be taken down.
     pub complete: bool,
+    /// Who owns the namespaces: root, or a user namespace (labs built without root).
+    #[serde(default)]
+    pub owner: Owner,
 }
 
 impl LabState {
@@ -63,11 +67,40 @@ impl LabState {
     }
 }
 
-/// Where labs keep their state: `$PIPECAST_LAB_DIR`, or `/run/pipecast/lab`.
+/// Where labs keep their state: `$PIPECAST_LAB_DIR`, else `/run/pipecast/lab` for root and
+/// `/tmp/pipecast-lab-<uid>` for other users (outside /run, which a rootless lab may cover
+/// with its own tmpfs; [`super::userns`]).
 pub fn run_root() -> PathBuf {
     std::env::var_os("PIPECAST_LAB_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/run/pipecast/lab"))
+        .unwrap_or_else(|| {
+            if super::is_root() {
+                PathBuf::from("/run/pipecast/lab")
+            } else {
+                std::env::temp_dir().join(format!("pipecast-lab-{}", super::uid()))
+            }
+        })
+}
+
+/// Creates the run root (mode 0700 when it is a user's own) and checks that it belongs to
+/// this user: another user's directory in /tmp must not hold our lab's state.
+pub fn create_run_root() -> Result<PathBuf, LabError> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let root = run_root();
+    let io = |e: std::io::Error| LabError::Io(format!("cannot create {}: {e}", root.display()));
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&root)
+        .map_err(io)?;
+    let owner = std::fs::metadata(&root).map_err(io)?.uid();
+    if owner != super::uid() && !super::is_root() {
+        return Err(LabError::Io(format!(
+            "{} belongs to uid {owner}, not to you: remove it or set PIPECAST_LAB_DIR",
+            root.display()
+        )));
+    }
+    Ok(root)
 }
 
 /// Loads the state of lab `name`.
@@ -122,6 +155,7 @@ pub(crate) fn sample_state() -> LabState {
         machines: vec![machine(0, "s0"), machine(1, "s0")],
         topology: serde_json::Value::Null,
         complete: true,
+        owner: Owner::Root,
     }
 }
 

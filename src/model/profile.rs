@@ -18,7 +18,6 @@
 
 use super::ModelError;
 use serde::{Deserialize, Serialize};
-use std::path::Path;
 
 /// One measured size.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -87,6 +86,11 @@ impl TryFrom<RawProfile> for Profile {
     }
 }
 
+/// The largest L or g a profile accepts, in microseconds (1000 s): far above any network's, far
+/// enough below `f64::MAX` that the model's sums over segments and ranks stay finite (a g of
+/// 1e308 made every cost infinite and `bench` pick 1-byte segments).
+pub const MAX_US: f64 = 1e9;
+
 /// Names accepted by [`Profile::builtin`].
 pub const BUILTIN_NAMES: &str = "100mbit, 1gbit";
 
@@ -110,9 +114,9 @@ impl Profile {
             return Err(ModelError::EmptyProfile);
         }
         if let Some(bw) = self.memcpy_gb_s {
-            if !(bw.is_finite() && bw > 0.0) {
+            if !(1e-6..=1e6).contains(&bw) {
                 return Err(ModelError::Profile(format!(
-                    "memcpy_GB_s is {bw}, it must be a positive number of GB/s (10^9 bytes/s)"
+                    "memcpy_GB_s is {bw}, it must be a number of GB/s (10^9 bytes/s) from 1e-6 to 1e6"
                 )));
             }
         }
@@ -127,11 +131,19 @@ impl Profile {
             if p.bytes == 0 {
                 return Err(bad("bytes", 0.0, "a positive size"));
             }
-            if !(p.g_us.is_finite() && p.g_us > 0.0) {
-                return Err(bad("g_us", p.g_us, "a positive number of microseconds"));
+            if !(p.g_us > 0.0 && p.g_us <= MAX_US) {
+                return Err(bad(
+                    "g_us",
+                    p.g_us,
+                    "a positive number of microseconds, at most 1e9 (1000 s)",
+                ));
             }
-            if !(p.l_us.is_finite() && p.l_us >= 0.0) {
-                return Err(bad("L_us", p.l_us, "a non-negative number of microseconds"));
+            if !(0.0..=MAX_US).contains(&p.l_us) {
+                return Err(bad(
+                    "L_us",
+                    p.l_us,
+                    "a non-negative number of microseconds, at most 1e9 (1000 s)",
+                ));
             }
             if index > 0 && p.bytes <= self.points[index - 1].bytes {
                 return Err(ModelError::UnsortedProfile {
@@ -149,25 +161,6 @@ impl Profile {
         let raw: RawProfile =
             serde_json::from_str(text).map_err(|e| ModelError::ProfileJson(e.to_string()))?;
         Profile::try_from(raw)
-    }
-
-    /// Reads a profile file; errors carry the path.
-    pub fn read(path: &Path) -> Result<Profile, ModelError> {
-        let wrap = |e: ModelError| ModelError::ProfileFile {
-            path: path.display().to_string(),
-            source: Box::new(e),
-        };
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| wrap(ModelError::ProfileJson(format!("cannot read: {e}"))))?;
-        Profile::parse(&text).map_err(wrap)
-    }
-
-    /// A built-in profile name (see [`BUILTIN_NAMES`]) or else a file path.
-    pub fn load(spec: &str) -> Result<Profile, ModelError> {
-        match Profile::builtin(spec) {
-            Some(p) => Ok(p),
-            None => Profile::read(Path::new(spec)),
-        }
     }
 
     /// Seed 003 Table 2: `"100mbit"` (Fast Ethernet) or `"1gbit"` (Gigabit Ethernet) columns.
@@ -291,6 +284,26 @@ mod tests {
         assert!(matches!(err, ModelError::BadPoint { field: "bytes", .. }));
         let err = Profile::parse(r#"{"points":[{"bytes":8,"L_us":-1,"g_us":2}]}"#).unwrap_err();
         assert!(matches!(err, ModelError::BadPoint { field: "L_us", .. }));
+        // Issue 14: an L or g of 1e308 made every cost infinite (bench chose 1-byte segments).
+        for (l, g, field) in [
+            ("1e308", "2", "L_us"),
+            ("1", "1e308", "g_us"),
+            ("1", "1e10", "g_us"),
+        ] {
+            let text = format!(r#"{{"points":[{{"bytes":8,"L_us":{l},"g_us":{g}}}]}}"#);
+            let err = Profile::parse(&text).unwrap_err();
+            assert!(
+                matches!(err, ModelError::BadPoint { field: f, .. } if f == field),
+                "{err}"
+            );
+            assert!(err.to_string().contains("at most 1e9"), "{err}");
+        }
+        let ok = r#"{"points":[{"bytes":8,"L_us":1e9,"g_us":1e9}], "memcpy_GB_s": 10}"#;
+        assert!(Profile::parse(ok).is_ok());
+        let err =
+            Profile::parse(r#"{"points":[{"bytes":8,"L_us":1,"g_us":1}], "memcpy_GB_s": 1e300}"#)
+                .unwrap_err();
+        assert!(err.to_string().contains("memcpy_GB_s"), "{err}");
         let err = Profile::parse(
             r#"{"points":[{"bytes":512,"L_us":1,"g_us":2},{"bytes":512,"L_us":1,"g_us":3}]}"#,
         )

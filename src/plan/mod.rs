@@ -111,7 +111,7 @@ impl FromStr for TreeKind {
         let bad = || PlanError::UnknownTree(s.to_string());
         let k = |arg: &str| -> Result<u32, PlanError> {
             match arg.parse::<u32>() {
-                Ok(k) if k >= 1 => Ok(k),
+                Ok(k) if (1..=MAX_ARITY).contains(&k) => Ok(k),
                 _ => Err(PlanError::BadArity(s.to_string())),
             }
         };
@@ -140,12 +140,16 @@ impl FromStr for TreeKind {
     }
 }
 
+/// The largest K of `kary:K` and `kbinomial:K`: far above any cluster's rank count (a K of at
+/// least the rank count already makes the flat tree), far below where counts overflow.
+pub const MAX_ARITY: u32 = 1_000_000;
+
 /// What went wrong while planning.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum PlanError {
     #[error("unknown tree {0:?}: use one of {names}", names = TreeKind::NAMES)]
     UnknownTree(String),
-    #[error("tree {0:?}: K must be a whole number of at least 1")]
+    #[error("tree {0:?}: K must be a whole number from 1 to {MAX_ARITY} (a K of at least the number of ranks is the flat tree)")]
     BadArity(String),
     #[error("root {root} is not a rank of this {size}-rank topology")]
     BadRoot { root: usize, size: usize },
@@ -326,6 +330,15 @@ mod tests {
             "kary:x".parse::<TreeKind>(),
             Err(PlanError::BadArity(_))
         ));
+        // Issue 14: an arity above u32 was called "not a whole number of at least 1".
+        for big in ["kary:99999999999", "kbinomial:1000001"] {
+            let e = big.parse::<TreeKind>().unwrap_err().to_string();
+            assert!(e.contains("from 1 to 1000000"), "{e}");
+        }
+        assert_eq!(
+            "kary:1000000".parse::<TreeKind>(),
+            Ok(TreeKind::Kary(MAX_ARITY))
+        );
         assert!(matches!(
             "tree".parse::<TreeKind>(),
             Err(PlanError::UnknownTree(_))

@@ -38,11 +38,15 @@
 //! trees, sites are taken in Algorithm 1 order starting with the root's site, and in each lane
 //! one node of site c with a free slot (the last such node of that lane's own group, like the
 //! paper's A_{2n−1}) feeds the lane's tree root in site c + 1. When no slot is free the node
-//! with the fewest children takes a third child. O(P² · switch-tree depth) for the matching plus
-//! the two Algorithm 2 runs per site.
+//! with the fewest children takes a third child. O(P · 128 · switch-tree depth) for the matching
+//! (each receiver weighs the 64 free senders on either side of it) plus the two Algorithm 2 runs
+//! per site (O(g²) each, or the heap layout above its 4096-rank limit).
 
 use super::{Lane, PlanError};
 use crate::topology::{MachineId, Topology};
+
+/// Senders with a free slot considered on each side of a receiver in the swap matching.
+const SWAP_WINDOW: usize = 64;
 
 /// Two lanes rooted at `root`: lane 0 carries the first half of the message, lane 1 the second.
 pub fn build(topology: &Topology, root: MachineId) -> Result<Vec<Lane>, PlanError> {
@@ -57,12 +61,14 @@ pub fn build(topology: &Topology, root: MachineId) -> Result<Vec<Lane>, PlanErro
     }
     // Sites in order of first appearance on the Algorithm 1 order (the root's site first).
     let mut sites: Vec<(Option<&str>, Vec<MachineId>)> = Vec::new();
+    let mut site_index = std::collections::HashMap::new();
     for &m in &order[1..] {
         let site = topology.machines()[m].site.as_deref();
-        match sites.iter_mut().find(|(s, _)| *s == site) {
-            Some((_, members)) => members.push(m),
-            None => sites.push((site, vec![m])),
-        }
+        let i = *site_index.entry(site).or_insert_with(|| {
+            sites.push((site, Vec::new()));
+            sites.len() - 1
+        });
+        sites[i].1.push(m);
     }
     let root_site = topology.machines()[root].site.as_deref();
     if let Some(i) = sites.iter().position(|(s, _)| *s == root_site) {
@@ -186,7 +192,10 @@ fn free_slots(group: &[MachineId], children: &[Vec<MachineId>]) -> Vec<MachineId
 /// transfers of *other* senders already in the lane (the pipelined 1-port contention of
 /// seed 000 §3), then the nearest sender to the receiver's left in the ordering (seed 000
 /// Lemma 3 makes forward transfers over disjoint stretches contention-free), then the nearest
-/// to its right. O(R · S · path length).
+/// to its right. Candidates are the [`SWAP_WINDOW`] senders with free slots on either side of
+/// the receiver in the ordering (all of them up to ~2·`SWAP_WINDOW` ranks, and whenever the
+/// window is used up): O(R · `SWAP_WINDOW` · path length), so 100k ranks plan in about a second
+/// where scanning every sender took minutes.
 fn match_slots(
     topology: &Topology,
     children: &[Vec<MachineId>],
@@ -194,15 +203,22 @@ fn match_slots(
     receivers: &[MachineId],
     position: &[usize],
 ) -> Vec<(MachineId, MachineId)> {
-    // Senders using each directed edge in this lane so far.
-    let mut users: Vec<Vec<MachineId>> = vec![Vec::new(); topology.edge_count()];
-    let add = |users: &mut Vec<Vec<MachineId>>, s: MachineId, r: MachineId| {
+    // Senders using each directed edge in this lane so far: the first one, and whether
+    // another one does too (all the matching asks is "does a sender other than s use it").
+    let mut users: Vec<(Option<MachineId>, bool)> = vec![(None, false); topology.edge_count()];
+    let add = |users: &mut Vec<(Option<MachineId>, bool)>, s: MachineId, r: MachineId| {
         for e in topology.path(s, r) {
-            let list = &mut users[e.0 as usize];
-            if !list.contains(&s) {
-                list.push(s);
+            let (first, several) = &mut users[e.0 as usize];
+            match *first {
+                None => *first = Some(s),
+                Some(f) if f != s => *several = true,
+                Some(_) => {}
             }
         }
+    };
+    let used_by_other = |users: &[(Option<MachineId>, bool)], e: usize, s: MachineId| {
+        let (first, several) = users[e];
+        several || first.is_some_and(|f| f != s)
     };
     for (p, kids) in children.iter().enumerate() {
         for &c in kids {
@@ -218,20 +234,26 @@ fn match_slots(
     }
     let mut out = Vec::with_capacity(receivers.len());
     for &r in receivers {
-        let best = capacity
-            .iter()
-            .enumerate()
-            .filter(|(_, &(_, n))| n > 0)
-            .min_by_key(|(_, &(s, _))| {
-                let shared = topology
-                    .path(s, r)
-                    .iter()
-                    .filter(|e| users[e.0 as usize].iter().any(|&u| u != s))
-                    .count();
-                let (ps, pr) = (position[s], position[r]);
-                (shared, ps > pr, ps.abs_diff(pr))
-            })
-            .map(|(i, _)| i);
+        let best_in = |range: std::ops::Range<usize>| {
+            capacity[range.clone()]
+                .iter()
+                .zip(range)
+                .filter(|(&(_, n), _)| n > 0)
+                .min_by_key(|(&(s, _), _)| {
+                    let shared = topology
+                        .path(s, r)
+                        .iter()
+                        .filter(|e| used_by_other(&users, e.0 as usize, s))
+                        .count();
+                    let (ps, pr) = (position[s], position[r]);
+                    (shared, ps > pr, ps.abs_diff(pr))
+                })
+                .map(|(_, i)| i)
+        };
+        // Senders are in Algorithm 1 order: the window is around the receiver's place.
+        let at = capacity.partition_point(|&(s, _)| position[s] < position[r]);
+        let window = at.saturating_sub(SWAP_WINDOW)..(at + SWAP_WINDOW).min(capacity.len());
+        let best = best_in(window).or_else(|| best_in(0..capacity.len()));
         let Some(i) = best else {
             break; // cannot happen: a binary tree over g nodes has g + 1 free slots
         };

@@ -20,6 +20,12 @@ pub enum TopologyError {
     NoSwitches,
     #[error("the topology has no machines: list them under \"machines\"")]
     NoMachines,
+    #[error("{kind} {name:?} {fault}")]
+    BadName {
+        kind: &'static str,
+        name: String,
+        fault: String,
+    },
     #[error("switch name {0:?} is used twice")]
     DuplicateSwitch(String),
     #[error("machine name {0:?} is used twice")]
@@ -71,14 +77,34 @@ pub(super) fn validate(
     if machines.is_empty() {
         return Err(TopologyError::NoMachines);
     }
+    let check = |kind: &'static str, name: &str| match super::name_fault(name) {
+        Some(fault) => Err(TopologyError::BadName {
+            kind,
+            name: name.into(),
+            fault,
+        }),
+        None => Ok(()),
+    };
     let mut seen = BTreeMap::new();
     for s in switches {
+        check("switch name", &s.name)?;
         if seen.insert(s.name.as_str(), ()).is_some() {
             return Err(TopologyError::DuplicateSwitch(s.name.clone()));
         }
     }
     let mut seen = BTreeMap::new();
     for m in machines {
+        check("machine name", &m.name)?;
+        for (kind, text) in [
+            ("machine site", &m.site),
+            ("machine mac", &m.mac),
+            ("machine port", &m.port),
+            ("machine host", &m.host),
+        ] {
+            if let Some(text) = text {
+                check(kind, text)?;
+            }
+        }
         if seen.insert(m.name.as_str(), ()).is_some() {
             return Err(TopologyError::DuplicateMachine(m.name.clone()));
         }

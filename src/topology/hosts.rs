@@ -14,7 +14,7 @@
 //! through memory). O(P²) in the number of ranks P for [`host_topology`], O(P) otherwise.
 
 use super::{Link, Machine, MachineId, Switch, Topology, TopologyError};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 /// Most ranks one machine may run (the file's `ranks`, `--ranks-per-machine`).
@@ -215,16 +215,15 @@ pub fn host_topology(
 ) -> Result<Topology, TopologyError> {
     let size = names.len();
     let Some(file) = file else {
+        // Hosts in order of their lowest rank; one hash lookup per rank.
         let mut groups: Vec<(&str, usize)> = Vec::new();
+        let mut group_of: HashMap<&str, usize> = HashMap::new();
         let mut host_of = Vec::with_capacity(size);
         for (r, key) in keys.iter().enumerate() {
-            let h = match groups.iter().position(|(k, _)| *k == key.as_str()) {
-                Some(h) => h,
-                None => {
-                    groups.push((key, r));
-                    groups.len() - 1
-                }
-            };
+            let h = *group_of.entry(key.as_str()).or_insert_with(|| {
+                groups.push((key, r));
+                groups.len() - 1
+            });
             host_of.push(h);
         }
         if groups.len() == size {
@@ -247,9 +246,17 @@ pub fn host_topology(
         )?;
         return Hosts::new(network, host_of)?.rank_topology();
     };
+    // `machine_of_host` for every name, through two maps instead of two scans per rank.
+    let (mut by_host, mut by_name) = (HashMap::new(), HashMap::new());
+    for (i, m) in file.machines().iter().enumerate() {
+        if let Some(h) = &m.host {
+            by_host.entry(h.as_str()).or_insert(i);
+        }
+        by_name.entry(m.name.as_str()).or_insert(i);
+    }
     let found: Vec<Option<usize>> = names
         .iter()
-        .map(|name| machine_of_host(file, name))
+        .map(|name| by_host.get(name).or_else(|| by_name.get(name)).copied())
         .collect();
     if found.iter().any(Option::is_none) {
         if file.ranks() == size {

@@ -57,7 +57,7 @@ fn value_text(v: &Value, key: &str) -> Option<String> {
 
 /// Parses `lldpcli -f json0 show neighbors`, in output order.
 pub fn parse_neighbors(text: &str) -> Result<Vec<Neighbor>, LldpdError> {
-    let root: Value = serde_json::from_str(text).map_err(|e| LldpdError::Json(e.to_string()))?;
+    let root = crate::json::parse(text).map_err(|e| LldpdError::Json(e.to_string()))?;
     let Some(lldp) = root.get("lldp") else {
         return Err(LldpdError::Shape("no \"lldp\" key at the top level".into()));
     };

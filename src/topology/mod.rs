@@ -19,9 +19,24 @@ pub mod lldpd;
 pub mod slurm;
 
 pub use error::TopologyError;
-pub use file::{parse_topology, read_topology, to_json};
+pub use file::{parse_topology, to_json};
 pub use hosts::Hosts;
 use std::sync::Arc;
+
+/// Why `name` cannot name a switch, machine, host or platform node: it is empty, or it holds a
+/// control character such as NUL, which C strings, launchers and terminals would cut or garble.
+/// `None` when it can.
+pub fn name_fault(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some("is empty: give it a name".into());
+    }
+    name.chars().find(|c| c.is_control()).map(|c| {
+        format!(
+            "holds the control character U+{:04X}: names must be printable text",
+            c as u32
+        )
+    })
+}
 
 /// Index of a switch in [`Topology::switches`].
 pub type SwitchId = usize;

@@ -40,11 +40,26 @@ pub enum SlurmError {
     Line { line: usize, reason: String },
     #[error("bad hostlist {0:?}: write names and ranges like n[0-3,7],gpu01")]
     Hostlist(String),
+    #[error("the hostlists name more than {limit} hosts and switches in all: check the ranges (pipecast plans at most that many)")]
+    TooManyNames { limit: usize },
 }
 
+/// At most this many names come out of one topology.conf (all its hostlists together) or one
+/// hostlist given alone: 1,000,000 names take ~40 MB, while a few thousand lines of
+/// `n[0-99999]` would otherwise take gigabytes.
+pub const MAX_HOSTLIST_NAMES: usize = 1_000_000;
+
 /// Expands a Slurm hostlist: `n[0-3,7],m1,x[01-03]` → n0 n1 n2 n3 n7 m1 x01 x02 x03.
-/// Zero padding of the range start is kept. At most 100 000 names.
+/// Zero padding of the range start is kept. At most [`MAX_HOSTLIST_NAMES`] names.
 pub fn expand_hostlist(list: &str) -> Result<Vec<String>, SlurmError> {
+    expand_within(list, MAX_HOSTLIST_NAMES)
+}
+
+/// [`expand_hostlist`] giving at most `budget` names (more is [`SlurmError::TooManyNames`]).
+fn expand_within(list: &str, budget: usize) -> Result<Vec<String>, SlurmError> {
+    let too_many = || SlurmError::TooManyNames {
+        limit: MAX_HOSTLIST_NAMES,
+    };
     let bad = || SlurmError::Hostlist(list.to_string());
     // Split on commas outside brackets.
     let mut items = Vec::new();
@@ -73,6 +88,9 @@ pub fn expand_hostlist(list: &str) -> Result<Vec<String>, SlurmError> {
             if item.contains(']') {
                 return Err(bad());
             }
+            if out.len() >= budget {
+                return Err(too_many());
+            }
             out.push(item.to_string());
             continue;
         };
@@ -94,8 +112,11 @@ pub fn expand_hostlist(list: &str) -> Result<Vec<String>, SlurmError> {
             }
             let a: u64 = lo.parse().map_err(|_| bad())?;
             let b: u64 = hi.parse().map_err(|_| bad())?;
-            if b < a || b - a > 100_000 || out.len() as u64 + (b - a) > 100_000 {
+            if b < a {
                 return Err(bad());
+            }
+            if (out.len() as u64).saturating_add(b - a) >= budget as u64 {
+                return Err(too_many());
             }
             for n in a..=b {
                 out.push(format!("{prefix}{n:0width$}{suffix}"));
@@ -108,6 +129,7 @@ pub fn expand_hostlist(list: &str) -> Result<Vec<String>, SlurmError> {
 /// Parses topology.conf text. Unknown keys (`LinkSpeed=`, …) are ignored.
 pub fn parse_slurm_topology(text: &str) -> Result<SlurmTopology, SlurmError> {
     let mut topo = SlurmTopology::default();
+    let mut names = 0usize;
     for (n, raw) in text.lines().enumerate() {
         let line = raw.split('#').next().unwrap_or("").trim();
         if line.is_empty() {
@@ -126,7 +148,14 @@ pub fn parse_slurm_topology(text: &str) -> Result<SlurmTopology, SlurmError> {
             let (key, value) = pair
                 .split_once('=')
                 .ok_or_else(|| err(format!("{pair:?} is not KEY=VALUE")))?;
-            let expand = |v: &str| expand_hostlist(v).map_err(|e| err(e.to_string()));
+            let mut expand = |v: &str| {
+                let list = expand_within(v, MAX_HOSTLIST_NAMES - names).map_err(|e| match e {
+                    e @ SlurmError::TooManyNames { .. } => e,
+                    e => err(e.to_string()),
+                })?;
+                names += list.len();
+                Ok::<_, SlurmError>(list)
+            };
             match key.to_ascii_lowercase().as_str() {
                 "switchname" => switch.name = value.to_string(),
                 "switches" => switch.switches = expand(value)?,
@@ -166,6 +195,26 @@ mod tests {
         for bad in ["n[0-", "n]0[", "n[3-1]", "n[a-b]", "n[0-1][2-3]", "n[[0]]"] {
             assert!(expand_hostlist(bad).is_err(), "{bad}");
         }
+    }
+
+    /// Issue 14: the cap was per list, so 2000 lines of `n[0-99999]` took 3.4 GB; it is per
+    /// file now.
+    #[test]
+    fn the_name_cap_holds_for_the_whole_file() {
+        let lines: String = (0..11)
+            .map(|i| format!("SwitchName=s{i} Nodes=n{i}x[0-99999]\n"))
+            .collect();
+        let e = parse_slurm_topology(&lines).unwrap_err();
+        assert_eq!(
+            e,
+            SlurmError::TooManyNames {
+                limit: MAX_HOSTLIST_NAMES
+            }
+        );
+        assert!(e.to_string().contains("1000000"), "{e}");
+        assert!(expand_hostlist("n[0-999999]").is_ok());
+        assert!(expand_hostlist("n[0-1000000]").is_err());
+        assert!(expand_hostlist("n[0-18446744073709551615]").is_err());
     }
 
     #[test]

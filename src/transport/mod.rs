@@ -7,10 +7,17 @@
 //! A transport frames [`Message`](crate::engine::Message)s, sends data segments straight from
 //! their broadcast's buffer, and asks the endpoint (`Endpoint::route_data`) where an arriving
 //! segment goes before reading its payload straight into that buffer (or holding it for a
-//! broadcast not posted yet). A lossy transport (raw Ethernet) adds per-peer reliability.
+//! broadcast not posted yet). A lossy transport (raw Ethernet) holds one
+//! [`Peers`](crate::engine::reliable::Peers), the pure per-peer reliability of the engine,
+//! because reliability runs per frame and only the link cuts segments into frames. A link
+//! that must prepare memory (RDMA verbs) says so in its [`Capabilities`]; the progress
+//! thread then calls [`Transport::register`]/[`Transport::deregister`] around each
+//! broadcast, and the link may pre-post what `Endpoint::expected` lists.
 
 pub mod frame;
 pub mod loan;
+#[cfg(test)]
+pub(crate) mod recording;
 pub mod router;
 pub mod shm;
 pub mod tcp;
@@ -34,7 +41,9 @@ pub struct Capabilities {
     /// Payload bytes of one full frame (raw Ethernet: segments that are whole multiples of it
     /// travel in full frames); `None` for a byte stream.
     pub max_frame: Option<u64>,
-    /// Buffers must be registered with the link before data moves (RDMA verbs; none today).
+    /// Buffers must be registered with the link before data moves (RDMA verbs; none today):
+    /// the driver then calls [`Transport::register`] and [`Transport::deregister`]; other
+    /// links pay nothing.
     pub needs_registration: bool,
     /// The reader takes the bytes from the writer's memory itself (shared memory's
     /// cross-memory attach; RDMA reads): the writer's buffer must stay put until the reader
@@ -79,6 +88,19 @@ pub trait Transport: Send {
         clock: &dyn Fn() -> u64,
         wait: Duration,
     ) -> crate::Result<()>;
+
+    /// Makes broadcast `seq`'s buffer known to the link before any of its data moves (RDMA
+    /// verbs register memory; NCCL's net plugin `regMr` is the model). The driver calls it
+    /// only on links whose [`Capabilities::needs_registration`] is true, when a broadcast's
+    /// buffer is posted, and [`Transport::deregister`] once that broadcast finished or
+    /// failed; a link may then pre-post what `Endpoint::expected` lists. Default: nothing.
+    fn register(&mut self, _seq: u64, _buf: &Buffer) -> Result<(), TransportError> {
+        Ok(())
+    }
+
+    /// Forgets broadcast `seq`'s buffer (it goes back to its owner after this; also called
+    /// when its `register` failed).
+    fn deregister(&mut self, _seq: u64) {}
 
     /// Also waits on `fd` (the progress thread's [`Wake`]) in `progress`: a readable `fd`
     /// ends the wait.

@@ -6,7 +6,7 @@
 //! Each link takes from the endpoint only the messages to its own peers
 //! (`Endpoint::poll_transmit_to`), so the router never touches a message itself.
 
-use super::{Buffers, Transport, TransportError};
+use super::{Buffer, Buffers, Transport, TransportError};
 use crate::engine::Endpoint;
 use std::collections::BTreeMap;
 use std::io;
@@ -51,6 +51,11 @@ impl Router {
         self.route.contains(&link)
     }
 
+    /// Whether the link is in use and needs buffers registered.
+    fn registers(&self, link: usize) -> bool {
+        self.used(link) && self.links[link].capabilities().needs_registration
+    }
+
     /// The link that waits in a round: the first one in use.
     fn waiter(&self) -> usize {
         (0..self.links.len()).find(|&l| self.used(l)).unwrap_or(0)
@@ -70,9 +75,31 @@ impl Transport for Router {
         }
     }
 
-    /// The network link's (the first): what shapes segments between hosts.
+    /// The network link's (the first): what shapes segments between hosts; registration is
+    /// needed if any link in use needs it.
     fn capabilities(&self) -> super::Capabilities {
-        self.links[0].capabilities()
+        super::Capabilities {
+            needs_registration: (0..self.links.len()).any(|l| self.registers(l)),
+            ..self.links[0].capabilities()
+        }
+    }
+
+    /// Registers the buffer with every link in use that needs it.
+    fn register(&mut self, seq: u64, buf: &Buffer) -> Result<(), TransportError> {
+        for l in 0..self.links.len() {
+            if self.registers(l) {
+                self.links[l].register(seq, buf)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn deregister(&mut self, seq: u64) {
+        for l in 0..self.links.len() {
+            if self.registers(l) {
+                self.links[l].deregister(seq);
+            }
+        }
     }
 
     fn connect(&mut self, peers: &[usize], timeout: Duration) -> Result<(), TransportError> {
@@ -187,4 +214,37 @@ fn epoll_of(fds: &[RawFd]) -> io::Result<OwnedFd> {
         }
     }
     Ok(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::recording::{Event, Recording};
+    use crate::transport::TcpTransport;
+
+    fn tcp() -> Box<dyn Transport> {
+        Box::new(TcpTransport::bind(0, "127.0.0.1").unwrap())
+    }
+
+    #[test]
+    fn registration_goes_only_to_the_links_in_use_that_need_it() {
+        let buf = Buffer::Owned(vec![0; 8]);
+        let (rec, log) = Recording::new(tcp());
+        let mut router = Router::new(vec![tcp(), Box::new(rec)], vec![0, 1, 0]);
+        assert!(router.capabilities().needs_registration);
+        assert!(router.capabilities().reliable);
+        router.register(5, &buf).unwrap();
+        router.deregister(5);
+        assert_eq!(
+            *log.lock().unwrap(),
+            [Event::Register(5, 8), Event::Deregister(5)]
+        );
+        // No peer routed to the registering link: nothing asks for registration.
+        let (rec, log) = Recording::new(tcp());
+        let mut router = Router::new(vec![tcp(), Box::new(rec)], vec![0, 0, 0]);
+        assert!(!router.capabilities().needs_registration);
+        router.register(6, &buf).unwrap();
+        router.deregister(6);
+        assert!(log.lock().unwrap().is_empty());
+    }
 }

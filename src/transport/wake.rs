@@ -1,8 +1,39 @@
 //! Waking the progress thread: an `eventfd` that the links wait on beside their sockets, so a
-//! broadcast posted while the thread waits for the network starts at once.
+//! broadcast posted while the thread waits for the network starts at once; and [`spin`], the
+//! bounded polling every waiter does before it sleeps.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+/// Tries `ready` until it gives `Some` or `budget` has passed, yielding the CPU between tries;
+/// `None` when the budget ran out (then sleep on the real wait).
+///
+/// Why: a wake-up through the kernel (futex, `poll`) costs a context switch, 5–50 µs, and a
+/// broadcast between the ranks of one host pays several in a row (the caller hands over to its
+/// progress thread, each hop wakes the next rank, the progress thread hands back), which is
+/// the fixed cost that made pipecast defer small broadcasts on one host (docs/shm.md). MPIs
+/// poll shared memory instead of sleeping; so do we, for a bounded time (`PIPECAST_POLL_US`).
+/// Yielding between tries keeps an oversubscribed host (more threads than cores, as on a
+/// laptop or a 2-core CI machine) running the very threads the waiter waits for.
+pub fn spin<T>(budget: Duration, mut ready: impl FnMut() -> Option<T>) -> Option<T> {
+    if let Some(t) = ready() {
+        return Some(t);
+    }
+    if budget.is_zero() {
+        return None;
+    }
+    let start = Instant::now();
+    loop {
+        std::thread::yield_now();
+        if let Some(t) = ready() {
+            return Some(t);
+        }
+        if start.elapsed() >= budget {
+            return None;
+        }
+    }
+}
 
 pub struct Wake {
     fd: OwnedFd,
@@ -45,6 +76,20 @@ impl Wake {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spin_returns_the_first_ready_value_or_gives_up_after_its_budget() {
+        let mut tries = 0;
+        let got = spin(Duration::from_secs(5), || {
+            tries += 1;
+            (tries == 3).then_some(tries)
+        });
+        assert_eq!(got, Some(3));
+        assert_eq!(spin(Duration::ZERO, || None::<()>), None);
+        let start = Instant::now();
+        assert_eq!(spin(Duration::from_millis(2), || None::<()>), None);
+        assert!(start.elapsed() >= Duration::from_millis(2));
+    }
 
     #[test]
     fn notify_wakes_a_poll_and_clear_rearms() {

@@ -1,7 +1,8 @@
 //! Byte formats as typed views over bytes (smoltcp's `Packet`/`Repr` split, see STYLE.md):
 //! [`ethernet`] (the Ethernet II header), [`lldp`] (IEEE 802.1AB LLDPDUs and their TLVs) and
 //! [`frame`] (pipecast's own raw-Ethernet frame header) and [`bootstrap`] (the blob ranks
-//! exchange when a communicator is created) and [`shm`] (records between ranks on one host).
+//! exchange when a communicator is created) and [`shm`] (records between ranks on one host) and
+//! [`hello`] (the first bytes of a pipecast TCP connection).
 //!
 //! A view (`Frame`, `Tlv`) wraps any `T: AsRef<[u8]>`, checks its length once in
 //! `new_checked`, and then reads fields over fixed ranges without panicking. A `Repr` is the
@@ -13,6 +14,7 @@
 pub mod bootstrap;
 pub mod ethernet;
 pub mod frame;
+pub mod hello;
 pub mod lldp;
 pub mod shm;
 

@@ -113,6 +113,16 @@ static void *rank_main(void *arg)
           "plan json: %s", json);
     free(json);
 
+    /* The links that run: ranks that are threads of one process share a host, so shared
+     * memory (or TCP with PIPECAST_SHM=off). */
+    char link[64];
+    size_t link_len = pipecast_comm_link(comm, link, sizeof link);
+    CHECK(link_len > 0 && link_len < sizeof link && (strncmp(link, "shm:", 4) == 0 || strcmp(link, "tcp") == 0),
+          "rank %d: link %s (%zu)", ctx->rank, link, link_len);
+    char tiny[3];
+    CHECK(pipecast_comm_link(comm, tiny, sizeof tiny) == link_len && strlen(tiny) == 2, "truncated link");
+    CHECK(pipecast_comm_link(NULL, tiny, sizeof tiny) == 0, "NULL comm link");
+
     pipecast_comm_free(comm);
     return NULL;
 }

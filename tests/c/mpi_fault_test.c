@@ -10,6 +10,10 @@
  *          and no rank may report a broadcast as successful with wrong data. Errors are
  *          returned (MPI_ERRORS_RETURN) so that the ranks see them: a failed broadcast prints
  *          "broadcast error", and the later ones must fail too (never succeed with wrong data).
+ *   stop   rank 2 is SIGSTOPped 30 ms into iteration 3's broadcast, every thread of it (the
+ *          progress thread too), for PIPECAST_TEST_SLEEP seconds (default 20); a child
+ *          process it forked sends the SIGCONT. Stopped, not gone: every broadcast must
+ *          still succeed.
  *   ilate, ikill  the same with MPI_Ibcast + MPI_Wait from iteration 1 on (iteration 0, a
  *          blocking MPI_Bcast, sets pipecast up: an MPI_Ibcast never does), late or killed
  *          at iteration 4 (a 4 MiB MPI_Ibcast, which pipecast carries).
@@ -39,6 +43,23 @@ static void *kill_soon(void *arg)
     (void)arg;
     usleep(30000);
     raise(SIGKILL);
+    return NULL;
+}
+
+static int stop_s = 20;
+
+static void *stop_soon(void *arg)
+{
+    (void)arg;
+    usleep(30000);
+    pid_t me = getpid();
+    pid_t child = fork();
+    if (child == 0) {
+        sleep((unsigned)stop_s);
+        kill(me, SIGCONT);
+        _exit(0);
+    }
+    if (child > 0) raise(SIGSTOP);
     return NULL;
 }
 
@@ -83,6 +104,7 @@ int main(int argc, char **argv)
     if (strcmp(mode, "kill") == 0) MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     const char *sleep_env = getenv("PIPECAST_TEST_SLEEP");
     int late_s = sleep_env != NULL ? atoi(sleep_env) : 20;
+    stop_s = late_s;
     const size_t sizes[] = {(4u << 20) + 3, 200 * 1024};
     size_t cap = sizes[0];
     unsigned char *buf = malloc(cap);
@@ -97,6 +119,10 @@ int main(int argc, char **argv)
         if (it == at && rank == 2 && strcmp(mode, "kill") == 0) {
             pthread_t t;
             pthread_create(&t, NULL, kill_soon, NULL);
+        }
+        if (it == at && rank == 2 && strcmp(mode, "stop") == 0) {
+            pthread_t t;
+            pthread_create(&t, NULL, stop_soon, NULL);
         }
         for (size_t i = 0; i < n; i++) buf[i] = rank == root ? pattern(i, seed) : 0x5A;
         int rc;

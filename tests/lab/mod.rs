@@ -1,5 +1,6 @@
 //! Shared by the tests that build a lab with `pipecast lab up` (`lab_discover`, `raweth_comm`,
-//! `ompi_lab`): running the pipecast binary, the reason a lab test skips, and a lab that is
+//! `ompi_lab`, `demo`): running the pipecast binary (as this user or, from root, as `nobody`
+//! through `setpriv`: the lab without root), the reason a lab test skips, and a lab that is
 //! taken down when dropped. Each test binary compiles this module on its own, so an item one
 //! of them does not use carries `#[allow(dead_code)]`.
 
@@ -11,10 +12,94 @@ pub const EXE: &str = env!("CARGO_BIN_EXE_pipecast");
 
 /// Runs `pipecast ARGS` to completion.
 pub fn pipecast(args: &[&str]) -> Output {
-    Command::new(EXE)
-        .args(args)
-        .output()
-        .expect("runs pipecast")
+    User::Me.pipecast(args)
+}
+
+/// Who runs the pipecast commands of a test.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum User {
+    /// The user running the tests (root in CI).
+    Me,
+    /// `nobody` (uid 65534), through `setpriv` from root: labs in a user namespace.
+    Nobody,
+}
+
+/// The users a lab test runs as here: this user, and `nobody` when this user is root (CI).
+#[allow(dead_code)]
+pub fn users() -> Vec<User> {
+    if pipecast::lab::is_root() {
+        vec![User::Me, User::Nobody]
+    } else {
+        vec![User::Me]
+    }
+}
+
+/// Runs `test` as each of [`users`] that can build a lab here, saying why it skips the others.
+#[allow(dead_code)]
+pub fn as_each_user(mut test: impl FnMut(User)) {
+    for user in users() {
+        match user.skip_reason() {
+            Some(reason) => eprintln!("skipping as {user:?}: {reason}"),
+            None => test(user),
+        }
+    }
+}
+
+impl User {
+    /// A command running `program` as this user.
+    pub fn command(self, program: &str) -> Command {
+        match self {
+            User::Me => Command::new(program),
+            User::Nobody => {
+                let mut c = Command::new("setpriv");
+                c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+                    .arg(program)
+                    // Its own lab directory (the default, /tmp/pipecast-lab-65534).
+                    .env_remove("PIPECAST_LAB_DIR");
+                c
+            }
+        }
+    }
+
+    /// Runs `pipecast ARGS` as this user to completion.
+    pub fn pipecast(self, args: &[&str]) -> Output {
+        self.command(EXE)
+            .args(args)
+            .output()
+            .expect("runs pipecast")
+    }
+
+    /// Why this user cannot build a lab here, if so.
+    #[allow(dead_code)] // ompi_lab runs as root only
+    pub fn skip_reason(self) -> Option<String> {
+        match self {
+            User::Me => skip_reason(),
+            User::Nobody => {
+                if !pipecast::lab::is_root() {
+                    return Some("not root: cannot switch to nobody".into());
+                }
+                let out = self
+                    .command("unshare")
+                    .args(["--user", "--map-root-user", "--net", "--mount", "true"])
+                    .output();
+                match out {
+                    Err(e) => Some(format!("setpriv (util-linux) cannot run: {e}")),
+                    Ok(o) if !o.status.success() => Some(format!(
+                        "nobody gets no user namespace here: {}",
+                        String::from_utf8_lossy(&o.stderr).trim()
+                    )),
+                    Ok(_) => skip_reason(),
+                }
+            }
+        }
+    }
+
+    /// Lets this user write in `path` (a scratch directory or file made by root).
+    pub fn own(self, path: &Path) {
+        if self == User::Nobody {
+            std::os::unix::fs::chown(path, Some(65_534), Some(65_534)).unwrap();
+        }
+    }
 }
 
 /// Status, stdout and stderr of a finished command, for assertion messages.
@@ -27,11 +112,8 @@ pub fn text(o: &Output) -> String {
     )
 }
 
-/// Why no lab can be built here (not root, or one of the lab's tools missing), if so.
+/// Why no lab can be built here (a tool missing; without root: user namespaces refused), if so.
 pub fn skip_reason() -> Option<String> {
-    if !pipecast::lab::is_root() {
-        return Some("not root".into());
-    }
     if let Err(e) = pipecast::lab::require_tools() {
         return Some(e.to_string());
     }
@@ -80,15 +162,22 @@ pub fn scratch_dir(name: &str) -> PathBuf {
 pub struct Lab {
     name: String,
     dir: PathBuf,
+    user: User,
 }
 
 impl Lab {
     /// `pipecast lab up --name <tag><pid> --topology <dir>/topology.json EXTRA`, with
     /// `topology_json` written to that file; panics when the lab cannot be built.
     pub fn up(tag: &str, topology_json: &str, extra: &[&str]) -> Lab {
+        Lab::up_as(User::Me, tag, topology_json, extra)
+    }
+
+    /// [`Lab::up`] as `user`, whose commands then run and remove the lab.
+    pub fn up_as(user: User, tag: &str, topology_json: &str, extra: &[&str]) -> Lab {
         let name = unique_name(tag);
         let dir = scratch_dir(&name);
-        let lab = Lab { name, dir };
+        user.own(&dir);
+        let lab = Lab { name, dir, user };
         let file = lab.topology_file();
         std::fs::write(&file, topology_json).unwrap();
         let mut args = vec![
@@ -100,7 +189,7 @@ impl Lab {
             file.to_str().unwrap(),
         ];
         args.extend_from_slice(extra);
-        let out = pipecast(&args);
+        let out = user.pipecast(&args);
         // A failed `up` may leave parts behind: the guard, dropped by the panic, removes them.
         assert!(out.status.success(), "lab up failed: {}", text(&out));
         lab
@@ -108,6 +197,11 @@ impl Lab {
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    #[allow(dead_code)]
+    pub fn user(&self) -> User {
+        self.user
     }
 
     /// The lab's scratch directory.
@@ -125,13 +219,13 @@ impl Lab {
     pub fn run(&self, args: &[&str]) -> Output {
         let mut all = vec!["lab", "run", "--name", &self.name, "--timeout", "30", "--"];
         all.extend_from_slice(args);
-        pipecast(&all)
+        self.user.pipecast(&all)
     }
 }
 
 impl Drop for Lab {
     fn drop(&mut self) {
-        let out = pipecast(&["lab", "down", "--name", &self.name]);
+        let out = self.user.pipecast(&["lab", "down", "--name", &self.name]);
         // A test may have taken the lab down itself.
         if !out.status.success() && !text(&out).contains("no lab named") {
             eprintln!("lab down {}: {}", self.name, text(&out));

@@ -24,8 +24,9 @@ pub struct Args {
         default_value = "auto,flat,binomial,naive-linear,naive-binary,scatter-allgather"
     )]
     tree: String,
-    /// Iterations per size and tree (default: 20, fewer for large messages, at least 2).
-    #[arg(long)]
+    /// Iterations per size and tree, at least 1 (default: 20, fewer for large messages, at
+    /// least 2).
+    #[arg(long, value_parser = at_least_one)]
     iters: Option<usize>,
     /// Root of every broadcast (default: iteration i uses root i mod N).
     #[arg(long)]
@@ -58,6 +59,13 @@ pub struct Args {
     /// as a blocking broadcast takes, wait; 100 % when computing hid the broadcast entirely).
     #[arg(long)]
     overlap: bool,
+    /// Rank 0 shows which size and tree runs, one line each, also when stderr is not a
+    /// terminal (`pipecast demo` forwards it from the lab).
+    #[arg(long, hide = true)]
+    progress: bool,
+    /// Rank 0 also writes the `--json` report to this file.
+    #[arg(long, hide = true)]
+    report: Option<std::path::PathBuf>,
 }
 
 /// One line of the results: the JSON contract of `pipecast bench --json`.
@@ -119,7 +127,7 @@ pub fn run(args: Args) -> CliResult {
         }
         if let Some(path) = &args.topology {
             // The machines' `ranks` (default 1 each) fill them in file order.
-            let file = pipecast::topology::read_topology(path)?;
+            let file = pipecast::input::read_topology(path)?;
             let ranks = file.ranks();
             if ranks != n {
                 return Err(format!(
@@ -136,7 +144,7 @@ pub fn run(args: Args) -> CliResult {
         topology: args
             .topology
             .as_deref()
-            .map(pipecast::topology::read_topology)
+            .map(pipecast::input::read_topology)
             .transpose()?,
         segment,
         timeout: Duration::from_millis(args.timeout_ms),
@@ -155,14 +163,14 @@ pub fn run(args: Args) -> CliResult {
         return Err(format!("--root {r} is not a rank of this {n}-rank job").into());
     }
     let me = comm.rank();
-    let progress = me == 0 && std::io::stderr().is_terminal() && !args.json;
+    let terminal = std::io::stderr().is_terminal();
+    let progress = me == 0 && (args.progress || terminal && !args.json);
     let mut rows = Vec::new();
     let mut all_ok = true;
     for &bytes in &sizes {
         let iters = args
             .iters
-            .unwrap_or_else(|| ((128 << 20) / bytes.max(1) as usize).clamp(2, 20))
-            .max(1);
+            .unwrap_or_else(|| ((128 << 20) / bytes.max(1) as usize).clamp(2, 20));
         let mut buf = vec![0u8; bytes as usize];
         let p2p = Algorithm::PointToPoint { to: 1 };
         // The whole message in one segment (see `comm::segment_for`).
@@ -175,8 +183,10 @@ pub fn run(args: Args) -> CliResult {
             0.0
         };
         for tree in &trees {
-            if progress {
+            if progress && terminal {
                 eprint!("\r\x1b[K{bytes} B, {tree} ...");
+            } else if progress {
+                eprintln!("  {} … {tree}", size_name(bytes));
             }
             let before = comm.transport_counters()?;
             let (times, ok, seg, ran) = measure(
@@ -211,16 +221,20 @@ pub fn run(args: Args) -> CliResult {
             });
         }
     }
-    if progress {
+    if progress && terminal {
         eprint!("\r\x1b[K");
     }
     if me == 0 {
+        let report = Report {
+            ranks: n,
+            transport: comm.transport(),
+            results: &rows,
+        };
+        if let Some(path) = &args.report {
+            std::fs::write(path, serde_json::to_string(&report)?)
+                .map_err(|e| format!("--report {}: {e}", path.display()))?;
+        }
         if args.json {
-            let report = Report {
-                ranks: n,
-                transport: comm.transport(),
-                results: &rows,
-            };
             println!("{}", serde_json::to_string(&report)?);
         } else {
             print_table(n, comm.transport(), &rows);
@@ -447,6 +461,15 @@ fn print_table(n: usize, transport: &str, rows: &[Row]) {
     }
 }
 
+/// `16 MiB`, `4 KiB`, `100003 B`.
+pub fn size_name(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+        b => format!("{b} B"),
+    }
+}
+
 /// Fills `buf` with the seeded pattern (splitmix64 per 8-byte word).
 pub fn fill(buf: &mut [u8], seed: u64) {
     for (i, chunk) in buf.chunks_mut(8).enumerate() {
@@ -483,24 +506,19 @@ pub fn parse_sizes(list: &str) -> Result<Vec<u64>, String> {
     list.split(',').map(|s| parse_size(s.trim())).collect()
 }
 
+/// `--iters`: a whole number of at least 1.
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("{text:?}: give a whole number of at least 1")),
+    }
+}
+
 /// Parses "4M", "64KiB", "100" (binary units: K = 1024).
 pub fn parse_size(s: &str) -> Result<u64, String> {
-    let bad = || {
+    pipecast::input::parse_bytes(s).ok_or_else(|| {
         format!("size {s:?}: write a whole number of bytes, optionally with K, M or G (e.g. 64K)")
-    };
-    let upper = s.trim().to_ascii_uppercase();
-    let unit = upper
-        .strip_suffix("IB")
-        .or_else(|| upper.strip_suffix('B'))
-        .unwrap_or(&upper);
-    let (digits, shift) = match unit.chars().last() {
-        Some('K') => (&unit[..unit.len() - 1], 10),
-        Some('M') => (&unit[..unit.len() - 1], 20),
-        Some('G') => (&unit[..unit.len() - 1], 30),
-        _ => (unit, 0),
-    };
-    let n: u64 = digits.parse().map_err(|_| bad())?;
-    n.checked_mul(1 << shift).ok_or_else(bad)
+    })
 }
 
 /// Runs this same command as `n` local ranks on loopback: picks a free rendezvous port,

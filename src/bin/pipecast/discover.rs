@@ -136,7 +136,7 @@ pub fn run(args: DiscoverArgs) -> CliResult {
     } else if let Some(path) = &args.slurm {
         read_slurm(path)?
     } else if let Some(path) = &args.topology {
-        SwitchLayer::File(pipecast::topology::read_topology(path)?)
+        SwitchLayer::File(pipecast::input::read_topology(path)?)
     } else {
         SwitchLayer::None
     };
@@ -171,9 +171,9 @@ fn read_switch_lldp(dir: &Path) -> Result<SwitchLayer, DiscoverError> {
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let text = std::fs::read_to_string(&path).map_err(|e| DiscoverError::Io {
+        let text = pipecast::input::read_text(&path).map_err(|reason| DiscoverError::Io {
             path: path.display().to_string(),
-            reason: e.to_string(),
+            reason,
         })?;
         dumps.push(LldpDump {
             switch: name,
@@ -186,9 +186,9 @@ fn read_switch_lldp(dir: &Path) -> Result<SwitchLayer, DiscoverError> {
 
 /// Reads a Slurm topology.conf.
 fn read_slurm(path: &Path) -> Result<SwitchLayer, DiscoverError> {
-    let text = std::fs::read_to_string(path).map_err(|e| DiscoverError::Io {
+    let text = pipecast::input::read_text(path).map_err(|reason| DiscoverError::Io {
         path: path.display().to_string(),
-        reason: e.to_string(),
+        reason,
     })?;
     discover::parse_slurm_layer(&path.display().to_string(), &text)
 }

@@ -60,7 +60,7 @@ pub fn run(args: Args) -> CliResult {
     let Some(path) = args.platform else {
         return Err("pipecast hetero: give --platform FILE (or use `pipecast hetero gen`)".into());
     };
-    let platform = hetero::read_platform(&path)?;
+    let platform = pipecast::input::read_platform(&path)?;
     let model: Model = args.model.parse()?;
     let names: Vec<&str> = if args.heuristic == "all" {
         HEURISTICS.to_vec()
@@ -71,23 +71,44 @@ pub fn run(args: Args) -> CliResult {
         vec![args.heuristic.as_str()]
     };
     let lp = hetero::ssb(&platform)?;
+    // Each heuristic's tree, or why it does not apply to this platform (e.g. `binomial` on a
+    // directed platform where one of its transfers has no path): one inapplicable heuristic
+    // does not hide the others' results.
     let mut rows = Vec::new();
-    for name in names {
-        let tree = hetero::build(&platform, name, Some(&lp))?;
-        let period = hetero::period(&platform, &tree, model);
-        rows.push((name, tree, period));
+    for name in &names {
+        let built = hetero::build(&platform, name, Some(&lp)).map(|tree| {
+            let period = hetero::period(&platform, &tree, model);
+            (tree, period)
+        });
+        rows.push((*name, built));
+    }
+    if let [(_, Err(e))] = rows.as_slice() {
+        // The one heuristic asked for does not apply: that is the command's error.
+        return Err(e.to_string().into());
+    }
+    if rows.iter().all(|(_, r)| r.is_err()) {
+        let why: Vec<String> = rows
+            .iter()
+            .filter_map(|(name, r)| r.as_ref().err().map(|e| format!("{name}: {e}")))
+            .collect();
+        return Err(format!("no heuristic applies to this platform: {}", why.join("; ")).into());
     }
     if args.json {
         let heuristics: Vec<Value> = rows
             .iter()
-            .map(|(name, tree, period)| {
-                json!({
+            .map(|(name, built)| match built {
+                Ok((tree, period)) => json!({
                     "name": name,
                     "parents": parents_json(&platform, tree),
                     "period": period,
                     "throughput": 1.0 / period,
                     "ratio": 1.0 / period / lp.throughput,
-                })
+                }),
+                Err(e) => json!({
+                    "name": name,
+                    "applies": false,
+                    "error": e.to_string(),
+                }),
             })
             .collect();
         let out = json!({
@@ -118,16 +139,19 @@ pub fn run(args: Args) -> CliResult {
             "{:<16} {:>12} {:>12} {:>8}  height",
             "heuristic", "period", "throughput", "ratio"
         )?;
-        for (name, tree, period) in &rows {
-            writeln!(
-                text,
-                "{:<16} {:>12.6} {:>12.6} {:>7.1}%  {}",
-                name,
-                period,
-                1.0 / period,
-                100.0 / period / lp.throughput,
-                height(tree)
-            )?;
+        for (name, built) in &rows {
+            match built {
+                Ok((tree, period)) => writeln!(
+                    text,
+                    "{:<16} {:>12.6} {:>12.6} {:>7.1}%  {}",
+                    name,
+                    period,
+                    1.0 / period,
+                    100.0 / period / lp.throughput,
+                    height(tree)
+                )?,
+                Err(e) => writeln!(text, "{name:<16} does not apply: {e}")?,
+            }
         }
         emit(text)
     }

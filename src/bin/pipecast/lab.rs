@@ -1,4 +1,5 @@
-//! `pipecast lab` — an emulated multi-switch Ethernet cluster in network namespaces (root only).
+//! `pipecast lab` — an emulated multi-switch Ethernet cluster in network namespaces: root's,
+//! or without root inside a user namespace of the user's own (no lldpd there).
 
 use crate::CliResult;
 use pipecast::lab::{self, RunOptions, UpOptions};
@@ -188,7 +189,7 @@ pub fn run(args: Args) -> CliResult {
 
 fn up(a: UpArgs) -> CliResult {
     lab::require_tools()?;
-    let topology = pipecast::topology::read_topology(&a.topology)?;
+    let topology = pipecast::input::read_topology(&a.topology)?;
     let interrupted = Arc::new(AtomicBool::new(false));
     let flag = interrupted.clone();
     // Ctrl-C during `up` abandons the build; `up` then removes what it built.
@@ -203,13 +204,22 @@ fn up(a: UpArgs) -> CliResult {
     };
     let state = lab::up(&topology, &opts)?;
     println!(
-        "lab {} is up: {} switches, {} machines, {} per link direction, MTU {}",
+        "lab {} is up: {} switches, {} machines, {} per link direction, MTU {}{}",
         state.name,
         state.switches.len(),
         state.machines.len(),
         a.rate,
-        state.mtu
+        state.mtu,
+        match state.owner {
+            lab::Owner::Root => String::new(),
+            lab::Owner::UserNamespace { keeper, .. } => {
+                format!(", in a user namespace held by process {keeper}")
+            }
+        }
     );
+    if !state.owner.runs_lldpd() {
+        println!("note: {}", lab::NO_LLDPD);
+    }
     for (rank, m) in state.machines.iter().enumerate() {
         println!(
             "  r{rank:<3} {:<12} on {:<8} eth0 {:<14} mgmt0 {:<14} netns {}",
@@ -241,6 +251,7 @@ fn run_all(a: RunArgs) -> CliResult {
         port: a.port,
         interrupted: Some(interrupted.clone()),
         ranks_per_machine: a.ranks_per_machine,
+        rank0_only: false,
     };
     let outcomes = lab::run(&state, &a.command, &opts)?;
     if interrupted.load(Ordering::SeqCst) {

@@ -2,6 +2,7 @@
 
 mod bench;
 mod calibrate;
+mod demo;
 mod discover;
 mod hetero;
 mod lab;
@@ -29,6 +30,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// What pipecast is for, without root: a 16-machine, 4-switch lab, the plan, and
+    /// broadcasts against classic MPI trees (the local benchmark where no lab can be built).
+    Demo(demo::Args),
     /// Topology files: generate, check, discover.
     Topo(topo::Args),
     /// Plan a broadcast tree on a topology and print it (table, JSON or Graphviz).
@@ -41,7 +45,7 @@ enum Command {
     Sim(sim::Args),
     /// Measure L(m) and g(m) and write a calibration profile.
     Calibrate(calibrate::Args),
-    /// Emulated multi-switch cluster in network namespaces (root only).
+    /// Emulated multi-switch cluster in network namespaces (without root: in a user namespace).
     Lab(lab::Args),
 }
 
@@ -74,6 +78,7 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Demo(args) => demo::run(args),
         Command::Topo(args) => topo::run(args),
         Command::Plan(args) => plan::run(args),
         Command::Hetero(args) => hetero::run(args),

@@ -3,9 +3,10 @@
 
 use crate::CliResult;
 use pipecast::hetero;
-use pipecast::model::{contention, Profile};
+use pipecast::input::read_topology;
+use pipecast::model::contention;
 use pipecast::plan::{self, Plan, TreeKind};
-use pipecast::topology::{hosts, read_topology, Topology};
+use pipecast::topology::{hosts, Topology};
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -53,19 +54,8 @@ enum Format {
 
 /// `65536`, `64K`, `64KiB`, `1M`, `2G` (binary multiples, case-insensitive).
 fn parse_bytes(text: &str) -> Result<u64, String> {
-    let bad = || format!("{text:?} is not a byte count: write e.g. 65536, 64K, 1M or 2G");
-    let t = text.trim();
-    let lower = t.to_ascii_lowercase();
-    let digits = lower.trim_end_matches(|c: char| c.is_ascii_alphabetic());
-    let shift = match &lower[digits.len()..] {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        _ => return Err(bad()),
-    };
-    let n: u64 = digits.parse().map_err(|_| bad())?;
-    n.checked_mul(1u64 << shift).ok_or_else(bad)
+    pipecast::input::parse_bytes(text)
+        .ok_or_else(|| format!("{text:?} is not a byte count: write e.g. 65536, 64K, 1M or 2G"))
 }
 
 pub fn run(args: Args) -> CliResult {
@@ -77,7 +67,7 @@ pub fn run(args: Args) -> CliResult {
     };
     let (plan, priced) = match args.msize {
         Some(msize) => {
-            let profile = Profile::load(&args.profile)?;
+            let profile = pipecast::input::load_profile(&args.profile)?;
             let c = hetero::plan_for(&topology, args.root, &kind, &profile, msize)?;
             (c.plan, Some((msize, c.segment_bytes, c.predicted_us)))
         }
@@ -127,7 +117,7 @@ fn hetero_throughput(
         .map(|(_, throughput)| (slice, throughput))
 }
 
-fn table(
+pub(crate) fn table(
     plan: &Plan,
     topology: &Topology,
     priced: Option<(u64, u64, f64)>,
@@ -225,7 +215,7 @@ fn table(
 
 /// Graphviz: switches as boxes joined by their links, machines as ellipses under their switch,
 /// and the broadcast tree drawn over them (one color per lane, labels = send order).
-fn dot(plan: &Plan, topology: &Topology) -> String {
+pub(crate) fn dot(plan: &Plan, topology: &Topology) -> String {
     const COLORS: [&str; 4] = ["red", "blue", "darkgreen", "darkorange"];
     let esc = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
     let q = |s: &str| format!("\"{}\"", esc(s));
@@ -285,7 +275,7 @@ fn dot(plan: &Plan, topology: &Topology) -> String {
 }
 
 /// Pipes dot text through Graphviz's `dot -Tsvg`.
-fn svg(dot_text: &str) -> Result<String, Box<dyn std::error::Error>> {
+pub(crate) fn svg(dot_text: &str) -> Result<String, Box<dyn std::error::Error>> {
     let mut child = Command::new("dot")
         .arg("-Tsvg")
         .stdin(Stdio::piped())

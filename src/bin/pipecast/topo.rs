@@ -8,7 +8,8 @@
 //! ```
 
 use crate::CliResult;
-use pipecast::topology::{gen, read_topology, to_json, Topology};
+use pipecast::input::read_topology;
+use pipecast::topology::{gen, to_json, Topology};
 use serde_json::Value;
 use std::path::PathBuf;
 

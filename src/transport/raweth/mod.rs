@@ -1,7 +1,11 @@
 //! Raw Ethernet transport: pipecast frames (wire/frame.rs) in Ethernet frames of EtherType
 //! 0x88B5, sent to each peer's MAC address from an `AF_PACKET` socket ([`socket`]), made
-//! reliable per peer by the engine's one retransmission scheme, [`reliable`] (sequence
-//! numbers, cumulative + selective acks, RTO, credit, pacing; pure, in `engine::reliable`).
+//! reliable per peer by the engine's one retransmission scheme: the link holds one
+//! [`Peers`](reliable::Peers) (sequence numbers, cumulative + selective acks, RTO, credit,
+//! pacing, round robin between peers, heartbeats and liveness; all pure, in
+//! `engine::reliable`) and keeps only framing, the socket, reassembly and MAC addresses.
+//! Reliability runs per frame and only this link cuts segments into frames, so the instance
+//! lives here while the [`Endpoint`] above stays frame-agnostic.
 //!
 //! Same shape as [`TcpTransport`](crate::transport::TcpTransport): the communicator gives it
 //! the peers' MAC addresses and the job cookie from the bootstrap, then drives it with the
@@ -19,12 +23,12 @@ mod rx;
 pub mod socket;
 mod tx;
 
-use crate::engine::reliable::{self, Pacer, Receiver, Sender};
+use crate::engine::reliable::{self, Peers};
 use crate::engine::{DataHeader, Endpoint};
 use crate::transport::{Buffers, Transport, TransportError};
 use crate::wire::frame::{Kind, Repr, HEADER_LEN};
 use socket::{Mac, RawSocket, RecvBatch};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::io;
 use std::ops::Range;
 use std::time::Duration;
@@ -101,16 +105,6 @@ struct Item {
     payload: Range<usize>,
 }
 
-struct Peer {
-    mac: Mac,
-    tx: Sender<Item>,
-    rx: Receiver,
-    /// New frames waiting for credit or pacing.
-    queue: VecDeque<Item>,
-    /// When the last heartbeat went to this peer.
-    pinged: u64,
-}
-
 /// Where a segment being reassembled goes.
 enum Target {
     /// Broadcast `seq`'s buffer, from `start`.
@@ -146,9 +140,11 @@ pub struct RawEthTransport {
     config: Config,
     max_payload: usize,
     cookie: u64,
-    peers: BTreeMap<usize, Peer>,
+    /// Every peer's MAC address, by rank.
+    macs: BTreeMap<usize, Mac>,
     by_mac: BTreeMap<Mac, usize>,
-    pacer: Pacer,
+    /// The per-peer reliability of every frame.
+    reliable: Peers<Item>,
     assembly: BTreeMap<(usize, u64, u16, u32), Assembly>,
     recv: RecvBatch,
     ring: Option<ring::RxRing>,
@@ -211,6 +207,7 @@ impl RawEthTransport {
             Some(bytes) => Some(ring::RxRing::new(&sock, bytes)?),
             None => None,
         };
+        let frame_bytes = (HEADER_LEN + max_payload + 14) as u64;
         Ok(RawEthTransport {
             me,
             ring,
@@ -218,9 +215,9 @@ impl RawEthTransport {
             sock,
             max_payload,
             cookie: 0,
-            peers: BTreeMap::new(),
+            macs: BTreeMap::new(),
             by_mac: BTreeMap::new(),
-            pacer: Pacer::new(config.reliable.rate, config.reliable.burst, 0),
+            reliable: Peers::new(config.reliable, config.liveness, frame_bytes),
             assembly: BTreeMap::new(),
             blocked: false,
             wake: None,
@@ -254,18 +251,18 @@ impl RawEthTransport {
         let total = self.kernel_drops.get() + self.sock.take_kernel_drops().unwrap_or(0);
         self.kernel_drops.set(total);
         c.kernel_drops = total;
-        for p in self.peers.values() {
-            c.retransmits += p.tx.retransmits;
-            c.timeouts += p.tx.timeouts;
-            c.duplicates += p.rx.duplicates;
-        }
+        let t = self.reliable.totals();
+        c.retransmits = t.retransmits;
+        c.timeouts = t.timeouts;
+        c.duplicates = t.duplicates;
         c
     }
 
     /// Every rank's MAC address (from the bootstrap, indexed by rank) and the job cookie.
     pub fn set_peers(&mut self, macs: Vec<Mac>, cookie: u64) -> Result<(), TransportError> {
         self.cookie = cookie;
-        self.peers.clear();
+        self.macs.clear();
+        self.reliable.clear();
         self.by_mac.clear();
         let mine = self.sock.mac();
         for (rank, mac) in macs.into_iter().enumerate() {
@@ -291,73 +288,20 @@ impl RawEthTransport {
                     ),
                 });
             }
-            self.peers.insert(
-                rank,
-                Peer {
-                    mac,
-                    tx: Sender::new(self.config.reliable),
-                    rx: Receiver::new(self.config.reliable),
-                    queue: VecDeque::new(),
-                    pinged: 0,
-                },
-            );
+            self.macs.insert(rank, mac);
+            self.reliable.add(rank);
         }
         Ok(())
     }
 
-    /// When something must happen without a frame arriving: a retransmission timer, or the
-    /// pacer allowing a queued frame.
-    fn next_timer(&self, now: u64) -> Option<u64> {
-        let mut at: Option<u64> = None;
-        for p in self.peers.values() {
-            // While the socket is full, POLLOUT (not a timer) says when to send again.
-            let sendable = p.tx.has_retransmit() || (!p.queue.is_empty() && p.tx.can_send());
-            let t = if sendable && !self.blocked {
-                Some(self.pacer.ready_at(now, self.frame_len()))
-            } else {
-                p.tx.poll_timeout()
-            };
-            at = match (at, t) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+    /// A header of `kind` with this job's cookie and communicator, the rest zero.
+    fn head(&self, kind: Kind) -> Repr {
+        Repr {
+            kind: kind.into(),
+            cookie: self.cookie,
+            comm: self.config.comm,
+            ..Repr::default()
         }
-        at
-    }
-
-    /// Fails when a peer in `waiting` left a frame unacknowledged for the liveness limit;
-    /// queues a heartbeat to a waited-for peer that owes nothing and was not pinged lately.
-    fn check_liveness(&mut self, waiting: &[usize], now: u64) -> Result<(), TransportError> {
-        let limit = self.config.liveness.max(1);
-        let ping_every = (limit / 4).max(10_000_000);
-        for &peer in waiting {
-            let Some(p) = self.peers.get_mut(&peer) else {
-                continue;
-            };
-            if !p.tx.is_idle() && now.saturating_sub(p.tx.last_progress()) >= limit {
-                return Err(TransportError::PeerGone {
-                    peer,
-                    ms: now.saturating_sub(p.tx.last_progress()) / 1_000_000,
-                });
-            }
-            if p.tx.is_idle() && p.queue.is_empty() && now.saturating_sub(p.pinged) >= ping_every {
-                p.pinged = now;
-                p.queue.push_back(Item {
-                    head: Repr {
-                        kind: Kind::Nop.into(),
-                        cookie: self.cookie,
-                        comm: self.config.comm,
-                        ..Repr::default()
-                    },
-                    payload: 0..0,
-                });
-            }
-        }
-        Ok(())
-    }
-
-    fn frame_len(&self) -> u64 {
-        (HEADER_LEN + self.max_payload + 14) as u64
     }
 }
 
@@ -381,7 +325,7 @@ impl Transport for RawEthTransport {
     fn connect(&mut self, peers: &[usize], _timeout: Duration) -> Result<(), TransportError> {
         match peers
             .iter()
-            .find(|&&p| p != self.me && !self.peers.contains_key(&p))
+            .find(|&&p| p != self.me && !self.reliable.contains(p))
         {
             Some(&peer) => Err(TransportError::UnknownPeer { peer }),
             None => Ok(()),
@@ -412,7 +356,7 @@ impl Transport for RawEthTransport {
         } else {
             wait.as_millis().min(i32::MAX as u128) as u64
         };
-        if let Some(t) = self.next_timer(now) {
+        if let Some(t) = self.reliable.poll_timeout(now, self.blocked) {
             ms = ms.min(t.saturating_sub(now).div_ceil(1_000_000));
         }
         let (readable, _) = self
@@ -424,7 +368,16 @@ impl Transport for RawEthTransport {
             self.receive(bufs, endpoint, clock)?;
         }
         self.queue(endpoint)?;
-        self.check_liveness(&endpoint.waiting_for(), clock())?;
+        let heartbeat = Item {
+            head: self.head(Kind::Nop),
+            payload: 0..0,
+        };
+        self.reliable
+            .check_liveness(clock(), &endpoint.waiting_for(), || heartbeat.clone())
+            .map_err(|g| TransportError::PeerGone {
+                peer: g.peer,
+                ms: g.silent / 1_000_000,
+            })?;
         self.send(bufs, clock())?;
         Ok(())
     }
@@ -458,28 +411,14 @@ impl Transport for RawEthTransport {
                 a.got, a.len
             );
         }
-        for (rank, p) in &self.peers {
-            if p.queue.is_empty() && p.tx.is_idle() && !p.rx.ack_due() {
-                continue;
-            }
-            out += &format!(
-                "\n  peer {rank}: queued {} | tx {} | rx {}",
-                p.queue.len(),
-                p.tx.describe(now),
-                p.rx.describe()
-            );
-        }
+        out += &self.reliable.describe(now);
         out
     }
 
     /// Forgets everything in flight (after a failed broadcast): peers then fail by their
     /// idle timeout, as there is no connection to close.
     fn shutdown(&mut self) {
-        for p in self.peers.values_mut() {
-            p.tx = Sender::new(self.config.reliable);
-            p.rx = Receiver::new(self.config.reliable);
-            p.queue.clear();
-        }
+        self.reliable.reset();
         self.assembly.clear();
     }
 }

@@ -137,33 +137,23 @@ impl RawEthTransport {
             self.counters.dropped_kind += 1;
             return Ok(());
         }
-        let peer = self.peers.get_mut(&rank).expect("mapped MAC has a peer");
         let copy = (head.flags >> flags::COPY_SHIFT) as u8;
         let repaired = (head.kind() == Kind::Ack && head.flags & flags::REPAIRED != 0)
             .then_some((head.peer_seq, copy));
-        peer.tx
-            .on_ack(now, head.ack, head.sack, head.credit, repaired);
+        self.reliable
+            .handle_ack(now, rank, head.ack, head.sack, head.credit, repaired);
         if head.kind() == Kind::Ack {
             return Ok(());
         }
-        match peer.rx.would_accept(head.peer_seq) {
-            Accept::Duplicate => {
-                peer.rx.accept(head.peer_seq);
-                return Ok(());
-            }
+        let retransmit = (head.flags & flags::RETRANSMIT != 0).then_some(copy);
+        match self.reliable.handle_seq(rank, head.peer_seq, retransmit) {
+            Accept::Fresh => self.content(bufs, endpoint, now, rank, &head, frame.payload()),
+            Accept::Duplicate => Ok(()),
             Accept::OutOfWindow => {
                 self.counters.out_of_window += 1;
-                return Ok(());
+                Ok(())
             }
-            Accept::Fresh => {}
         }
-        self.content(bufs, endpoint, now, rank, &head, frame.payload())?;
-        let rx = &mut self.peers.get_mut(&rank).expect("mapped MAC has a peer").rx;
-        rx.accept(head.peer_seq);
-        if head.flags & flags::RETRANSMIT != 0 {
-            rx.repaired(head.peer_seq, copy);
-        }
-        Ok(())
     }
 
     /// Acts on a frame's content: a data frame goes to its offset in its broadcast's buffer

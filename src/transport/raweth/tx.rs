@@ -1,7 +1,9 @@
-//! The sending half of [`RawEthTransport`]: engine transmits cut into frames, sent in
-//! `sendmmsg` batches within each peer's credit and the pacer, retransmissions first.
+//! The sending half of [`RawEthTransport`]: engine transmits cut into frames and queued on
+//! the per-peer reliability ([`Peers`](crate::engine::reliable::Peers)), which says what to
+//! send next; frames leave in `sendmmsg` batches, acknowledgements piggybacked.
 
 use super::{io_err, Item, RawEthTransport};
+use crate::engine::reliable::Outgoing;
 use crate::engine::{Endpoint, Message};
 use crate::transport::raweth::socket::Mac;
 use crate::transport::Buffers;
@@ -14,18 +16,12 @@ impl RawEthTransport {
     pub(super) fn queue(&mut self, endpoint: &mut Endpoint) -> Result<(), TransportError> {
         // The engine ignores the time here.
         while let Some((_, t)) = endpoint.poll_transmit(0) {
-            let peer = self
-                .peers
-                .get_mut(&t.to)
-                .ok_or(TransportError::UnknownPeer { peer: t.to })?;
-            let mut head = Repr {
-                cookie: self.cookie,
-                comm: self.config.comm,
-                ..Repr::default()
-            };
+            if !self.reliable.contains(t.to) {
+                return Err(TransportError::UnknownPeer { peer: t.to });
+            }
+            let mut head = self.head(Kind::Data);
             match t.message {
                 Message::Data(h) => {
-                    head.kind = Kind::Data.into();
                     head.bcast_seq = h.seq;
                     head.root = h.root;
                     head.msize = h.msize;
@@ -38,14 +34,17 @@ impl RawEthTransport {
                     loop {
                         let len = (t.payload.len() - off).min(self.max_payload);
                         let start = t.payload.start + off;
-                        peer.queue.push_back(Item {
-                            head: Repr {
-                                offset: off as u32,
-                                payload_len: len as u16,
-                                ..head
+                        self.reliable.enqueue(
+                            t.to,
+                            Item {
+                                head: Repr {
+                                    offset: off as u32,
+                                    payload_len: len as u16,
+                                    ..head
+                                },
+                                payload: start..start + len,
                             },
-                            payload: start..start + len,
-                        });
+                        );
                         off += len;
                         if off >= t.payload.len() {
                             break;
@@ -61,72 +60,53 @@ impl RawEthTransport {
                     head.bcast_seq = seq;
                     head.lane = lane;
                     head.offset = consumed;
-                    peer.queue.push_back(Item {
-                        head,
-                        payload: 0..0,
-                    });
+                    self.reliable.enqueue(
+                        t.to,
+                        Item {
+                            head,
+                            payload: 0..0,
+                        },
+                    );
                 }
                 Message::Done { seq, lane } => {
                     head.kind = Kind::Done.into();
                     head.bcast_seq = seq;
                     head.lane = lane;
-                    peer.queue.push_back(Item {
-                        head,
-                        payload: 0..0,
-                    });
+                    self.reliable.enqueue(
+                        t.to,
+                        Item {
+                            head,
+                            payload: 0..0,
+                        },
+                    );
                 }
             }
         }
         Ok(())
     }
 
-    /// Sends retransmissions, then new frames (round robin over peers, within credit and
-    /// pacing), then bare acks for peers that are owed one.
+    /// Sends what the per-peer reliability hands out (retransmissions first, peers in turn,
+    /// within credit and pacing) in `sendmmsg` batches, then bare acks to peers owed one.
     pub(super) fn send(&mut self, bufs: &Buffers, now: u64) -> Result<(), TransportError> {
-        for p in self.peers.values_mut() {
-            p.tx.handle_timeout(now);
-        }
-        let frame_len = self.frame_len();
+        self.reliable.handle_timeout(now);
+        let most = self.config.batch.max(1);
         loop {
-            // (peer, seq, item, new?)
-            let mut batch: Vec<(usize, u64, Item, bool)> = Vec::with_capacity(self.config.batch);
-            let mut progress = true;
-            while batch.len() < self.config.batch && progress {
-                progress = false;
-                for (&rank, p) in self.peers.iter_mut() {
-                    if batch.len() >= self.config.batch {
-                        break;
-                    }
-                    let wants = p.tx.has_retransmit() || (!p.queue.is_empty() && p.tx.can_send());
-                    if !wants || !self.pacer.try_take(now, frame_len) {
-                        continue;
-                    }
-                    if let Some((seq, item)) = p.tx.poll_retransmit(now) {
-                        batch.push((rank, seq, item.clone(), false));
-                    } else if let Some(item) = p.queue.pop_front() {
-                        let seq = p.tx.push(now, item.clone());
-                        batch.push((rank, seq, item, true));
-                    }
-                    progress = true;
+            let mut batch: Vec<Outgoing<Item>> = Vec::with_capacity(most);
+            while batch.len() < most {
+                match self.reliable.poll_send(now) {
+                    Some(o) => batch.push(o),
+                    None => break,
                 }
             }
             if batch.is_empty() {
                 break;
             }
             let sent = self.transmit(bufs, &batch)?;
-            for (rank, seq, _, _) in &batch[..sent] {
-                self.peers
-                    .get_mut(rank)
-                    .expect("batched peer")
-                    .tx
-                    .sent(*seq, now);
+            for o in &batch[..sent] {
+                self.reliable.sent(o.peer, o.seq, now);
             }
-            for (rank, seq, _, _) in batch[sent..].iter().rev() {
-                self.peers
-                    .get_mut(rank)
-                    .expect("batched peer")
-                    .tx
-                    .unsent(*seq);
+            for o in batch[sent..].iter().rev() {
+                self.reliable.unsent(o.peer, o.seq);
             }
             if sent < batch.len() {
                 self.counters.send_blocked += 1;
@@ -135,31 +115,18 @@ impl RawEthTransport {
             }
         }
         // Bare acks.
-        let owed: Vec<usize> = self
-            .peers
-            .iter()
-            .filter(|(_, p)| p.rx.ack_due())
-            .map(|(&r, _)| r)
-            .collect();
-        for chunk in owed.chunks(self.config.batch.max(1)) {
-            let batch: Vec<(usize, u64, Item, bool)> = chunk
+        let owed = self.reliable.owed_acks();
+        for chunk in owed.chunks(most) {
+            let batch: Vec<Outgoing<Item>> = chunk
                 .iter()
-                .map(|&r| {
-                    let head = Repr {
-                        kind: Kind::Ack.into(),
-                        cookie: self.cookie,
-                        comm: self.config.comm,
-                        ..Repr::default()
-                    };
-                    (
-                        r,
-                        0,
-                        Item {
-                            head,
-                            payload: 0..0,
-                        },
-                        false,
-                    )
+                .map(|&peer| Outgoing {
+                    peer,
+                    seq: 0,
+                    item: Item {
+                        head: self.head(Kind::Ack),
+                        payload: 0..0,
+                    },
+                    copy: None,
                 })
                 .collect();
             let sent = self.transmit(bufs, &batch)?;
@@ -177,7 +144,7 @@ impl RawEthTransport {
     fn transmit(
         &mut self,
         bufs: &Buffers,
-        batch: &[(usize, u64, Item, bool)],
+        batch: &[Outgoing<Item>],
     ) -> Result<usize, TransportError> {
         // A data frame's payload comes from its broadcast's buffer; once the broadcast is over
         // here (its buffer gone), a retransmission of it is a no-op that only fills its number.
@@ -189,28 +156,25 @@ impl RawEthTransport {
                 .and_then(|b| b.as_slice().get(item.payload.clone()))
         };
         let mut heads = Vec::with_capacity(batch.len());
-        for (rank, seq, item, new) in batch {
-            let p = self.peers.get_mut(rank).expect("batched peer");
-            let (ack, sack, credit) = p.rx.ack();
-            p.rx.acked();
+        for o in batch {
+            let (ack, sack, credit) = self.reliable.piggyback(o.peer);
             let mut head = Repr {
-                peer_seq: *seq,
+                peer_seq: o.seq,
                 ack,
                 sack,
                 credit,
-                ..item.head
+                ..o.item.head
             };
-            if *seq != 0 && !*new {
-                let copy = p.tx.next_copy(*seq).unwrap_or(0);
+            if let Some(copy) = o.copy {
                 head.flags |= flags::RETRANSMIT | u16::from(copy) << flags::COPY_SHIFT;
             }
             if head.kind() == Kind::Ack {
-                if let Some((repaired, copy)) = p.rx.take_repaired() {
+                if let Some((repaired, copy)) = self.reliable.take_repaired(o.peer) {
                     head.flags |= flags::REPAIRED | u16::from(copy) << flags::COPY_SHIFT;
                     head.peer_seq = repaired;
                 }
             }
-            if body(item).is_none() {
+            if body(&o.item).is_none() {
                 head.kind = Kind::Nop.into();
                 head.payload_len = 0;
             }
@@ -219,9 +183,9 @@ impl RawEthTransport {
         let frames: Vec<(Mac, [IoSlice<'_>; 2])> = batch
             .iter()
             .zip(heads.iter())
-            .map(|((rank, _, item, _), h)| {
-                let body = body(item).unwrap_or_default();
-                (self.peers[rank].mac, [IoSlice::new(h), IoSlice::new(body)])
+            .map(|(o, h)| {
+                let body = body(&o.item).unwrap_or_default();
+                (self.macs[&o.peer], [IoSlice::new(h), IoSlice::new(body)])
             })
             .collect();
         match self.sock.send_batch(&frames) {

@@ -19,6 +19,7 @@ mod setup;
 pub use setup::socket_name;
 
 use super::frame::{self, HEADER};
+use super::wake::spin;
 use super::{gone_buffer, Buffers, Transport, TransportError};
 use crate::engine::{Endpoint, Message, Route};
 use crate::wire::shm::{Record, HEAD, RECORD};
@@ -163,11 +164,19 @@ pub struct ShmLink {
     epoll: Option<OwnedFd>,
     cma_bytes: u64,
     ring_bytes: u64,
+    /// How long a wait polls before it sleeps.
+    poll: Duration,
 }
 
 impl ShmLink {
     /// Listens on the abstract socket `name` ([`socket_name`]).
-    pub fn bind(me: usize, name: &str, mode: ShmMode) -> Result<ShmLink, TransportError> {
+    /// Its waits poll for up to `poll` before they sleep ([`spin`]).
+    pub fn bind(
+        me: usize,
+        name: &str,
+        mode: ShmMode,
+        poll: Duration,
+    ) -> Result<ShmLink, TransportError> {
         let listener = setup::listen(name).map_err(|e| TransportError::Setup {
             what: format!("shared memory: listen on @{name}"),
             error: e.to_string(),
@@ -186,6 +195,7 @@ impl ShmLink {
             epoll: None,
             cma_bytes: 0,
             ring_bytes: 0,
+            poll,
         })
     }
 
@@ -635,9 +645,17 @@ impl ShmLink {
             revents: 0,
         });
         let ms = wait.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: a live array of `fds.len()` pollfds whose descriptors stay open for the
-        // call (owned by `self.peers` and the progress thread); -1 entries are ignored.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        let poll = |fds: &mut [libc::pollfd], ms: i32| {
+            // SAFETY: a live array of `fds.len()` pollfds whose descriptors stay open for the
+            // call (owned by `self.peers` and the progress thread); -1 entries are ignored.
+            unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) }
+        };
+        // A peer of the same host usually answers within microseconds: poll before sleeping.
+        let n = spin(self.poll.min(wait), || {
+            let n = poll(&mut fds, 0);
+            (n != 0).then_some(n)
+        })
+        .unwrap_or_else(|| poll(&mut fds, ms));
         if n < 0 {
             let e = io::Error::last_os_error();
             if e.kind() != io::ErrorKind::Interrupted {
@@ -722,8 +740,9 @@ mod tests {
         let names: Vec<String> = (0..2)
             .map(|r| format!("pipecast.test.{tag:x}.{r}"))
             .collect();
-        let mut a = ShmLink::bind(0, &names[0], mode).unwrap();
-        let mut b = ShmLink::bind(1, &names[1], mode).unwrap();
+        let poll = Duration::from_micros(50);
+        let mut a = ShmLink::bind(0, &names[0], mode, poll).unwrap();
+        let mut b = ShmLink::bind(1, &names[1], mode, poll).unwrap();
         a.set_peers(names.clone(), 7);
         b.set_peers(names, 7);
         let t = std::thread::spawn(move || {

@@ -10,8 +10,7 @@ use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-const HELLO_MAGIC: [u8; 8] = *b"pipecast";
-const HELLO: usize = 24;
+use crate::wire::hello;
 
 impl TcpTransport {
     /// Makes sure there is a connection to each of `peers`, within `timeout`.
@@ -41,11 +40,8 @@ impl TcpTransport {
                 error: e.to_string(),
             };
             let mut stream = TcpStream::connect_timeout(&addr, timeout).map_err(setup)?;
-            let mut hello = [0u8; HELLO];
-            hello[..8].copy_from_slice(&HELLO_MAGIC);
-            hello[8..16].copy_from_slice(&self.cookie.to_le_bytes());
-            hello[16..24].copy_from_slice(&(self.me as u64).to_le_bytes());
-            stream.write_all(&hello).map_err(setup)?;
+            let first = hello::emit(hello::TCP_LINK, self.cookie, self.me as u64);
+            stream.write_all(&first).map_err(setup)?;
             self.add(p, stream).map_err(setup)?;
         }
         self.listener
@@ -59,16 +55,17 @@ impl TcpTransport {
                 Ok((mut stream, from)) => {
                     stream.set_nonblocking(false).ok();
                     stream.set_read_timeout(Some(timeout)).ok();
-                    let mut hello = [0u8; HELLO];
-                    if stream.read_exact(&mut hello).is_err()
-                        || hello[..8] != HELLO_MAGIC
-                        || hello[8..16] != self.cookie.to_le_bytes()
-                    {
+                    let mut first = [0u8; hello::LEN];
+                    let words = stream
+                        .read_exact(&mut first)
+                        .ok()
+                        .and_then(|()| hello::parse(hello::TCP_LINK, &first))
+                        .filter(|&(cookie, _)| cookie == self.cookie);
+                    let Some((_, rank)) = words else {
                         tracing::warn!(%from, "refused a connection without this job's hello");
                         continue;
-                    }
-                    let rank = u64::from_le_bytes(hello[16..24].try_into().expect("8 bytes"));
-                    let rank = rank as usize;
+                    };
+                    let rank = usize::try_from(rank).unwrap_or(usize::MAX);
                     if rank >= self.addrs.len() || rank >= self.me || self.conns.contains_key(&rank)
                     {
                         tracing::warn!(%from, rank, "refused a duplicate or misdirected connection");

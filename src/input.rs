@@ -1,0 +1,170 @@
+//! Reading the files a user hands pipecast (topology, calibration profile, seed 004 platform,
+//! Slurm topology.conf, lldpd dumps): with a size limit, so that `pipecast topo check /dev/zero`
+//! or a runaway generator's output ends with a message instead of exhausting memory.
+//!
+//! This is the I/O edge of the pure parsers: [`crate::topology::parse_topology`],
+//! [`crate::model::Profile::parse`] and [`crate::hetero::parse_platform`] take text; the readers
+//! here open the file, refuse more than [`max_input_bytes`] bytes, and wrap errors with the path.
+
+use crate::hetero::{parse_platform, HeteroError, Platform};
+use crate::model::{ModelError, Profile};
+use crate::topology::{parse_topology, Topology, TopologyError};
+use std::io::Read;
+use std::path::Path;
+
+/// The environment variable that raises (or lowers) the input size limit, in bytes.
+pub const MAX_INPUT_ENV: &str = "PIPECAST_MAX_INPUT_BYTES";
+
+/// The default limit: 16 MiB holds a topology of ~300,000 machines (a 100,000-machine file is
+/// ~5 MB), while a JSON value tree parsed from it stays within a few hundred MB.
+pub const DEFAULT_MAX_INPUT_BYTES: u64 = 16 << 20;
+
+/// The limit in force: `PIPECAST_MAX_INPUT_BYTES` when set (a whole number of bytes, optionally
+/// with a K/M/G suffix of powers of 1024), else [`DEFAULT_MAX_INPUT_BYTES`].
+pub fn max_input_bytes() -> Result<u64, String> {
+    match std::env::var(MAX_INPUT_ENV) {
+        Err(_) => Ok(DEFAULT_MAX_INPUT_BYTES),
+        Ok(v) => parse_bytes(&v).filter(|&n| n > 0).ok_or_else(|| {
+            format!(
+                "{MAX_INPUT_ENV}={v:?} is not a positive byte count: write e.g. 67108864 or 64M"
+            )
+        }),
+    }
+}
+
+/// A size string: `65536`, `64K`, `64KB`, `64KiB`, `4M`, `1G` (binary multiples,
+/// case-insensitive, surrounding blanks ignored); `None` for anything else or an overflow.
+pub fn parse_bytes(text: &str) -> Option<u64> {
+    let lower = text.trim().to_ascii_lowercase();
+    let digits = lower.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let shift = match &lower[digits.len()..] {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        _ => return None,
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse::<u64>().ok()?.checked_mul(1 << shift)
+}
+
+/// Reads a UTF-8 text file of at most [`max_input_bytes`] bytes. The error says which limit was
+/// passed and how to raise it; it never reads more than one byte past the limit.
+pub fn read_text(path: &Path) -> Result<String, String> {
+    read_text_limited(path, max_input_bytes()?)
+}
+
+/// [`read_text`] with an explicit limit in bytes.
+pub fn read_text_limited(path: &Path, limit: u64) -> Result<String, String> {
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let mut bytes = Vec::new();
+    file.take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > limit {
+        return Err(format!(
+            "larger than the input limit of {limit} bytes: set {MAX_INPUT_ENV}=BYTES (e.g. 256M) to read a larger file"
+        ));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        format!(
+            "not UTF-8 text (invalid byte at offset {})",
+            e.utf8_error().valid_up_to()
+        )
+    })
+}
+
+/// Reads and validates a topology file; errors carry the file name.
+pub fn read_topology(path: &Path) -> Result<Topology, TopologyError> {
+    let wrap = |e: TopologyError| TopologyError::File {
+        path: path.display().to_string(),
+        source: Box::new(e),
+    };
+    let text = read_text(path).map_err(|e| wrap(TopologyError::Io(e)))?;
+    parse_topology(&text).map_err(wrap)
+}
+
+/// Reads a calibration profile file; errors carry the path.
+pub fn read_profile(path: &Path) -> Result<Profile, ModelError> {
+    let wrap = |e: ModelError| ModelError::ProfileFile {
+        path: path.display().to_string(),
+        source: Box::new(e),
+    };
+    let text =
+        read_text(path).map_err(|e| wrap(ModelError::ProfileJson(format!("cannot read: {e}"))))?;
+    Profile::parse(&text).map_err(wrap)
+}
+
+/// A built-in profile name ([`crate::model::profile::BUILTIN_NAMES`]) or else a file path.
+pub fn load_profile(spec: &str) -> Result<Profile, ModelError> {
+    match Profile::builtin(spec) {
+        Some(p) => Ok(p),
+        None => read_profile(Path::new(spec)),
+    }
+}
+
+/// Reads and parses a seed 004 platform file; errors name the file.
+pub fn read_platform(path: &Path) -> Result<Platform, HeteroError> {
+    let text = read_text(path)
+        .map_err(|e| HeteroError::Platform(format!("platform file {}: {e}", path.display())))?;
+    parse_platform(&text).map_err(|e| match e {
+        HeteroError::Platform(m) => {
+            HeteroError::Platform(format!("platform file {}: {m}", path.display()))
+        }
+        other => other,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_errors_carry_the_path() {
+        let e = read_topology(Path::new("/nonexistent/t.json"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("/nonexistent/t.json: cannot read"), "{e}");
+        let e = read_profile(Path::new("/nonexistent/p.json")).unwrap_err();
+        assert!(e.to_string().contains("/nonexistent/p.json"), "{e}");
+        let e = read_platform(Path::new("/nonexistent/q.json")).unwrap_err();
+        assert!(e.to_string().contains("/nonexistent/q.json"), "{e}");
+    }
+
+    #[test]
+    fn an_endless_file_is_refused_at_the_limit() {
+        let e = read_text_limited(Path::new("/dev/zero"), 1 << 20).unwrap_err();
+        assert!(
+            e.contains("1048576 bytes") && e.contains(MAX_INPUT_ENV),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_file_at_the_limit_is_read() {
+        let dir = std::env::temp_dir().join(format!("pipecast-input-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.txt");
+        std::fs::write(&path, "abcd").unwrap();
+        assert_eq!(read_text_limited(&path, 4).unwrap(), "abcd");
+        assert!(read_text_limited(&path, 3).is_err());
+        std::fs::write(&path, [0xffu8, 0xfe]).unwrap();
+        assert!(read_text_limited(&path, 4).unwrap_err().contains("UTF-8"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_bytes("64M"), Some(64 << 20));
+        assert_eq!(parse_bytes(" 1000 "), Some(1000));
+        assert_eq!(parse_bytes("2g"), Some(2 << 30));
+        assert_eq!(parse_bytes("64KiB"), Some(65536));
+        assert_eq!(parse_bytes("64kb"), Some(65536));
+        assert_eq!(parse_bytes("0"), Some(0));
+        for bad in ["", "M", "-1", "+1", "1.5M", "12X", "99999999999999G", "1 M"] {
+            assert_eq!(parse_bytes(bad), None, "{bad}");
+        }
+    }
+}

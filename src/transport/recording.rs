@@ -1,0 +1,110 @@
+//! A link for tests that needs buffer registration (as an RDMA verbs link will) and records
+//! the calls the driver makes: it wraps a real link, which moves the bytes.
+
+use super::{Buffer, Buffers, Capabilities, Transport, TransportError};
+use crate::engine::Endpoint;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What the driver did to the link, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A buffer's sequence number and length.
+    Register(u64, usize),
+    Deregister(u64),
+    /// A round of `progress` (where all data moves) with these broadcasts' buffers.
+    Progress(Vec<u64>),
+    /// A round of `progress` saw broadcast `seq`'s buffer unregistered: a bug.
+    Unregistered(u64),
+}
+
+/// `inner`, but declaring `needs_registration` and recording into a shared log.
+pub struct Recording {
+    inner: Box<dyn Transport>,
+    log: Arc<Mutex<Vec<Event>>>,
+    registered: BTreeSet<u64>,
+}
+
+impl Recording {
+    pub fn new(inner: Box<dyn Transport>) -> (Recording, Arc<Mutex<Vec<Event>>>) {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let link = Recording {
+            inner,
+            log: log.clone(),
+            registered: BTreeSet::new(),
+        };
+        (link, log)
+    }
+
+    fn record(&self, e: Event) {
+        self.log.lock().expect("log").push(e);
+    }
+}
+
+impl Transport for Recording {
+    fn describe(&self) -> String {
+        format!("recording({})", self.inner.describe())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            needs_registration: true,
+            ..self.inner.capabilities()
+        }
+    }
+
+    fn connect(&mut self, peers: &[usize], timeout: Duration) -> Result<(), TransportError> {
+        self.inner.connect(peers, timeout)
+    }
+
+    fn register(&mut self, seq: u64, buf: &Buffer) -> Result<(), TransportError> {
+        self.registered.insert(seq);
+        self.record(Event::Register(seq, buf.len()));
+        Ok(())
+    }
+
+    fn deregister(&mut self, seq: u64) {
+        self.registered.remove(&seq);
+        self.record(Event::Deregister(seq));
+    }
+
+    fn progress(
+        &mut self,
+        bufs: &mut Buffers,
+        endpoint: &mut Endpoint,
+        clock: &dyn Fn() -> u64,
+        wait: Duration,
+    ) -> crate::Result<()> {
+        let seqs: Vec<u64> = bufs.keys().copied().collect();
+        for &seq in &seqs {
+            if !self.registered.contains(&seq) {
+                self.record(Event::Unregistered(seq));
+            }
+        }
+        if !seqs.is_empty() {
+            self.record(Event::Progress(seqs));
+        }
+        self.inner.progress(bufs, endpoint, clock, wait)
+    }
+
+    fn set_wake(&mut self, fd: std::os::fd::RawFd) {
+        self.inner.set_wake(fd)
+    }
+
+    fn serves_idle(&self) -> bool {
+        self.inner.serves_idle()
+    }
+
+    fn counters(&self) -> BTreeMap<String, u64> {
+        self.inner.counters()
+    }
+
+    fn describe_state(&self, now: u64) -> String {
+        self.inner.describe_state(now)
+    }
+
+    fn shutdown(&mut self) {
+        self.inner.shutdown()
+    }
+}

@@ -1,0 +1,49 @@
+//! The 24-byte hello that opens a pipecast TCP connection: an 8-byte magic naming the protocol,
+//! then two little-endian u64 words. The rendezvous (`comm::bootstrap`) sends
+//! `"pcrendez"`, rank, job size; the TCP transport (`transport::tcp`) sends `"pipecast"`, job
+//! cookie, rank. A connection whose first bytes are anything else (`GET / HTTP/1.0`, a port
+//! scanner) is dropped.
+
+/// Bytes of a hello.
+pub const LEN: usize = 24;
+/// The rendezvous's magic: words are the rank and the job size.
+pub const RENDEZVOUS: [u8; 8] = *b"pcrendez";
+/// The TCP transport's magic: words are the job cookie and the rank.
+pub const TCP_LINK: [u8; 8] = *b"pipecast";
+
+/// A hello with `magic` and the two words.
+pub fn emit(magic: [u8; 8], first: u64, second: u64) -> [u8; LEN] {
+    let mut b = [0u8; LEN];
+    b[..8].copy_from_slice(&magic);
+    b[8..16].copy_from_slice(&first.to_le_bytes());
+    b[16..].copy_from_slice(&second.to_le_bytes());
+    b
+}
+
+/// The two words of a hello that carries `magic`; `None` for any other bytes (too short, or
+/// another protocol's).
+pub fn parse(magic: [u8; 8], b: &[u8]) -> Option<(u64, u64)> {
+    if b.len() != LEN || b[..8] != magic {
+        return None;
+    }
+    let word = |i: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b[i..i + 8]);
+        u64::from_le_bytes(w)
+    };
+    Some((word(8), word(16)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_refuses_strangers() {
+        let b = emit(RENDEZVOUS, 3, 8);
+        assert_eq!(parse(RENDEZVOUS, &b), Some((3, 8)));
+        assert_eq!(parse(TCP_LINK, &b), None);
+        assert_eq!(parse(RENDEZVOUS, &b[..23]), None);
+        assert_eq!(parse(TCP_LINK, b"GET / HTTP/1.0\r\n\r\n\0\0\0\0\0\0"), None);
+    }
+}
