@@ -5,9 +5,10 @@
 use crate::bench::parse_sizes;
 use crate::CliResult;
 use pipecast::comm::{lanes, resolve, Algorithm};
+use pipecast::input::read_topology;
 use pipecast::model::Profile;
 use pipecast::sim::{simulate, Report, Timing};
-use pipecast::topology::{hosts, read_topology, Topology};
+use pipecast::topology::{hosts, Topology};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -120,7 +121,7 @@ pub fn run(args: Args) -> CliResult {
     if segment == Some(0) || segment.is_some_and(|s| s > u64::from(u32::MAX)) {
         return Err("--segment must be between 1 byte and 4 GiB".into());
     }
-    let profile = Profile::load(&args.profile)?;
+    let profile = pipecast::input::load_profile(&args.profile)?;
     let timing = match args.link_rate {
         Some(g) if g.is_finite() && g > 0.0 => Timing::Rate { gbps: g },
         Some(g) => return Err(format!("--link-rate must be a positive Gbit/s, not {g}").into()),
