@@ -3,7 +3,7 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::collections::BTreeMap;
+use std::collections::VecDeque;
 
 /// How a directed edge treats what crosses it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -104,9 +104,12 @@ pub struct Sent {
 #[derive(Debug, Clone)]
 pub struct SimLink<T> {
     model: LinkModel,
-    rng: ChaCha8Rng,
-    /// (arrival time, order of sending) → message.
-    flight: BTreeMap<(u64, u64), T>,
+    /// Boxed: the generator is large and cold (only chancy edges draw), the rest is hot.
+    rng: Box<ChaCha8Rng>,
+    /// (arrival time, order of sending, message), earliest first. Without jitter arrivals are
+    /// nearly monotone (only the last edge's `extra` can differ between messages), so an
+    /// insertion scans from the back and is O(1) in practice: this is the simulator's hot path.
+    flight: VecDeque<(u64, u64, T)>,
     sent: u64,
     /// When the edge is free to put the next message on.
     free_at: u64,
@@ -117,8 +120,8 @@ impl<T: Clone> SimLink<T> {
     pub fn new(model: LinkModel, seed: u64) -> SimLink<T> {
         SimLink {
             model,
-            rng: ChaCha8Rng::seed_from_u64(seed),
-            flight: BTreeMap::new(),
+            rng: Box::new(ChaCha8Rng::seed_from_u64(seed)),
+            flight: VecDeque::new(),
             sent: 0,
             free_at: 0,
             stats: LinkStats::default(),
@@ -181,42 +184,57 @@ impl<T: Clone> SimLink<T> {
             end,
             arrivals: [None; 2],
         };
-        // Draw every number whatever happens, so the same sends see the same fates.
-        let lost = self.rng.gen_bool(m.loss.clamp(0.0, 1.0));
-        let twice = self.rng.gen_bool(m.duplicate.clamp(0.0, 1.0));
+        // Draw every number whatever happens, so the same sends see the same fates (an edge
+        // that can neither lose, duplicate nor jitter draws nothing: its fates are fixed).
+        let chancy = m.loss > 0.0 || m.duplicate > 0.0 || m.jitter > 0;
+        let lost = chancy && self.rng.gen_bool(m.loss.clamp(0.0, 1.0));
+        let twice = chancy && self.rng.gen_bool(m.duplicate.clamp(0.0, 1.0));
         if lost {
             self.stats.lost += 1;
             return sent;
         }
-        let mut copies = vec![message];
-        if twice {
+        let second = twice.then(|| {
             self.stats.duplicated += 1;
-            copies.push(copies[0].clone());
-        }
-        for (i, mut copy) in copies.into_iter().enumerate() {
-            let delay = m.latency + self.rng.gen_range(0..=m.jitter);
+            message.clone()
+        });
+        for (i, mut copy) in std::iter::once(message).chain(second).enumerate() {
+            let jitter = if chancy {
+                self.rng.gen_range(0..=m.jitter)
+            } else {
+                0
+            };
+            let delay = m.latency + jitter;
             self.sent += 1;
             let (first, last) = (start + delay, end + delay + extra);
             stamp(&mut copy, first, last);
             let at = if forward { first } else { last };
             sent.arrivals[i] = Some(at);
-            self.flight.insert((at, self.sent), copy);
+            self.enqueue(at, copy);
         }
         sent
     }
 
+    /// Keeps `flight` sorted by (arrival, order of sending).
+    fn enqueue(&mut self, at: u64, message: T) {
+        let key = (at, self.sent);
+        let mut i = self.flight.len();
+        while i > 0 && (self.flight[i - 1].0, self.flight[i - 1].1) > key {
+            i -= 1;
+        }
+        self.flight.insert(i, (at, self.sent, message));
+    }
+
     /// When the next message arrives at the far end.
     pub fn next_arrival(&self) -> Option<u64> {
-        self.flight.keys().next().map(|&(at, _)| at)
+        self.flight.front().map(|&(at, _, _)| at)
     }
 
     /// The next message that has arrived by `now`, with its arrival time.
     pub fn pop_arrived(&mut self, now: u64) -> Option<(u64, T)> {
-        let entry = self.flight.first_entry()?;
-        if entry.key().0 > now {
+        if self.flight.front()?.0 > now {
             return None;
         }
-        let ((at, _), message) = entry.remove_entry();
+        let (at, _, message) = self.flight.pop_front()?;
         self.stats.delivered += 1;
         Some((at, message))
     }

@@ -73,7 +73,8 @@ impl Packet {
 
 /// A packet on its way: it is on edge `hop` of `path` (from `from` to `to`); its first byte
 /// reaches the far end of that edge at `head` (cut-through: the next edge may start then),
-/// its last at `tail`.
+/// its last at `tail`. The packet itself stays in [`Packets`] from its first edge to its
+/// delivery: only this small record moves from edge to edge.
 #[derive(Debug, Clone)]
 struct Hop {
     from: usize,
@@ -82,7 +83,66 @@ struct Hop {
     head: u64,
     tail: u64,
     path: Arc<[DirEdge]>,
-    packet: Packet,
+    packet: u32,
+}
+
+/// The packets in flight, each held once however many edges it crosses; a duplicating edge
+/// adds a reference.
+#[derive(Debug, Default)]
+struct Packets {
+    /// (packet, copies in flight).
+    slots: Vec<Option<(Packet, u32)>>,
+    free: Vec<u32>,
+}
+
+impl Packets {
+    fn insert(&mut self, packet: Packet) -> u32 {
+        match self.free.pop() {
+            Some(id) => {
+                self.slots[id as usize] = Some((packet, 1));
+                id
+            }
+            None => {
+                self.slots.push(Some((packet, 1)));
+                (self.slots.len() - 1) as u32
+            }
+        }
+    }
+
+    fn get(&self, id: u32) -> &Packet {
+        &self.slots[id as usize]
+            .as_ref()
+            .expect("a packet in flight")
+            .0
+    }
+
+    /// Copies in flight went from 1 to `copies` (0: lost, 2: duplicated).
+    fn copies(&mut self, id: u32, copies: usize) {
+        let slot = self.slots[id as usize]
+            .as_mut()
+            .expect("a packet in flight");
+        slot.1 = slot.1 + copies as u32 - 1;
+        if slot.1 == 0 {
+            self.slots[id as usize] = None;
+            self.free.push(id);
+        }
+    }
+
+    /// One copy arrived: the packet (the last copy takes it out).
+    fn take(&mut self, id: u32) -> Packet {
+        let slot = self.slots[id as usize]
+            .as_mut()
+            .expect("a packet in flight");
+        if slot.1 > 1 {
+            slot.1 -= 1;
+            return slot.0.clone();
+        }
+        self.free.push(id);
+        self.slots[id as usize]
+            .take()
+            .expect("a packet in flight")
+            .0
+    }
 }
 
 /// Something due at a virtual time.
@@ -155,6 +215,9 @@ struct Rank {
     holds: BTreeMap<u64, u64>,
     /// When the earliest timer event scheduled for this rank is due.
     timer_at: Option<u64>,
+    /// Paths to the first few peers this rank sent to (a tree's rank talks to its parent and
+    /// children): found beside the rank, without hashing into the network's table.
+    routes: Vec<(usize, Arc<[DirEdge]>)>,
 }
 
 impl Rank {
@@ -181,12 +244,46 @@ pub struct Flow {
     pub last: u64,
 }
 
+/// The senders whose data crossed one edge, in order of first use. Consecutive messages on an
+/// edge mostly come from one sender, so the last one is checked first (this is on the
+/// simulator's hot path); the index serves the rest.
+#[derive(Debug, Clone, Default)]
+struct EdgeFlows {
+    /// (sender, start of its first data message here, end of its last).
+    list: Vec<(usize, u64, u64)>,
+    index: HashMap<usize, usize>,
+}
+
+impl EdgeFlows {
+    fn record(&mut self, sender: usize, start: u64, end: u64) {
+        if let Some(last) = self.list.last_mut().filter(|f| f.0 == sender) {
+            last.2 = end;
+            return;
+        }
+        match self.index.get(&sender) {
+            Some(&i) => self.list[i].2 = end,
+            None => {
+                self.index.insert(sender, self.list.len());
+                self.list.push((sender, start, end));
+            }
+        }
+    }
+
+    /// By sender.
+    fn sorted(&self) -> impl Iterator<Item = (usize, u64, u64)> {
+        let mut list = self.list.clone();
+        list.sort_unstable();
+        list.into_iter()
+    }
+}
+
 /// Ranks, links and a virtual clock.
 #[derive(Debug)]
 pub struct SimNet {
     topology: Topology,
     /// One per directed edge (`DirEdge.0`).
     links: Vec<SimLink<Hop>>,
+    packets: Packets,
     ranks: Vec<Rank>,
     engine: engine::Config,
     reliable: reliable::Config,
@@ -212,9 +309,11 @@ pub struct SimNet {
     /// Paths between the pairs of ranks that talked, computed once.
     paths: HashMap<(usize, usize), Arc<[DirEdge]>>,
     /// Per edge: sender → (start of its first data message there, end of its last).
-    flows: Vec<BTreeMap<usize, (u64, u64)>>,
+    flows: Vec<EdgeFlows>,
     /// Ranks that run and have broadcasts open.
     busy_ranks: usize,
+    /// Edges that can lose messages (none: no pair is numbered, no path is looked at).
+    lossy_links: usize,
 }
 
 impl SimNet {
@@ -241,12 +340,14 @@ impl SimNet {
                 landed: BTreeMap::new(),
                 holds: BTreeMap::new(),
                 timer_at: None,
+                routes: Vec::new(),
             })
             .collect();
         let edges = topology.edge_count();
         SimNet {
             topology: topology.clone(),
             links,
+            packets: Packets::default(),
             ranks,
             engine: engine::Config::default(),
             reliable: reliable::Config::default(),
@@ -263,8 +364,9 @@ impl SimNet {
             events: BinaryHeap::new(),
             order: 0,
             paths: HashMap::new(),
-            flows: vec![BTreeMap::new(); edges],
+            flows: vec![EdgeFlows::default(); edges],
             busy_ranks: 0,
+            lossy_links: if model.is_lossy() { edges } else { 0 },
         }
     }
 
@@ -311,7 +413,10 @@ impl SimNet {
     }
 
     pub fn set_link(&mut self, edge: DirEdge, model: LinkModel) -> &mut SimNet {
-        self.links[edge.0 as usize].set_model(model);
+        let link = &mut self.links[edge.0 as usize];
+        self.lossy_links -= usize::from(link.model().is_lossy());
+        self.lossy_links += usize::from(model.is_lossy());
+        link.set_model(model);
         self
     }
 
@@ -382,7 +487,7 @@ impl SimNet {
             .iter()
             .enumerate()
             .flat_map(|(e, senders)| {
-                senders.iter().map(move |(&sender, &(first, last))| Flow {
+                senders.sorted().map(move |(sender, first, last)| Flow {
                     edge: DirEdge(e as u32),
                     sender,
                     first,
@@ -536,7 +641,8 @@ impl SimNet {
                 self.put(from, to, hop + 1, head, tail, path, packet);
             } else {
                 touched.push(hop.to);
-                self.deliver(hop.from, hop.to, hop.packet);
+                let packet = self.packets.take(hop.packet);
+                self.deliver(hop.from, hop.to, packet);
             }
         }
     }
@@ -616,13 +722,16 @@ impl SimNet {
     }
 
     /// Whether messages from `a` to `b` are numbered and acknowledged.
-    fn numbered(&self, a: usize, b: usize) -> bool {
-        self.reliable_everywhere
-            || self
-                .topology
-                .path(a, b)
-                .iter()
-                .any(|e| self.links[e.0 as usize].model().is_lossy())
+    fn numbered(&mut self, a: usize, b: usize) -> bool {
+        if self.reliable_everywhere {
+            return true;
+        }
+        if self.lossy_links == 0 {
+            return false;
+        }
+        let path = self.path(a, b);
+        path.iter()
+            .any(|e| self.links[e.0 as usize].model().is_lossy())
     }
 
     fn peer(&mut self, r: usize, p: usize) -> &mut Peer {
@@ -640,16 +749,28 @@ impl SimNet {
             return;
         }
         let now = self.now;
+        let packet = self.packets.insert(packet);
         self.put(from, to, 0, now, now, path, packet);
     }
 
     /// The path from `from` to `to`, computed once per pair.
     fn path(&mut self, from: usize, to: usize) -> Arc<[DirEdge]> {
+        const ROUTES: usize = 8;
+        let routes = &self.ranks[from].routes;
+        if let Some((_, path)) = routes.iter().find(|(peer, _)| *peer == to) {
+            return path.clone();
+        }
         let topology = &self.topology;
-        self.paths
+        let path = self
+            .paths
             .entry((from, to))
             .or_insert_with(|| topology.path(from, to).into())
-            .clone()
+            .clone();
+        let routes = &mut self.ranks[from].routes;
+        if routes.len() < ROUTES {
+            routes.push((to, path.clone()));
+        }
+        path
     }
 
     /// Puts `packet` on edge `hop` of its path; its first byte got there at `head`, its last
@@ -663,11 +784,13 @@ impl SimNet {
         head: u64,
         tail: u64,
         path: Arc<[DirEdge]>,
-        packet: Packet,
+        packet: u32,
     ) {
         let e = path[hop].0 as usize;
         let path_hop = hop;
         let link = &self.links[e];
+        let id = packet;
+        let packet = self.packets.get(id);
         let bytes = packet.bytes();
         let mut service = link.model().wire_ns(bytes);
         let mut extra = 0;
@@ -689,7 +812,7 @@ impl SimNet {
             head,
             tail,
             path,
-            packet,
+            packet: id,
         };
         let stamp = |h: &mut Hop, first, last| {
             h.head = first;
@@ -704,14 +827,15 @@ impl SimNet {
         };
         let sent = self.links[e].send_through(through, hop, stamp);
         let (start, end) = (sent.start, sent.end);
+        let copies = sent.arrivals.iter().flatten().count();
+        if copies != 1 {
+            self.packets.copies(id, copies);
+        }
         for at in sent.arrivals.into_iter().flatten() {
             self.schedule(at, Event::Arrival(e as u32));
         }
         if data && path_hop > 0 {
-            self.flows[e]
-                .entry(from)
-                .and_modify(|f| f.1 = end)
-                .or_insert((start, end));
+            self.flows[e].record(from, start, end);
         }
     }
 
