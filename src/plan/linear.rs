@@ -9,8 +9,76 @@
 use super::Lane;
 use crate::topology::{MachineId, SwitchId, Topology};
 
+/// In which order a depth-first walk of the switch tree visits a switch's children. Every
+/// such walk is a DFS, so Theorem 1 holds for each; the order only changes which machines are
+/// neighbours in the chain, and so the trees built on it (Algorithm 2's height, for one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Visit {
+    /// By increasing switch id (the papers' walk; the default).
+    ById,
+    /// Subtrees holding more machines first.
+    HeavyFirst,
+    /// Subtrees holding fewer machines first.
+    LightFirst,
+}
+
 /// Switches in DFS arrival order from `start` (neighbours visited by increasing id).
 pub fn dfs_switch_order(topology: &Topology, start: SwitchId) -> Vec<SwitchId> {
+    dfs_switch_order_with(topology, start, Visit::ById)
+}
+
+/// Switches in DFS arrival order from `start`, children visited in `visit` order (ties by id).
+pub fn dfs_switch_order_with(topology: &Topology, start: SwitchId, visit: Visit) -> Vec<SwitchId> {
+    if visit == Visit::ById {
+        return dfs_by_id(topology, start);
+    }
+    // Machines below every switch, rooted at `start` (children after parents in `by_id`).
+    let by_id = dfs_by_id(topology, start);
+    let n = topology.switches().len();
+    let mut position = vec![usize::MAX; n];
+    for (p, &s) in by_id.iter().enumerate() {
+        position[s] = p;
+    }
+    let mut weight = vec![0usize; n];
+    for m in 0..topology.size() {
+        weight[topology.switch_of(m)] += 1;
+    }
+    for &s in by_id.iter().skip(1).rev() {
+        let parent = topology
+            .neighbours(s)
+            .iter()
+            .map(|&(p, _)| p)
+            .filter(|&p| position[p] < position[s])
+            .min_by_key(|&p| position[p])
+            .expect("a switch after the first has an earlier neighbour in a DFS");
+        weight[parent] += weight[s];
+    }
+    let mut order = Vec::with_capacity(n);
+    let mut seen = vec![false; n];
+    let mut stack = vec![start];
+    while let Some(s) = stack.pop() {
+        if seen[s] {
+            continue;
+        }
+        seen[s] = true;
+        order.push(s);
+        let mut next: Vec<SwitchId> = topology
+            .neighbours(s)
+            .iter()
+            .map(|&(c, _)| c)
+            .filter(|&c| !seen[c])
+            .collect();
+        // The first to visit goes on the stack last.
+        match visit {
+            Visit::HeavyFirst => next.sort_by_key(|&c| (weight[c], std::cmp::Reverse(c))),
+            _ => next.sort_by_key(|&c| (std::cmp::Reverse(weight[c]), std::cmp::Reverse(c))),
+        }
+        stack.extend(next);
+    }
+    order
+}
+
+fn dfs_by_id(topology: &Topology, start: SwitchId) -> Vec<SwitchId> {
     let mut order = Vec::with_capacity(topology.switches().len());
     let mut seen = vec![false; topology.switches().len()];
     let mut stack = vec![start];
@@ -33,6 +101,11 @@ pub fn dfs_switch_order(topology: &Topology, start: SwitchId) -> Vec<SwitchId> {
 /// The Algorithm 1 ordering `m_0 = root, m_1, …, m_{P-1}`: machines grouped by switch in DFS
 /// order, rank order within a switch, the root first in its group.
 pub fn order(topology: &Topology, root: MachineId) -> Vec<MachineId> {
+    order_with(topology, root, Visit::ById)
+}
+
+/// [`order`] over the switches in `visit`'s DFS order.
+pub fn order_with(topology: &Topology, root: MachineId, visit: Visit) -> Vec<MachineId> {
     let mut by_switch: Vec<Vec<MachineId>> = vec![Vec::new(); topology.switches().len()];
     for m in 0..topology.size() {
         if m != root {
@@ -41,7 +114,7 @@ pub fn order(topology: &Topology, root: MachineId) -> Vec<MachineId> {
     }
     let mut order = Vec::with_capacity(topology.size());
     order.push(root);
-    for s in dfs_switch_order(topology, topology.switch_of(root)) {
+    for s in dfs_switch_order_with(topology, topology.switch_of(root), visit) {
         order.extend_from_slice(&by_switch[s]);
     }
     order
