@@ -29,7 +29,7 @@ TARGETS=${*:-$(sed -n 's/^name = "\(.*\)"$/\1/p' Cargo.toml | grep -v '^pipecast
 # panicked; binary formats past their largest legal frame or blob.
 max_len() {
   case $1 in
-    files|lldpd_json|lab_state) echo 200000 ;;
+    files|lldpd_json|lab_state|topo_import) echo 200000 ;;
     names|config) echo 70000 ;;
     bootstrap) echo 16384 ;;
     lldp|frame) echo 10000 ;;
@@ -48,6 +48,8 @@ seed() {
                     02:00:00:00:00:01 64KiB 4M eth0,198.18.0.0/16; do
              printf '%s' "$s" > "$dir/$(printf '%s' "$s" | tr -c 'a-zA-Z0-9' _)"
            done ;;
+    topo_import) printf '# rank: group id, switch id, port number\n0: 1 7 -1\n1: 1 10 -1\n2: 2 3 5\n3: 2 3 5\n' > "$dir/coords"
+                 printf 'SwitchName=s0 Switches=s[1-2]\nSwitchName=s1 Nodes=n[0-3]\nSwitchName=s2 Nodes=n[4-7]\n' > "$dir/topology.conf" ;;
   esac
 }
 

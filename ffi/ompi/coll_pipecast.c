@@ -39,6 +39,13 @@
 #define PIPECAST_BUILT_FOR_MAJOR OMPI_MAJOR_VERSION
 #define PIPECAST_BUILT_FOR_MINOR OMPI_MINOR_VERSION
 #define PIPECAST_BUILT_FOR_RELEASE OMPI_RELEASE_VERSION
+#define PIPECAST_STR_(x) #x
+#define PIPECAST_STR(x) PIPECAST_STR_(x)
+
+/* The same release as text in the file, for `pipecast doctor` to read without loading it. */
+__attribute__((used)) static const char pipecast_built_for[] =
+    "pipecast-built-for-open-mpi " PIPECAST_STR(OMPI_MAJOR_VERSION) "." PIPECAST_STR(
+        OMPI_MINOR_VERSION) "." PIPECAST_STR(OMPI_RELEASE_VERSION);
 
 typedef struct {
     mca_coll_base_component_2_0_0_t super;

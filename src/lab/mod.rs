@@ -31,7 +31,7 @@ pub use launch::{exec, lldp_dump, run, RankOutcome, RunOptions};
 pub use mpi::{hostfile, mpirun, mpirun_command, rsh};
 pub use placement::block;
 pub use state::{labs, load, run_root, LabState, MachineState, SwitchState};
-pub use userns::{Owner, NO_LLDPD};
+pub use userns::{refusal as userns_refusal, Owner, NO_LLDPD};
 
 /// What went wrong building or using a lab.
 #[derive(Debug, thiserror::Error)]

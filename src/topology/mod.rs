@@ -16,6 +16,7 @@ mod file;
 pub mod gen;
 pub mod hosts;
 pub mod lldpd;
+pub mod mpich_coords;
 pub mod slurm;
 
 pub use error::TopologyError;

@@ -2,6 +2,9 @@
 //! `SwitchName=s0 Switches=s[1-3]` or `SwitchName=s1 Nodes=n[0-15]`, with hostlist ranges.
 //! It gives the switch tree and each node's switch (the network model of seed 000 §3).
 
+use super::{Link, Machine, Switch, Topology, TopologyError};
+use std::collections::HashMap;
+
 /// One `SwitchName=` line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlurmSwitch {
@@ -30,6 +33,51 @@ impl SlurmTopology {
             .iter()
             .flat_map(|s| s.switches.iter().map(|c| (s.name.clone(), c.clone())))
             .collect()
+    }
+
+    /// The topology file this topology.conf describes (`pipecast topo import --format slurm`):
+    /// its switches in file order, a link per `Switches=` entry, and its nodes as machines in
+    /// file order (rank r = the r-th node listed), each on the switch that lists it.
+    pub fn to_topology(&self) -> Result<Topology, TopologyError> {
+        let index: HashMap<&str, usize> = self
+            .switches
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (s.name.as_str(), i))
+            .collect();
+        let mut links = Vec::new();
+        for s in &self.switches {
+            for child in &s.switches {
+                let b = *index
+                    .get(child.as_str())
+                    .ok_or_else(|| TopologyError::UnknownSwitch {
+                        name: child.clone(),
+                        context: format!(
+                            "topology.conf: Switches= of {} (give it a SwitchName= line)",
+                            s.name
+                        ),
+                    })?;
+                links.push(Link {
+                    a: index[s.name.as_str()],
+                    b,
+                    gbps: None,
+                });
+            }
+        }
+        let machines = self
+            .switches
+            .iter()
+            .enumerate()
+            .flat_map(|(i, s)| s.nodes.iter().map(move |n| Machine::new(n.clone(), i)))
+            .collect();
+        let switches = self
+            .switches
+            .iter()
+            .map(|s| Switch {
+                name: s.name.clone(),
+            })
+            .collect();
+        Topology::new(switches, links, machines)
     }
 }
 
@@ -238,5 +286,40 @@ mod tests {
         assert!(e.to_string().contains("line 2"), "{e}");
         assert!(parse_slurm_topology("Nodes=n1\n").is_err());
         assert!(parse_slurm_topology("SwitchName=s0 junk\n").is_err());
+    }
+
+    #[test]
+    fn becomes_a_topology_with_nodes_in_file_order() {
+        let t = parse_slurm_topology(
+            "SwitchName=s1 Nodes=n[0-1]\nSwitchName=s2 Nodes=n[2-3]\nSwitchName=s0 Switches=s[1-2]\n",
+        )
+        .unwrap()
+        .to_topology()
+        .unwrap();
+        let names: Vec<&str> = t.machines().iter().map(|m| m.name.as_str()).collect();
+        assert_eq!(names, ["n0", "n1", "n2", "n3"]);
+        assert_eq!(t.switches()[t.machines()[2].switch].name, "s2");
+        assert_eq!(t.links().len(), 2);
+        let e = parse_slurm_topology("SwitchName=s0 Switches=s9 Nodes=n0\n")
+            .unwrap()
+            .to_topology()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("s9") && e.contains("SwitchName="), "{e}");
+        // Two top switches: not one tree.
+        let e = parse_slurm_topology("SwitchName=s0 Nodes=n0\nSwitchName=s1 Nodes=n1\n")
+            .unwrap()
+            .to_topology()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not connected"), "{e}");
+        // A node under two switches.
+        let e =
+            parse_slurm_topology("SwitchName=s0 Switches=s1 Nodes=n0\nSwitchName=s1 Nodes=n0\n")
+                .unwrap()
+                .to_topology()
+                .unwrap_err()
+                .to_string();
+        assert!(e.contains("n0"), "{e}");
     }
 }

@@ -4,6 +4,7 @@ mod bench;
 mod calibrate;
 mod demo;
 mod discover;
+mod doctor;
 mod hetero;
 mod lab;
 mod observe;
@@ -47,6 +48,9 @@ enum Command {
     Calibrate(calibrate::Args),
     /// Emulated multi-switch cluster in network namespaces (without root: in a user namespace).
     Lab(lab::Args),
+    /// Check what a site needs (Open MPI release, CAP_NET_RAW, LLDP, MTU, io_uring, user
+    /// namespaces, cross-memory attach, shared memory, RDMA) and say how to fix each problem.
+    Doctor(doctor::Args),
 }
 
 /// `pipecast plan … | head -1`: when the reader of stdout goes away, exit quietly with the
@@ -86,6 +90,7 @@ fn main() -> ExitCode {
         Command::Sim(args) => sim::run(args),
         Command::Calibrate(args) => calibrate::run(args),
         Command::Lab(args) => lab::run(args),
+        Command::Doctor(args) => doctor::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

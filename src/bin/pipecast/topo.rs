@@ -5,10 +5,14 @@
 //! pipecast topo gen hub --edges 3 --per-switch 4 --interleaved
 //! pipecast topo gen single --machines 16
 //! pipecast topo check cluster.json
+//! pipecast topo import --format mpich-coords coords.txt -o cluster.json
+//! pipecast topo import --format slurm /etc/slurm/topology.conf
 //! ```
 
 use crate::CliResult;
-use pipecast::input::read_topology;
+use pipecast::input::{read_text, read_topology};
+use pipecast::topology::mpich_coords::import_mpich_coords;
+use pipecast::topology::slurm::parse_slurm_topology;
 use pipecast::topology::{gen, to_json, Topology};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -35,6 +39,30 @@ enum Command {
     /// Run on every rank of a job: learn each rank's switch and port by LLDP, exchange the
     /// observations, and write the topology file with machines in rank order.
     Discover(crate::discover::DiscoverArgs),
+    /// Convert a site's own description of the network into a topology file (JSON on stdout,
+    /// or to -o FILE): MPICH's coordinates file or Slurm's topology.conf.
+    Import(ImportArgs),
+}
+
+#[derive(clap::Args)]
+struct ImportArgs {
+    /// The format of FILE.
+    #[arg(long, value_enum)]
+    format: ImportFormat,
+    /// The file to import.
+    file: PathBuf,
+    /// Write the topology to FILE instead of stdout.
+    #[arg(short, long, value_name = "OUT")]
+    output: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum ImportFormat {
+    /// MPICH's network coordinates (MPIR_CVAR_COORDINATES_FILE): a header line, then
+    /// `RANK: GROUP SWITCH PORT` per rank; machines in rank order.
+    MpichCoords,
+    /// Slurm's topology.conf (topology/tree): machines are its nodes in file order.
+    Slurm,
 }
 
 #[derive(clap::Args)]
@@ -85,7 +113,38 @@ pub fn run(args: Args) -> CliResult {
             Ok(())
         }
         Command::Discover(args) => crate::discover::run(args),
+        Command::Import(args) => import(args),
     }
+}
+
+fn import(args: ImportArgs) -> CliResult {
+    let name = args.file.display().to_string();
+    let text = read_text(&args.file).map_err(|e| format!("{name}: cannot read: {e}"))?;
+    let (topology, notes) = match args.format {
+        ImportFormat::MpichCoords => {
+            import_mpich_coords(&text).map_err(|e| format!("{name}: {e}"))?
+        }
+        ImportFormat::Slurm => {
+            let conf = parse_slurm_topology(&text).map_err(|e| format!("{name}: {e}"))?;
+            let t = conf.to_topology().map_err(|e| format!("{name}: {e}"))?;
+            (t, Vec::new())
+        }
+    };
+    for note in notes {
+        eprintln!("pipecast topo import: {name}: {note}");
+    }
+    write_topology(&topology, args.output)
+}
+
+/// The topology as a file (-o) or on stdout.
+fn write_topology(topology: &Topology, output: Option<PathBuf>) -> CliResult {
+    let text = render(&to_json(topology))?;
+    match output {
+        Some(path) => std::fs::write(&path, text)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?,
+        None => print!("{text}"),
+    }
+    Ok(())
 }
 
 fn generate(args: GenArgs) -> CliResult {
@@ -111,13 +170,7 @@ fn generate(args: GenArgs) -> CliResult {
         }
         Shape::Single { machines } => Topology::single_switch(machines as usize),
     };
-    let text = render(&to_json(&topology))?;
-    match args.output {
-        Some(path) => std::fs::write(&path, text)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?,
-        None => print!("{text}"),
-    }
-    Ok(())
+    write_topology(&topology, args.output)
 }
 
 /// The file as people like to read it: switches on one line, one link or machine per line.

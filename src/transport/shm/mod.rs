@@ -13,6 +13,7 @@
 //! for. Nothing has a name in the file system, so nothing is left behind by a killed rank.
 
 mod cma;
+pub mod probe;
 mod ring;
 mod setup;
 
