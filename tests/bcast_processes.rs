@@ -148,6 +148,34 @@ fn ring_between_two_to_eight_ranks() {
     }
 }
 
+/// The default on a wide host (6 ranks): small messages by cross-memory attach, large ones
+/// (from 16 MiB) through each writer's staging ring, copied in once for all its readers; both
+/// in one run, byte-exact at every rank for every root, awkward sizes included.
+#[test]
+fn wide_hosts_stage_large_messages_and_attach_small_ones() {
+    let n = 6;
+    let iters = n.to_string();
+    let large = (16 << 20) + 3;
+    let sizes = format!("0,1,7,5000011,{large}");
+    let args = ["--sizes", &sizes, "--iters", &iters, "--tree", "auto,flat"];
+    let Some(json) = run_ok(n, &args) else {
+        return;
+    };
+    for r in json["results"].as_array().unwrap() {
+        let counters = &r["transport_counters"];
+        let staged = counters["shm_staged_bytes"].as_u64().unwrap_or(0);
+        let attached = counters["shm_cma_bytes"].as_u64().unwrap_or(0);
+        if r["bytes"] == large {
+            // Each root copies each byte into its ring about once, not once per reader.
+            assert!(staged >= large * n as u64, "{r}");
+            assert!(staged < 2 * large * n as u64, "{r}");
+        } else if r["bytes"].as_u64().unwrap() > 1 {
+            assert_eq!(staged, 0, "{r}");
+            assert!(attached > 0, "{r}");
+        }
+    }
+}
+
 /// A process that may not use cross-memory attach (a seccomp filter, as container runtimes
 /// install, makes `process_vm_readv` fail with EPERM) reaches the ring on its own, and says so.
 #[test]

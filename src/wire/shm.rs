@@ -15,7 +15,8 @@ pub const RECORD: usize = 64;
 pub const HEAD: usize = 40;
 /// `PCSH`.
 pub const MAGIC: u32 = 0x5043_5348;
-pub const VERSION: u8 = 1;
+/// 2: one staging ring per writer, shared by its readers; `RingFreed` counts chunks.
+pub const VERSION: u8 = 2;
 
 /// How a reader takes a writer's segments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,7 +40,8 @@ pub enum Record {
     },
     /// How the sender of this record will read the receiver's segments.
     Mode(Mode),
-    /// The writer's ring (its descriptor rides along as `SCM_RIGHTS`), `size` bytes.
+    /// The writer's staging ring (its descriptor rides along as `SCM_RIGHTS`), `size` bytes,
+    /// shared by all its readers.
     RingFd { size: u64 },
     /// An engine message; for data, its payload is at `addr` in the sender (0 otherwise).
     Message { head: [u8; HEAD], addr: u64 },
@@ -51,8 +53,9 @@ pub enum Record {
         at: u32,
         len: u32,
     },
-    /// The reader is done with the writer's ring below `upto`.
-    RingFreed { upto: u64 },
+    /// The reader has copied out `chunks` of the writer's ring chunks in all (each reader
+    /// releases the chunks announced to it in the order they were announced).
+    RingFreed { chunks: u64 },
 }
 
 const HELLO: u8 = 1;
@@ -104,9 +107,9 @@ impl Record {
                 w.put(&at.to_le_bytes());
                 w.put(&len.to_le_bytes());
             }
-            Record::RingFreed { upto } => {
+            Record::RingFreed { chunks } => {
                 w.b[0] = RING_FREED;
-                w.put(&upto.to_le_bytes());
+                w.put(&chunks.to_le_bytes());
             }
         }
         b
@@ -159,7 +162,7 @@ impl Record {
                 at: r.u32(),
                 len: r.u32(),
             },
-            RING_FREED => Record::RingFreed { upto: r.u64() },
+            RING_FREED => Record::RingFreed { chunks: r.u64() },
             k => return Err(bad(format!("kind {k}"))),
         };
         if b[r.at..].iter().any(|&x| x != 0) {
@@ -226,7 +229,7 @@ mod tests {
                 at: 3,
                 len: 4096,
             },
-            Record::RingFreed { upto: 77 },
+            Record::RingFreed { chunks: 77 },
         ]
     }
 
@@ -246,7 +249,7 @@ mod tests {
             .to_string()
             .contains("magic"));
         let mut b = all()[0].encode();
-        b[12] = 2;
+        b[12] = VERSION + 1;
         assert!(Record::decode(&b)
             .unwrap_err()
             .to_string()

@@ -1,10 +1,12 @@
 //! The shared-memory link between the ranks of one host. The bytes of a segment never cross a
 //! socket: the reader copies them straight from the writer's user buffer with cross-memory
-//! attach (`process_vm_readv`, one copy: [`cma`]) or, where the kernel refuses that (Yama,
-//! seccomp in containers), from a ring the writer fills in a shared `memfd` (two copies:
-//! [`ring`]). What does cross the pair's Unix socket are 64-byte records
-//! ([`crate::wire::shm`]): engine messages with the writer's address, ring chunks, ring
-//! releases.
+//! attach (`process_vm_readv`, one copy: [`cma`]) or from the writer's staging ring, a shared
+//! `memfd` that the writer fills once for all its readers ([`stage`]): two copies per reader
+//! pair, but 1 + k for a fan-out to k readers, with no contention between the readers. The
+//! ring is the only way where the kernel refuses cross-memory attach (Yama, seccomp in
+//! containers), and the faster one for large fan-outs ([`ShmLink::stages`]). What does cross
+//! the pair's Unix socket are 64-byte records ([`crate::wire::shm`]): engine messages with the
+//! writer's address, ring chunks, ring releases.
 //!
 //! A writer's buffer stays valid until the reader has it: the engine completes a broadcast at
 //! a rank only when its children acknowledged every segment, and a child acknowledges a
@@ -16,15 +18,17 @@ mod cma;
 pub mod probe;
 mod ring;
 mod setup;
+mod stage;
 
 pub use setup::socket_name;
 
 use super::frame::{self, HEADER};
 use super::wake::spin;
 use super::{gone_buffer, Buffers, Transport, TransportError};
-use crate::engine::{Endpoint, Message, Route};
+use crate::engine::{DataHeader, Endpoint, Message, Route};
 use crate::wire::shm::{Record, HEAD, RECORD};
 use ring::Ring;
+use stage::{Key, Stage};
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::io::{self, Read};
@@ -34,10 +38,11 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::str::FromStr;
 use std::time::Duration;
 
-/// A writer's ring, per reader that needs one.
+/// A writer's staging ring, shared by its readers.
 const RING_BYTES: usize = 8 << 20;
-/// The largest piece of a segment in one ring chunk (a quarter ring keeps several in flight).
-const CHUNK: usize = RING_BYTES / 4;
+/// The largest piece of a segment in one ring chunk: small enough that several are in flight
+/// and that the readers of a fan-out copy each one while it is still in the shared cache.
+const CHUNK: usize = 1 << 20;
 /// Bytes of records read from one peer per round.
 const READ_BUDGET: usize = RECORD * 1024;
 
@@ -81,14 +86,6 @@ impl fmt::Display for ShmMode {
     }
 }
 
-struct TxRing {
-    ring: Ring,
-    /// Next position to write.
-    head: u64,
-    /// The reader is done with everything below.
-    freed: u64,
-}
-
 /// A message waiting to leave: its header, and the part of its payload already chunked.
 struct Out {
     head: [u8; HEADER],
@@ -116,34 +113,41 @@ struct Partial {
 struct Peer {
     stream: UnixStream,
     pid: i32,
-    /// The writer's ring this rank reads (`None`: read by cross-memory attach).
+    /// This rank reads the peer's segments by cross-memory attach (else only its ring).
+    attach: bool,
+    /// The peer reads this rank's segments by cross-memory attach (else only our ring).
+    attached: bool,
+    /// The peer's staging ring, mapped read-only (`None` under `PIPECAST_SHM=cma`).
     rx: Option<Ring>,
-    /// This rank's ring for the peer (`None`: the peer attaches to our buffers).
-    tx: Option<TxRing>,
     out: VecDeque<Out>,
     /// Encoded records not yet written.
     wbuf: Vec<u8>,
     rbuf: Vec<u8>,
     partial: Option<Partial>,
-    /// Ring released up to here (read), and the last release told to the writer.
-    freed: u64,
-    freed_told: u64,
+    /// Ring chunks of ours announced to the peer and not yet released, oldest first, and how
+    /// many it released in all.
+    announced: VecDeque<u64>,
+    released: u64,
+    /// Ring chunks of the peer's copied out here in all.
+    consumed: u64,
     closed: bool,
 }
 
 impl Peer {
-    fn new(stream: UnixStream, pid: i32, rx: Option<Ring>, tx: Option<TxRing>) -> Peer {
+    fn new(stream: UnixStream, pid: i32, attach: bool, attached: bool, rx: Option<Ring>) -> Peer {
         Peer {
             stream,
             pid,
+            attach,
+            attached,
             rx,
-            tx,
             out: VecDeque::new(),
             wbuf: Vec::new(),
             rbuf: Vec::new(),
             partial: None,
-            freed: 0,
-            freed_told: 0,
+            announced: VecDeque::new(),
+            released: 0,
+            consumed: 0,
             closed: false,
         }
     }
@@ -160,6 +164,8 @@ pub struct ShmLink {
     /// 16 random bytes a peer reads to prove that cross-memory attach works.
     probe: Box<[u8; 16]>,
     peers: BTreeMap<usize, Peer>,
+    /// This rank's staging ring (`None` under `PIPECAST_SHM=cma`).
+    stage: Option<Stage>,
     wake: Option<RawFd>,
     /// Readable when any peer's socket is (for a router whose other link waits).
     epoll: Option<OwnedFd>,
@@ -192,6 +198,7 @@ impl ShmLink {
             cookie: 0,
             probe,
             peers: BTreeMap::new(),
+            stage: None,
             wake: None,
             epoll: None,
             cma_bytes: 0,
@@ -253,8 +260,20 @@ impl ShmLink {
         Ok(())
     }
 
-    /// Turns queued messages into records (filling rings) and writes what the socket takes.
+    /// From which message size a segment goes to a reader that could attach to our buffer
+    /// through the staging ring instead (one copy into the ring, shared by every reader of
+    /// the fan-out, then one copy out per reader; [`stage_from`]).
+    fn stage_from(&self) -> u64 {
+        match (&self.stage, self.mode) {
+            (None, _) | (_, ShmMode::Cma) => u64::MAX,
+            (Some(_), ShmMode::Ring) => 0,
+            (Some(_), ShmMode::Auto | ShmMode::Off) => stage_from(self.peers.len() + 1),
+        }
+    }
+
+    /// Turns queued messages into records (filling the ring) and writes what the socket takes.
     fn flush(&mut self, rank: usize, bufs: &Buffers) -> Result<(), TransportError> {
+        let stage_from = self.stage_from();
         let p = self.peers.get_mut(&rank).expect("a peer");
         while p.wbuf.len() < RECORD * 256 {
             let Some(o) = p.out.front_mut() else { break };
@@ -277,47 +296,43 @@ impl ShmLink {
             let payload = buf
                 .get(o.payload.clone())
                 .ok_or_else(|| gone_buffer(rank, o.seq))?;
-            match &mut p.tx {
-                None => {
-                    p.wbuf.extend_from_slice(
-                        &Record::Message {
-                            head: o.head,
-                            addr: payload.as_ptr() as u64,
-                        }
-                        .encode(),
-                    );
-                    self.cma_bytes += payload.len() as u64;
+            if p.attached && (buf.len() as u64) < stage_from {
+                p.wbuf.extend_from_slice(
+                    &Record::Message {
+                        head: o.head,
+                        addr: payload.as_ptr() as u64,
+                    }
+                    .encode(),
+                );
+                self.cma_bytes += payload.len() as u64;
+                p.out.pop_front();
+            } else {
+                let stage = self
+                    .stage
+                    .as_mut()
+                    .ok_or_else(|| bad(rank, "it reads only our ring, and we have none".into()))?;
+                let len = (payload.len() - o.at).min(CHUNK);
+                let key = Key {
+                    seq: o.seq,
+                    at: o.payload.start + o.at,
+                    len,
+                };
+                let Some(pos) = stage.place(key, &payload[o.at..o.at + len]) else {
+                    break; // readers still hold the room it needs
+                };
+                p.announced.push_back(pos);
+                p.wbuf.extend_from_slice(
+                    &Record::RingChunk {
+                        head: o.head,
+                        pos,
+                        at: o.at as u32,
+                        len: len as u32,
+                    }
+                    .encode(),
+                );
+                o.at += len;
+                if o.at == payload.len() {
                     p.out.pop_front();
-                }
-                Some(tx) => {
-                    let size = tx.ring.size() as u64;
-                    let len = (payload.len() - o.at).min(CHUNK);
-                    let off = tx.head % size;
-                    let pos = if off + len as u64 > size {
-                        tx.head + (size - off)
-                    } else {
-                        tx.head
-                    };
-                    if pos + len as u64 - tx.freed > size {
-                        break; // the reader has not freed enough yet
-                    }
-                    tx.ring
-                        .write((pos % size) as usize, &payload[o.at..o.at + len]);
-                    p.wbuf.extend_from_slice(
-                        &Record::RingChunk {
-                            head: o.head,
-                            pos,
-                            at: o.at as u32,
-                            len: len as u32,
-                        }
-                        .encode(),
-                    );
-                    tx.head = pos + len as u64;
-                    self.ring_bytes += len as u64;
-                    o.at += len;
-                    if o.at == payload.len() {
-                        p.out.pop_front();
-                    }
                 }
             }
         }
@@ -354,12 +369,6 @@ impl ShmLink {
             let record = Record::decode(r).map_err(|e| bad(rank, e.to_string()))?;
             self.handle(rank, record, bufs, endpoint, now)?;
         }
-        let p = self.peers.get_mut(&rank).expect("a peer");
-        if p.freed > p.freed_told {
-            p.wbuf
-                .extend_from_slice(&Record::RingFreed { upto: p.freed }.encode());
-            p.freed_told = p.freed;
-        }
         Ok(())
     }
 
@@ -379,10 +388,10 @@ impl ShmLink {
                     endpoint.handle_message(now, rank, &message)?;
                     return Ok(());
                 };
-                if h.len > 0 && p.rx.is_some() {
+                if h.len > 0 && !p.attach {
                     return Err(crate::Error::from(bad(
                         rank,
-                        "a segment by address, but this rank reads its ring".into(),
+                        "a segment by address, but this rank reads only its ring".into(),
                     )));
                 }
                 let len = h.len as usize;
@@ -425,7 +434,7 @@ impl ShmLink {
                 let Some(rx) = &p.rx else {
                     return Err(crate::Error::from(bad(
                         rank,
-                        "a ring chunk, but this rank reads by address".into(),
+                        "a ring chunk, but it has no ring here (PIPECAST_SHM=cma)".into(),
                     )));
                 };
                 let (at, len, total) = (at as usize, len as usize, h.len as usize);
@@ -483,34 +492,44 @@ impl ShmLink {
                     Dest::Discard => {}
                 }
                 part.got += len;
-                p.freed = p.freed.max(pos + len as u64);
+                let whole = part.got == part.len;
                 self.ring_bytes += len as u64;
-                if part.got == part.len {
+                // Told at once: the writer waits for every reader of a chunk before it reuses
+                // its room for the next.
+                p.consumed += 1;
+                p.wbuf
+                    .extend_from_slice(&Record::RingFreed { chunks: p.consumed }.encode());
+                write_out(rank, p)?;
+                if whole {
                     let part = p.partial.take().expect("present");
                     match part.dest {
                         Dest::Buffer { .. } => endpoint.handle_data(now, &h),
-                        Dest::Hold(v) => endpoint.hold(rank, part.message, v),
+                        Dest::Hold(v) => deliver_held(rank, &h, v, bufs, endpoint, now)?,
                         Dest::Discard => {}
                     }
                 }
             }
-            Record::RingFreed { upto } => {
-                let Some(tx) = &mut p.tx else {
+            Record::RingFreed { chunks } => {
+                let (Some(stage), Some(new)) = (&mut self.stage, chunks.checked_sub(p.released))
+                else {
                     return Err(crate::Error::from(bad(
                         rank,
-                        "a ring release, but it reads by address".into(),
+                        format!("released {chunks} ring chunks after {}", p.released),
                     )));
                 };
-                if upto > tx.head {
+                if new > p.announced.len() as u64 {
                     return Err(crate::Error::from(bad(
                         rank,
                         format!(
-                            "released the ring up to {upto}, written only to {}",
-                            tx.head
+                            "released {new} more ring chunks, but holds only {}",
+                            p.announced.len()
                         ),
                     )));
                 }
-                tx.freed = tx.freed.max(upto);
+                for pos in p.announced.drain(..new as usize) {
+                    stage.release(pos).map_err(|e| bad(rank, e))?;
+                }
+                p.released = chunks;
             }
             r => {
                 return Err(crate::Error::from(bad(
@@ -531,8 +550,8 @@ impl ShmLink {
     }
 
     fn modes(&self) -> String {
-        let cma = self.peers.values().any(|p| p.rx.is_none());
-        let ring = self.peers.values().any(|p| p.rx.is_some());
+        let cma = self.peers.values().any(|p| p.attach);
+        let ring = self.peers.values().any(|p| !p.attach);
         match (cma, ring) {
             (true, true) => "cma+ring",
             (false, true) => "ring",
@@ -554,7 +573,7 @@ impl Transport for ShmLink {
     /// Reliable; one-sided where the reader attaches to the writer's memory.
     fn capabilities(&self) -> super::Capabilities {
         super::Capabilities {
-            one_sided: self.peers.values().any(|p| p.rx.is_none()),
+            one_sided: self.peers.values().any(|p| p.attach),
             ..super::Capabilities::default()
         }
     }
@@ -598,6 +617,10 @@ impl Transport for ShmLink {
         BTreeMap::from([
             ("shm_cma_bytes".to_string(), self.cma_bytes),
             ("shm_ring_bytes".to_string(), self.ring_bytes),
+            (
+                "shm_staged_bytes".to_string(),
+                self.stage.as_ref().map_or(0, Stage::written),
+            ),
         ])
     }
 
@@ -667,6 +690,23 @@ impl ShmLink {
     }
 }
 
+/// From which message size (bytes) a writer on a host of `ranks` ranks sends its segments
+/// through its staging ring even to readers that could attach to its buffer: many readers'
+/// cross-memory attaches of one writer (each pinning its pages, each reading the whole
+/// message from memory at its own pace) cost more there than a shared staging ring (1 + k
+/// copies, each out of the shared cache). Measured with
+/// `bench/shm_fanout.sh` (docs/shm.md); `u64::MAX`: never.
+pub fn stage_from(ranks: usize) -> u64 {
+    if ranks >= STAGE_MIN_RANKS {
+        STAGE_MIN_BYTES
+    } else {
+        u64::MAX
+    }
+}
+
+const STAGE_MIN_RANKS: usize = 5;
+const STAGE_MIN_BYTES: u64 = 16 << 20;
+
 /// `send(2)` without SIGPIPE (a library inside an MPI program cannot count on it being
 /// ignored): a closed peer is an error code, not a signal.
 fn send(stream: &UnixStream, bytes: &[u8]) -> io::Result<usize> {
@@ -704,6 +744,45 @@ fn write_out(rank: usize, p: &mut Peer) -> Result<(), TransportError> {
             }
             Err(e) => return Err(io_err(Some(rank), e)),
         }
+    }
+    Ok(())
+}
+
+/// A segment of a broadcast not posted when its first ring chunk came, now whole in `v`.
+/// The broadcast may have been posted while its chunks came in: then it goes into the
+/// buffer now (`Endpoint::hold` keeps only messages of broadcasts still to come, and a
+/// segment dropped here would be waited for forever).
+fn deliver_held(
+    rank: usize,
+    h: &DataHeader,
+    v: Vec<u8>,
+    bufs: &mut Buffers,
+    endpoint: &mut Endpoint,
+    now: u64,
+) -> crate::Result<()> {
+    match endpoint.route_data(rank, h)? {
+        Route::Into { seq, range } => {
+            let dst = bufs
+                .get_mut(&seq)
+                .ok_or_else(|| gone_buffer(rank, seq))?
+                .as_mut_slice()
+                .get_mut(range.clone())
+                .filter(|d| d.len() == v.len())
+                .ok_or_else(|| {
+                    bad(
+                        rank,
+                        format!(
+                            "segment {} of {} bytes does not fit {range:?}",
+                            h.index,
+                            v.len()
+                        ),
+                    )
+                })?;
+            dst.copy_from_slice(&v);
+            endpoint.handle_data(now, h);
+        }
+        Route::Hold => endpoint.hold(rank, Message::Data(*h), v),
+        Route::Discard => {}
     }
     Ok(())
 }

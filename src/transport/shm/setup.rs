@@ -2,11 +2,14 @@
 //! abstract Unix socket (no file, so nothing is left behind; per network namespace, like the
 //! TCP port its name is built from); the lower rank of a pair connects. Each side says hello
 //! (job cookie, rank, a probe), tries to read the other's probe by cross-memory attach, and
-//! says how it will read ([`Mode`]); a reader that cannot attach gets a ring from the writer.
+//! says how it will read ([`Mode`]); then, unless `PIPECAST_SHM=cma`, each writer sends every
+//! peer its staging ring ([`super::stage`]), one for all its readers, which a reader that
+//! cannot attach reads everything from.
 //! Every step is bounded by the deadline: a peer that never shows up is an error, not a hang.
 
 use super::ring::{self, Ring};
-use super::{cma, Peer, ShmLink, ShmMode, TxRing, RING_BYTES};
+use super::stage::Stage;
+use super::{cma, Peer, ShmLink, ShmMode, RING_BYTES};
 use crate::transport::TransportError;
 use crate::wire::shm::{Mode, Record, RECORD};
 use std::io;
@@ -174,29 +177,39 @@ impl ShmLink {
             c.read = Some(mode);
             self.send(c, &Record::Mode(mode))?;
         }
-        let mut rings: Vec<Option<Ring>> = Vec::new();
+        // Every rank has one staging ring (the mode is the same at every rank), unless
+        // `PIPECAST_SHM=cma`.
+        let staged = self.mode != ShmMode::Cma;
+        if staged && self.stage.is_none() {
+            self.stage = Some(
+                Stage::create(RING_BYTES).map_err(|e| TransportError::Setup {
+                    what: "shared memory: create the staging ring (memfd_create)".into(),
+                    error: e.to_string(),
+                })?,
+            );
+        }
         for c in &mut pending {
             match self.read(c, deadline)? {
                 (Record::Mode(m), _) => c.write = Some(m),
                 (r, _) => return Err(bad(c.peer, format!("expected its mode, got {r:?}"))),
             }
-            rings.push(if c.write == Some(Mode::Ring) {
-                let r = Ring::create(RING_BYTES).map_err(|e| TransportError::Setup {
-                    what: "shared memory: create a ring (memfd_create)".into(),
-                    error: e.to_string(),
-                })?;
+            if c.write == Some(Mode::Ring) && !staged {
+                return Err(bad(
+                    c.peer,
+                    "it reads through a ring, but PIPECAST_SHM=cma here (set PIPECAST_SHM alike at every rank)".into(),
+                ));
+            }
+            if let Some(stage) = &self.stage {
                 let rec = Record::RingFd {
-                    size: RING_BYTES as u64,
+                    size: stage.size() as u64,
                 }
                 .encode();
-                ring::send_with_fd(&c.stream, &rec, r.fd()).map_err(|e| io_err(c.peer, e))?;
-                Some(r)
-            } else {
-                None
-            });
+                ring::send_with_fd(&c.stream, &rec, stage.ring().fd())
+                    .map_err(|e| io_err(c.peer, e))?;
+            }
         }
-        for (c, tx) in pending.into_iter().zip(rings) {
-            let rx = if c.read == Some(Mode::Ring) {
+        for c in pending {
+            let rx = if staged {
                 match self.read(&c, deadline)? {
                     (Record::RingFd { size }, Some(fd)) if (1..=1u64 << 32).contains(&size) => {
                         Some(
@@ -217,12 +230,9 @@ impl ShmLink {
                 Peer::new(
                     c.stream,
                     c.pid,
+                    c.read == Some(Mode::Cma),
+                    c.write == Some(Mode::Cma),
                     rx,
-                    tx.map(|ring| TxRing {
-                        ring,
-                        head: 0,
-                        freed: 0,
-                    }),
                 ),
             )?;
         }
