@@ -18,6 +18,8 @@ pub mod ops;
 
 #[cfg(test)]
 pub mod model;
+#[cfg(feature = "verbs")]
+pub mod sys;
 #[cfg(test)]
 mod tests;
 
