@@ -12,7 +12,7 @@
 mod link;
 mod net;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use link::{LinkModel, LinkStats, SimLink};
 pub use net::{Outcome, SimNet, Stats};

@@ -24,3 +24,50 @@ pub mod sys;
 mod tests;
 
 pub use link::{LinkConfig, VerbsLink};
+
+use ops::{Verbs, VerbsError};
+
+/// Which device, port and GID table entry to use (`PIPECAST_VERBS_DEVICE`, `_PORT`,
+/// `_GID_INDEX`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeviceConfig {
+    /// Device name (`mlx5_0`, `rxe0`); `None`: the first one.
+    pub device: Option<String>,
+    /// Port number (1 when 0).
+    pub port: u8,
+    /// GID table index: on RoCE the entry of the wanted address and RoCE version (see
+    /// `show_gids`); on InfiniBand 0.
+    pub gid_index: u8,
+}
+
+/// The link a communicator of `size` ranks uses at `rank`, on the device of `config`: fails
+/// when this build has no verbs (feature off) or the host no usable device.
+pub fn open(
+    rank: usize,
+    size: usize,
+    config: &DeviceConfig,
+) -> Result<VerbsLink<Box<dyn Verbs>>, VerbsError> {
+    let cfg = LinkConfig::default();
+    let (verbs, describe) = device(config, size, &cfg)?;
+    VerbsLink::new(rank, size, verbs, cfg, describe)
+}
+
+#[cfg(feature = "verbs")]
+fn device(
+    config: &DeviceConfig,
+    size: usize,
+    cfg: &LinkConfig,
+) -> Result<(Box<dyn Verbs>, String), VerbsError> {
+    let v = sys::DeviceVerbs::open(config, size, cfg.send_depth, cfg.recv_depth)?;
+    let describe = v.describe();
+    Ok((Box::new(v), describe))
+}
+
+#[cfg(not(feature = "verbs"))]
+fn device(
+    _config: &DeviceConfig,
+    _size: usize,
+    _cfg: &LinkConfig,
+) -> Result<(Box<dyn Verbs>, String), VerbsError> {
+    Err(VerbsError::NotBuilt)
+}

@@ -149,6 +149,8 @@ pub struct Completion {
 pub enum VerbsError {
     #[error("no RDMA device: ibv_get_device_list returned none{0}")]
     NoDevice(String),
+    #[error("this pipecast was built without RDMA verbs: rebuild it with `cargo build --features verbs` (needs libibverbs-dev, librdmacm-dev, libclang-dev)")]
+    NotBuilt,
     #[error("{call}: {detail}")]
     Call { call: &'static str, detail: String },
     /// Registration refused (locked-memory limit, …): the link falls back to its rings.
@@ -226,5 +228,57 @@ pub trait Verbs: Send {
     /// after taking any event already there.
     fn arm(&mut self) -> Result<(), VerbsError> {
         Ok(())
+    }
+}
+
+/// A boxed backend is a backend (the communicator picks one at run time).
+impl Verbs for Box<dyn Verbs> {
+    fn port(&self) -> PortAddr {
+        (**self).port()
+    }
+    fn max_msg(&self) -> u64 {
+        (**self).max_msg()
+    }
+    unsafe fn register(&mut self, addr: *mut u8, len: usize) -> Result<Mr, VerbsError> {
+        // SAFETY: the caller's contract is the inner backend's.
+        unsafe { (**self).register(addr, len) }
+    }
+    fn deregister(&mut self, mr: MrId) {
+        (**self).deregister(mr)
+    }
+    fn create_qp(&mut self) -> Result<QpId, VerbsError> {
+        (**self).create_qp()
+    }
+    fn qp_num(&self, qp: QpId) -> u32 {
+        (**self).qp_num(qp)
+    }
+    fn to_init(&mut self, qp: QpId) -> Result<(), VerbsError> {
+        (**self).to_init(qp)
+    }
+    fn to_rtr(&mut self, qp: QpId, remote: &Remote) -> Result<(), VerbsError> {
+        (**self).to_rtr(qp, remote)
+    }
+    fn to_rts(&mut self, qp: QpId) -> Result<(), VerbsError> {
+        (**self).to_rts(qp)
+    }
+    fn state(&self, qp: QpId) -> QpState {
+        (**self).state(qp)
+    }
+    unsafe fn post_send(&mut self, qp: QpId, wr: &SendWr<'_>) -> Result<(), VerbsError> {
+        // SAFETY: the caller's contract is the inner backend's.
+        unsafe { (**self).post_send(qp, wr) }
+    }
+    unsafe fn post_recv(&mut self, qp: QpId, wr: &RecvWr) -> Result<(), VerbsError> {
+        // SAFETY: the caller's contract is the inner backend's.
+        unsafe { (**self).post_recv(qp, wr) }
+    }
+    fn poll(&mut self, out: &mut Vec<Completion>, max: usize) -> Result<usize, VerbsError> {
+        (**self).poll(out, max)
+    }
+    fn wait_fd(&self) -> Option<RawFd> {
+        (**self).wait_fd()
+    }
+    fn arm(&mut self) -> Result<(), VerbsError> {
+        (**self).arm()
     }
 }

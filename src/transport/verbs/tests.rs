@@ -6,7 +6,7 @@ use super::link::{LinkConfig, VerbsLink};
 use super::model::{Fabric, ModelVerbs};
 use super::ops::{Local, Op, QpState, RecvWr, Remote, SendWr, Verbs, VerbsError, WcKind, WcStatus};
 use crate::engine::{Bcast, Config, Endpoint, Setup};
-use crate::plan::{self, Lane, TreeKind};
+use crate::plan::{self, Lane};
 use crate::topology::{gen, Topology};
 use crate::transport::{Buffer, Buffers, Transport};
 use std::cell::Cell;
@@ -118,22 +118,6 @@ fn config() -> Config {
     }
 }
 
-fn trees() -> Vec<TreeKind> {
-    [
-        "linear",
-        "flat",
-        "binomial",
-        "naive-linear",
-        "naive-binary",
-        "binary",
-        "kbinomial:2",
-        "multilane",
-    ]
-    .iter()
-    .map(|s| s.parse().unwrap())
-    .collect()
-}
-
 /// Every tree, every root, sizes 0, 1, odd, around and not a multiple of the segment, and
 /// large: byte-exact at every rank, segments written straight into registered buffers (no
 /// ring, no staging), with no receiver ever out of posted receives.
@@ -145,7 +129,7 @@ fn every_tree_root_and_size_is_byte_exact_over_the_model() {
         let fabric = Fabric::new(7);
         let mut rs = ranks(&fabric, size, LinkConfig::default());
         let mut seq = 0;
-        for tree in trees() {
+        for tree in crate::sim::tests::all_trees() {
             for root in 0..size {
                 let Ok(plan) = plan::build(&topo, root, &tree, Some(4)) else {
                     continue;

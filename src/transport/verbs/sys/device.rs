@@ -1,20 +1,9 @@
 //! The device context: the opened RDMA device (`ibv_open_device`) and its port.
 
 use super::super::ops::{PortAddr, VerbsError};
+pub use super::super::DeviceConfig;
 use rdma_sys as ib;
 use std::ffi::CStr;
-
-/// Which device, port and GID table entry to use.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DeviceConfig {
-    /// Device name (`mlx5_0`, `rxe0`); `None`: the first one.
-    pub device: Option<String>,
-    /// Port number (1 when 0).
-    pub port: u8,
-    /// GID table index: on RoCE the entry of the wanted address and RoCE version (see
-    /// `show_gids`); on InfiniBand 0.
-    pub gid_index: u8,
-}
 
 /// An opened device; everything else holds it alive (`Arc<Context>`).
 pub struct Context {
