@@ -181,6 +181,56 @@ fn component_under_mpirun() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Issue 17, on these machines without an RDMA device: `coll_pipecast_transport auto` runs
+/// pipecast over TCP (shared memory off), byte-exact; `verbs` makes pipecast decline at every
+/// rank, naming the problem, and Open MPI's own broadcast runs, byte-exact.
+#[test]
+fn component_transport_auto_and_verbs_without_a_device() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(dir) = build() else { return };
+    let test = dir.join("mpi_bcast_test");
+    let test = test.to_str().unwrap();
+    let run = |transport: &str| {
+        let args = component_args(
+            &dir,
+            &[
+                "--mca",
+                "coll_pipecast_transport",
+                transport,
+                "-x",
+                "PIPECAST_SHM=off",
+            ],
+        );
+        mpirun(2, &strs(&args), &[test])
+    };
+    let out = run("auto");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("mpi_bcast_test: ok"),
+        "{stderr}"
+    );
+    if !stderr.contains("pipecast ready over verbs:") {
+        assert!(stderr.contains("pipecast ready over tcp"), "{stderr}");
+    }
+    assert!(carried(&stderr, "coll:pipecast") >= 2 * 3 * 4, "{stderr}");
+    assert!(!stderr.contains("falling back"), "{stderr}");
+    let out = run("verbs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("mpi_bcast_test: ok"),
+        "{stderr}"
+    );
+    if !stderr.contains("pipecast ready over verbs:") {
+        assert!(
+            stderr.contains("pipecast declined at every rank")
+                && (stderr.contains("no RDMA device: ibv_get_device_list returned none")
+                    || stderr.contains("built without RDMA verbs")),
+            "{stderr}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn preload_under_open_mpi() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

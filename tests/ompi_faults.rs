@@ -13,7 +13,7 @@
 //!   which checks every broadcast that succeeded); the same in an `MPI_Ibcast`.
 
 mod common;
-use common::{carried, have};
+use common::{carried, have, text};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -189,15 +189,6 @@ fn is_root() -> bool {
         .arg("-u")
         .output()
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 #[test]

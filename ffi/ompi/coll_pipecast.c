@@ -162,7 +162,9 @@ static int pipecast_register(void)
             "Receives posted ahead, and sends in flight per child, on the point-to-point path "
             "(1-16)",
             &C->pml_window, 4);
-    reg_str("transport", "Transport: tcp, raweth, raweth:IFACE or auto (raweth where every rank can); "
+    reg_str("transport", "Transport: tcp, raweth, raweth:IFACE, verbs or auto (verbs where every rank has an "
+            "RDMA device, else raweth where every rank can, else tcp; PIPECAST_VERBS_DEVICE, _PORT and "
+            "_GID_INDEX choose the device); "
             "empty: PIPECAST_TRANSPORT, else tcp",
             &C->transport, "");
     reg_str("tree", "Tree: auto, linear, binary, kary:K, kbinomial, multilane, flat, binomial, ...",

@@ -94,6 +94,7 @@ fn transport_kind(t: &super::Transport) -> &'static str {
     match t {
         super::Transport::Tcp => "tcp",
         super::Transport::RawEth { .. } => "raweth",
+        super::Transport::Verbs => "verbs",
         super::Transport::Auto => "auto",
     }
 }
@@ -111,6 +112,8 @@ pub struct Peers {
     pub addrs: Vec<SocketAddr>,
     pub macs: Vec<Option<[u8; 6]>>,
     pub hosts: Vec<String>,
+    /// Each rank's RDMA verbs endpoint, when it opened one.
+    pub verbs: Vec<Option<crate::wire::bootstrap::VerbsAddr>>,
     /// Rank 0's cookie: the job's.
     pub cookie: u64,
 }
@@ -154,6 +157,7 @@ pub fn decide(blobs: &[Vec<u8>]) -> Result<Peers, CommError> {
         addrs: parsed.iter().map(|p| p.addr).collect(),
         macs: parsed.iter().map(|p| p.mac).collect(),
         hosts: parsed.iter().map(|p| p.host.to_string()).collect(),
+        verbs: parsed.iter().map(|p| p.verbs.clone()).collect(),
         cookie: parsed.first().map_or(0, |p| p.cookie),
     })
 }
@@ -174,6 +178,7 @@ pub fn failed_blob(e: &crate::Error, host: &str) -> Vec<u8> {
         host: truncate(host),
         settings: "",
         reason: &reason[..end],
+        verbs: None,
     }
     .to_vec()
     .expect("lengths are bounded")
@@ -239,6 +244,7 @@ mod tests {
             host: "h",
             settings,
             reason: "",
+            verbs: None,
         }
         .to_vec()
         .unwrap()

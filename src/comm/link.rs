@@ -1,15 +1,20 @@
-//! The communicator's choice of transport (TCP or raw Ethernet), what each rank publishes
-//! about it in the bootstrap, and [`Link`]: either transport, boxed, for the progress
+//! The communicator's choice of transport (TCP, raw Ethernet or RDMA verbs), what each rank
+//! publishes about it in the bootstrap, and [`Link`]: the transport, boxed, for the progress
 //! thread.
 //!
-//! Every rank binds a TCP listener (its address goes into the bootstrap blob). With `raweth`
-//! or `auto` it also opens a raw Ethernet socket and puts its MAC in the blob. After the
-//! allgather every rank decides the same way from the same blobs: raw Ethernet when every
-//! rank published a MAC and no two are equal; otherwise `auto` falls back to TCP (logging
-//! why) and `raweth` fails naming the rank.
+//! Every rank binds a TCP listener (its address goes into the bootstrap blob). With `verbs`
+//! or `auto` it also opens its RDMA device and puts its port, queue pair numbers and ring in
+//! the blob; with `raweth` or `auto` it opens a raw Ethernet socket and puts its MAC there.
+//! After the allgather every rank decides the same way from the same blobs: verbs when every
+//! rank published a verbs endpoint; else raw Ethernet when every rank published a MAC and no
+//! two are equal; otherwise `auto` falls back to TCP (logging why at info level, verbose 1)
+//! and `verbs`/`raweth` fail naming the ranks. A rank whose device cannot open with `verbs`
+//! fails its local setup, which the agreement reports to every rank.
 
+use super::agree::Peers;
 use super::{CommError, Config};
 use crate::transport::raweth::{self, socket, RawEthTransport};
+use crate::transport::verbs::{self, ops::Verbs, VerbsLink};
 use crate::transport::{TcpTransport, TransportError};
 use std::fmt;
 use std::net::IpAddr;
@@ -25,25 +30,30 @@ pub enum Transport {
     /// else the interface holding the address that reaches the rendezvous, else the first
     /// non-loopback interface with an address. Needs CAP_NET_RAW.
     RawEth { iface: Option<String> },
-    /// Raw Ethernet when CAP_NET_RAW is available, an interface is found and every rank has
-    /// its own MAC address; TCP otherwise.
+    /// RDMA verbs (RoCE v2 or InfiniBand): segments written straight into the children's
+    /// buffers. Needs a build with the `verbs` feature and an RDMA device at every rank.
+    Verbs,
+    /// Verbs when every rank has a usable RDMA device; else raw Ethernet when CAP_NET_RAW is
+    /// available, an interface is found and every rank has its own MAC address; TCP
+    /// otherwise.
     Auto,
 }
 
 impl FromStr for Transport {
     type Err = String;
-    /// `tcp`, `raweth`, `raweth:IFACE`, `auto`.
+    /// `tcp`, `raweth`, `raweth:IFACE`, `verbs`, `auto`.
     fn from_str(s: &str) -> Result<Transport, String> {
         match s.trim() {
             "tcp" => Ok(Transport::Tcp),
             "auto" => Ok(Transport::Auto),
+            "verbs" => Ok(Transport::Verbs),
             "raweth" => Ok(Transport::RawEth { iface: None }),
             t => match t.strip_prefix("raweth:") {
                 Some(i) if !i.is_empty() => Ok(Transport::RawEth {
                     iface: Some(i.to_string()),
                 }),
                 _ => Err(format!(
-                    "transport {t:?}: write tcp, raweth, raweth:IFACE (e.g. raweth:eth0) or auto"
+                    "transport {t:?}: write tcp, raweth, raweth:IFACE (e.g. raweth:eth0), verbs or auto"
                 )),
             },
         }
@@ -55,6 +65,7 @@ impl fmt::Display for Transport {
         match self {
             Transport::Tcp => f.write_str("tcp"),
             Transport::Auto => f.write_str("auto"),
+            Transport::Verbs => f.write_str("verbs"),
             Transport::RawEth { iface: None } => f.write_str("raweth"),
             Transport::RawEth { iface: Some(i) } => write!(f, "raweth:{i}"),
         }
@@ -74,7 +85,7 @@ pub fn open_raw(
     ip: Option<IpAddr>,
 ) -> Result<Option<RawEthTransport>, TransportError> {
     let (iface, required) = match &config.transport {
-        Transport::Tcp => return Ok(None),
+        Transport::Tcp | Transport::Verbs => return Ok(None),
         Transport::RawEth { iface } => (iface.clone(), true),
         Transport::Auto => (None, false),
     };
@@ -120,15 +131,72 @@ pub fn open_raw(
     }
 }
 
+/// The verbs link of a communicator: on whichever backend this build and host have.
+pub type VerbsNet = VerbsLink<Box<dyn Verbs>>;
+
+/// Opens the verbs link for `config.transport` (`None` for `tcp` and `raweth`, and for
+/// `auto` when there is no usable device, logging why).
+pub fn open_verbs(
+    rank: usize,
+    size: usize,
+    config: &Config,
+) -> Result<Option<VerbsNet>, TransportError> {
+    let required = match config.transport {
+        Transport::Verbs => true,
+        Transport::Auto => false,
+        _ => return Ok(None),
+    };
+    match verbs::open(rank, size, &config.verbs) {
+        Ok(link) => Ok(Some(link)),
+        Err(e) if required => Err(TransportError::Setup {
+            what: "transport verbs".into(),
+            error: format!("{e}; or use PIPECAST_TRANSPORT=tcp or auto"),
+        }),
+        Err(e) => {
+            tracing::info!(rank, "transport auto: not verbs: {e}");
+            Ok(None)
+        }
+    }
+}
+
+/// The links a rank opened besides TCP.
+pub struct Candidates {
+    pub raw: Option<RawEthTransport>,
+    pub verbs: Option<VerbsNet>,
+}
+
 /// Picks the transport from everybody's blobs (the same choice at every rank) and gives it
 /// its peers. `tcp` already has its peers.
 pub fn choose(
     transport: &Transport,
     tcp: TcpTransport,
-    raw: Option<RawEthTransport>,
-    macs: &[Option<socket::Mac>],
-    job_cookie: u64,
+    links: Candidates,
+    peers: &Peers,
 ) -> Result<Link, CommError> {
+    let Candidates { raw, verbs } = links;
+    let without: Vec<usize> = (0..peers.verbs.len())
+        .filter(|&r| peers.verbs[r].is_none())
+        .collect();
+    match (verbs, transport) {
+        (Some(mut v), _) if without.is_empty() => {
+            // Every rank has the others' addresses: each connects its queue pairs. A failure
+            // here is local; the second agreement round fails every rank with it.
+            let addrs: Vec<_> = peers.verbs.iter().flatten().cloned().collect();
+            v.set_peers(&addrs)
+                .map_err(|e| CommError::Bootstrap(e.to_string()))?;
+            return Ok(Box::new(v));
+        }
+        (_, Transport::Verbs) => {
+            return Err(CommError::Bootstrap(format!(
+                "transport verbs: ranks {without:?} have no RDMA verbs endpoint (see their logs); use PIPECAST_TRANSPORT=tcp or auto"
+            )))
+        }
+        (_, Transport::Auto) if without.len() < peers.verbs.len() => {
+            tracing::info!("transport auto: not verbs: ranks {without:?} have no usable RDMA device");
+        }
+        _ => {}
+    }
+    let (macs, job_cookie) = (&peers.macs, peers.cookie);
     let Some(mut raw) = raw else {
         return match transport {
             Transport::RawEth { .. } => Err(CommError::Bootstrap(
@@ -164,7 +232,7 @@ mod tests {
 
     #[test]
     fn transports_parse_and_print_back() {
-        for s in ["tcp", "auto", "raweth", "raweth:eth0"] {
+        for s in ["tcp", "auto", "raweth", "raweth:eth0", "verbs"] {
             assert_eq!(s.parse::<Transport>().unwrap().to_string(), s);
         }
         assert_eq!(
@@ -182,7 +250,18 @@ mod tests {
     #[test]
     fn tcp_stays_tcp_and_auto_without_raw_endpoint_is_tcp() {
         let tcp = TcpTransport::bind(0, "127.0.0.1").unwrap();
-        let l = choose(&Transport::Auto, tcp, None, &[None, None], 5).unwrap();
+        let peers = Peers {
+            addrs: vec![tcp.local_addr(); 2],
+            macs: vec![None, None],
+            hosts: vec!["h".into(); 2],
+            verbs: vec![None, None],
+            cookie: 5,
+        };
+        let none = Candidates {
+            raw: None,
+            verbs: None,
+        };
+        let l = choose(&Transport::Auto, tcp, none, &peers).unwrap();
         assert_eq!(l.describe(), "tcp");
         assert!(!l.serves_idle());
         assert_eq!(l.capabilities(), crate::transport::Capabilities::default());

@@ -117,6 +117,9 @@ pub struct Config {
     /// Write this rank's trees, one line per distinct plan, to `DIR/colltree<rank>.json`
     /// (env PIPECAST_TREE_DUMP; [`tree_dump`]). Local: ranks may differ.
     pub tree_dump: Option<std::path::PathBuf>,
+    /// The RDMA device, port and GID index of the verbs link (env PIPECAST_VERBS_DEVICE,
+    /// _PORT, _GID_INDEX). Local: ranks may differ.
+    pub verbs: crate::transport::verbs::DeviceConfig,
 }
 
 /// The default of [`Config::poll`]. Measured with `pipecast bench --local` (docs/shm.md).
@@ -148,6 +151,7 @@ impl Default for Config {
             host_min_bytes: None,
             poll: POLL,
             tree_dump: None,
+            verbs: Default::default(),
         }
     }
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 /// The settings as text, each `None` when unset (or empty).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Settings {
-    /// `PIPECAST_TRANSPORT`: tcp, raweth, raweth:IFACE, auto.
+    /// `PIPECAST_TRANSPORT`: tcp, raweth, raweth:IFACE, verbs, auto.
     pub transport: Option<String>,
     /// `PIPECAST_TREE`: a tree name of `pipecast plan --tree`, or scatter-allgather.
     pub tree: Option<String>,
@@ -41,10 +41,16 @@ pub struct Settings {
     pub poll_us: Option<String>,
     /// `PIPECAST_TREE_DUMP`: a directory for per-rank tree dumps (MPICH's `COLL_TREE_DUMP`).
     pub tree_dump: Option<String>,
+    /// `PIPECAST_VERBS_DEVICE`: the RDMA device of the verbs link (default: the first).
+    pub verbs_device: Option<String>,
+    /// `PIPECAST_VERBS_PORT`: its port (default 1).
+    pub verbs_port: Option<String>,
+    /// `PIPECAST_VERBS_GID_INDEX`: its GID table index (RoCE v2: see `show_gids`; default 0).
+    pub verbs_gid_index: Option<String>,
 }
 
 /// The variables, in the order errors and documentation list them.
-pub const VARIABLES: [&str; 14] = [
+pub const VARIABLES: [&str; 17] = [
     "PIPECAST_TRANSPORT",
     "PIPECAST_TREE",
     "PIPECAST_SEGMENT",
@@ -59,6 +65,9 @@ pub const VARIABLES: [&str; 14] = [
     "PIPECAST_HOST_MIN_BYTES",
     "PIPECAST_POLL_US",
     "PIPECAST_TREE_DUMP",
+    "PIPECAST_VERBS_DEVICE",
+    "PIPECAST_VERBS_PORT",
+    "PIPECAST_VERBS_GID_INDEX",
 ];
 
 impl Settings {
@@ -72,7 +81,7 @@ impl Settings {
         s
     }
 
-    fn slots(&mut self) -> [&mut Option<String>; 14] {
+    fn slots(&mut self) -> [&mut Option<String>; 17] {
         [
             &mut self.transport,
             &mut self.tree,
@@ -88,6 +97,9 @@ impl Settings {
             &mut self.host_min_bytes,
             &mut self.poll_us,
             &mut self.tree_dump,
+            &mut self.verbs_device,
+            &mut self.verbs_port,
+            &mut self.verbs_gid_index,
         ]
     }
 
@@ -183,6 +195,30 @@ impl Settings {
         if let Some(v) = &self.ip {
             config.ip = Some(v.trim().to_string());
         }
+        if let Some(v) = &self.verbs_device {
+            config.verbs.device = Some(v.trim().to_string());
+        }
+        for (v, name, slot) in [
+            (
+                &self.verbs_port,
+                "PIPECAST_VERBS_PORT",
+                &mut config.verbs.port,
+            ),
+            (
+                &self.verbs_gid_index,
+                "PIPECAST_VERBS_GID_INDEX",
+                &mut config.verbs.gid_index,
+            ),
+        ] {
+            if let Some(v) = v {
+                *slot = v.trim().parse().map_err(|_| {
+                    bad(
+                        name,
+                        format!("{v:?}: expected a whole number from 0 to 255"),
+                    )
+                })?;
+            }
+        }
         if let Some(v) = &self.tree_dump {
             config.tree_dump = Some(v.into());
         }
@@ -255,6 +291,13 @@ mod tests {
                     ..Settings::default()
                 },
                 "PIPECAST_POLL_US",
+            ),
+            (
+                Settings {
+                    verbs_gid_index: Some("300".into()),
+                    ..Settings::default()
+                },
+                "PIPECAST_VERBS_GID_INDEX",
             ),
         ] {
             let e = s.apply(&mut Config::default()).unwrap_err().to_string();

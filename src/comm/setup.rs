@@ -22,6 +22,8 @@ pub struct Local {
     config: Config,
     tcp: TcpTransport,
     raw: Option<RawEthTransport>,
+    /// The RDMA verbs link (`verbs`, or `auto` where a device is usable), not connected yet.
+    verbs: Option<link::VerbsNet>,
     /// The shared-memory link to ranks on this host (`None` with `PIPECAST_SHM=off`).
     shm: Option<ShmLink>,
     /// Unguessable: another job, or a host on the segment, cannot forge this job's frames or
@@ -59,6 +61,7 @@ impl Local {
         };
         config.ip = Some(ip.clone());
         let tcp = TcpTransport::bind(rank, &ip)?;
+        let verbs = link::open_verbs(rank, size, &config)?;
         let raw = link::open_raw(rank, &config, ip.parse().ok())?;
         let shm = match config.shm {
             ShmMode::Off => None,
@@ -75,6 +78,7 @@ impl Local {
             config,
             tcp,
             raw,
+            verbs,
             cookie: rand::rngs::OsRng.next_u64(),
         })
     }
@@ -90,6 +94,7 @@ impl Local {
             host: agree::truncate(host),
             settings: &self.settings,
             reason: "",
+            verbs: self.verbs.as_ref().map(|v| v.local_addr()),
         }
         .to_vec()
         .expect("lengths are bounded")
@@ -102,6 +107,7 @@ impl Local {
             config,
             mut tcp,
             raw,
+            verbs,
             shm,
             ..
         } = self;
@@ -118,7 +124,12 @@ impl Local {
         let topology = hosts::topology(config.topology.as_ref(), &rank_hosts, &keys)?;
         tcp.set_peers(peers.addrs.clone(), peers.cookie);
         tcp.set_keepalive(config.timeout);
-        let net = link::choose(&config.transport, tcp, raw, &peers.macs, peers.cookie)?;
+        let net = link::choose(
+            &config.transport,
+            tcp,
+            link::Candidates { raw, verbs },
+            peers,
+        )?;
         let mut transport = on_host(rank, net, shm, &keys, peers);
         // Every rank is here (it passed the first allgather), so connecting now never waits
         // for a late rank; afterwards broadcasts need no connection setup at all.

@@ -14,7 +14,7 @@ mod broadcast;
 mod link;
 mod net;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use broadcast::{simulate, Contention, EdgeUse, Report, SimError, Timing, EDGE_LATENCY_NS};
 pub use link::{ps_per_byte, LinkModel, LinkStats, Sent, SimLink, Through};

@@ -1,7 +1,8 @@
 //! Transports: how engine messages travel between processes. Today: TCP
 //! ([`tcp::TcpTransport`]), raw Ethernet ([`raweth::RawEthTransport`]) and shared memory
-//! between the ranks of one host ([`shm::ShmLink`]), all behind [`Transport`], combined per
-//! peer by [`router::Router`] and run by the communicator's progress thread; verbs come next. `unsafe` code of the crate lives here
+//! between the ranks of one host ([`shm::ShmLink`]) and RDMA verbs ([`verbs::VerbsLink`]), all
+//! behind [`Transport`], combined per peer by [`router::Router`] and run by the communicator's
+//! progress thread. `unsafe` code of the crate lives here
 //! (and in `capi/`), each block with a `// SAFETY:` comment.
 //!
 //! A transport frames [`Message`](crate::engine::Message)s, sends data segments straight from
@@ -22,6 +23,7 @@ pub mod router;
 pub mod shm;
 pub mod tcp;
 pub mod uring;
+pub mod verbs;
 pub mod wake;
 
 pub use loan::{lend, BufLoan, Buffer, Buffers, RawBuf};
@@ -41,7 +43,7 @@ pub struct Capabilities {
     /// Payload bytes of one full frame (raw Ethernet: segments that are whole multiples of it
     /// travel in full frames); `None` for a byte stream.
     pub max_frame: Option<u64>,
-    /// Buffers must be registered with the link before data moves (RDMA verbs; none today):
+    /// Buffers must be registered with the link before data moves (RDMA verbs):
     /// the driver then calls [`Transport::register`] and [`Transport::deregister`]; other
     /// links pay nothing.
     pub needs_registration: bool,

@@ -114,3 +114,14 @@ pub fn as_nobody(program: impl AsRef<std::ffi::OsStr>) -> Option<Command> {
     .arg(program);
     Some(cmd)
 }
+
+/// A finished process's status, stdout and stderr, for an assertion message.
+#[allow(dead_code)] // not every test binary reports processes
+pub fn text(out: &std::process::Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}

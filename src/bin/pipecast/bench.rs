@@ -31,8 +31,9 @@ pub struct Args {
     /// Root of every broadcast (default: iteration i uses root i mod N).
     #[arg(long)]
     root: Option<usize>,
-    /// Transport: tcp, raweth, raweth:IFACE or auto (default: PIPECAST_TRANSPORT, else tcp).
-    /// raweth needs CAP_NET_RAW and one interface per rank (e.g. `pipecast lab run`).
+    /// Transport: tcp, raweth, raweth:IFACE, verbs or auto (default: PIPECAST_TRANSPORT, else tcp).
+    /// raweth needs CAP_NET_RAW and one interface per rank (e.g. `pipecast lab run`); verbs a
+    /// build with `--features verbs` and an RDMA device at every rank.
     #[arg(long)]
     transport: Option<String>,
     /// Topology file: rank r runs on machine r (default: PIPECAST_TOPOLOGY, else all on one switch).

@@ -23,7 +23,7 @@ fn config() -> Config {
     }
 }
 
-fn all_trees() -> Vec<TreeKind> {
+pub(crate) fn all_trees() -> Vec<TreeKind> {
     [
         "linear",
         "flat",

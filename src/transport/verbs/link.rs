@@ -1,0 +1,1125 @@
+//! The verbs link's protocol, over any [`Verbs`] backend (the device, or the model in tests).
+//!
+//! - One reliable-connected queue pair per pair of ranks, created before the bootstrap and
+//!   connected from everybody's blobs: every tree edge of every broadcast has its own.
+//! - A child registers its user buffer when its broadcast is posted
+//!   ([`Transport::register`]) and tells each of its parents where it is (an advert, with the
+//!   broadcast's shape so that ranks that disagree fail instead of writing past a buffer).
+//! - The parent RDMA-WRITEs each segment from its own registered user buffer into the
+//!   child's, at the segment's offset, with an immediate naming the segment: no bounce
+//!   buffer, no copy at either end. The immediate's completion at the child says the bytes are
+//!   in place (RC completes a QP's work in order).
+//! - Credits and the engine's other messages go back as small inline SENDs; the engine's
+//!   window (seed 000 §3.1's pipeline under R segments per child) bounds what is in flight,
+//!   and the child keeps a receive posted for each segment it may receive next
+//!   ([`Endpoint::expected`]), plus some for control messages.
+//! - A buffer that cannot be registered (a locked-memory limit) falls back to rings registered
+//!   at setup: a child's segments go into its ring block for that parent, in pieces, and it
+//!   copies each piece out and releases ring slots by cumulative count; a parent copies its
+//!   pieces into a staging slot and writes from there.
+//! - A peer that dies fails the RC sends to it (`RetryExceeded`): the link sends a heartbeat
+//!   every quarter of the liveness time to each peer a broadcast waits for, so a dead parent
+//!   is noticed too.
+
+use super::control::{self, Control, Target, MAX_SEGMENTS};
+use super::mr_cache::MrCache;
+use super::ops::{
+    Completion, Local, Mr, Op, QpId, RecvWr, Remote, SendWr, Verbs, VerbsError, WcKind, WcStatus,
+};
+use crate::engine::{DataHeader, Endpoint, Message, Route};
+use crate::transport::{Buffer, Buffers, Capabilities, Transport, TransportError};
+use crate::wire::bootstrap::VerbsAddr;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::ops::Range;
+use std::time::Duration;
+
+/// Sizes of the link's queues and rings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkConfig {
+    /// Send work requests in flight per queue pair.
+    pub send_depth: u32,
+    /// Receives posted per queue pair, at most.
+    pub recv_depth: u32,
+    /// Receives kept posted per queue pair for control messages, besides one per expected
+    /// segment.
+    pub control_recvs: u32,
+    /// The receive ring per peer (used when a user buffer cannot be registered).
+    pub ring_slots: u32,
+    pub ring_slot: u32,
+    /// The send staging slots (used when a user buffer cannot be registered).
+    pub stage_slots: u32,
+    /// A peer a broadcast waits for gets a heartbeat this often (ns) when nothing else goes
+    /// to it, so that a dead one fails the send.
+    pub heartbeat: u64,
+}
+
+impl Default for LinkConfig {
+    fn default() -> LinkConfig {
+        LinkConfig {
+            send_depth: 128,
+            recv_depth: 256,
+            control_recvs: 32,
+            ring_slots: 4,
+            ring_slot: 32 << 10,
+            stage_slots: 8,
+            heartbeat: 500_000_000,
+        }
+    }
+}
+
+/// Bytes of one control receive slot.
+const SLOT: usize = 64;
+
+/// Work request ids: a kind in the top 4 bits.
+const WR_CONTROL: u64 = 1 << 60;
+const WR_WRITE: u64 = 2 << 60;
+const WR_RECV: u64 = 3 << 60;
+const KIND: u64 = 0xf << 60;
+/// A write's staging slot field (bits 40..60), all ones when it writes from the user buffer.
+const NO_STAGE: u64 = 0xf_ffff;
+/// A write's broadcast: the low 40 bits of its sequence number.
+const SEQ_MASK: u64 = (1 << 40) - 1;
+
+/// Memory the link owns and registered at setup.
+struct Region {
+    bytes: Box<[u8]>,
+    mr: Mr,
+}
+
+impl Region {
+    fn new<V: Verbs>(verbs: &mut V, len: usize) -> Result<Region, VerbsError> {
+        let mut bytes = vec![0u8; len.max(1)].into_boxed_slice();
+        // SAFETY: the box is never reallocated and lives in the link until `Drop`, which
+        // deregisters every region before the box goes.
+        let mr = unsafe { verbs.register(bytes.as_mut_ptr(), bytes.len()) }?;
+        Ok(Region { bytes, mr })
+    }
+
+    fn addr(&self, at: usize) -> u64 {
+        self.bytes.as_ptr() as u64 + at as u64
+    }
+}
+
+/// A broadcast whose buffer is registered here.
+struct Reg {
+    token: u8,
+    /// `None`: registration refused, the rings carry its segments.
+    mr: Option<Mr>,
+    addr: u64,
+    len: usize,
+    /// Parents told where to write.
+    advertised: BTreeSet<usize>,
+}
+
+/// A segment to write to a child, from `sent` bytes on.
+struct Outgoing {
+    seq: u64,
+    segment: u32,
+    payload: Range<usize>,
+    sent: usize,
+}
+
+/// Where to write a child's segments of one broadcast, and the shape it has there.
+#[derive(Clone, Copy)]
+struct Advert {
+    target: Target,
+    shape: control::Shape,
+}
+
+/// The piece of a ring segment a child is copying out.
+struct Assembling {
+    seq: u64,
+    segment: u32,
+    offset: usize,
+}
+
+/// One peer's queue pair and traffic.
+struct Peer {
+    qp: QpId,
+    /// Its ring block for this rank.
+    ring_addr: u64,
+    ring_rkey: u32,
+    sq_used: u32,
+    /// Receive slots (of this peer's block of the control region) not posted.
+    free_recvs: Vec<u32>,
+    control_out: VecDeque<Control>,
+    data_out: VecDeque<Outgoing>,
+    /// Pieces written into its ring, and how many it released.
+    ring_sent: u64,
+    ring_released: u64,
+    /// Pieces it wrote into this rank's ring: arrived, and released back.
+    ring_arrived: u64,
+    ring_release_sent: u64,
+    assembling: Option<Assembling>,
+    heartbeat_out: bool,
+    last_sent: u64,
+}
+
+/// The RDMA verbs link over backend `V`.
+pub struct VerbsLink<V: Verbs> {
+    rank: usize,
+    size: usize,
+    cfg: LinkConfig,
+    verbs: V,
+    qps: Vec<Option<QpId>>,
+    peers: BTreeMap<usize, Peer>,
+    ring: Region,
+    stage: Region,
+    free_stage: Vec<u32>,
+    control: Region,
+    cache: MrCache,
+    regs: BTreeMap<u64, Reg>,
+    tokens: BTreeMap<u8, u64>,
+    adverts: BTreeMap<(usize, u64), Advert>,
+    /// Writes posted from each broadcast's buffer and not completed, by the low 40 bits of
+    /// its sequence number.
+    writing: BTreeMap<u64, u32>,
+    backlog: VecDeque<Completion>,
+    /// Peers whose queue pair failed, and why.
+    gone: BTreeMap<usize, WcStatus>,
+    wake: Option<std::os::fd::RawFd>,
+    counters: BTreeMap<&'static str, u64>,
+    describe: String,
+}
+
+impl<V: Verbs> VerbsLink<V> {
+    /// Rank `rank` of `size`: a queue pair per peer (moved to INIT), the ring, staging and
+    /// control regions registered. [`VerbsLink::local_addr`] is what goes into the blob.
+    pub fn new(
+        rank: usize,
+        size: usize,
+        mut verbs: V,
+        cfg: LinkConfig,
+        describe: String,
+    ) -> Result<VerbsLink<V>, VerbsError> {
+        let mut qps = vec![None; size];
+        for (p, slot) in qps.iter_mut().enumerate() {
+            if p != rank {
+                let qp = verbs.create_qp()?;
+                verbs.to_init(qp)?;
+                *slot = Some(qp);
+            }
+        }
+        let ring_block = cfg.ring_slots as usize * cfg.ring_slot as usize;
+        let ring = Region::new(&mut verbs, ring_block * size)?;
+        let stage = Region::new(
+            &mut verbs,
+            cfg.stage_slots as usize * cfg.ring_slot as usize,
+        )?;
+        let control = Region::new(&mut verbs, cfg.recv_depth as usize * SLOT * size)?;
+        Ok(VerbsLink {
+            rank,
+            size,
+            cfg,
+            qps,
+            peers: BTreeMap::new(),
+            free_stage: (0..cfg.stage_slots).rev().collect(),
+            ring,
+            stage,
+            control,
+            verbs,
+            cache: MrCache::new(),
+            regs: BTreeMap::new(),
+            tokens: BTreeMap::new(),
+            adverts: BTreeMap::new(),
+            writing: BTreeMap::new(),
+            backlog: VecDeque::new(),
+            gone: BTreeMap::new(),
+            wake: None,
+            counters: BTreeMap::new(),
+            describe,
+        })
+    }
+
+    /// What the other ranks need to reach this one (the bootstrap blob's verbs section).
+    pub fn local_addr(&self) -> VerbsAddr {
+        let port = self.verbs.port();
+        VerbsAddr {
+            port: port.port,
+            gid_index: port.gid_index,
+            lid: port.lid,
+            gid: port.gid,
+            mtu: port.mtu,
+            ring_addr: self.ring.addr(0),
+            ring_rkey: self.ring.mr.rkey,
+            ring_slot: self.cfg.ring_slot,
+            ring_slots: self.cfg.ring_slots,
+            qpns: self
+                .qps
+                .iter()
+                .map(|q| q.map_or(0, |q| self.verbs.qp_num(q)))
+                .collect(),
+        }
+    }
+
+    /// Connects the queue pair to every other rank from everybody's addresses (INIT → RTR →
+    /// RTS) and posts its receives. Nothing is sent: a broadcast starts only once every
+    /// rank got here (the communicator's second agreement round).
+    pub fn set_peers(&mut self, addrs: &[VerbsAddr]) -> Result<(), TransportError> {
+        if addrs.len() != self.size {
+            return Err(setup(format!(
+                "{} verbs addresses for {} ranks",
+                addrs.len(),
+                self.size
+            )));
+        }
+        for (p, a) in addrs.iter().enumerate() {
+            let Some(qp) = self.qps[p] else { continue };
+            let Some(&qpn) = a.qpns.get(self.rank) else {
+                return Err(setup(format!(
+                    "rank {p} published {} queue pairs for {} ranks",
+                    a.qpns.len(),
+                    self.size
+                )));
+            };
+            if a.ring_slots != self.cfg.ring_slots || a.ring_slot != self.cfg.ring_slot {
+                return Err(setup(format!(
+                    "rank {p} has a ring of {} × {} bytes, this rank {} × {}: run the same pipecast everywhere",
+                    a.ring_slots, a.ring_slot, self.cfg.ring_slots, self.cfg.ring_slot
+                )));
+            }
+            let remote = Remote {
+                qpn,
+                port: super::ops::PortAddr {
+                    port: a.port,
+                    gid_index: a.gid_index,
+                    lid: a.lid,
+                    gid: a.gid,
+                    mtu: a.mtu,
+                },
+            };
+            let v = |e: VerbsError| setup(format!("queue pair to rank {p}: {e}"));
+            self.verbs.to_rtr(qp, &remote).map_err(v)?;
+            self.verbs.to_rts(qp).map_err(v)?;
+            let block = u64::from(self.cfg.ring_slots) * u64::from(self.cfg.ring_slot);
+            self.peers.insert(
+                p,
+                Peer {
+                    qp,
+                    ring_addr: a.ring_addr + self.rank as u64 * block,
+                    ring_rkey: a.ring_rkey,
+                    sq_used: 0,
+                    free_recvs: (0..self.cfg.recv_depth).rev().collect(),
+                    control_out: VecDeque::new(),
+                    data_out: VecDeque::new(),
+                    ring_sent: 0,
+                    ring_released: 0,
+                    ring_arrived: 0,
+                    ring_release_sent: 0,
+                    assembling: None,
+                    heartbeat_out: false,
+                    last_sent: 0,
+                },
+            );
+            self.post_recvs(p, self.cfg.control_recvs)?;
+        }
+        Ok(())
+    }
+
+    /// The backend (the model's tests look into it).
+    pub fn verbs(&self) -> &V {
+        &self.verbs
+    }
+
+    /// Registrations made and reused by the cache.
+    pub fn cache_stats(&self) -> (u64, u64, usize) {
+        (self.cache.registered, self.cache.reused, self.cache.len())
+    }
+
+    /// Keeps `want` receives posted to `peer` (at most the queue's depth).
+    fn post_recvs(&mut self, peer: usize, want: u32) -> Result<(), TransportError> {
+        let want = want.min(self.cfg.recv_depth);
+        let base = peer * self.cfg.recv_depth as usize * SLOT;
+        let Some(p) = self.peers.get_mut(&peer) else {
+            return Ok(());
+        };
+        while self.cfg.recv_depth - (p.free_recvs.len() as u32) < want {
+            let slot = p.free_recvs.pop().expect("below depth");
+            let at = base + slot as usize * SLOT;
+            let wr = RecvWr {
+                wr_id: WR_RECV | (peer as u64) << 20 | u64::from(slot),
+                addr: self.control.addr(at),
+                len: SLOT as u32,
+                lkey: self.control.mr.lkey,
+            };
+            // SAFETY: the slot lies in the control region, registered for the link's life,
+            // and nothing touches it until its completion (then it is read and reused).
+            unsafe { self.verbs.post_recv(p.qp, &wr) }
+                .map_err(|e| io(peer, format!("posting a receive: {e}")))?;
+        }
+        Ok(())
+    }
+
+    /// Sends what is queued to `peer` while its send queue has room: control first, then
+    /// segments in order.
+    fn flush(&mut self, peer: usize, bufs: &mut Buffers, now: u64) -> Result<(), TransportError> {
+        loop {
+            let p = self.peers.get_mut(&peer).expect("known peer");
+            if p.sq_used >= self.cfg.send_depth {
+                return Ok(());
+            }
+            let Some(c) = p.control_out.pop_front() else {
+                break;
+            };
+            let mut b = [0u8; control::LEN];
+            let n = c.emit(&mut b);
+            let wr = SendWr {
+                wr_id: WR_CONTROL | peer as u64,
+                op: Op::Send,
+                local: Local::Inline(&b[..n]),
+            };
+            // SAFETY: an inline send copies its bytes when posted; no memory is referenced.
+            unsafe { self.verbs.post_send(p.qp, &wr) }
+                .map_err(|e| io(peer, format!("posting a send: {e}")))?;
+            p.sq_used += 1;
+            p.last_sent = now;
+            if c == Control::Heartbeat {
+                p.heartbeat_out = true;
+            }
+        }
+        while self.write_next(peer, bufs, now)? {}
+        Ok(())
+    }
+
+    /// Posts the next piece of the first segment queued to `peer`; whether it did.
+    fn write_next(
+        &mut self,
+        peer: usize,
+        bufs: &mut Buffers,
+        now: u64,
+    ) -> Result<bool, TransportError> {
+        let cfg = self.cfg;
+        let p = self.peers.get_mut(&peer).expect("known peer");
+        if p.sq_used >= cfg.send_depth {
+            return Ok(false);
+        }
+        let Some(out) = p.data_out.front_mut() else {
+            return Ok(false);
+        };
+        let Some(advert) = self.adverts.get(&(peer, out.seq)).copied() else {
+            return Ok(false); // the child has not posted this broadcast yet
+        };
+        let Some(reg) = self.regs.get(&out.seq) else {
+            return Err(io(
+                peer,
+                format!(
+                    "broadcast {} has a segment to send but no registered buffer",
+                    out.seq
+                ),
+            ));
+        };
+        let remaining = out.payload.len() - out.sent;
+        let mut piece = remaining.min(self.verbs.max_msg() as usize);
+        let ring = advert.target == Target::Ring;
+        if ring || (reg.mr.is_none() && reg.len > 0) {
+            piece = piece.min(cfg.ring_slot as usize);
+        }
+        let last = piece == remaining;
+        let imm = (ring || last).then(|| control::imm(reg.token, out.segment));
+        let (remote_addr, rkey) = match advert.target {
+            Target::Ring => {
+                if p.ring_sent - p.ring_released >= u64::from(cfg.ring_slots) {
+                    return Ok(false); // its ring is full: wait for a release
+                }
+                let slot = p.ring_sent % u64::from(cfg.ring_slots);
+                (p.ring_addr + slot * u64::from(cfg.ring_slot), p.ring_rkey)
+            }
+            Target::Buffer { addr, rkey, len } => {
+                if out.payload.end as u64 > len {
+                    return Err(io(
+                        peer,
+                        format!(
+                            "broadcast {}: its buffer is {len} bytes, segment {} ends at byte {}",
+                            out.seq, out.segment, out.payload.end
+                        ),
+                    ));
+                }
+                (addr + (out.payload.start + out.sent) as u64, rkey)
+            }
+        };
+        let from = out.payload.start + out.sent;
+        let (local, stage) = match reg.mr {
+            _ if piece == 0 => (Local::Empty, NO_STAGE),
+            Some(mr) => (
+                Local::Sge {
+                    addr: reg.addr + from as u64,
+                    len: piece as u32,
+                    lkey: mr.lkey,
+                },
+                NO_STAGE,
+            ),
+            None => {
+                let Some(slot) = self.free_stage.pop() else {
+                    return Ok(false); // every staging slot is in flight
+                };
+                let at = slot as usize * cfg.ring_slot as usize;
+                let src = bufs
+                    .get(&out.seq)
+                    .map(Buffer::as_slice)
+                    .and_then(|b| b.get(from..from + piece))
+                    .ok_or_else(|| crate::transport::gone_buffer(peer, out.seq))?;
+                self.stage.bytes[at..at + piece].copy_from_slice(src);
+                bump(&mut self.counters, "verbs_staged_bytes", piece as u64);
+                (
+                    Local::Sge {
+                        addr: self.stage.addr(at),
+                        len: piece as u32,
+                        lkey: self.stage.mr.lkey,
+                    },
+                    u64::from(slot),
+                )
+            }
+        };
+        let wr = SendWr {
+            wr_id: WR_WRITE | stage << 40 | (out.seq & SEQ_MASK),
+            op: Op::Write {
+                remote_addr,
+                rkey,
+                imm,
+            },
+            local,
+        };
+        // SAFETY: the source is the broadcast's buffer inside its registration (held until
+        // `deregister`, which first waits for this write's completion) or a staging slot
+        // that stays reserved until the completion.
+        unsafe { self.verbs.post_send(p.qp, &wr) }
+            .map_err(|e| io(peer, format!("posting an RDMA write: {e}")))?;
+        p.sq_used += 1;
+        p.last_sent = now;
+        if ring {
+            p.ring_sent += 1;
+        }
+        out.sent += piece;
+        *self.writing.entry(out.seq & SEQ_MASK).or_default() += 1;
+        if out.sent == out.payload.len() {
+            p.data_out.pop_front();
+        }
+        bump(&mut self.counters, "verbs_writes", 1);
+        Ok(true)
+    }
+
+    /// A send work request (control message or write) completed: frees its queue slot
+    /// and staging slot, counts its write done. Needs no endpoint, so that `deregister` can
+    /// wait for writes.
+    fn send_done(&mut self, c: &Completion) -> Result<(), TransportError> {
+        let peer = self.peer_of(c.qp);
+        if let Some(p) = self.peers.get_mut(&peer) {
+            p.sq_used = p.sq_used.saturating_sub(1);
+            if c.wr_id & KIND == WR_CONTROL {
+                p.heartbeat_out = false;
+            }
+        }
+        if c.wr_id & KIND == WR_WRITE {
+            let stage = (c.wr_id >> 40) & NO_STAGE;
+            if stage != NO_STAGE {
+                self.free_stage.push(stage as u32);
+            }
+            let key = c.wr_id & SEQ_MASK;
+            if let Some(n) = self.writing.get_mut(&key) {
+                *n -= 1;
+                if *n == 0 {
+                    self.writing.remove(&key);
+                }
+            }
+            if c.status == WcStatus::RemoteAccess {
+                return Err(io(
+                    peer,
+                    "it refused an RDMA write into its buffer (remote access error: a wrong key or range)".into(),
+                ));
+            }
+        }
+        self.check(peer, c.status)
+    }
+
+    /// Handles one completion.
+    fn complete(
+        &mut self,
+        c: Completion,
+        bufs: &mut Buffers,
+        endpoint: &mut Endpoint,
+        now: u64,
+    ) -> crate::Result<()> {
+        if c.wr_id & KIND != WR_RECV {
+            return Ok(self.send_done(&c)?);
+        }
+        let peer = ((c.wr_id >> 20) & 0xffff_ffff) as usize;
+        let slot = (c.wr_id & 0xf_ffff) as u32;
+        if let Some(p) = self.peers.get_mut(&peer) {
+            p.free_recvs.push(slot);
+        }
+        if c.status != WcStatus::Success {
+            return Ok(self.check(peer, c.status)?);
+        }
+        match c.kind {
+            WcKind::RecvWriteImm => {
+                let imm = c
+                    .imm
+                    .ok_or_else(|| bad(peer, "a write without immediate"))?;
+                self.landed(peer, imm, c.byte_len as usize, bufs, endpoint, now)
+            }
+            _ => {
+                let at = (peer * self.cfg.recv_depth as usize + slot as usize) * SLOT;
+                let len = (c.byte_len as usize).min(SLOT);
+                let msg = Control::parse(peer, &self.control.bytes[at..at + len])?;
+                self.control_in(peer, msg, endpoint, now)
+            }
+        }
+    }
+
+    fn peer_of(&self, qp: QpId) -> usize {
+        self.qps
+            .iter()
+            .position(|q| *q == Some(qp))
+            .unwrap_or(usize::MAX)
+    }
+
+    /// A failed work request marks its peer gone (its queue pair is in the error state).
+    fn check(&mut self, peer: usize, status: WcStatus) -> Result<(), TransportError> {
+        match status {
+            WcStatus::Success => Ok(()),
+            WcStatus::RemoteAccess | WcStatus::LocalError | WcStatus::Other(_) => {
+                Err(io(peer, format!("an RDMA work request failed: {status:?}")))
+            }
+            s => {
+                self.gone.entry(peer).or_insert(s);
+                Ok(())
+            }
+        }
+    }
+
+    /// A control message arrived.
+    fn control_in(
+        &mut self,
+        peer: usize,
+        msg: Control,
+        endpoint: &mut Endpoint,
+        now: u64,
+    ) -> crate::Result<()> {
+        match msg {
+            Control::Engine(m) => endpoint.handle_message(now, peer, &m)?,
+            Control::Advert { seq, shape, target } => {
+                if let Some(b) = endpoint.get(seq) {
+                    same_shape(peer, seq, shape, b)?;
+                }
+                self.adverts.insert((peer, seq), Advert { target, shape });
+            }
+            Control::Release { copied } => {
+                if let Some(p) = self.peers.get_mut(&peer) {
+                    p.ring_released = p.ring_released.max(copied);
+                }
+            }
+            Control::Heartbeat => {}
+        }
+        Ok(())
+    }
+
+    /// A write with immediate from `peer` completed: its bytes are in this rank's buffer
+    /// (or in its ring block for `peer`, to copy out).
+    fn landed(
+        &mut self,
+        peer: usize,
+        imm: u32,
+        len: usize,
+        bufs: &mut Buffers,
+        endpoint: &mut Endpoint,
+        now: u64,
+    ) -> crate::Result<()> {
+        let (token, segment) = control::split_imm(imm);
+        let Some(&seq) = self.tokens.get(&token) else {
+            return Err(bad(
+                peer,
+                &format!("a segment of an unknown broadcast (token {token})"),
+            )
+            .into());
+        };
+        let Some(b) = endpoint.get(seq) else {
+            return Err(bad(
+                peer,
+                &format!("a segment of broadcast {seq}, which is not running"),
+            )
+            .into());
+        };
+        let h = header(b, segment).ok_or_else(|| {
+            bad(
+                peer,
+                &format!("segment number {segment} is not in broadcast {seq}"),
+            )
+        })?;
+        let range = b
+            .layout()
+            .range(usize::from(h.lane), h.index)
+            .map(|r| r.start as usize..r.end as usize)
+            .expect("header checked it");
+        let ring = self
+            .regs
+            .get(&seq)
+            .is_some_and(|r| r.mr.is_none() && r.len > 0);
+        if ring {
+            let cfg = self.cfg;
+            bump(&mut self.counters, "verbs_ring_bytes", len as u64);
+            let p = self.peers.get_mut(&peer).expect("known peer");
+            let slot = (p.ring_arrived % u64::from(cfg.ring_slots)) as usize;
+            p.ring_arrived += 1;
+            let offset = match &p.assembling {
+                Some(a) if a.seq == seq && a.segment == segment => a.offset,
+                _ => 0,
+            };
+            if offset + len > range.len() || len > cfg.ring_slot as usize {
+                return Err(bad(
+                    peer,
+                    &format!(
+                        "a {len}-byte piece at {offset} of a {}-byte segment",
+                        range.len()
+                    ),
+                )
+                .into());
+            }
+            let at = (peer * cfg.ring_slots as usize + slot) * cfg.ring_slot as usize;
+            let buf = bufs
+                .get_mut(&seq)
+                .map(Buffer::as_mut_slice)
+                .ok_or_else(|| crate::transport::gone_buffer(peer, seq))?;
+            let to = range.start + offset;
+            buf[to..to + len].copy_from_slice(&self.ring.bytes[at..at + len]);
+            if offset + len < range.len() {
+                p.assembling = Some(Assembling {
+                    seq,
+                    segment,
+                    offset: offset + len,
+                });
+                return Ok(());
+            }
+            p.assembling = None;
+        }
+        match endpoint.route_data(peer, &h)? {
+            Route::Into { range: r, .. } if r == range => {
+                endpoint.handle_data(now, &h);
+                Ok(())
+            }
+            other => Err(bad(
+                peer,
+                &format!("segment {segment} of broadcast {seq} landed but the engine routes it {other:?}"),
+            )
+            .into()),
+        }
+    }
+
+    /// Polls the completion queue dry (the backlog first).
+    fn poll_all(
+        &mut self,
+        bufs: &mut Buffers,
+        endpoint: &mut Endpoint,
+        now: u64,
+    ) -> crate::Result<usize> {
+        let mut n = 0;
+        let mut batch = Vec::new();
+        loop {
+            batch.clear();
+            batch.extend(self.backlog.drain(..));
+            if batch.is_empty() {
+                self.verbs
+                    .poll(&mut batch, 64)
+                    .map_err(|e| io(self.rank, format!("polling the completion queue: {e}")))?;
+            }
+            if batch.is_empty() {
+                return Ok(n);
+            }
+            n += batch.len();
+            for c in std::mem::take(&mut batch) {
+                self.complete(c, bufs, endpoint, now)?;
+            }
+        }
+    }
+
+    /// Waits up to `wait` for a completion or the wake descriptor.
+    fn wait(&mut self, wait: Duration) -> Result<(), TransportError> {
+        let Some(fd) = self.verbs.wait_fd() else {
+            return Ok(()); // the model: everything it will deliver is delivered
+        };
+        self.verbs
+            .arm()
+            .map_err(|e| io(self.rank, format!("arming the completion channel: {e}")))?;
+        // Something may have completed before the arming.
+        let mut peek = Vec::new();
+        self.verbs
+            .poll(&mut peek, 64)
+            .map_err(|e| io(self.rank, format!("polling the completion queue: {e}")))?;
+        if !peek.is_empty() {
+            self.backlog.extend(peek);
+            return Ok(());
+        }
+        wait_readable(&[Some(fd), self.wake], wait)
+            .map_err(|e| io(self.rank, format!("waiting for completions: {e}")))
+    }
+}
+
+/// The header of segment number `segment` (lanes one after another) of broadcast `b`.
+fn header(b: &crate::engine::Bcast, segment: u32) -> Option<DataHeader> {
+    let layout = b.layout();
+    let mut first = 0u32;
+    for lane in 0..layout.lanes() {
+        let n = layout.segments(lane);
+        if segment < first + n {
+            let index = segment - first;
+            let r = layout.range(lane, index)?;
+            let s = b.setup();
+            return Some(DataHeader {
+                seq: s.seq,
+                root: s.root as u32,
+                msize: s.msize,
+                segment: layout.segment() as u32,
+                lanes: layout.lanes() as u16,
+                lane: lane as u16,
+                index,
+                len: (r.end - r.start) as u32,
+            });
+        }
+        first += n;
+    }
+    None
+}
+
+/// The number of segment `index` of lane `lane` (lanes one after another).
+fn segment_number(b: &crate::engine::Bcast, lane: u16, index: u32) -> u64 {
+    let layout = b.layout();
+    (0..usize::from(lane))
+        .map(|l| u64::from(layout.segments(l)))
+        .sum::<u64>()
+        + u64::from(index)
+}
+
+/// Fails unless the child's broadcast `seq` has this rank's shape.
+fn same_shape(
+    peer: usize,
+    seq: u64,
+    theirs: control::Shape,
+    b: &crate::engine::Bcast,
+) -> Result<(), TransportError> {
+    let ours = control::Shape::of(b);
+    if ours == theirs {
+        return Ok(());
+    }
+    Err(bad(
+        peer,
+        &format!("broadcast {seq} has {theirs} there but {ours} here: every rank must call bcast with the same root and message size, in the same order"),
+    ))
+}
+
+fn bump(counters: &mut BTreeMap<&'static str, u64>, what: &'static str, n: u64) {
+    *counters.entry(what).or_default() += n;
+}
+
+/// Waits until one of `fds` is readable, or `wait` passed.
+fn wait_readable(fds: &[Option<std::os::fd::RawFd>], wait: Duration) -> std::io::Result<()> {
+    let mut polls: Vec<libc::pollfd> = fds
+        .iter()
+        .flatten()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let ms = wait.as_millis().min(i32::MAX as u128) as i32;
+    // SAFETY: `polls` is a live array of `polls.len()` pollfd structures.
+    let n = unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, ms) };
+    if n < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+fn setup(error: String) -> TransportError {
+    TransportError::Setup {
+        what: "verbs link".into(),
+        error,
+    }
+}
+
+fn io(peer: usize, error: String) -> TransportError {
+    TransportError::Io {
+        peer: Some(peer),
+        error,
+    }
+}
+
+fn bad(peer: usize, reason: &str) -> TransportError {
+    TransportError::BadFrame {
+        peer,
+        reason: reason.to_string(),
+    }
+}
+
+impl<V: Verbs> Transport for VerbsLink<V> {
+    fn describe(&self) -> String {
+        self.describe.clone()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            reliable: true,
+            max_frame: None,
+            needs_registration: true,
+            one_sided: true,
+        }
+    }
+
+    fn connect(&mut self, peers: &[usize], _timeout: Duration) -> Result<(), TransportError> {
+        match peers.iter().find(|p| !self.peers.contains_key(p)) {
+            Some(&p) => Err(TransportError::UnknownPeer { peer: p }),
+            None => {
+                self.peers.retain(|p, _| peers.contains(p));
+                Ok(())
+            }
+        }
+    }
+
+    fn register(&mut self, seq: u64, buf: &Buffer) -> Result<(), TransportError> {
+        let token = control::token(seq);
+        if let Some(other) = self.tokens.get(&token) {
+            return Err(setup(format!(
+                "broadcast {seq} would share its immediate token with broadcast {other}, still in flight: at most 256 broadcasts may be in flight on a verbs link"
+            )));
+        }
+        let bytes = buf.as_slice();
+        let (addr, len) = (bytes.as_ptr() as u64, bytes.len());
+        let mr = if len == 0 {
+            None
+        } else {
+            // SAFETY: the buffer stays in the driver's `Buffers` (allocated, not moved) until
+            // after `deregister(seq)`, which releases this registration.
+            match unsafe {
+                self.cache
+                    .acquire(&mut self.verbs, bytes.as_ptr().cast_mut(), len)
+            } {
+                Ok(mr) => Some(mr),
+                Err(e) => {
+                    tracing::debug!(seq, error = %e, "verbs: buffer not registered, using the rings");
+                    bump(&mut self.counters, "verbs_unregistered_buffers", 1);
+                    None
+                }
+            }
+        };
+        self.tokens.insert(token, seq);
+        self.regs.insert(
+            seq,
+            Reg {
+                token,
+                mr,
+                addr,
+                len,
+                advertised: BTreeSet::new(),
+            },
+        );
+        Ok(())
+    }
+
+    fn deregister(&mut self, seq: u64) {
+        // The device may still read this buffer for writes whose completion was not polled
+        // (their data arrived: the children credited it): wait for them first.
+        // A failed queue pair flushes its work with completions, so this ends; the deadline
+        // only guards against a device that stops answering.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut batch = Vec::new();
+        while self.writing.contains_key(&(seq & SEQ_MASK)) && std::time::Instant::now() < deadline {
+            batch.clear();
+            if self.verbs.poll(&mut batch, 64).is_err() {
+                break;
+            }
+            for c in batch.drain(..) {
+                if c.wr_id & KIND == WR_RECV {
+                    self.backlog.push_back(c); // for the next round, which has the endpoint
+                } else if let Err(e) = self.send_done(&c) {
+                    tracing::debug!(seq, error = %e, "verbs: a send failed while a broadcast ended");
+                }
+            }
+        }
+        if let Some(reg) = self.regs.remove(&seq) {
+            self.tokens.remove(&reg.token);
+            if let Some(mr) = reg.mr {
+                self.cache.release(&mut self.verbs, mr.id);
+            }
+        }
+        self.adverts.retain(|&(_, s), _| s != seq);
+        for p in self.peers.values_mut() {
+            p.data_out.retain(|o| o.seq != seq);
+            if p.assembling.as_ref().is_some_and(|a| a.seq == seq) {
+                p.assembling = None;
+            }
+        }
+    }
+
+    fn progress(
+        &mut self,
+        bufs: &mut Buffers,
+        endpoint: &mut Endpoint,
+        clock: &dyn Fn() -> u64,
+        wait: Duration,
+    ) -> crate::Result<()> {
+        let now = clock();
+        self.poll_all(bufs, endpoint, now)?;
+        let served: BTreeSet<usize> = self.peers.keys().copied().collect();
+        while let Some((seq, t)) = endpoint.poll_transmit_to(now, &|p| served.contains(&p)) {
+            let p = self.peers.get_mut(&t.to).expect("served");
+            match t.message {
+                Message::Data(h) => {
+                    let b = endpoint.get(seq).expect("it just sent");
+                    let segment = segment_number(b, h.lane, h.index);
+                    if segment >= u64::from(MAX_SEGMENTS) {
+                        return Err(setup(format!(
+                            "broadcast {seq} has more than {MAX_SEGMENTS} segments: raise the segment size (PIPECAST_SEGMENT)"
+                        ))
+                        .into());
+                    }
+                    p.data_out.push_back(Outgoing {
+                        seq,
+                        segment: segment as u32,
+                        payload: t.payload,
+                        sent: 0,
+                    });
+                }
+                m => p.control_out.push_back(Control::Engine(m)),
+            }
+            if let (Message::Data(_), Some(a)) = (t.message, self.adverts.get(&(t.to, seq))) {
+                same_shape(t.to, seq, a.shape, endpoint.get(seq).expect("it just sent"))?;
+            }
+        }
+        // Adverts to parents, and receives for what may arrive next.
+        let expected = endpoint.expected(&|p| served.contains(&p));
+        let mut per_peer: BTreeMap<usize, u32> = BTreeMap::new();
+        for e in &expected {
+            *per_peer.entry(e.from).or_default() += 1;
+            let Some(reg) = self.regs.get_mut(&e.seq) else {
+                continue;
+            };
+            if reg.advertised.insert(e.from) {
+                let target = match reg.mr {
+                    Some(mr) => Target::Buffer {
+                        addr: reg.addr,
+                        rkey: mr.rkey,
+                        len: reg.len as u64,
+                    },
+                    // Nothing to write into: zero-length writes touch no memory.
+                    None if reg.len == 0 => Target::Buffer {
+                        addr: reg.addr,
+                        rkey: 0,
+                        len: 0,
+                    },
+                    None => Target::Ring,
+                };
+                let shape = control::Shape::of(endpoint.get(e.seq).expect("expected of it"));
+                let p = self.peers.get_mut(&e.from).expect("served");
+                p.control_out.push_back(Control::Advert {
+                    seq: e.seq,
+                    shape,
+                    target,
+                });
+            }
+        }
+        let peers: Vec<usize> = self.peers.keys().copied().collect();
+        for &peer in &peers {
+            let want = self.cfg.control_recvs + per_peer.get(&peer).copied().unwrap_or(0);
+            self.post_recvs(peer, want)?;
+        }
+        // Ring releases, and heartbeats to the peers broadcasts wait for.
+        let waiting = endpoint.waiting_for();
+        for &peer in &peers {
+            let half = u64::from(self.cfg.ring_slots).div_ceil(2);
+            let p = self.peers.get_mut(&peer).expect("listed");
+            if p.ring_arrived - p.ring_release_sent >= half
+                || (p.assembling.is_none() && p.ring_arrived > p.ring_release_sent)
+            {
+                p.ring_release_sent = p.ring_arrived;
+                p.control_out.push_back(Control::Release {
+                    copied: p.ring_arrived,
+                });
+            }
+            if waiting.contains(&peer)
+                && !p.heartbeat_out
+                && p.control_out.is_empty()
+                && now.saturating_sub(p.last_sent) >= self.cfg.heartbeat
+            {
+                p.control_out.push_back(Control::Heartbeat);
+            }
+        }
+        for &peer in &peers {
+            self.flush(peer, bufs, now)?;
+        }
+        let needed = |p: &usize| {
+            waiting.contains(p)
+                || self
+                    .peers
+                    .get(p)
+                    .is_some_and(|q| !q.data_out.is_empty() || !q.control_out.is_empty())
+        };
+        if let Some((&peer, _)) = self.gone.iter().find(|(p, _)| needed(p)) {
+            return Err(TransportError::Closed { peer }.into());
+        }
+        if endpoint.any_done() || wait.is_zero() {
+            return Ok(());
+        }
+        self.wait(wait)?;
+        Ok(())
+    }
+
+    fn set_wake(&mut self, fd: std::os::fd::RawFd) {
+        self.wake = Some(fd);
+    }
+
+    fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.verbs.wait_fd()
+    }
+
+    fn counters(&self) -> BTreeMap<String, u64> {
+        let mut c: BTreeMap<String, u64> = self
+            .counters
+            .iter()
+            .map(|(k, v)| (k.to_string(), *v))
+            .collect();
+        c.insert("verbs_registrations".into(), self.cache.registered);
+        c.insert("verbs_registrations_reused".into(), self.cache.reused);
+        c
+    }
+
+    fn describe_state(&self, _now: u64) -> String {
+        let mut s = format!(
+            "{}: {} buffers registered ({} regions), {} peers gone",
+            self.describe,
+            self.regs.len(),
+            self.cache.len(),
+            self.gone.len()
+        );
+        for (peer, p) in &self.peers {
+            if !p.data_out.is_empty() || !p.control_out.is_empty() || p.sq_used > 0 {
+                s += &format!(
+                    "\n  rank {peer}: {} segments and {} control messages queued, {} sends in flight, ring {}/{} sent/released",
+                    p.data_out.len(),
+                    p.control_out.len(),
+                    p.sq_used,
+                    p.ring_sent,
+                    p.ring_released
+                );
+            }
+        }
+        s
+    }
+
+    fn shutdown(&mut self) {
+        let seqs: Vec<u64> = self.regs.keys().copied().collect();
+        for seq in seqs {
+            self.deregister(seq);
+        }
+    }
+}
+
+impl<V: Verbs> Drop for VerbsLink<V> {
+    fn drop(&mut self) {
+        self.shutdown();
+        for mr in [self.ring.mr.id, self.stage.mr.id, self.control.mr.id] {
+            self.verbs.deregister(mr);
+        }
+    }
+}

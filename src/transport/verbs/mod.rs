@@ -1,0 +1,73 @@
+//! The RDMA verbs link: each segment is an RDMA WRITE WITH IMMEDIATE from the parent's
+//! registered user buffer straight into the child's, at the segment's offset (issue 17;
+//! docs/verbs.md).
+//!
+//! - [`ops`]: the verbs operations the link relies on, as a trait ([`ops::Verbs`]).
+//! - [`link`]: the protocol ([`VerbsLink`]), over any backend of that trait.
+//! - [`control`]: its small messages (adverts, credits, ring releases) and immediates.
+//! - [`mr_cache`]: memory registrations by address range.
+//! - `model` (tests only): an in-memory MODEL of the verbs semantics, on which the protocol is
+//!   tested here: these machines have no RDMA device.
+//! - `sys` (cargo feature `verbs`): the real backend over libibverbs (rdma-sys), one file per
+//!   verbs object. It builds here; it has not run on hardware.
+
+pub mod control;
+pub mod link;
+pub mod mr_cache;
+pub mod ops;
+
+#[cfg(test)]
+pub mod model;
+#[cfg(feature = "verbs")]
+pub mod sys;
+#[cfg(test)]
+mod tests;
+
+pub use link::{LinkConfig, VerbsLink};
+
+use ops::{Verbs, VerbsError};
+
+/// Which device, port and GID table entry to use (`PIPECAST_VERBS_DEVICE`, `_PORT`,
+/// `_GID_INDEX`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeviceConfig {
+    /// Device name (`mlx5_0`, `rxe0`); `None`: the first one.
+    pub device: Option<String>,
+    /// Port number (1 when 0).
+    pub port: u8,
+    /// GID table index: on RoCE the entry of the wanted address and RoCE version (see
+    /// `show_gids`); on InfiniBand 0.
+    pub gid_index: u8,
+}
+
+/// The link a communicator of `size` ranks uses at `rank`, on the device of `config`: fails
+/// when this build has no verbs (feature off) or the host no usable device.
+pub fn open(
+    rank: usize,
+    size: usize,
+    config: &DeviceConfig,
+) -> Result<VerbsLink<Box<dyn Verbs>>, VerbsError> {
+    let cfg = LinkConfig::default();
+    let (verbs, describe) = device(config, size, &cfg)?;
+    VerbsLink::new(rank, size, verbs, cfg, describe)
+}
+
+#[cfg(feature = "verbs")]
+fn device(
+    config: &DeviceConfig,
+    size: usize,
+    cfg: &LinkConfig,
+) -> Result<(Box<dyn Verbs>, String), VerbsError> {
+    let v = sys::DeviceVerbs::open(config, size, cfg.send_depth, cfg.recv_depth)?;
+    let describe = v.describe();
+    Ok((Box::new(v), describe))
+}
+
+#[cfg(not(feature = "verbs"))]
+fn device(
+    _config: &DeviceConfig,
+    _size: usize,
+    _cfg: &LinkConfig,
+) -> Result<(Box<dyn Verbs>, String), VerbsError> {
+    Err(VerbsError::NotBuilt)
+}

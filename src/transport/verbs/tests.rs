@@ -1,0 +1,583 @@
+//! The verbs link's protocol over the in-memory MODEL of verbs (`model.rs`): every tree, root
+//! and awkward size byte for byte; the registered-ring fallback; several broadcasts in
+//! flight; a peer that dies; ranks that disagree. And the model's own semantics.
+
+use super::link::{LinkConfig, VerbsLink};
+use super::model::{Fabric, ModelVerbs};
+use super::ops::{Local, Op, QpState, RecvWr, Remote, SendWr, Verbs, VerbsError, WcKind, WcStatus};
+use crate::engine::{Bcast, Config, Endpoint, Setup};
+use crate::plan::{self, Lane};
+use crate::topology::{gen, Topology};
+use crate::transport::{Buffer, Buffers, Transport};
+use std::cell::Cell;
+use std::time::Duration;
+
+/// One rank: its endpoint, link and buffers.
+struct Rank {
+    ep: Endpoint,
+    link: VerbsLink<ModelVerbs>,
+    bufs: Buffers,
+}
+
+/// `n` ranks on one model fabric, connected.
+fn ranks(fabric: &Fabric, n: usize, cfg: LinkConfig) -> Vec<Rank> {
+    let links: Vec<VerbsLink<ModelVerbs>> = (0..n)
+        .map(|r| VerbsLink::new(r, n, fabric.node(), cfg, "verbs:model".into()).unwrap())
+        .collect();
+    let addrs: Vec<_> = links.iter().map(VerbsLink::local_addr).collect();
+    links
+        .into_iter()
+        .enumerate()
+        .map(|(r, mut link)| {
+            link.set_peers(&addrs).unwrap();
+            let others: Vec<usize> = (0..n).filter(|&p| p != r).collect();
+            link.connect(&others, Duration::from_secs(1)).unwrap();
+            Rank {
+                ep: Endpoint::new(),
+                link,
+                bufs: Buffers::new(),
+            }
+        })
+        .collect()
+}
+
+/// The seeded message of broadcast `seq`.
+fn message(seq: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u64 * 131 + seq * 7 + (i as u64 >> 8)) as u8)
+        .collect()
+}
+
+/// Posts broadcast `setup` over `lanes` at every rank (the root holds the message) and
+/// registers its buffers.
+fn post(ranks: &mut [Rank], lanes: &[Lane], setup: Setup, config: Config) {
+    let len = setup.msize as usize;
+    for (r, rank) in ranks.iter_mut().enumerate() {
+        let b = Bcast::new(r, lanes, setup, config, 0).unwrap();
+        let bytes = if r == setup.root {
+            message(setup.seq, len)
+        } else {
+            vec![0xee; len]
+        };
+        rank.bufs.insert(setup.seq, Buffer::Owned(bytes));
+        let buf = rank.bufs.get_mut(&setup.seq).unwrap();
+        rank.ep.post(b, buf.as_mut_slice(), 0).unwrap();
+        rank.link.register(setup.seq, buf).unwrap();
+    }
+}
+
+/// Rounds of every rank's progress until broadcasts `seqs` are done everywhere (each then
+/// finished and deregistered), or the first error. A virtual millisecond per round.
+fn run(ranks: &mut [Rank], seqs: &[u64]) -> Result<(), (usize, crate::Error)> {
+    let now = Cell::new(0u64);
+    let clock = || now.get();
+    let mut left: Vec<Vec<u64>> = ranks.iter().map(|_| seqs.to_vec()).collect();
+    for _round in 0..200_000 {
+        now.set(now.get() + 1_000_000);
+        for (r, rank) in ranks.iter_mut().enumerate() {
+            if left[r].is_empty() {
+                continue;
+            }
+            rank.ep
+                .handle_timeout(now.get())
+                .map_err(|e| (r, e.into()))?;
+            rank.link
+                .progress(&mut rank.bufs, &mut rank.ep, &clock, Duration::ZERO)
+                .map_err(|e| (r, e))?;
+            for seq in left[r].clone() {
+                if rank.ep.is_done(seq) {
+                    rank.ep.finish(seq);
+                    rank.link.deregister(seq);
+                    left[r].retain(|&s| s != seq);
+                }
+            }
+        }
+        if left.iter().all(Vec::is_empty) {
+            return Ok(());
+        }
+    }
+    panic!("broadcasts {seqs:?} did not finish: a hang");
+}
+
+fn check(ranks: &[Rank], seq: u64, what: &str) {
+    for (r, rank) in ranks.iter().enumerate() {
+        let got = rank.bufs[&seq].as_slice();
+        let want = message(seq, got.len());
+        assert!(
+            got == want.as_slice(),
+            "rank {r} holds wrong bytes ({what})"
+        );
+    }
+}
+
+fn config() -> Config {
+    Config {
+        window: 4,
+        credit_every: 2,
+        ..Config::default()
+    }
+}
+
+/// Every tree, every root, sizes 0, 1, odd, around and not a multiple of the segment, and
+/// large: byte-exact at every rank, segments written straight into registered buffers (no
+/// ring, no staging), with no receiver ever out of posted receives.
+#[test]
+fn every_tree_root_and_size_is_byte_exact_over_the_model() {
+    let segment = 64u64;
+    for size in [2, 3, 5] {
+        let topo = gen::random_cluster(2, size, size as u64);
+        let fabric = Fabric::new(7);
+        let mut rs = ranks(&fabric, size, LinkConfig::default());
+        let mut seq = 0;
+        for tree in crate::sim::tests::all_trees() {
+            for root in 0..size {
+                let Ok(plan) = plan::build(&topo, root, &tree, Some(4)) else {
+                    continue;
+                };
+                for msize in [0, 1, 7, segment - 1, segment + 1, 5 * segment + 3, 70_001] {
+                    seq += 1;
+                    let setup = Setup {
+                        seq,
+                        root,
+                        msize,
+                        segment,
+                        deep: seq % 2 == 0,
+                    };
+                    post(&mut rs, &plan.lanes, setup, config());
+                    run(&mut rs, &[seq]).unwrap_or_else(|(r, e)| {
+                        panic!("{tree} root {root} msize {msize}: rank {r}: {e}")
+                    });
+                    check(&rs, seq, &format!("{tree} root {root} msize {msize}"));
+                    for r in &mut rs {
+                        r.bufs.remove(&seq);
+                    }
+                }
+            }
+        }
+        for r in &rs {
+            let c = r.link.counters();
+            assert_eq!(c.get("verbs_ring_bytes"), None, "no ring without need");
+            assert_eq!(c.get("verbs_staged_bytes"), None, "no staging without need");
+            assert_eq!(r.link.cache_stats().2, 0, "every registration released");
+        }
+        assert_eq!(
+            fabric.stats().rnr_naks,
+            0,
+            "receives pre-posted from `expected`"
+        );
+        assert_eq!(fabric.stats().remote_access_errors, 0);
+    }
+}
+
+/// Ranks whose buffers cannot be registered (a locked-memory limit): children take their
+/// segments through their registered ring in pieces (segments larger than a ring slot),
+/// parents write through staging slots; byte-exact either way, and mixed.
+#[test]
+fn unregistrable_buffers_go_through_the_rings_byte_exact() {
+    let cfg = LinkConfig {
+        ring_slots: 2,
+        ring_slot: 24,
+        stage_slots: 2,
+        ..LinkConfig::default()
+    };
+    let size = 5;
+    let topo = Topology::single_switch(size);
+    for limited in [vec![0, 1, 2, 3, 4], vec![1, 3], vec![0]] {
+        let fabric = Fabric::new(7);
+        let mut rs = ranks(&fabric, size, cfg);
+        for &r in &limited {
+            fabric.limit_registration(r, 0);
+        }
+        let mut seq = 0;
+        for tree in ["binary", "linear", "multilane"] {
+            for root in [0, 3] {
+                let plan = plan::build(&topo, root, &tree.parse().unwrap(), Some(4)).unwrap();
+                for msize in [0, 1, 23, 24, 25, 100, 1001] {
+                    seq += 1;
+                    let setup = Setup {
+                        seq,
+                        root,
+                        msize,
+                        segment: 50,
+                        deep: false,
+                    };
+                    post(&mut rs, &plan.lanes, setup, config());
+                    run(&mut rs, &[seq]).unwrap_or_else(|(r, e)| {
+                        panic!(
+                            "limited {limited:?} {tree} root {root} msize {msize}: rank {r}: {e}"
+                        )
+                    });
+                    check(
+                        &rs,
+                        seq,
+                        &format!("limited {limited:?} {tree} {root} {msize}"),
+                    );
+                }
+            }
+        }
+        let ring: u64 = rs
+            .iter()
+            .map(|r| {
+                r.link
+                    .counters()
+                    .get("verbs_ring_bytes")
+                    .copied()
+                    .unwrap_or(0)
+            })
+            .sum();
+        let staged: u64 = rs
+            .iter()
+            .map(|r| {
+                r.link
+                    .counters()
+                    .get("verbs_staged_bytes")
+                    .copied()
+                    .unwrap_or(0)
+            })
+            .sum();
+        assert!(ring > 0 && staged > 0, "ring {ring} staged {staged}");
+    }
+}
+
+/// Three broadcasts in flight at once, different roots and trees, one buffer registered
+/// by the cache once per broadcast; all byte-exact.
+#[test]
+fn broadcasts_in_flight_together_are_byte_exact() {
+    let size = 4;
+    let topo = Topology::single_switch(size);
+    let fabric = Fabric::new(7);
+    let mut rs = ranks(&fabric, size, LinkConfig::default());
+    for (seq, (tree, root, msize)) in [("binary", 0, 5000), ("linear", 2, 777), ("flat", 3, 1)]
+        .into_iter()
+        .enumerate()
+    {
+        let plan = plan::build(&topo, root, &tree.parse().unwrap(), Some(4)).unwrap();
+        let setup = Setup {
+            seq: seq as u64 + 1,
+            root,
+            msize,
+            segment: 128,
+            deep: false,
+        };
+        post(&mut rs, &plan.lanes, setup, config());
+    }
+    run(&mut rs, &[1, 2, 3]).unwrap_or_else(|(r, e)| panic!("rank {r}: {e}"));
+    for seq in 1..=3 {
+        check(&rs, seq, "in flight together");
+    }
+}
+
+/// A rank dies in the middle of a broadcast: the ranks that wait for it fail (its queue
+/// pair's sends fail with "retry exceeded"), naming it, and nothing hangs.
+#[test]
+fn a_peer_that_disappears_fails_the_broadcast_without_a_hang() {
+    let size = 3;
+    let topo = Topology::single_switch(size);
+    let fabric = Fabric::new(7);
+    let mut rs = ranks(&fabric, size, LinkConfig::default());
+    let plan = plan::build(&topo, 0, &"naive-linear".parse().unwrap(), None).unwrap();
+    let setup = Setup {
+        seq: 1,
+        root: 0,
+        msize: 100_000,
+        segment: 1000,
+        deep: false,
+    };
+    post(&mut rs, &plan.lanes, setup, config());
+    // A few rounds, then rank 1 (the middle of the chain) dies.
+    let now = Cell::new(0u64);
+    let clock = || now.get();
+    for _ in 0..3 {
+        for rank in rs.iter_mut() {
+            rank.link
+                .progress(&mut rank.bufs, &mut rank.ep, &clock, Duration::ZERO)
+                .unwrap();
+        }
+    }
+    assert!(!rs[2].ep.is_done(1));
+    let dead = rs.remove(1);
+    drop(dead);
+    let mut failed = [None, None];
+    for _ in 0..10_000 {
+        now.set(now.get() + 10_000_000);
+        for (i, rank) in rs.iter_mut().enumerate() {
+            if failed[i].is_some() {
+                continue;
+            }
+            if let Err(e) = rank
+                .link
+                .progress(&mut rank.bufs, &mut rank.ep, &clock, Duration::ZERO)
+            {
+                failed[i] = Some(e.to_string());
+            }
+        }
+        if failed.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    for (i, f) in failed.iter().enumerate() {
+        let f = f
+            .as_deref()
+            .unwrap_or_else(|| panic!("rank {} never noticed", [0, 2][i]));
+        assert!(f.contains("rank 1"), "{f}");
+    }
+    assert!(fabric.stats().retry_exceeded > 0);
+}
+
+/// Ranks that disagree on the message size fail with an error naming both shapes (the
+/// child's advert carries its own) instead of writing past a buffer.
+#[test]
+fn ranks_that_disagree_on_the_size_fail_instead_of_writing_past_a_buffer() {
+    let topo = Topology::single_switch(2);
+    let fabric = Fabric::new(7);
+    let mut rs = ranks(&fabric, 2, LinkConfig::default());
+    let plan = plan::build(&topo, 0, &"linear".parse().unwrap(), None).unwrap();
+    for (r, msize) in [(0usize, 1000u64), (1, 100)] {
+        let setup = Setup {
+            seq: 1,
+            root: 0,
+            msize,
+            segment: 64,
+            deep: false,
+        };
+        let b = Bcast::new(r, &plan.lanes, setup, config(), 0).unwrap();
+        let rank = &mut rs[r];
+        rank.bufs
+            .insert(1, Buffer::Owned(message(1, msize as usize)));
+        let buf = rank.bufs.get_mut(&1).unwrap();
+        rank.ep.post(b, buf.as_mut_slice(), 0).unwrap();
+        rank.link.register(1, buf).unwrap();
+    }
+    let (r, e) = run(&mut rs, &[1]).unwrap_err();
+    assert_eq!(r, 0);
+    let e = e.to_string();
+    assert!(e.contains("1000 bytes") && e.contains("100 bytes"), "{e}");
+}
+
+/// The registration cache: requests inside a registered range share it; the region goes
+/// when its last holder lets go; an invalidated range is never handed out again.
+#[test]
+fn the_registration_cache_shares_ranges_and_invalidates_safely() {
+    use super::mr_cache::MrCache;
+    let fabric = Fabric::new(7);
+    let mut v = fabric.node();
+    let mut cache = MrCache::new();
+    let mut buf = vec![0u8; 4096];
+    let p = buf.as_mut_ptr();
+    // SAFETY: `buf` outlives every region (all are released before it drops).
+    let (a, b) = unsafe {
+        let a = cache.acquire(&mut v, p, 4096).unwrap();
+        let b = cache.acquire(&mut v, p.add(100), 200).unwrap();
+        (a, b)
+    };
+    assert_eq!(a, b, "inside a registered range");
+    assert_eq!((cache.registered, cache.reused, cache.len()), (1, 1, 1));
+    cache.invalidate(&mut v, p as u64 + 10, p as u64 + 11);
+    // SAFETY: as above.
+    let c = unsafe { cache.acquire(&mut v, p, 16) }.unwrap();
+    assert_ne!(c, a, "an invalidated range is not handed out");
+    cache.release(&mut v, a.id);
+    assert_eq!(cache.len(), 2);
+    cache.release(&mut v, b.id);
+    cache.release(&mut v, c.id);
+    assert!(cache.is_empty(), "released regions are deregistered");
+    drop(buf);
+}
+
+// ---- The model's own semantics ----
+
+/// Two nodes with one queue pair each, connected (RTS both ways), and a registered region of
+/// 64 bytes on each.
+struct Pair {
+    fabric: Fabric,
+    a: ModelVerbs,
+    b: ModelVerbs,
+    qa: super::ops::QpId,
+    qb: super::ops::QpId,
+    mem_a: Vec<u8>,
+    mem_b: Vec<u8>,
+    mr_a: super::ops::Mr,
+    mr_b: super::ops::Mr,
+}
+
+fn pair(rnr_retry: u32) -> Pair {
+    let fabric = Fabric::new(rnr_retry);
+    let (mut a, mut b) = (fabric.node(), fabric.node());
+    let (qa, qb) = (a.create_qp().unwrap(), b.create_qp().unwrap());
+    let (mut mem_a, mut mem_b) = (vec![0u8; 64], vec![0u8; 64]);
+    // SAFETY: the vectors live in the returned pair, and the nodes (fields declared before
+    // them) are dropped first.
+    let (mr_a, mr_b) = unsafe {
+        (
+            a.register(mem_a.as_mut_ptr(), 64).unwrap(),
+            b.register(mem_b.as_mut_ptr(), 64).unwrap(),
+        )
+    };
+    a.to_init(qa).unwrap();
+    b.to_init(qb).unwrap();
+    let ra = Remote {
+        qpn: b.qp_num(qb),
+        port: b.port(),
+    };
+    let rb = Remote {
+        qpn: a.qp_num(qa),
+        port: a.port(),
+    };
+    a.to_rtr(qa, &ra).unwrap();
+    b.to_rtr(qb, &rb).unwrap();
+    a.to_rts(qa).unwrap();
+    b.to_rts(qb).unwrap();
+    Pair {
+        fabric,
+        a,
+        b,
+        qa,
+        qb,
+        mem_a,
+        mem_b,
+        mr_a,
+        mr_b,
+    }
+}
+
+/// A write of `len` bytes of `mem_a` into `mem_b` at `at` (with a wrong rkey if `bad_key`).
+fn write(p: &mut Pair, wr_id: u64, at: usize, len: u32, imm: Option<u32>, bad_key: bool) {
+    let rkey = p.mr_b.rkey + if bad_key { 10 } else { 0 };
+    let wr = SendWr {
+        wr_id,
+        op: Op::Write {
+            remote_addr: p.mem_b.as_ptr() as u64 + at as u64,
+            rkey,
+            imm,
+        },
+        local: Local::Sge {
+            addr: p.mem_a.as_ptr() as u64,
+            len,
+            lkey: p.mr_a.lkey,
+        },
+    };
+    // SAFETY: the source lies in `mem_a`, registered, alive as long as the pair.
+    unsafe { p.a.post_send(p.qa, &wr) }.unwrap();
+}
+
+fn recv(p: &mut Pair, wr_id: u64) {
+    let wr = RecvWr {
+        wr_id,
+        addr: p.mem_b.as_ptr() as u64 + 48,
+        len: 16,
+        lkey: p.mr_b.lkey,
+    };
+    // SAFETY: inside `mem_b`, registered, alive as long as the pair.
+    unsafe { p.b.post_recv(p.qb, &wr) }.unwrap();
+}
+
+fn polled(v: &mut ModelVerbs) -> Vec<super::ops::Completion> {
+    let mut out = Vec::new();
+    v.poll(&mut out, 100).unwrap();
+    out
+}
+
+#[test]
+fn model_queue_pairs_move_through_their_states_in_order_only() {
+    let fabric = Fabric::new(7);
+    let mut a = fabric.node();
+    let q = a.create_qp().unwrap();
+    assert_eq!(a.state(q), QpState::Reset);
+    let remote = Remote {
+        qpn: 0x100,
+        port: a.port(),
+    };
+    assert!(matches!(
+        a.to_rtr(q, &remote),
+        Err(VerbsError::BadState { .. })
+    ));
+    a.to_init(q).unwrap();
+    let wr = SendWr {
+        wr_id: 1,
+        op: Op::Send,
+        local: Local::Inline(b"x"),
+    };
+    // SAFETY: an inline send references no memory.
+    assert!(unsafe { a.post_send(q, &wr) }.is_err(), "no sends in INIT");
+    assert!(a.to_rts(q).is_err(), "RTS needs RTR");
+    a.to_rtr(q, &remote).unwrap();
+    a.to_rts(q).unwrap();
+    assert_eq!(a.state(q), QpState::Rts);
+    assert!(a.to_init(q).is_err());
+}
+
+#[test]
+fn model_writes_land_in_order_with_their_immediates() {
+    let mut p = pair(7);
+    p.mem_a[..8].copy_from_slice(b"abcdefgh");
+    recv(&mut p, 100);
+    recv(&mut p, 101);
+    write(&mut p, 1, 0, 4, None, false);
+    write(&mut p, 2, 8, 8, Some(0xabc), false);
+    write(&mut p, 3, 20, 0, Some(0xdef), false);
+    assert_eq!(&p.mem_b[..4], b"abcd");
+    assert_eq!(&p.mem_b[8..16], b"abcdefgh");
+    let sent: Vec<u64> = polled(&mut p.a).iter().map(|c| c.wr_id).collect();
+    assert_eq!(sent, [1, 2, 3], "a queue pair completes in order");
+    let got = polled(&mut p.b);
+    assert_eq!(
+        got.iter()
+            .map(|c| (c.wr_id, c.kind, c.imm, c.byte_len))
+            .collect::<Vec<_>>(),
+        [
+            (100, WcKind::RecvWriteImm, Some(0xabc), 8),
+            (101, WcKind::RecvWriteImm, Some(0xdef), 0)
+        ],
+        "a plain write consumes no receive"
+    );
+}
+
+#[test]
+fn model_rnr_waits_for_a_receive_or_fails_after_its_retries() {
+    let mut p = pair(7);
+    write(&mut p, 1, 0, 4, Some(1), false);
+    assert!(
+        polled(&mut p.a).is_empty(),
+        "no receive posted: RNR, retried"
+    );
+    assert!(p.fabric.stats().rnr_naks > 0);
+    recv(&mut p, 100);
+    assert_eq!(polled(&mut p.a)[0].status, WcStatus::Success);
+    assert_eq!(polled(&mut p.b)[0].imm, Some(1));
+
+    let mut p = pair(2);
+    for _ in 0..3 {
+        write(&mut p, 1, 0, 4, Some(1), false);
+    }
+    let c = polled(&mut p.a);
+    assert_eq!(c[0].status, WcStatus::RnrRetryExceeded);
+    assert!(c[1..].iter().all(|c| c.status == WcStatus::Flushed));
+    assert_eq!(p.a.state(p.qa), QpState::Error);
+}
+
+#[test]
+fn model_remote_access_errors_for_a_bad_key_or_range() {
+    for (at, len, rkey_ok) in [(0usize, 4u32, false), (60, 8, true)] {
+        let mut p = pair(7);
+        recv(&mut p, 100);
+        write(&mut p, 1, at, len, None, !rkey_ok);
+        write(&mut p, 2, 0, 4, None, false);
+        let c = polled(&mut p.a);
+        assert_eq!(c[0].status, WcStatus::RemoteAccess);
+        assert_eq!(c[1].status, WcStatus::Flushed, "what follows is flushed");
+        assert_eq!(p.a.state(p.qa), QpState::Error);
+        assert_eq!(p.b.state(p.qb), QpState::Error, "the responder fails too");
+        assert_eq!(polled(&mut p.b)[0].status, WcStatus::Flushed);
+        assert_eq!(p.mem_b, vec![0u8; 64], "nothing written");
+    }
+}
+
+#[test]
+fn model_sends_to_a_dead_peer_fail_with_retry_exceeded() {
+    let mut p = pair(7);
+    p.fabric.kill(p.b.node());
+    write(&mut p, 1, 0, 4, None, false);
+    let c = polled(&mut p.a);
+    assert_eq!(c[0].status, WcStatus::RetryExceeded);
+    assert_eq!(p.fabric.stats().retry_exceeded, 1);
+}
