@@ -106,9 +106,17 @@ pub fn create_run_root() -> Result<PathBuf, LabError> {
 /// Loads the state of lab `name`.
 pub fn load(name: &str) -> Result<LabState, LabError> {
     let path = run_root().join(name).join("state.json");
-    let text = std::fs::read_to_string(&path).map_err(|_| LabError::NoSuchLab {
-        name: name.into(),
+    if !path.exists() {
+        return Err(LabError::NoSuchLab {
+            name: name.into(),
+            path: path.display().to_string(),
+        });
+    }
+    // Bounded like every input file (PIPECAST_MAX_INPUT_BYTES): the state file lives in a
+    // directory other users may be able to write to.
+    let text = crate::input::read_text(&path).map_err(|reason| LabError::State {
         path: path.display().to_string(),
+        reason,
     })?;
     serde_json::from_str(&text).map_err(|e| LabError::State {
         path: path.display().to_string(),
