@@ -174,6 +174,7 @@ pub fn failed_blob(e: &crate::Error, host: &str) -> Vec<u8> {
         host: truncate(host),
         settings: "",
         reason: &reason[..end],
+        rails: crate::wire::bootstrap::RailNics::default(),
     }
     .to_vec()
     .expect("lengths are bounded")
@@ -239,6 +240,7 @@ mod tests {
             host: "h",
             settings,
             reason: "",
+            rails: crate::wire::bootstrap::RailNics::default(),
         }
         .to_vec()
         .unwrap()

@@ -90,6 +90,7 @@ impl Local {
             host: agree::truncate(host),
             settings: &self.settings,
             reason: "",
+            rails: crate::wire::bootstrap::RailNics::default(),
         }
         .to_vec()
         .expect("lengths are bounded")
