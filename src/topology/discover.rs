@@ -235,6 +235,15 @@ pub fn assemble(
     // NIC 0 only, so a rail NIC must have heard LLDP).
     let mut attached = Vec::with_capacity(observations.len());
     let mut rails: Vec<Vec<String>> = Vec::with_capacity(observations.len());
+    // A switch the given layer does not list.
+    let unlisted = |rank: usize, machine: &str, switch: &String| {
+        (layer_given && !listed.contains(switch)).then(|| DiscoverError::UnknownSwitch {
+            rank,
+            machine: machine.to_string(),
+            switch: switch.clone(),
+            known: names.join(", "),
+        })
+    };
     for (rank, o) in observations.iter().enumerate() {
         let mut mine = Vec::with_capacity(o.rails.len());
         for nic in &o.rails {
@@ -244,13 +253,8 @@ pub fn assemble(
                     machine: format!("{}, NIC {}", o.machine, mine.len() + 1),
                 });
             };
-            if layer_given && !listed.contains(&switch) {
-                return Err(DiscoverError::UnknownSwitch {
-                    rank,
-                    machine: o.machine.clone(),
-                    switch,
-                    known: names.join(", "),
-                });
+            if let Some(e) = unlisted(rank, &o.machine, &switch) {
+                return Err(e);
             }
             mine.push(switch);
         }
@@ -273,13 +277,8 @@ pub fn assemble(
                 })
             }
         };
-        if layer_given && !listed.contains(&switch) {
-            return Err(DiscoverError::UnknownSwitch {
-                rank,
-                machine: o.machine.clone(),
-                switch,
-                known: names.join(", "),
-            });
+        if let Some(e) = unlisted(rank, &o.machine, &switch) {
+            return Err(e);
         }
         attached.push(switch);
     }

@@ -524,15 +524,19 @@ mod tests {
         assert!(t.contends((0, 1), (0, 2)));
     }
 
-    #[test]
-    fn edge_ids_are_dense_and_named_once() {
-        let t = sample();
+    /// Every edge id below `edge_count` has a name of its own.
+    fn assert_edges_named_once(t: &Topology) {
         let mut names: Vec<String> = (0..t.edge_count() as u32)
             .map(|e| t.edge_name(DirEdge(e)))
             .collect();
         names.sort();
         names.dedup();
         assert_eq!(names.len(), t.edge_count());
+    }
+
+    #[test]
+    fn edge_ids_are_dense_and_named_once() {
+        assert_edges_named_once(&sample());
     }
 
     #[test]
@@ -551,12 +555,7 @@ mod tests {
         let p0 = t.path_on(0, 0, 2);
         assert!(t.path_on(1, 1, 3).iter().all(|e| !p0.contains(e)));
         assert!(t.path_on(0, 1, 3).iter().any(|e| p0.contains(e)));
-        let mut names: Vec<String> = (0..t.edge_count() as u32)
-            .map(|e| t.edge_name(DirEdge(e)))
-            .collect();
-        names.sort();
-        names.dedup();
-        assert_eq!(names.len(), t.edge_count());
+        assert_edges_named_once(&t);
         let view = t.rail_view(1);
         assert_eq!(view.rails(), 1);
         let names: Vec<&str> = view.switches().iter().map(|s| s.name.as_str()).collect();
