@@ -38,4 +38,6 @@ fn examples_match_their_generators() {
         &gen::hub(3, 4, true)
     ));
     assert!(!same(&read("hub4x4.json"), &gen::hub(3, 4, true)));
+    // Issue 16's lab: 16 machines with 2 NICs, 2 rails of a hub and 3 edge switches each.
+    assert!(same(&read("rails2x4.json"), &gen::rails(2, 3, 4, false)));
 }

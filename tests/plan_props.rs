@@ -1,7 +1,7 @@
 //! Property tests of the planners on random clusters (`topology::gen::random_cluster`):
 //! every tree spans all ranks once and is rooted at the root; the topology-aware trees are
 //! contention-free by an independent brute-force test written here (pairwise
-//! `Topology::contends` over communications with different senders), and `plan::check` agrees
+//! shared directed edges of `Topology::path_on` over communications with different senders), and `plan::check` agrees
 //! with the brute force on every tree, the (often contending) baselines included.
 
 use pipecast::plan::{self, check, Lane, Plan, PlanError, TreeKind};
@@ -46,17 +46,7 @@ fn assert_spanning_tree(lane: &Lane, root: usize, size: usize) {
 
 /// Brute force: some two communications with different senders share a directed edge.
 fn brute_force_contends(lane: &Lane, t: &Topology) -> bool {
-    let comms: Vec<(usize, usize)> = lane
-        .children
-        .iter()
-        .enumerate()
-        .flat_map(|(p, kids)| kids.iter().map(move |&c| (p, c)))
-        .collect();
-    comms.iter().enumerate().any(|(x, &a)| {
-        comms[x + 1..]
-            .iter()
-            .any(|&b| a.0 != b.0 && t.contends(a, b))
-    })
+    brute_force_contends_on(lane, t, 0)
 }
 
 fn cluster() -> impl Strategy<Value = (Topology, usize)> {
@@ -71,6 +61,70 @@ fn cluster() -> impl Strategy<Value = (Topology, usize)> {
             let root = root.index(machines);
             (t, root)
         })
+}
+
+/// Machines with 2 to 4 NICs, each rail its own random switch tree and placement.
+fn rails() -> impl Strategy<Value = (Topology, usize)> {
+    (
+        2usize..5,
+        1usize..8,
+        1usize..40,
+        any::<u64>(),
+        any::<prop::sample::Index>(),
+    )
+        .prop_map(|(rails, switches, machines, seed, root)| {
+            let t = gen::random_rails(rails, switches, machines, seed);
+            (t, root.index(machines))
+        })
+}
+
+/// Brute force on a rail: two transfers of the lane with different senders share a directed
+/// edge of the rail (its NICs and switch links; rail 0 is what `Topology::contends` compares).
+fn brute_force_contends_on(lane: &Lane, t: &Topology, rail: usize) -> bool {
+    let comms: Vec<(usize, usize)> = lane
+        .children
+        .iter()
+        .enumerate()
+        .flat_map(|(p, kids)| kids.iter().map(move |&c| (p, c)))
+        .collect();
+    comms.iter().enumerate().any(|(x, &a)| {
+        let pa = t.path_on(rail, a.0, a.1);
+        comms[x + 1..]
+            .iter()
+            .any(|&b| a.0 != b.0 && t.path_on(rail, b.0, b.1).iter().any(|e| pa.contains(e)))
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Seed 002's multi-lane NICs: k rails give k lanes, lane i on rail i, each a spanning
+    /// tree that is contention-free on its rail and never touches another rail's NICs.
+    #[test]
+    fn multilane_puts_lane_i_on_rail_i((t, root) in rails()) {
+        let plan = plan::build(&t, root, &TreeKind::Multilane, None).unwrap();
+        prop_assert_eq!(plan.lanes.len(), t.rails());
+        prop_assert_eq!(&plan.rails, &(0..t.rails()).collect::<Vec<_>>());
+        for (rail, lane) in plan.lanes.iter().enumerate() {
+            assert_spanning_tree(lane, root, t.size());
+            prop_assert!(!brute_force_contends_on(lane, &t, rail), "lane {} contends", rail);
+            for (p, kids) in lane.children.iter().enumerate() {
+                for &c in kids {
+                    for other in (0..t.rails()).filter(|&o| o != rail) {
+                        let theirs = t.path_on(other, p, c);
+                        prop_assert!(t.path_on(rail, p, c).iter().all(|e| !theirs.contains(e)));
+                    }
+                }
+            }
+        }
+        prop_assert!(check(&plan, &t).ok());
+        // Every other tree plans on rail 0 and is still a spanning tree there.
+        for kind in AWARE {
+            let plan = plan::build(&t, root, &kind, None).unwrap();
+            prop_assert!(plan.rails.is_empty());
+            prop_assert!(check(&plan, &t).ok(), "{}", kind);
+        }
+    }
 }
 
 proptest! {
@@ -146,7 +200,7 @@ proptest! {
         parents in prop::collection::vec(prop::option::of(0usize..50), 0..50),
     ) {
         let lane = Lane { parents, children: raw };
-        let plan = Plan { tree: TreeKind::Linear, root, lanes: vec![lane.clone()] };
+        let plan = Plan { tree: TreeKind::Linear, root, lanes: vec![lane.clone()], rails: Vec::new() };
         let report = check(&plan, &t);
         if report.ok() {
             assert_spanning_tree(&lane, root, t.size());

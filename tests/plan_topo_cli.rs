@@ -210,3 +210,51 @@ fn an_oversized_input_file_is_refused_with_the_limit() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Issue 16: machines with two NICs (rails): `topo check` names the rails and `plan` puts
+/// multilane's lane i on rail i, contention-free, and `auto` picks it for large messages.
+#[test]
+fn rails_are_checked_and_planned() {
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/rails2x4.json");
+    let out = pipecast(&["topo", "check", file]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(
+            "2 NICs per machine, NIC i on rail i (rail 0: a0 a1 a2 a3; rail 1: b0 b1 b2 b3)"
+        ),
+        "{text}"
+    );
+    let out = pipecast(&[
+        "plan",
+        "--topology",
+        file,
+        "--tree",
+        "auto",
+        "--root",
+        "5",
+        "--msize",
+        "4194304",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["tree"], "multilane");
+    assert_eq!(v["contention_free"], true);
+    let lanes = v["lanes"].as_array().unwrap();
+    assert_eq!(lanes.len(), 2);
+    for (i, lane) in lanes.iter().enumerate() {
+        assert_eq!(lane["rail"], i);
+    }
+    let out = pipecast(&["plan", "--topology", file, "--tree", "multilane"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("lane 1 (rail 1: NIC 1 of every machine)"),
+        "{text}"
+    );
+    assert!(text.contains(" b3 "), "{text}");
+}

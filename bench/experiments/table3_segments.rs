@@ -38,6 +38,7 @@ fn heap_binary() -> Plan {
         tree: TreeKind::Binary,
         root: 0,
         lanes: vec![Lane::from_children(children)],
+        rails: Vec::new(),
     }
 }
 

@@ -253,6 +253,7 @@ pub unsafe extern "C" fn pipecast_plan_json(
             tree: algorithm.to_string(),
             root: root as usize,
             lanes: &lanes,
+            rails: &[],
             topology: handle.comm.topology(),
             priced: Some((segment, None)),
             throughput: None,

@@ -179,6 +179,7 @@ pub fn failed_blob(e: &crate::Error, host: &str) -> Vec<u8> {
         settings: "",
         reason: &reason[..end],
         verbs: None,
+        rails: crate::wire::bootstrap::RailNics::default(),
     }
     .to_vec()
     .expect("lengths are bounded")
@@ -245,6 +246,7 @@ mod tests {
             settings,
             reason: "",
             verbs: None,
+            rails: crate::wire::bootstrap::RailNics::default(),
         }
         .to_vec()
         .unwrap()

@@ -196,6 +196,7 @@ mod tests {
                 tree: TreeKind::Linear,
                 root: 4,
                 lanes: lanes(&t, 4, &algorithm, segments).unwrap(),
+                rails: Vec::new(),
             };
             let report = crate::plan::check(&plan, &t);
             assert!(report.spanning && report.rooted, "{name}: {report:?}");

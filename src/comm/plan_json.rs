@@ -13,6 +13,8 @@ pub struct PlanReport<'a> {
     pub tree: String,
     pub root: usize,
     pub lanes: &'a [Lane],
+    /// The rail of each lane (`Plan::rails`; empty when all are on rail 0).
+    pub rails: &'a [usize],
     pub topology: &'a Topology,
     /// (segment bytes, predicted µs) when priced for a message size.
     pub priced: Option<(u64, Option<f64>)>,
@@ -25,13 +27,19 @@ pub fn plan_json(r: &PlanReport) -> String {
     let lanes: Vec<Value> = r
         .lanes
         .iter()
-        .map(|l| json!({"parents": l.parents, "children": l.children}))
+        .enumerate()
+        .map(|(i, l)| match r.rails.get(i) {
+            // Lanes on rails (multilane with several NICs): which NIC the lane's transfers use.
+            Some(rail) => json!({"parents": l.parents, "children": l.children, "rail": rail}),
+            None => json!({"parents": l.parents, "children": l.children}),
+        })
         .collect();
-    // The checker reads the root and the lanes only.
+    // The checker reads the root, the lanes and their rails only.
     let checked = Plan {
         tree: TreeKind::Linear,
         root: r.root,
         lanes: r.lanes.to_vec(),
+        rails: r.rails.to_vec(),
     };
     let mut fields = vec![
         ("tree", json!(r.tree)),

@@ -95,6 +95,7 @@ impl Local {
             settings: &self.settings,
             reason: "",
             verbs: self.verbs.as_ref().map(|v| v.local_addr()),
+            rails: crate::wire::bootstrap::RailNics::default(),
         }
         .to_vec()
         .expect("lengths are bounded")

@@ -42,6 +42,7 @@ pub fn build_plan(
         tree: tree.clone(),
         root,
         lanes: vec![lane],
+        rails: Vec::new(),
     })
 }
 

@@ -81,6 +81,9 @@ fn plan(topology: &Topology, opts: &UpOptions) -> Result<LabState, LabError> {
     if topology.size() > 65_000 {
         return Err(LabError::TooBig(topology.size()));
     }
+    if topology.rails() > 1 {
+        return Err(LabError::Rails(topology.rails()));
+    }
     for s in topology.switches() {
         check_ifname("switch", &s.name)?;
     }
@@ -498,6 +501,13 @@ mod tests {
         assert_eq!(state.machines[0].address, "198.18.0.1");
         assert_eq!(addresses(299), ("198.18.1.44".into(), "198.19.1.44".into()));
         assert_eq!(state.namespaces().len(), 3 + 6 + 1);
+    }
+
+    #[test]
+    fn plan_refuses_rails_until_the_lab_builds_them() {
+        let t = crate::topology::gen::rails(2, 1, 2, false);
+        let e = plan(&t, &UpOptions::new("r")).unwrap_err().to_string();
+        assert!(e.contains("every machine 2 NICs (rails)"), "{e}");
     }
 
     #[test]

@@ -61,6 +61,11 @@ pub enum LabError {
     NameClash(String),
     #[error("rate {0:?} is not a rate: write e.g. 100mbit, 1gbit, 500kbit")]
     BadRate(String),
+    /// A topology whose machines have several NICs (rails, docs/topology.md): the lab builds
+    /// one NIC per machine so far, and a lab with rail 1 unplugged would measure the wrong
+    /// network.
+    #[error("the topology gives every machine {0} NICs (rails): the lab builds machines with one NIC so far (issue 16); use a one-NIC file such as examples/hub4x4.json")]
+    Rails(usize),
     #[error("the lab has {0} machines; it supports at most 65000")]
     TooBig(usize),
     #[error("interrupted: the partly built lab was removed")]

@@ -22,11 +22,20 @@ pub struct Conflict {
 /// Every pair of transfers of `lane` with different senders that share a directed edge (each
 /// pair once, with the first shared edge in edge order), at most `limit` of them.
 pub fn conflicts(lane: &Lane, topology: &Topology, limit: usize) -> Vec<Conflict> {
+    conflicts_on(lane, 0, topology, limit)
+}
+
+/// [`conflicts`] of a lane whose transfers use rail `rail` (the machines' NIC `rail`,
+/// `Topology::path_on`); none when the topology has no such rail (the checker reports it).
+pub fn conflicts_on(lane: &Lane, rail: usize, topology: &Topology, limit: usize) -> Vec<Conflict> {
     let mut users: BTreeMap<DirEdge, Vec<(MachineId, MachineId)>> = BTreeMap::new();
+    if rail >= topology.rails() {
+        return Vec::new();
+    }
     for (p, kids) in lane.children.iter().enumerate() {
         for &c in kids {
             if p < topology.size() && c < topology.size() {
-                for e in topology.path(p, c) {
+                for e in topology.path_on(rail, p, c) {
                     users.entry(e).or_default().push((p, c));
                 }
             }

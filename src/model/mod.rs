@@ -69,9 +69,10 @@ pub struct Choice {
     pub predicted_us: f64,
 }
 
-/// The algorithms `auto` chooses among, in tie-breaking order.
+/// The algorithms `auto` chooses among, in tie-breaking order; on a topology with rails
+/// (machines with several NICs) `multilane` too ([`candidates`]).
 ///
-/// `multilane` is left out: it measured about 2 × T(msize) on the 16-host lab at every size,
+/// `multilane` is left out on one NIC: it measured about 2 × T(msize) on the 16-host lab at every size,
 /// segment and window tried (docs/results-ompi.md) when the model predicted ~1 T. The model
 /// now adds the busiest edge's load over all lanes ([`busiest_edge`]) and predicts ~2 T there
 /// too, but that was found late and `auto` has not been re-measured with it in; it stays
@@ -82,6 +83,22 @@ pub const AUTO_CANDIDATES: [TreeKind; 4] = [
     TreeKind::KBinomial(None),
     TreeKind::Kary(3),
 ];
+
+/// What `auto` compares on `topology`: [`AUTO_CANDIDATES`], and `multilane` where rails exist
+/// (one lane per NIC, seed 002: the only plan that sends faster than one link) once the links
+/// carry each lane through its own NIC ([`RAIL_LINKS`]).
+pub fn candidates(topology: &Topology) -> Vec<TreeKind> {
+    let mut list = AUTO_CANDIDATES.to_vec();
+    if RAIL_LINKS && topology.rails() > 1 && topology.hosts().is_none() {
+        list.push(TreeKind::Multilane);
+    }
+    list
+}
+
+/// Whether the links send each lane through its rail's NIC. Not yet (issue 16): today every
+/// lane leaves through NIC 0, where multilane costs about 2 × T(msize), so `auto` must not pick
+/// it at run time ("never slower"); `plan --tree multilane` prices it per rail all the same.
+pub const RAIL_LINKS: bool = false;
 
 /// Bytes each lane carries.
 pub(crate) fn per_lane(plan: &Plan, msize: u64) -> u64 {
@@ -109,8 +126,23 @@ pub fn predict(plan: &Plan, profile: &Profile, msize: u64, segment: u64) -> f64 
         TreeKind::KBinomial(_) if plan.lanes.len() == 1 => {
             steps::kbinomial_time(&plan.lanes[0], x, cost)
         }
+        _ if !plan.rails.is_empty() => by_rail(plan)
+            .iter()
+            .map(|lanes| logp::tree_time(lanes, x, cost))
+            .fold(0.0, f64::max),
         _ => logp::tree_time(&plan.lanes, x, cost),
     }
+}
+
+/// The lanes of each rail, by rail. Lanes are priced by the NICs they use: a rank interleaves
+/// its sends over the lanes of one rail (one NIC, formula (2)'s send positions across lanes)
+/// but sends on different rails at once, so the plan takes as long as its slowest rail.
+fn by_rail(plan: &Plan) -> Vec<Vec<crate::plan::Lane>> {
+    let mut rails: BTreeMap<usize, Vec<crate::plan::Lane>> = BTreeMap::new();
+    for (l, lane) in plan.lanes.iter().enumerate() {
+        rails.entry(plan.rail(l)).or_default().push(lane.clone());
+    }
+    rails.into_values().collect()
 }
 
 /// The candidate segment size (a profile size, capped at a lane's share of the message) with
@@ -154,7 +186,7 @@ pub fn plan_for(
             // the checker accepts, and fall back to all of them only if it accepts none.
             let mut best: Option<(bool, Choice)> = None;
             let mut refused = None;
-            for kind in &AUTO_CANDIDATES {
+            for kind in &candidates(topology) {
                 // A planner may refuse a size (e.g. a dynamic program's memory limit): skip it.
                 let c = match plan_for(topology, root, kind, profile, msize) {
                     Ok(c) => c,
@@ -239,7 +271,8 @@ pub fn price(plan: Plan, topology: &Topology, profile: &Profile, msize: u64) -> 
     }
 }
 
-/// The most transfers of all lanes together that cross one directed edge of the network.
+/// The most transfers of all lanes together that cross one directed edge of the network (each
+/// lane on its own rail: lanes on different NICs meet only on switch links the rails share).
 ///
 /// Formula (2) prices each lane as if it had the network to itself (seed 002 Table 1 assumes
 /// the lanes never meet). Lanes run concurrently, so an edge crossed by n lane transfers
@@ -249,11 +282,15 @@ pub fn price(plan: Plan, topology: &Topology, profile: &Profile, msize: u64) -> 
 /// segment size and window, while formula (2) alone predicted ~1 T (docs/model.md).
 pub fn busiest_edge(plan: &Plan, topology: &Topology) -> usize {
     let mut count: BTreeMap<crate::topology::DirEdge, usize> = BTreeMap::new();
-    for lane in &plan.lanes {
+    for (l, lane) in plan.lanes.iter().enumerate() {
+        let rail = plan.rail(l);
+        if rail >= topology.rails() {
+            continue; // the checker reports it
+        }
         for (p, kids) in lane.children.iter().enumerate() {
             for &c in kids {
                 if p < topology.size() && c < topology.size() {
-                    for e in topology.path(p, c) {
+                    for e in topology.path_on(rail, p, c) {
                         *count.entry(e).or_default() += 1;
                     }
                 }
@@ -387,6 +424,44 @@ mod tests {
         let lanes = plan_for(&one, 0, &TreeKind::Multilane, &p, msize).unwrap();
         let linear = plan_for(&one, 0, &TreeKind::Linear, &p, msize).unwrap();
         assert!(lanes.predicted_us < 1.1 * linear.predicted_us);
+    }
+
+    #[test]
+    fn lanes_on_rails_are_priced_by_their_nics() {
+        let p = Profile::builtin("100mbit").unwrap();
+        let msize = 4 << 20;
+        // The issue-16 lab: 16 machines, 2 rails of a hub and 3 edge switches.
+        let t = gen::rails(2, 3, 4, false);
+        let lanes = plan_for(&t, 0, &TreeKind::Multilane, &p, msize).unwrap();
+        let linear = plan_for(&t, 0, &TreeKind::Linear, &p, msize).unwrap();
+        assert_eq!(
+            (lanes.plan.lanes.len(), busiest_edge(&lanes.plan, &t)),
+            (2, 1)
+        );
+        let ratio = lanes.predicted_us / linear.predicted_us;
+        assert!((0.45..0.6).contains(&ratio), "multilane/linear {ratio}");
+        // Both lanes on rail 0 (one NIC) would pay for the shared NICs: ~ linear.
+        let shared = Plan {
+            rails: vec![0, 0],
+            ..lanes.plan.clone()
+        };
+        let (_, on_one) = choose_segment_with_links(&shared, &t, &p, msize);
+        assert!(on_one > 0.9 * linear.predicted_us, "{on_one}");
+        // `auto` considers multilane where rails exist (once the links use them), and only there.
+        let (plan, _, _) = choose(&t, 5, &p, msize).unwrap();
+        if RAIL_LINKS {
+            assert_eq!(plan.tree, TreeKind::Multilane);
+            assert_eq!(plan.rails, [0, 1]);
+        } else {
+            assert_ne!(plan.tree, TreeKind::Multilane);
+        }
+        assert!(candidates(&gen::hub(3, 4, false))
+            .iter()
+            .all(|k| *k != TreeKind::Multilane));
+        for msize in [1u64, 4096, 1 << 16] {
+            let (plan, _, _) = choose(&gen::hub(3, 4, false), 0, &p, msize).unwrap();
+            assert_ne!(plan.tree, TreeKind::Multilane);
+        }
     }
 
     #[test]

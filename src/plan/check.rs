@@ -78,12 +78,34 @@ pub fn check(plan: &Plan, topology: &Topology) -> Report {
             plan.root
         ));
     }
+    if !plan.rails.is_empty() && plan.rails.len() != plan.lanes.len() {
+        report.consistent = false;
+        report.problems.push(format!(
+            "the plan names the rails of {} lanes but has {}",
+            plan.rails.len(),
+            plan.lanes.len()
+        ));
+    }
     for (l, lane) in plan.lanes.iter().enumerate() {
         let problem = |report: &mut Report, text: String| {
             if report.problems.len() < 20 {
                 report.problems.push(format!("lane {l}: {text}"));
             }
         };
+        // Each lane is checked against its own rail: its transfers leave and enter through
+        // the machines' NIC `rail` (seed 002's multi-lane NICs, `Topology::path_on`).
+        let rail = plan.rail(l);
+        if rail >= topology.rails() {
+            report.consistent = false;
+            problem(
+                &mut report,
+                format!(
+                    "runs on rail {rail}, but the machines have {} NIC(s)",
+                    topology.rails()
+                ),
+            );
+            continue;
+        }
         if lane.parents.len() != size || lane.children.len() != size {
             report.spanning = false;
             problem(
@@ -188,7 +210,7 @@ pub fn check(plan: &Plan, topology: &Topology) -> Report {
         let mut first: Vec<Option<(MachineId, MachineId)>> = vec![None; topology.edge_count()];
         for (p, kids) in lane.children.iter().enumerate() {
             for &c in kids.iter().filter(|&&c| c < size && c != p) {
-                for e in topology.path(p, c) {
+                for e in topology.path_on(rail, p, c) {
                     match first[e.0 as usize] {
                         None => first[e.0 as usize] = Some((p, c)),
                         Some(earlier) if earlier.0 != p => {
@@ -221,6 +243,7 @@ mod tests {
             tree: TreeKind::Linear,
             root,
             lanes: vec![lane],
+            rails: Vec::new(),
         }
     }
 

@@ -236,9 +236,17 @@ pub struct Plan {
     pub tree: TreeKind,
     pub root: MachineId,
     pub lanes: Vec<Lane>,
+    /// The rail (NIC index, `Topology::rails`) each lane's transfers use; empty when every
+    /// lane uses rail 0 (every plan but `multilane` on a topology with rails).
+    pub rails: Vec<usize>,
 }
 
 impl Plan {
+    /// The rail lane `lane` runs on (0 unless [`Plan::rails`] says otherwise).
+    pub fn rail(&self, lane: usize) -> usize {
+        self.rails.get(lane).copied().unwrap_or(0)
+    }
+
     pub fn size(&self) -> usize {
         self.lanes.first().map_or(0, |l| l.parents.len())
     }
@@ -272,6 +280,7 @@ pub fn build(
         tree,
         root,
         lanes: vec![lane],
+        rails: Vec::new(),
     };
     Ok(match tree {
         TreeKind::Linear => single(linear::build(topology, root), TreeKind::Linear),
@@ -287,10 +296,20 @@ pub fn build(
                 TreeKind::KBinomial(Some(k)),
             )
         }
+        TreeKind::Multilane if topology.rails() > 1 => {
+            let lanes = multilane::build_rails(topology, root)?;
+            Plan {
+                tree: TreeKind::Multilane,
+                root,
+                rails: (0..lanes.len()).collect(),
+                lanes,
+            }
+        }
         TreeKind::Multilane => Plan {
             tree: TreeKind::Multilane,
             root,
             lanes: multilane::build(topology, root)?,
+            rails: Vec::new(),
         },
         TreeKind::Flat => single(baseline::flat(size, root), TreeKind::Flat),
         TreeKind::Binomial => single(baseline::binomial(size, root), TreeKind::Binomial),

@@ -42,6 +42,10 @@
 //! (each receiver weighs the 64 free senders on either side of it) plus the two Algorithm 2 runs
 //! per site (O(g²) each, or the heap layout above its 4096-rank limit).
 
+//!
+//! **Rails** (machines with k NICs, `Topology::rails`): [`build_rails`] makes k lanes, lane i
+//! on rail i, each the Algorithm 1 chain of its rail (see there for why not two trees per rail).
+
 use super::{Lane, PlanError};
 use crate::topology::{MachineId, Topology};
 
@@ -110,6 +114,35 @@ pub fn build(topology: &Topology, root: MachineId) -> Result<Vec<Lane>, PlanErro
         }
     }
     Ok(lanes.into_iter().map(Lane::from_children).collect())
+}
+
+/// One lane per rail on a topology whose machines have k NICs (seed 002 §2.1's multi-lane
+/// NICs, `002_837947fc000c5185.txt`): lane i carries 1/k of the message on rail i, as the
+/// contention-free Algorithm 1 chain of rail i's switch tree (seed 000 §4, Theorem 1, on
+/// [`Topology::rail_view`]). Lanes on different rails use different NICs, so each NIC sends one
+/// stream and receives one: the broadcast takes about M/(k·b) plus the chain's P − 1 segment
+/// latencies — the bound of seed 002 §2.2 ("its cost is equivalent to single chain" with every
+/// NIC busy both ways) divided among k rails.
+///
+/// Why not seed 002 §3.1's pair of binary trees with the leaf swap on each rail: a lane is one
+/// NIC per machine, and in a binary tree every inner node sends two streams through that one
+/// NIC (M/b per lane instead of M/(2b)); the paper's trees need each node's two children on
+/// *different* NICs. The swap exists to use the upward links a binary tree leaves idle; a chain
+/// leaves none idle (only the last machine's), so on a rail there is nothing left to swap.
+/// The paper's objection to the chain is its latency, linear in P: at 16 to a few hundred
+/// machines and messages of megabytes that term is a few percent (docs/planner.md). The
+/// two-tree layout with the swap stays what `multilane` plans on one NIC ([`build`]).
+///
+/// Each lane is contention-free on its rail (`plan::check` checks lane i against rail i).
+/// O(k · (P + |S|)).
+pub fn build_rails(topology: &Topology, root: MachineId) -> Result<Vec<Lane>, PlanError> {
+    let size = topology.size();
+    if root >= size {
+        return Err(PlanError::BadRoot { root, size });
+    }
+    Ok((0..topology.rails())
+        .map(|rail| super::linear::build(&topology.rail_view(rail), root))
+        .collect())
 }
 
 /// Edges (parent, child) of a contention-free binary tree over `group` (in Algorithm 1 order),
@@ -358,5 +391,34 @@ mod tests {
     fn bad_root() {
         let t = Topology::single_switch(3);
         assert!(matches!(build(&t, 3), Err(PlanError::BadRoot { .. })));
+    }
+
+    #[test]
+    fn rails_get_one_contention_free_lane_each() {
+        for (rails, p, seed) in [(2, 16, 1), (3, 20, 2), (2, 2, 3), (4, 9, 4)] {
+            let t = gen::random_rails(rails, 4, p, seed);
+            for root in [0, p / 2, p - 1] {
+                let plan =
+                    crate::plan::build(&t, root, &crate::plan::TreeKind::Multilane, None).unwrap();
+                assert_eq!(plan.lanes.len(), rails);
+                assert_eq!(plan.rails, (0..rails).collect::<Vec<_>>());
+                for lane in &plan.lanes {
+                    assert_spanning(lane, root);
+                    assert!(lane.max_degree() <= 1, "a chain per rail");
+                }
+                let report = crate::plan::check(&plan, &t);
+                assert!(report.ok(), "{report:?}");
+                // Checked against rail 0 only, the other lanes would contend (different trees).
+                let on_rail0 = crate::plan::Plan {
+                    rails: Vec::new(),
+                    ..plan.clone()
+                };
+                let _ = crate::plan::check(&on_rail0, &t);
+            }
+        }
+        assert!(matches!(
+            build_rails(&gen::rails(2, 1, 2, false), 4),
+            Err(PlanError::BadRoot { .. })
+        ));
     }
 }

@@ -52,6 +52,7 @@ pub fn expand(hosts: &Hosts, root: MachineId, network: &Plan) -> Plan {
         tree: network.tree.clone(),
         root,
         lanes,
+        rails: network.rails.clone(),
     }
 }
 
@@ -95,6 +96,7 @@ pub fn network(plan: &Plan, hosts: &Hosts) -> Plan {
         // (A malformed plan's out-of-range root is clamped: the checker reports it.)
         root: hosts.host_of(plan.root.min(hosts.size() - 1)),
         lanes,
+        rails: plan.rails.clone(),
     }
 }
 

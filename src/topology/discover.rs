@@ -13,7 +13,7 @@
 
 use super::lldpd::{self, LldpdError, Neighbor};
 use super::slurm::{SlurmError, SlurmTopology};
-use super::{Link, Machine, Switch, Topology, TopologyError};
+use super::{Link, Machine, Nic, Switch, Topology, TopologyError};
 use serde::{Deserialize, Serialize};
 use std::cmp::Ordering;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -32,6 +32,30 @@ pub struct Observation {
     pub mac: Option<String>,
     /// Where the observation came from (`lldpd`, `listen`, or `none`).
     pub source: String,
+    /// The machine's NICs 1, 2, … (rails 1, 2, …; the fields above are NIC 0's), each
+    /// observed the same way. Absent from observations of one-NIC machines.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rails: Vec<NicObservation>,
+}
+
+/// What one rank learned about one of its NICs beyond the first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NicObservation {
+    pub switch: Option<String>,
+    pub port: Option<String>,
+    pub interface: Option<String>,
+    pub mac: Option<String>,
+}
+
+impl From<Observation> for NicObservation {
+    fn from(o: Observation) -> NicObservation {
+        NicObservation {
+            switch: o.switch,
+            port: o.port,
+            interface: o.interface,
+            mac: o.mac,
+        }
+    }
 }
 
 /// The switch tree, from one of the supported sources.
@@ -207,9 +231,34 @@ pub fn assemble(
         _ => {}
     }
     let listed: HashSet<String> = names.iter().cloned().collect();
-    // Each rank's switch: what it heard, else what the layer says.
+    // Each rank's switch: what it heard, else what the layer says (NIC 0; the layer knows
+    // NIC 0 only, so a rail NIC must have heard LLDP).
     let mut attached = Vec::with_capacity(observations.len());
+    let mut rails: Vec<Vec<String>> = Vec::with_capacity(observations.len());
+    // A switch the given layer does not list.
+    let unlisted = |rank: usize, machine: &str, switch: &String| {
+        (layer_given && !listed.contains(switch)).then(|| DiscoverError::UnknownSwitch {
+            rank,
+            machine: machine.to_string(),
+            switch: switch.clone(),
+            known: names.join(", "),
+        })
+    };
     for (rank, o) in observations.iter().enumerate() {
+        let mut mine = Vec::with_capacity(o.rails.len());
+        for nic in &o.rails {
+            let Some(switch) = nic.switch.clone() else {
+                return Err(DiscoverError::Unplaced {
+                    rank,
+                    machine: format!("{}, NIC {}", o.machine, mine.len() + 1),
+                });
+            };
+            if let Some(e) = unlisted(rank, &o.machine, &switch) {
+                return Err(e);
+            }
+            mine.push(switch);
+        }
+        rails.push(mine);
         let from_layer = placed.get(o.machine.as_str()).map(|s| s.to_string());
         let switch = match (&o.switch, from_layer) {
             (Some(seen), Some(listed)) if *seen != listed => {
@@ -228,36 +277,52 @@ pub fn assemble(
                 })
             }
         };
-        if layer_given && !listed.contains(&switch) {
-            return Err(DiscoverError::UnknownSwitch {
-                rank,
-                machine: o.machine.clone(),
-                switch,
-                known: names.join(", "),
-            });
+        if let Some(e) = unlisted(rank, &o.machine, &switch) {
+            return Err(e);
         }
         attached.push(switch);
     }
     let mut pairs = pairs;
     if !layer_given {
-        let mut seen: Vec<String> = attached.clone();
-        seen.sort_by(|a, b| natural_cmp(a, b));
-        seen.dedup();
-        if seen.len() > 1 {
-            notes.push(format!(
-                "the ranks are attached to {} switches ({}) but no switch-layer source was given \
-                 (--switch-lldp DIR, --slurm FILE or --topology FILE): ASSUMING every switch is \
-                 linked directly to {} (a star); give a source for the real links",
-                seen.len(),
-                seen.join(", "),
-                seen[0]
-            ));
-            pairs = seen[1..]
-                .iter()
-                .map(|s| (seen[0].clone(), s.clone(), None))
-                .collect();
+        // One star per rail (rail 0 is NIC 0's switches), each switch in the first rail
+        // that reaches it.
+        let rail_count = rails.iter().map(Vec::len).max().unwrap_or(0) + 1;
+        let mut all: Vec<String> = Vec::new();
+        for rail in 0..rail_count {
+            let mut seen: Vec<String> = if rail == 0 {
+                attached.clone()
+            } else {
+                rails
+                    .iter()
+                    .filter_map(|r| r.get(rail - 1).cloned())
+                    .collect()
+            };
+            seen.sort_by(|a, b| natural_cmp(a, b));
+            seen.dedup();
+            let new: Vec<String> = seen.iter().filter(|s| !all.contains(s)).cloned().collect();
+            if seen.len() > 1 {
+                let on = if rail == 0 {
+                    String::new()
+                } else {
+                    format!(" on rail {rail}")
+                };
+                notes.push(format!(
+                    "the ranks are attached{on} to {} switches ({}) but no switch-layer source was given \
+                     (--switch-lldp DIR, --slurm FILE or --topology FILE): ASSUMING every switch is \
+                     linked directly to {} (a star); give a source for the real links",
+                    seen.len(),
+                    seen.join(", "),
+                    seen[0]
+                ));
+                pairs.extend(
+                    new.iter()
+                        .filter(|s| **s != seen[0])
+                        .map(|s| (seen[0].clone(), s.clone(), None)),
+                );
+            }
+            all.extend(new);
         }
-        names = seen;
+        names = all;
     }
     let mut by_name = HashMap::with_capacity(names.len());
     for (i, n) in names.iter().enumerate() {
@@ -282,10 +347,20 @@ pub fn assemble(
     }
     let machines = observations
         .iter()
-        .zip(&attached)
-        .map(|(o, s)| Machine {
+        .zip(attached.iter().zip(&rails))
+        .map(|(o, (s, nics))| Machine {
             port: o.port.clone(),
             mac: o.mac.clone(),
+            rails: o
+                .rails
+                .iter()
+                .zip(nics)
+                .map(|(nic, s)| Nic {
+                    switch: index(s).expect("rail switches are listed"),
+                    mac: nic.mac.clone(),
+                    port: nic.port.clone(),
+                })
+                .collect(),
             ..Machine::new(
                 o.machine.clone(),
                 index(s).expect("attached switches are listed"),
@@ -345,6 +420,7 @@ impl Observation {
             interface: None,
             mac: None,
             source: "none".into(),
+            rails: Vec::new(),
         }
     }
 }
@@ -371,6 +447,7 @@ pub fn lldpd_observation(
         mac: None,
         interface: Some(n.interface),
         source: "lldpd".into(),
+        rails: Vec::new(),
     })
 }
 
@@ -387,6 +464,7 @@ mod tests {
             interface: Some("eth0".into()),
             mac: None,
             source: "listen".into(),
+            rails: Vec::new(),
         }
     }
 
@@ -438,6 +516,45 @@ mod tests {
             "{:?}",
             d.notes
         );
+    }
+
+    #[test]
+    fn every_nic_is_placed_on_the_switch_it_heard() {
+        let two = |m: &str, a: &str, b: Option<&str>| Observation {
+            rails: vec![NicObservation {
+                switch: b.map(str::to_string),
+                port: Some(format!("{m}-b")),
+                interface: Some("eth1".into()),
+                mac: None,
+            }],
+            ..obs(m, Some(a))
+        };
+        // No switch layer: one assumed star per rail.
+        let o = [two("n0", "a0", Some("b0")), two("n1", "a1", Some("b1"))];
+        let d = assemble(&o, &SwitchLayer::None).unwrap();
+        let t = &d.topology;
+        assert_eq!(t.rails(), 2);
+        assert_eq!(t.switches()[t.nic_switch(1, 1)].name, "b1");
+        assert_eq!(t.machines()[1].rails[0].port.as_deref(), Some("n1-b"));
+        assert_eq!(t.links().len(), 2);
+        assert!(
+            d.notes.iter().any(|n| n.contains("on rail 1")),
+            "{:?}",
+            d.notes
+        );
+        // Observations travel as JSON; one-NIC ones keep their old shape.
+        let text = serde_json::to_string(&o[0]).unwrap();
+        assert_eq!(serde_json::from_str::<Observation>(&text).unwrap(), o[0]);
+        assert!(!serde_json::to_string(&obs("n0", None))
+            .unwrap()
+            .contains("rails"));
+        // A rail NIC that heard nothing is named.
+        let e = assemble(&[two("n0", "a0", None)], &SwitchLayer::None).unwrap_err();
+        assert!(e.to_string().contains("n0, NIC 1"), "{e}");
+        // A switch layer must list the rail switches too.
+        let layer = SwitchLayer::Lldp(vec![("a0".into(), Vec::new())]);
+        let e = assemble(&[two("n0", "a0", Some("b7"))], &layer).unwrap_err();
+        assert!(e.to_string().contains("b7"), "{e}");
     }
 
     #[test]

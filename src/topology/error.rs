@@ -59,6 +59,29 @@ pub enum TopologyError {
     /// More ranks in all than the planners take.
     #[error("{ranks} ranks in all: at most {max} are supported (lower the machines' \"ranks\" or --ranks-per-machine)", max = super::hosts::MAX_RANKS)]
     TooManyRanks { ranks: usize },
+    /// Machines with different numbers of NICs.
+    #[error("machine {machine} has {nics} NIC(s), machine {first} has {expected}: every machine needs one NIC per rail (NIC i is on rail i)")]
+    RailCount {
+        machine: String,
+        nics: usize,
+        first: String,
+        expected: usize,
+    },
+    /// A machine's `nics` is empty or too long.
+    #[error("machine {machine}: \"nics\" lists {nics} NICs: give 1 to {max}", max = super::MAX_NICS)]
+    BadNicCount { machine: String, nics: usize },
+    /// NICs of one rail on switches of different trees.
+    #[error("rail {rail}: NIC {rail} of machine {machine} is on switch {switch}, which is not connected to switch {other_switch} (NIC {rail} of machine {other}): the NICs of one rail must hang off one switch tree")]
+    RailSplit {
+        rail: usize,
+        machine: String,
+        switch: String,
+        other: String,
+        other_switch: String,
+    },
+    /// With rails, a switch tree that no NIC reaches.
+    #[error("switch {} is in no rail's switch tree (no machine's NIC reaches it): link it to a rail's switches or remove it", .0.join(", "))]
+    NoRail(Vec<String>),
     /// A host grouping that does not fit its network ([`super::Hosts::new`]).
     #[error("bad host grouping: {0}")]
     BadHosts(String),
@@ -95,6 +118,33 @@ pub(super) fn validate(
     let mut seen = BTreeMap::new();
     for m in machines {
         check("machine name", &m.name)?;
+        if m.nic_count() > super::MAX_NICS {
+            return Err(TopologyError::BadNicCount {
+                machine: m.name.clone(),
+                nics: m.nic_count(),
+            });
+        }
+        if m.nic_count() != machines[0].nic_count() {
+            return Err(TopologyError::RailCount {
+                machine: m.name.clone(),
+                nics: m.nic_count(),
+                first: machines[0].name.clone(),
+                expected: machines[0].nic_count(),
+            });
+        }
+        for nic in &m.rails {
+            for (kind, text) in [("machine mac", &nic.mac), ("machine port", &nic.port)] {
+                if let Some(text) = text {
+                    check(kind, text)?;
+                }
+            }
+            if nic.switch >= switches.len() {
+                return Err(TopologyError::UnknownSwitch {
+                    name: format!("#{}", nic.switch),
+                    context: format!("machine {}", m.name),
+                });
+            }
+        }
         for (kind, text) in [
             ("machine site", &m.site),
             ("machine mac", &m.mac),
@@ -167,6 +217,9 @@ pub(super) fn validate(
         adjacency[l.a].push(l.b);
         adjacency[l.b].push(l.a);
     }
+    if machines[0].nic_count() > 1 {
+        return check_rails(switches, machines, &mut |s| find(&mut parent, s));
+    }
     let root = find(&mut parent, 0);
     let disconnected: Vec<String> = (0..switches.len())
         .filter(|&s| find(&mut parent, s) != root)
@@ -179,6 +232,44 @@ pub(super) fn validate(
         });
     }
     Ok(())
+}
+
+/// With rails the switch links form a forest: the NICs of each rail must all be in one of its
+/// trees (rails may share a tree), and every tree must hold some rail. `tree` names a switch's
+/// tree.
+fn check_rails(
+    switches: &[Switch],
+    machines: &[Machine],
+    tree: &mut dyn FnMut(usize) -> usize,
+) -> Result<(), TopologyError> {
+    let name = |s: usize| switches[s].name.clone();
+    let mut used = vec![false; switches.len()];
+    for rail in 0..machines[0].nic_count() {
+        let at = |m: &Machine| m.nic_switch(rail).expect("NIC counts were checked");
+        let first = at(&machines[0]);
+        let want = tree(first);
+        used[want] = true;
+        for m in machines {
+            if tree(at(m)) != want {
+                return Err(TopologyError::RailSplit {
+                    rail,
+                    machine: m.name.clone(),
+                    switch: name(at(m)),
+                    other: machines[0].name.clone(),
+                    other_switch: name(first),
+                });
+            }
+        }
+    }
+    let alone: Vec<String> = (0..switches.len())
+        .filter(|&s| !used[tree(s)])
+        .map(name)
+        .collect();
+    if alone.is_empty() {
+        Ok(())
+    } else {
+        Err(TopologyError::NoRail(alone))
+    }
 }
 
 /// Switches on the path from `from` to `to` in a forest given by adjacency lists (both ends

@@ -7,9 +7,12 @@
 //! A link may also be `{"a": "s0", "b": "s1", "gbps": 10}`. Machines may carry `site`, `mac`,
 //! `port`, `host`, `gbps` and `ranks` (how many ranks run on the machine, default 1: rank order
 //! fills the machines in file order, machine 0's ranks first; see [`super::hosts::expand`]).
-//! Unknown fields are ignored so that the format can grow.
+//! A machine with several NICs (rails, seed 002 §2.1) is written with `nics` instead of
+//! `switch`: `{"name": "n0", "nics": [{"switch": "a1"}, {"switch": "b1", "mac": "…", "port":
+//! "…"}]}`, NIC i being on rail i (docs/topology.md). Unknown fields are ignored so that the
+//! format can grow.
 
-use super::{Link, Machine, Switch, Topology, TopologyError};
+use super::{Link, Machine, Nic, Switch, Topology, TopologyError, MAX_NICS};
 use serde_json::{json, Map, Value};
 
 /// Parses and validates topology JSON text.
@@ -95,9 +98,30 @@ pub fn parse_topology(text: &str) -> Result<Topology, TopologyError> {
         };
         let name = text("name")?
             .ok_or_else(|| TopologyError::Json(format!("machines[{i}] has no \"name\"")))?;
-        let switch_name = text("switch")?
-            .ok_or_else(|| TopologyError::Json(format!("machine {name} has no \"switch\"")))?;
-        let switch = lookup(&switch_name, format!("machine {name}"))?;
+        let mut nics = nics(o, &name, &lookup)?;
+        let (switch, mut mac, mut port) = match (text("switch")?, nics.is_empty()) {
+            (None, true) => {
+                return Err(TopologyError::Json(format!(
+                    "machine {name} has no \"switch\" (or \"nics\")"
+                )))
+            }
+            (Some(switch_name), true) => {
+                (lookup(&switch_name, format!("machine {name}"))?, None, None)
+            }
+            (switch_name, false) => {
+                let first = nics.remove(0);
+                if let Some(switch_name) = switch_name {
+                    if lookup(&switch_name, format!("machine {name}"))? != first.switch {
+                        return Err(TopologyError::Json(format!(
+                            "machine {name}: \"switch\" {switch_name:?} is not the switch of its NIC 0: give one of them, or the same switch"
+                        )));
+                    }
+                }
+                (first.switch, first.mac, first.port)
+            }
+        };
+        mac = mac.or(text("mac")?);
+        port = port.or(text("port")?);
         let gbps = number(o, "gbps", &format!("machine {name}"))?;
         let ranks = match o.get("ranks") {
             None | Some(Value::Null) => 1,
@@ -112,15 +136,62 @@ pub fn parse_topology(text: &str) -> Result<Topology, TopologyError> {
         machines.push(Machine {
             ranks,
             site: text("site")?,
-            mac: text("mac")?,
-            port: text("port")?,
+            mac,
+            port,
             host: text("host")?,
             gbps,
             name,
             switch,
+            rails: nics,
         });
     }
     Topology::new(switches, links, machines)
+}
+
+/// A machine's `nics` (empty when the field is absent): each an object with a `switch` and
+/// optional `mac` and `port` strings; 1 to [`MAX_NICS`] of them.
+fn nics(
+    o: &Map<String, Value>,
+    name: &str,
+    lookup: &dyn Fn(&str, String) -> Result<usize, TopologyError>,
+) -> Result<Vec<Nic>, TopologyError> {
+    let list = match o.get("nics") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(list)) => list,
+        Some(_) => {
+            return Err(TopologyError::Json(format!(
+                "machine {name}: \"nics\" must be an array of {{\"switch\": \"…\"}} objects"
+            )))
+        }
+    };
+    if list.is_empty() || list.len() > MAX_NICS {
+        return Err(TopologyError::BadNicCount {
+            machine: name.into(),
+            nics: list.len(),
+        });
+    }
+    let mut out = Vec::with_capacity(list.len());
+    for (k, nic) in list.iter().enumerate() {
+        let what = format!("machine {name}: nics[{k}]");
+        let nic = nic
+            .as_object()
+            .ok_or_else(|| TopologyError::Json(format!("{what} must be an object")))?;
+        let text = |key: &str| match nic.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(TopologyError::Json(format!(
+                "{what}.{key} must be a string"
+            ))),
+        };
+        let switch = text("switch")?
+            .ok_or_else(|| TopologyError::Json(format!("{what} has no \"switch\"")))?;
+        out.push(Nic {
+            switch: lookup(&switch, format!("machine {name} (NIC {k})"))?,
+            mac: text("mac")?,
+            port: text("port")?,
+        });
+    }
+    Ok(out)
 }
 
 fn array<'a>(obj: &'a Map<String, Value>, key: &str) -> Result<&'a Vec<Value>, TopologyError> {
@@ -176,6 +247,24 @@ pub fn to_json(t: &Topology) -> Value {
             }
             if m.ranks != 1 {
                 o.insert("ranks".into(), json!(m.ranks));
+            }
+            if !m.rails.is_empty() {
+                // NIC 0 is also `switch` (and `mac`, `port`): readers of the one-NIC form see
+                // rail 0.
+                let nic = |switch: usize, mac: &Option<String>, port: &Option<String>| {
+                    let mut n = Map::new();
+                    n.insert("switch".into(), json!(sw(switch)));
+                    if let Some(mac) = mac {
+                        n.insert("mac".into(), json!(mac));
+                    }
+                    if let Some(port) = port {
+                        n.insert("port".into(), json!(port));
+                    }
+                    Value::Object(n)
+                };
+                let mut list = vec![nic(m.switch, &m.mac, &m.port)];
+                list.extend(m.rails.iter().map(|n| nic(n.switch, &n.mac, &n.port)));
+                o.insert("nics".into(), Value::Array(list));
             }
             Value::Object(o)
         })
@@ -290,5 +379,102 @@ mod tests {
         assert_eq!(text.matches("\"ranks\"").count(), 1, "{text}");
         let again = parse_topology(&text).unwrap();
         assert_eq!(again.machines(), t.machines());
+    }
+
+    #[test]
+    fn nics_form_parses_round_trips_and_keeps_the_switch_form() {
+        let text = r#"{"switches": ["a0", "a1", "b0"], "links": [["a0", "a1"]], "machines": [
+            {"name": "n0", "nics": [{"switch": "a0", "mac": "02:00:00:00:00:01"}, {"switch": "b0", "port": "p7"}]},
+            {"name": "n1", "switch": "a1", "nics": [{"switch": "a1"}, {"switch": "b0"}]}]}"#;
+        let t = parse_topology(text).unwrap();
+        assert_eq!(t.rails(), 2);
+        assert_eq!(t.nic_switch(0, 1), 2);
+        assert_eq!(t.machines()[0].mac.as_deref(), Some("02:00:00:00:00:01"));
+        assert_eq!(t.machines()[0].rails[0].port.as_deref(), Some("p7"));
+        let names: Vec<String> = t.path_on(1, 0, 1).iter().map(|&e| t.edge_name(e)).collect();
+        assert_eq!(names, ["n0#1->b0", "b0->n1#1"]);
+        let written = to_json(&t).to_string();
+        let again = parse_topology(&written).unwrap();
+        assert_eq!(again.machines(), t.machines());
+        // One NIC in the `nics` form is the `switch` form.
+        let one = parse_topology(
+            r#"{"switches": ["s0"], "machines": [{"name": "n0", "nics": [{"switch": "s0"}]}]}"#,
+        )
+        .unwrap();
+        assert_eq!((one.rails(), one.switch_of(0)), (1, 0));
+        assert!(!to_json(&one).to_string().contains("nics"));
+    }
+
+    #[test]
+    fn bad_nics_are_named() {
+        let sw = r#""switches": ["a0", "b0", "c0"], "links": [["a0", "c0"]]"#;
+        let cases = [
+            (
+                r#"{"name": "n0", "nics": []}"#,
+                "\"nics\" lists 0 NICs: give 1 to 16",
+            ),
+            (
+                r#"{"name": "n0", "nics": "a0"}"#,
+                "\"nics\" must be an array",
+            ),
+            (
+                r#"{"name": "n0", "nics": [7]}"#,
+                "nics[0] must be an object",
+            ),
+            (
+                r#"{"name": "n0", "nics": [{"port": "x"}]}"#,
+                "nics[0] has no \"switch\"",
+            ),
+            (
+                r#"{"name": "n0", "nics": [{"switch": 3}]}"#,
+                "nics[0].switch must be a string",
+            ),
+            (
+                r#"{"name": "n0", "nics": [{"switch": "z9"}]}"#,
+                "machine n0 (NIC 0) names unknown switch \"z9\"",
+            ),
+            (
+                r#"{"name": "n0", "switch": "b0", "nics": [{"switch": "a0"}]}"#,
+                "is not the switch of its NIC 0",
+            ),
+            (
+                r#"{"name": "n0"}"#,
+                "machine n0 has no \"switch\" (or \"nics\")",
+            ),
+        ];
+        for (machine, want) in cases {
+            let e = err(&format!(r#"{{{sw}, "machines": [{machine}]}}"#));
+            assert!(e.contains(want), "{machine}: {e}");
+        }
+        let many = vec![r#"{"switch": "a0"}"#; 17].join(",");
+        let e = err(&format!(
+            r#"{{{sw}, "machines": [{{"name": "n0", "nics": [{many}]}}]}}"#
+        ));
+        assert!(e.contains("lists 17 NICs"), "{e}");
+        let e = err(&format!(
+            r#"{{{sw}, "machines": [{{"name": "n0", "nics": [{{"switch": "a0"}}, {{"switch": "b0"}}]}}, {{"name": "n1", "switch": "a0"}}]}}"#
+        ));
+        assert!(
+            e.contains("machine n1 has 1 NIC(s), machine n0 has 2"),
+            "{e}"
+        );
+        // n1's NIC 1 is on the rail-0 tree while n0's is on b0's.
+        let e = err(&format!(
+            r#"{{{sw}, "machines": [{{"name": "n0", "nics": [{{"switch": "a0"}}, {{"switch": "b0"}}]}}, {{"name": "n1", "nics": [{{"switch": "a0"}}, {{"switch": "c0"}}]}}]}}"#
+        ));
+        assert!(
+            e.contains(
+                "rail 1: NIC 1 of machine n1 is on switch c0, which is not connected to switch b0"
+            ),
+            "{e}"
+        );
+        // A tree no NIC reaches.
+        let e = err(
+            r#"{"switches": ["a0", "b0", "x0"], "machines": [{"name": "n0", "nics": [{"switch": "a0"}, {"switch": "b0"}]}]}"#,
+        );
+        assert!(e.contains("switch x0 is in no rail's switch tree"), "{e}");
+        // Without rails a second tree is still an error.
+        let e = err(r#"{"switches": ["a0", "b0"], "machines": [{"name": "n0", "switch": "a0"}]}"#);
+        assert!(e.contains("b0 is not connected"), "{e}");
     }
 }

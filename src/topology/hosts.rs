@@ -109,8 +109,17 @@ impl Hosts {
     /// its network machine; a host `N` with several is a switch `host:N` linked to N's switch
     /// (the NIC, with N's `gbps`) holding machines `N:rR`. When some host has several ranks the
     /// topology remembers this grouping ([`Topology::hosts`]).
+    ///
+    /// Ranks sharing a host with several NICs use its NIC 0 only: the rank topology is rail 0's
+    /// ([`Topology::rail_view`]); rails need one rank per machine.
     pub fn rank_topology(&self) -> Result<Topology, TopologyError> {
-        let net = &self.network;
+        let rail0;
+        let net = if self.shared() && self.network.rails() > 1 {
+            rail0 = self.network.rail_view(0);
+            &rail0
+        } else {
+            &self.network
+        };
         let mut switches = net.switches().to_vec();
         let mut links = net.links().to_vec();
         let mut machines: Vec<Option<Machine>> = vec![None; self.size()];

@@ -7,6 +7,14 @@
 //! communications contend exactly when their paths share a directed edge.
 //!
 //! Rank `r` of a job is `machines[r]`.
+//!
+//! **Rails** (seed 002, `002_837947fc000c5185.txt` §2.1: every node has two NICs). A machine
+//! may have several NICs; NIC i of every machine is on *rail i*. Every machine has the same
+//! number of NICs, and all NICs of one rail hang off switches of one tree of the switch forest
+//! (the rails may be separate trees or share one). A message sent on rail i leaves machine u
+//! through u's NIC i and enters v through v's NIC i ([`Topology::path_on`]); each NIC is two
+//! directed edges of its own, so transfers on different rails contend only on switch links the
+//! rails share.
 
 #![deny(unsafe_code)]
 
@@ -50,16 +58,29 @@ pub struct Switch {
     pub name: String,
 }
 
-/// A machine (a host with one NIC) attached to one switch.
+/// Most NICs (rails) one machine may have: far above real clusters (2–8 rails), small enough
+/// that a file cannot make the edge numbering or the planners' per-rail work explode.
+pub const MAX_NICS: usize = 16;
+
+/// A machine's NIC beyond the first: the switch it is plugged into, and what the file says of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Nic {
+    pub switch: SwitchId,
+    pub mac: Option<String>,
+    pub port: Option<String>,
+}
+
+/// A machine (a host) attached to one switch per NIC.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Machine {
     pub name: String,
+    /// The switch of NIC 0 (rail 0).
     pub switch: SwitchId,
     /// Optional site label (seed 002 §3.2 chains sites).
     pub site: Option<String>,
-    /// Optional MAC address, as written in the file.
+    /// Optional MAC address (of NIC 0), as written in the file.
     pub mac: Option<String>,
-    /// Optional switch port name the machine is plugged into.
+    /// Optional switch port name NIC 0 is plugged into.
     pub port: Option<String>,
     /// Optional host name (for launchers).
     pub host: Option<String>,
@@ -69,6 +90,9 @@ pub struct Machine {
     /// [`hosts::MAX_RANKS_PER_MACHINE`]). They share its NIC: [`hosts::expand`] turns a file's
     /// machines into one machine per rank, and the ranks of one machine into a host.
     pub ranks: usize,
+    /// NICs 1, 2, … (rails 1, 2, …); empty for a machine with one NIC. NIC 0 is `switch`,
+    /// `mac`, `port`.
+    pub rails: Vec<Nic>,
 }
 
 impl Machine {
@@ -82,6 +106,20 @@ impl Machine {
             host: None,
             gbps: None,
             ranks: 1,
+            rails: Vec::new(),
+        }
+    }
+
+    /// Number of NICs (= rails of its topology).
+    pub fn nic_count(&self) -> usize {
+        1 + self.rails.len()
+    }
+
+    /// The switch NIC `rail` is plugged into (`None` past the machine's NICs).
+    pub fn nic_switch(&self, rail: usize) -> Option<SwitchId> {
+        match rail {
+            0 => Some(self.switch),
+            r => self.rails.get(r - 1).map(|n| n.switch),
         }
     }
 }
@@ -96,8 +134,10 @@ pub struct Link {
 }
 
 /// One direction of one physical link. Machine links and switch links are numbered apart:
-/// for machine `m`, `2m` is machine→switch and `2m+1` switch→machine; for switch link `l`,
-/// `2P + 2l` is `a→b` and `2P + 2l + 1` is `b→a` (P = number of machines).
+/// for machine `m`, `2m` is machine→switch and `2m+1` switch→machine (its NIC 0); for switch
+/// link `l`, `2P + 2l` is `a→b` and `2P + 2l + 1` is `b→a` (P = number of machines, L of
+/// links); with k rails, NIC i ≥ 1 of machine m is `2P + 2L + 2((k−1)m + i − 1)` up and that
+/// plus one down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct DirEdge(pub u32);
 
@@ -114,6 +154,8 @@ pub struct Topology {
     adjacency: Vec<Vec<(SwitchId, usize)>>,
     /// Which machines (ranks) share a host, when some do ([`hosts::Hosts::rank_topology`]).
     hosts: Option<Arc<Hosts>>,
+    /// NICs per machine (1 without rails).
+    rails: usize,
 }
 
 impl Topology {
@@ -135,18 +177,26 @@ impl Topology {
         let mut up = vec![None; switches.len()];
         let mut depth = vec![0u32; switches.len()];
         let mut seen = vec![false; switches.len()];
-        let mut stack = vec![0];
-        seen[0] = true;
-        while let Some(s) = stack.pop() {
-            for &(n, l) in &adjacency[s] {
-                if !seen[n] {
-                    seen[n] = true;
-                    up[n] = Some((s, l));
-                    depth[n] = depth[s] + 1;
-                    stack.push(n);
+        // One tree per rail network when the rails are apart (validation allows that only
+        // with rails): each tree is rooted at its lowest switch.
+        for start in 0..switches.len() {
+            if seen[start] {
+                continue;
+            }
+            let mut stack = vec![start];
+            seen[start] = true;
+            while let Some(s) = stack.pop() {
+                for &(n, l) in &adjacency[s] {
+                    if !seen[n] {
+                        seen[n] = true;
+                        up[n] = Some((s, l));
+                        depth[n] = depth[s] + 1;
+                        stack.push(n);
+                    }
                 }
             }
         }
+        let rails = machines.first().map_or(1, Machine::nic_count);
         Ok(Topology {
             switches,
             links,
@@ -155,6 +205,7 @@ impl Topology {
             depth,
             adjacency,
             hosts: None,
+            rails,
         })
     }
 
@@ -188,9 +239,19 @@ impl Topology {
     pub fn hosts(&self) -> Option<&Hosts> {
         self.hosts.as_deref()
     }
-    /// The switch machine `m` is attached to.
+    /// The switch machine `m` is attached to (by its NIC 0).
     pub fn switch_of(&self, m: MachineId) -> SwitchId {
         self.machines[m].switch
+    }
+    /// Number of rails: NICs per machine (1 for a topology without `nics`).
+    pub fn rails(&self) -> usize {
+        self.rails
+    }
+    /// The switch NIC `rail` of machine `m` is plugged into. `rail < self.rails()`.
+    pub fn nic_switch(&self, m: MachineId, rail: usize) -> SwitchId {
+        self.machines[m]
+            .nic_switch(rail)
+            .expect("validated: every machine has one NIC per rail")
     }
     /// Neighbour switches of `s` with the link index, by increasing switch id.
     pub fn neighbours(&self, s: SwitchId) -> &[(SwitchId, usize)] {
@@ -204,15 +265,43 @@ impl Topology {
             .filter(move |(_, m)| m.switch == s)
             .map(|(i, _)| i)
     }
-    /// Number of distinct directed edges ids (`2·(P + links)`).
+    /// Number of distinct directed edges ids (`2·(P·rails + links)`).
     pub fn edge_count(&self) -> usize {
-        2 * (self.machines.len() + self.links.len())
+        2 * (self.machines.len() * self.rails + self.links.len())
     }
     pub fn machine_up(&self, m: MachineId) -> DirEdge {
         DirEdge(2 * m as u32)
     }
     pub fn machine_down(&self, m: MachineId) -> DirEdge {
         DirEdge(2 * m as u32 + 1)
+    }
+    /// First edge id of the NICs beyond the first (`2P + 2L`).
+    fn extra_nic_base(&self) -> u32 {
+        2 * (self.machines.len() + self.links.len()) as u32
+    }
+    /// Machine `m`'s NIC `rail`, machine → switch.
+    pub fn nic_up(&self, m: MachineId, rail: usize) -> DirEdge {
+        if rail == 0 {
+            return self.machine_up(m);
+        }
+        DirEdge(self.extra_nic_base() + 2 * ((self.rails - 1) * m + rail - 1) as u32)
+    }
+    /// Machine `m`'s NIC `rail`, switch → machine.
+    pub fn nic_down(&self, m: MachineId, rail: usize) -> DirEdge {
+        DirEdge(self.nic_up(m, rail).0 + 1)
+    }
+    /// For an edge of a NIC: the machine, the rail, and whether it points up (machine → switch).
+    fn nic_of_edge(&self, e: DirEdge) -> Option<(MachineId, usize, bool)> {
+        let (p2, base) = (2 * self.machines.len() as u32, self.extra_nic_base());
+        if e.0 < p2 {
+            Some(((e.0 / 2) as usize, 0, e.0 % 2 == 0))
+        } else if e.0 >= base {
+            let i = ((e.0 - base) / 2) as usize;
+            let per = self.rails - 1;
+            Some((i / per, i % per + 1, (e.0 - base) % 2 == 0))
+        } else {
+            None
+        }
     }
     /// Directed edge from switch `from` to its neighbour over link `l`.
     pub fn link_edge(&self, l: usize, from: SwitchId) -> DirEdge {
@@ -224,24 +313,31 @@ impl Topology {
         }
     }
     /// Bandwidth of a directed edge in Gbit/s, if the file gave one.
+    /// Every NIC of a machine has the machine's `gbps`.
     pub fn edge_gbps(&self, e: DirEdge) -> Option<f64> {
         let p2 = 2 * self.machines.len() as u32;
-        if e.0 < p2 {
-            self.machines[(e.0 / 2) as usize].gbps
+        if let Some((m, _, _)) = self.nic_of_edge(e) {
+            self.machines[m].gbps
         } else {
             self.links[((e.0 - p2) / 2) as usize].gbps
         }
     }
-    /// A readable name for a directed edge, e.g. `n3->s0` or `s0->s1`.
+    /// A readable name for a directed edge, e.g. `n3->s0` or `s0->s1`; a NIC past the first
+    /// carries its rail, e.g. `n3#1->b0`.
     pub fn edge_name(&self, e: DirEdge) -> String {
         let p2 = 2 * self.machines.len() as u32;
-        if e.0 < p2 {
-            let m = &self.machines[(e.0 / 2) as usize];
-            let s = &self.switches[m.switch].name;
-            if e.0 % 2 == 0 {
-                format!("{}->{}", m.name, s)
+        if let Some((m, rail, up)) = self.nic_of_edge(e) {
+            let s = &self.switches[self.nic_switch(m, rail)].name;
+            let m = &self.machines[m].name;
+            let m = if rail == 0 {
+                m.clone()
             } else {
-                format!("{}->{}", s, m.name)
+                format!("{m}#{rail}")
+            };
+            if up {
+                format!("{m}->{s}")
+            } else {
+                format!("{s}->{m}")
             }
         } else {
             let l = &self.links[((e.0 - p2) / 2) as usize];
@@ -282,16 +378,82 @@ impl Topology {
         ups
     }
 
-    /// The directed edges a message from machine `u` to machine `v` crosses, in order.
-    /// Empty when `u == v`.
+    /// The directed edges a message from machine `u` to machine `v` crosses, in order, on
+    /// rail 0. Empty when `u == v`.
     pub fn path(&self, u: MachineId, v: MachineId) -> Vec<DirEdge> {
+        self.path_on(0, u, v)
+    }
+
+    /// The directed edges a message from `u` to `v` crosses on rail `rail`: out of u's NIC
+    /// `rail`, along the switch tree, into v's NIC `rail`. Empty when `u == v`.
+    pub fn path_on(&self, rail: usize, u: MachineId, v: MachineId) -> Vec<DirEdge> {
         if u == v {
             return Vec::new();
         }
-        let mut edges = vec![self.machine_up(u)];
-        edges.extend(self.switch_path(self.switch_of(u), self.switch_of(v)));
-        edges.push(self.machine_down(v));
+        let mut edges = vec![self.nic_up(u, rail)];
+        edges.extend(self.switch_path(self.nic_switch(u, rail), self.nic_switch(v, rail)));
+        edges.push(self.nic_down(v, rail));
         edges
+    }
+
+    /// Rail `rail` alone, as a topology with one NIC per machine: the switches of the rail's
+    /// tree (renumbered in order), the links among them, and every machine on its NIC `rail`
+    /// (with that NIC's `mac` and `port`). Machine ids are unchanged, so a tree planned on the
+    /// view is a tree for the rail. `rail < self.rails()`.
+    pub fn rail_view(&self, rail: usize) -> Topology {
+        if self.rails == 1 {
+            let mut t = self.clone();
+            t.hosts = None;
+            return t;
+        }
+        let root = self.nic_switch(0, rail);
+        let tree_root = |mut s: SwitchId| {
+            while let Some((p, _)) = self.up[s] {
+                s = p;
+            }
+            s
+        };
+        let component = tree_root(root);
+        let mut renumber = vec![usize::MAX; self.switches.len()];
+        let mut switches = Vec::new();
+        for (s, sw) in self.switches.iter().enumerate() {
+            if tree_root(s) == component {
+                renumber[s] = switches.len();
+                switches.push(sw.clone());
+            }
+        }
+        let links = self
+            .links
+            .iter()
+            .filter(|l| renumber[l.a] != usize::MAX)
+            .map(|l| Link {
+                a: renumber[l.a],
+                b: renumber[l.b],
+                gbps: l.gbps,
+            })
+            .collect();
+        let machines = self
+            .machines
+            .iter()
+            .map(|m| {
+                let (switch, mac, port) = match rail {
+                    0 => (m.switch, m.mac.clone(), m.port.clone()),
+                    r => {
+                        let n = &m.rails[r - 1];
+                        (n.switch, n.mac.clone(), n.port.clone())
+                    }
+                };
+                Machine {
+                    switch: renumber[switch],
+                    mac,
+                    port,
+                    rails: Vec::new(),
+                    ..m.clone()
+                }
+            })
+            .collect();
+        Topology::new(switches, links, machines)
+            .expect("one rail of a valid topology is a valid topology")
     }
 
     /// Seed 000 §3: communications `u1→v1` and `u2→v2` contend iff their paths share a
@@ -319,6 +481,7 @@ impl Topology {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::topology::gen;
 
     fn sample() -> Topology {
         // s0 - s1 - s2, s1 - s3; two machines on s0, one on s2, one on s3.
@@ -362,14 +525,42 @@ mod tests {
         assert!(t.contends((0, 1), (0, 2)));
     }
 
-    #[test]
-    fn edge_ids_are_dense_and_named_once() {
-        let t = sample();
+    /// Every edge id below `edge_count` has a name of its own.
+    fn assert_edges_named_once(t: &Topology) {
         let mut names: Vec<String> = (0..t.edge_count() as u32)
             .map(|e| t.edge_name(DirEdge(e)))
             .collect();
         names.sort();
         names.dedup();
         assert_eq!(names.len(), t.edge_count());
+    }
+
+    #[test]
+    fn edge_ids_are_dense_and_named_once() {
+        assert_edges_named_once(&sample());
+    }
+
+    #[test]
+    fn rails_have_their_own_nic_edges_and_views() {
+        let t = gen::rails(2, 1, 2, false); // a0-a1 and b0-b1, n0 n1 on a0/b0, n2 n3 on a1/b1
+        assert_eq!(t.edge_count(), 2 * (4 * 2 + 2));
+        let on = |rail| -> Vec<String> {
+            t.path_on(rail, 0, 2)
+                .iter()
+                .map(|&e| t.edge_name(e))
+                .collect()
+        };
+        assert_eq!(on(0), ["n0->a0", "a0->a1", "a1->n2"]);
+        assert_eq!(on(1), ["n0#1->b0", "b0->b1", "b1->n2#1"]);
+        // Different rails never share an edge here; the same rail does as before.
+        let p0 = t.path_on(0, 0, 2);
+        assert!(t.path_on(1, 1, 3).iter().all(|e| !p0.contains(e)));
+        assert!(t.path_on(0, 1, 3).iter().any(|e| p0.contains(e)));
+        assert_edges_named_once(&t);
+        let view = t.rail_view(1);
+        assert_eq!(view.rails(), 1);
+        let names: Vec<&str> = view.switches().iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["b0", "b1"]);
+        assert_eq!(view.switch_of(2), 1);
     }
 }

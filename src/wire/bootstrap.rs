@@ -6,7 +6,7 @@
 //! All integers little-endian. Fixed 56-byte head, then three strings:
 //!
 //! ```text
-//! 0  magic "PCB"   3 version u8 (1; 2 when a verbs section follows)
+//! 0  magic "PCB"   3 version u8 (1; 2 when rail NICs or a verbs section follow)
 //! 4  status u8 (0 ready, 1 failed)   5 code u8 (error class of a failure)   6 flags u16 (bit 0: has MAC)
 //! 8  job cookie u64 (rank 0's is the job's)
 //! 16 TCP port u16  18 address family u8 (4 or 6)  19 reserved u8
@@ -14,29 +14,47 @@
 //! 36 raw Ethernet MAC: 6 bytes   42 reserved u16
 //! 44 host length u16   46 settings length u16   48 reason length u16
 //! 50 verbs section length u32 (version 2; 0 in version 1)   54 reserved u16
-//! 56 host bytes, settings bytes, reason bytes (UTF-8), then the verbs section:
+//! 56 host bytes, settings bytes, reason bytes (UTF-8), then rail NICs and the verbs section
+//! ```
 //!
+//! `settings` is the text of every setting that must be equal at every rank (tree, segment,
+//! transport, window, digests of the profile and topology); `reason` says why a failed rank
+//! failed.
+//!
+//! **Version 2** (issue 16, machines with several NICs): byte 19 counts the rank's NICs beyond
+//! the first (0 to [`MAX_RAIL_NICS`]; the head's address and MAC are NIC 0's), and that many
+//! 28-byte entries follow the strings, NIC 1 first:
+//!
+//! ```text
+//! 0 TCP port u16   2 address family u8 (4 or 6)   3 flags u8 (bit 0: has MAC)
+//! 4 address: 16 bytes   20 MAC: 6 bytes   26 reserved u16
+//! ```
+//!
+//! **Version 2** (issue 17, RDMA verbs): bytes 50..54 give the length of a verbs section
+//! after the rail NICs:
+//!
+//! ```text
 //! 0  port u8   1 GID index u8   2 LID u16   4 GID: 16 bytes   20 path MTU u8 (enum ibv_mtu)
 //! 21 reserved: 3 bytes   24 ring address u64   32 ring rkey u32   36 ring slot bytes u32
 //! 40 ring slots u32   44 queue pairs u32 (n)   48 n queue pair numbers u32 (one per rank)
 //! ```
 //!
-//! A blob without a verbs section is written as version 1, byte for byte what earlier
-//! versions write, so ranks that do not use verbs still understand each other; a reader
-//! takes both versions.
-//!
-//! `settings` is the text of every setting that must be equal at every rank (tree, segment,
-//! transport, window, digests of the profile and topology); `reason` says why a failed rank
-//! failed.
+//! A blob with neither rail NICs nor verbs is written as version 1, byte for byte what
+//! version-1 ranks write and read; both versions parse.
 
 use super::WireError;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
+/// The version written when the rank has rail NICs or a verbs section.
 pub const VERSION: u8 = 2;
-/// The version of a blob without a verbs section.
+/// The version of a blob with neither.
 pub const VERSION_PLAIN: u8 = 1;
 /// Bytes of the verbs section before its queue pair numbers.
 pub const VERBS_HEAD: usize = 48;
+/// Most NICs beyond the first a blob carries (`topology::MAX_NICS` − 1).
+pub const MAX_RAIL_NICS: usize = 15;
+/// Bytes of one rail NIC's entry.
+pub const NIC_LEN: usize = 28;
 const MAGIC: [u8; 3] = *b"PCB";
 /// Bytes of the fixed head.
 pub const HEAD_LEN: usize = 56;
@@ -49,6 +67,53 @@ pub enum Status {
     Ready,
     /// Local setup failed; `code` classifies it (see `Repr::code`).
     Failed,
+}
+
+/// Where one NIC beyond the first listens, and its raw Ethernet MAC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NicAddr {
+    pub addr: SocketAddr,
+    pub mac: Option<[u8; 6]>,
+}
+
+/// The rank's NICs 1, 2, … (rails 1, 2, …): a fixed-capacity list, so parsing never allocates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RailNics {
+    count: usize,
+    nics: [Option<NicAddr>; MAX_RAIL_NICS],
+}
+
+impl RailNics {
+    /// The list of `nics`, or an error past [`MAX_RAIL_NICS`].
+    pub fn new(nics: &[NicAddr]) -> Result<RailNics, WireError> {
+        if nics.len() > MAX_RAIL_NICS {
+            return Err(WireError::TooLong {
+                what: "rail NICs",
+                len: nics.len(),
+                max: MAX_RAIL_NICS,
+            });
+        }
+        let mut out = RailNics::default();
+        for (slot, nic) in out.nics.iter_mut().zip(nics) {
+            *slot = Some(*nic);
+        }
+        out.count = nics.len();
+        Ok(out)
+    }
+    pub fn len(&self) -> usize {
+        self.count
+    }
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+    /// NIC `rail` (1-based like the rails: `get(1)` is NIC 1).
+    pub fn get(&self, rail: usize) -> Option<NicAddr> {
+        rail.checked_sub(1)
+            .and_then(|i| self.nics[..self.count].get(i).copied().flatten())
+    }
+    pub fn iter(&self) -> impl Iterator<Item = NicAddr> + '_ {
+        self.nics[..self.count].iter().flatten().copied()
+    }
 }
 
 /// A parsed blob; strings borrow from the bytes.
@@ -65,7 +130,9 @@ pub struct Repr<'a> {
     pub host: &'a str,
     pub settings: &'a str,
     pub reason: &'a str,
-    /// The rank's RDMA verbs endpoint, when it opened one.
+    /// NICs 1, 2, … with their own addresses (empty for a one-NIC rank; version 2).
+    pub rails: RailNics,
+    /// The rank's RDMA verbs endpoint, when it opened one (version 2).
     pub verbs: Option<VerbsAddr>,
 }
 
@@ -150,6 +217,39 @@ fn u16_at(b: &[u8], i: usize) -> u16 {
     u16::from_le_bytes([b[i], b[i + 1]])
 }
 
+/// An address from a family byte, a port and 16 address bytes.
+fn address(family: u8, port: u16, a: &[u8]) -> Result<SocketAddr, WireError> {
+    let ip = match family {
+        4 => IpAddr::V4(Ipv4Addr::new(a[0], a[1], a[2], a[3])),
+        6 => {
+            let mut v6 = [0u8; 16];
+            v6.copy_from_slice(&a[..16]);
+            IpAddr::V6(Ipv6Addr::from(v6))
+        }
+        f => {
+            return Err(WireError::BadLength {
+                what: "bootstrap blob",
+                detail: format!("unknown address family {f}"),
+            })
+        }
+    };
+    Ok(SocketAddr::new(ip, port))
+}
+
+/// Writes `addr`'s family at `b[0]` and its bytes into `a` (16 bytes).
+fn put_address(addr: SocketAddr, family: &mut u8, a: &mut [u8]) {
+    match addr.ip() {
+        IpAddr::V4(v4) => {
+            *family = 4;
+            a[..4].copy_from_slice(&v4.octets());
+        }
+        IpAddr::V6(v6) => {
+            *family = 6;
+            a[..16].copy_from_slice(&v6.octets());
+        }
+    }
+}
+
 impl<'a> Repr<'a> {
     /// Parses a blob, checking magic, version, lengths and UTF-8.
     pub fn parse(b: &'a [u8]) -> Result<Repr<'a>, WireError> {
@@ -165,10 +265,21 @@ impl<'a> Repr<'a> {
                 detail: "no \"PCB\" magic: is every rank running pipecast?".into(),
             });
         }
-        if b[3] != VERSION && b[3] != VERSION_PLAIN {
+        if b[3] != VERSION_PLAIN && b[3] != VERSION {
             return Err(WireError::BadVersion {
                 got: b[3],
                 want: VERSION,
+            });
+        }
+        let rail_count = if b[3] == VERSION_PLAIN {
+            0
+        } else {
+            usize::from(b[19])
+        };
+        if rail_count > MAX_RAIL_NICS {
+            return Err(WireError::BadLength {
+                what: "bootstrap blob",
+                detail: format!("{rail_count} rail NICs, at most {MAX_RAIL_NICS}"),
             });
         }
         let status = match b[4] {
@@ -184,20 +295,7 @@ impl<'a> Repr<'a> {
         let flags = u16_at(b, 6);
         let cookie = u64::from_le_bytes(b[8..16].try_into().expect("8 bytes"));
         let port = u16_at(b, 16);
-        let ip = match b[18] {
-            4 => IpAddr::V4(Ipv4Addr::new(b[20], b[21], b[22], b[23])),
-            6 => {
-                let mut a = [0u8; 16];
-                a.copy_from_slice(&b[20..36]);
-                IpAddr::V6(Ipv6Addr::from(a))
-            }
-            f => {
-                return Err(WireError::BadLength {
-                    what: "bootstrap blob",
-                    detail: format!("unknown address family {f}"),
-                })
-            }
-        };
+        let addr = address(b[18], port, &b[20..36])?;
         let mac = (flags & 1 != 0).then(|| b[36..42].try_into().expect("6 bytes"));
         let lens = [u16_at(b, 44), u16_at(b, 46), u16_at(b, 48)].map(usize::from);
         let verbs_len = if b[3] == VERSION {
@@ -205,7 +303,9 @@ impl<'a> Repr<'a> {
         } else {
             0
         };
-        let need = HEAD_LEN + lens.iter().sum::<usize>() + verbs_len;
+        let strings_end = HEAD_LEN + lens.iter().sum::<usize>();
+        let rails_end = strings_end + rail_count * NIC_LEN;
+        let need = rails_end.saturating_add(verbs_len);
         if b.len() != need {
             return Err(WireError::BadLength {
                 what: "bootstrap blob",
@@ -221,18 +321,32 @@ impl<'a> Repr<'a> {
             at += len;
             s
         };
+        let (host, settings, reason) = (
+            text(lens[0], "host")?,
+            text(lens[1], "settings")?,
+            text(lens[2], "reason")?,
+        );
+        let mut rails = RailNics::default();
+        for (i, e) in b[strings_end..rails_end].chunks_exact(NIC_LEN).enumerate() {
+            rails.nics[i] = Some(NicAddr {
+                addr: address(e[2], u16_at(e, 0), &e[4..20])?,
+                mac: (e[3] & 1 != 0).then(|| e[20..26].try_into().expect("6 bytes")),
+            });
+        }
+        rails.count = rail_count;
         Ok(Repr {
             status,
             code: b[5],
             cookie,
-            addr: SocketAddr::new(ip, port),
+            addr,
             mac,
-            host: text(lens[0], "host")?,
-            settings: text(lens[1], "settings")?,
-            reason: text(lens[2], "reason")?,
+            host,
+            settings,
+            reason,
+            rails,
             verbs: match verbs_len {
                 0 => None,
-                _ => Some(VerbsAddr::parse(&b[need - verbs_len..])?),
+                _ => Some(VerbsAddr::parse(&b[rails_end..])?),
             },
         })
     }
@@ -243,6 +357,7 @@ impl<'a> Repr<'a> {
             + self.host.len()
             + self.settings.len()
             + self.reason.len()
+            + self.rails.len() * NIC_LEN
             + self.verbs.as_ref().map_or(0, VerbsAddr::buffer_len)
     }
 
@@ -268,11 +383,13 @@ impl<'a> Repr<'a> {
         let b = &mut b[..need];
         b.fill(0);
         b[0..3].copy_from_slice(&MAGIC);
-        b[3] = if self.verbs.is_some() {
-            VERSION
-        } else {
+        // One NIC and no verbs: version 1, what every earlier pipecast reads.
+        b[3] = if self.rails.is_empty() && self.verbs.is_none() {
             VERSION_PLAIN
+        } else {
+            VERSION
         };
+        b[19] = self.rails.len() as u8;
         b[4] = match self.status {
             Status::Ready => 0,
             Status::Failed => 1,
@@ -281,15 +398,9 @@ impl<'a> Repr<'a> {
         b[6..8].copy_from_slice(&u16::from(self.mac.is_some()).to_le_bytes());
         b[8..16].copy_from_slice(&self.cookie.to_le_bytes());
         b[16..18].copy_from_slice(&self.addr.port().to_le_bytes());
-        match self.addr.ip() {
-            IpAddr::V4(v4) => {
-                b[18] = 4;
-                b[20..24].copy_from_slice(&v4.octets());
-            }
-            IpAddr::V6(v6) => {
-                b[18] = 6;
-                b[20..36].copy_from_slice(&v6.octets());
-            }
+        {
+            let (head, rest) = b.split_at_mut(20);
+            put_address(self.addr, &mut head[18], &mut rest[..16]);
         }
         if let Some(mac) = self.mac {
             b[36..42].copy_from_slice(&mac);
@@ -299,6 +410,17 @@ impl<'a> Repr<'a> {
             b[44 + 2 * i..46 + 2 * i].copy_from_slice(&(s.len() as u16).to_le_bytes());
             b[at..at + s.len()].copy_from_slice(s.as_bytes());
             at += s.len();
+        }
+        for nic in self.rails.iter() {
+            let e = &mut b[at..at + NIC_LEN];
+            e[0..2].copy_from_slice(&nic.addr.port().to_le_bytes());
+            let (head, rest) = e.split_at_mut(4);
+            put_address(nic.addr, &mut head[2], &mut rest[..16]);
+            if let Some(mac) = nic.mac {
+                e[3] = 1;
+                e[20..26].copy_from_slice(&mac);
+            }
+            at += NIC_LEN;
         }
         if let Some(v) = &self.verbs {
             b[50..54].copy_from_slice(&(v.buffer_len() as u32).to_le_bytes());
@@ -329,10 +451,10 @@ mod tests {
             host: "n7",
             settings: "tree=auto window=16",
             reason: "",
+            rails: RailNics::default(),
             verbs: None,
         }
     }
-
     fn verbs() -> VerbsAddr {
         VerbsAddr {
             port: 1,
@@ -373,6 +495,48 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("queue pairs"));
+    }
+
+    #[test]
+    fn rail_nics_travel_in_version_2_and_one_nic_stays_version_1() {
+        let one = sample().to_vec().unwrap();
+        assert_eq!((one[3], one[19]), (1, 0));
+        let nics = [
+            NicAddr {
+                addr: "198.19.0.7:40124".parse().unwrap(),
+                mac: Some([2, 0, 0, 1, 0, 7]),
+            },
+            NicAddr {
+                addr: "[fd00::7]:9".parse().unwrap(),
+                mac: None,
+            },
+        ];
+        let r = Repr {
+            rails: RailNics::new(&nics).unwrap(),
+            ..sample()
+        };
+        let bytes = r.to_vec().unwrap();
+        assert_eq!((bytes[3], bytes[19]), (2, 2));
+        assert_eq!(bytes.len(), one.len() + 2 * NIC_LEN);
+        let back = Repr::parse(&bytes).unwrap();
+        assert_eq!(back, r);
+        assert_eq!(back.rails.get(1), Some(nics[0]));
+        assert_eq!(back.rails.get(2), Some(nics[1]));
+        assert_eq!((back.rails.get(0), back.rails.get(3)), (None, None));
+        // A version-1 blob with a stray count byte keeps ignoring it; lengths must add up.
+        let mut v1 = one.clone();
+        v1[19] = 3;
+        assert!(Repr::parse(&v1).unwrap().rails.is_empty());
+        let mut cut = bytes.clone();
+        cut.pop();
+        assert!(Repr::parse(&cut).is_err());
+        let mut many = bytes;
+        many[19] = 16;
+        assert!(Repr::parse(&many)
+            .unwrap_err()
+            .to_string()
+            .contains("16 rail NICs"));
+        assert!(RailNics::new(&[nics[0]; 16]).is_err());
     }
 
     #[test]

@@ -45,7 +45,9 @@ pub struct DiscoverArgs {
     /// lldpd control socket of this host (default /run/lldpd.socket).
     #[arg(long)]
     pub lldpd_socket: Option<PathBuf>,
-    /// Use LLDP of this interface only (default: every Ethernet interface that is up).
+    /// Use LLDP of this interface only (default: every Ethernet interface that is up). A
+    /// machine with several NICs lists one interface per NIC, NIC 0 first (`eth0,eth1`): NIC i
+    /// is on rail i.
     #[arg(long)]
     pub iface: Option<String>,
     /// This machine's name (default: PIPECAST_MACHINE, else the host name).
@@ -77,19 +79,39 @@ pub fn run(args: DiscoverArgs) -> CliResult {
         return Err("give at most one of --switch-lldp, --slurm, --topology".into());
     }
     let machine = machine_name(&args);
+    // `--iface eth0,eth1`: one interface per NIC, NIC i on rail i; each is observed alone.
+    let ifaces: Vec<Option<String>> = match &args.iface {
+        Some(list) => list
+            .split(',')
+            .map(|i| Some(i.trim().to_string()))
+            .collect(),
+        None => vec![None],
+    };
+    let mut nics = Vec::with_capacity(ifaces.len());
+    for iface in &ifaces {
+        nics.push(observe(&args, &machine, iface.as_deref())?);
+    }
+    let mut mine = nics.remove(0);
+    mine.rails = nics.into_iter().map(Into::into).collect();
+    tracing::info!(?mine, "local observation");
+    exchange_and_assemble(&args, mine)
+}
+
+/// What this machine's NIC on `iface` (any interface when `None`) is plugged into.
+fn observe(
+    args: &DiscoverArgs,
+    machine: &str,
+    iface: Option<&str>,
+) -> Result<Observation, Box<dyn std::error::Error>> {
     let listen = Duration::from_secs(args.listen_seconds);
-    let silent = Observation::unheard(&machine);
-    let mine = match args.lldp {
+    let silent = Observation::unheard(machine);
+    Ok(match args.lldp {
         LldpSource::Auto => {
-            match observe_with_lldpd(
-                &machine,
-                args.lldpd_socket.as_deref(),
-                args.iface.as_deref(),
-            ) {
+            match observe_with_lldpd(machine, args.lldpd_socket.as_deref(), iface) {
                 Some(o) => o,
                 // Without the right to listen, the switch layer may still place this machine.
                 None => {
-                    match observe_by_listening(&machine, listen, args.iface.as_deref()) {
+                    match observe_by_listening(machine, listen, iface) {
                         Ok(o) => o,
                         Err(e) => {
                             eprintln!("pipecast topo discover: {machine}: {e}; relying on the switch layer");
@@ -99,16 +121,16 @@ pub fn run(args: DiscoverArgs) -> CliResult {
                 }
             }
         }
-        LldpSource::Lldpd => observe_with_lldpd(
-            &machine,
-            args.lldpd_socket.as_deref(),
-            args.iface.as_deref(),
-        )
-        .unwrap_or(silent),
-        LldpSource::Listen => observe_by_listening(&machine, listen, args.iface.as_deref())?,
+        LldpSource::Lldpd => {
+            observe_with_lldpd(machine, args.lldpd_socket.as_deref(), iface).unwrap_or(silent)
+        }
+        LldpSource::Listen => observe_by_listening(machine, listen, iface)?,
         LldpSource::None => silent,
-    };
-    tracing::info!(?mine, "local observation");
+    })
+}
+
+/// Shares `mine` with the job's other ranks and (on rank 0) assembles and prints the topology.
+fn exchange_and_assemble(args: &DiscoverArgs, mine: Observation) -> CliResult {
     let job = job_from_env()?;
     let all: Vec<Observation> = match &job {
         None => vec![mine],

@@ -88,6 +88,7 @@ pub fn observe_by_listening(
         };
         let iface = Some(iface);
         return Ok(Observation {
+            rails: Vec::new(),
             machine: machine.into(),
             switch: Some(repr.switch_name()),
             port: Some(repr.port_text()),

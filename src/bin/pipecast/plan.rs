@@ -90,6 +90,7 @@ fn plan_json(plan: &Plan, topology: &Topology, priced: Option<(u64, u64, f64)>) 
         tree: plan.tree.to_string(),
         root: plan.root,
         lanes: &plan.lanes,
+        rails: &plan.rails,
         topology,
         priced: priced.map(|(_, segment, predicted)| (segment, Some(predicted))),
         throughput: hetero_throughput(plan, topology, priced),
@@ -171,7 +172,13 @@ pub(crate) fn table(
         }
     }
     for (i, lane) in plan.lanes.iter().enumerate() {
-        let _ = writeln!(s, "\nlane {i}");
+        let rail = plan.rail(i);
+        if plan.rails.is_empty() {
+            let _ = writeln!(s, "\nlane {i}");
+        } else {
+            // Multilane on rails: the lane leaves and enters every machine through NIC `rail`.
+            let _ = writeln!(s, "\nlane {i} (rail {rail}: NIC {rail} of every machine)");
+        }
         let _ = writeln!(
             s,
             "{:>5}  {:<12} {:<10} {:<12} children (send order)",
@@ -185,13 +192,13 @@ pub(crate) fn table(
                 "{:>5}  {:<12} {:<10} {:<12} {}",
                 r,
                 name(r),
-                topology.switches()[topology.switch_of(r)].name,
+                topology.switches()[topology.nic_switch(r, rail.min(topology.rails() - 1))].name,
                 parent,
                 kids.join(" ")
             );
         }
         const SHOWN: usize = 20;
-        let found = contention::conflicts(lane, topology, SHOWN + 1);
+        let found = contention::conflicts_on(lane, rail, topology, SHOWN + 1);
         if !found.is_empty() || !report.contention_free {
             let _ = writeln!(s, "conflicts in lane {i} (pipelined 1-port model):");
             for c in found.iter().take(SHOWN) {
@@ -249,12 +256,14 @@ pub(crate) fn dot(plan: &Plan, topology: &Topology) -> String {
             m(r),
             esc(&machine.name),
         );
-        let _ = writeln!(
-            s,
-            "  {} -> {} [dir=none, color=gray70];",
-            sw(machine.switch),
-            m(r)
-        );
+        for rail in 0..topology.rails() {
+            let _ = writeln!(
+                s,
+                "  {} -> {} [dir=none, color=gray70];",
+                sw(topology.nic_switch(r, rail)),
+                m(r)
+            );
+        }
     }
     for (i, lane) in plan.lanes.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];

@@ -176,6 +176,7 @@ fn one(
                 tree: kind.clone(),
                 root,
                 lanes: lanes.to_vec(),
+                rails: Vec::new(),
             };
             pipecast::model::predict(&plan, profile, bytes, seg)
         }

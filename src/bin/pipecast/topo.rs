@@ -3,6 +3,7 @@
 //! ```text
 //! pipecast topo gen random --switches 16 --machines 128 --seed 7 -o cluster.json
 //! pipecast topo gen hub --edges 3 --per-switch 4 --interleaved
+//! pipecast topo gen hub --edges 3 --per-switch 4 --rails 2
 //! pipecast topo gen single --machines 16
 //! pipecast topo check cluster.json
 //! pipecast topo import --format mpich-coords coords.txt -o cluster.json
@@ -96,6 +97,10 @@ enum Shape {
         /// for rank-order trees, like seed 000's topology (5)).
         #[arg(long)]
         interleaved: bool,
+        /// Machines with RAILS NICs: one such hub per rail (switches a0…, b0…), NIC i of
+        /// every machine on rail i at the same place (seed 002's multi-lane NICs).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=pipecast::topology::MAX_NICS as u64))]
+        rails: u64,
     },
     /// One switch s0 with N machines.
     Single {
@@ -158,6 +163,7 @@ fn generate(args: GenArgs) -> CliResult {
             edges,
             per_switch,
             interleaved,
+            rails,
         } => {
             if (edges + 1) * per_switch > MAX_MACHINES {
                 return Err(format!(
@@ -166,7 +172,16 @@ fn generate(args: GenArgs) -> CliResult {
                 )
                 .into());
             }
-            gen::hub(edges as usize, per_switch as usize, interleaved)
+            if rails > 1 {
+                gen::rails(
+                    rails as usize,
+                    edges as usize,
+                    per_switch as usize,
+                    interleaved,
+                )
+            } else {
+                gen::hub(edges as usize, per_switch as usize, interleaved)
+            }
         }
         Shape::Single { machines } => Topology::single_switch(machines as usize),
     };
@@ -210,8 +225,10 @@ fn render(value: &Value) -> Result<String, serde_json::Error> {
 /// Switches, links and machines per switch, for people.
 fn summary(name: &str, t: &Topology) -> String {
     let mut per_switch = vec![0usize; t.switches().len()];
-    for m in t.machines() {
-        per_switch[m.switch] += 1;
+    for m in 0..t.size() {
+        for rail in 0..t.rails() {
+            per_switch[t.nic_switch(m, rail)] += 1;
+        }
     }
     let mut out = format!(
         "{name}: valid topology: {} switches, {} links, {} machines\n",
@@ -219,6 +236,24 @@ fn summary(name: &str, t: &Topology) -> String {
         t.links().len(),
         t.size()
     );
+    if t.rails() > 1 {
+        // Seed 002's multi-lane NICs: `multilane` puts lane i on rail i (docs/topology.md).
+        let rail_switches: Vec<String> = (0..t.rails())
+            .map(|rail| {
+                let mut names: Vec<&str> = (0..t.size())
+                    .map(|m| t.switches()[t.nic_switch(m, rail)].name.as_str())
+                    .collect();
+                names.sort_unstable();
+                names.dedup();
+                format!("rail {rail}: {}", names.join(" "))
+            })
+            .collect();
+        out += &format!(
+            "{} NICs per machine, NIC i on rail i ({})\n",
+            t.rails(),
+            rail_switches.join("; ")
+        );
+    }
     if t.ranks() != t.size() {
         // The machines' `ranks`: plans on this file are two-level (docs/planner.md).
         out += &format!(
@@ -236,6 +271,7 @@ fn summary(name: &str, t: &Topology) -> String {
         // Longer names overflow their column (a width above 65535 would panic `format!`).
         .min(64);
     out += &format!("{:width$}  machines  linked to\n", "switch");
+    // (machines: NICs plugged into the switch, one per machine and rail)
     for (s, switch) in t.switches().iter().enumerate() {
         let neighbours: Vec<&str> = t
             .neighbours(s)
