@@ -539,6 +539,26 @@ mod tests {
         assert!(RailNics::new(&[nics[0]; 16]).is_err());
     }
 
+    /// Rail NICs and a verbs section in one version-2 blob: rails first, then verbs.
+    #[test]
+    fn rails_and_verbs_travel_together() {
+        let nic = NicAddr {
+            addr: "198.19.0.7:40124".parse().unwrap(),
+            mac: None,
+        };
+        let r = Repr {
+            rails: RailNics::new(&[nic]).unwrap(),
+            verbs: Some(verbs()),
+            ..sample()
+        };
+        let bytes = r.to_vec().unwrap();
+        assert_eq!((bytes[3], bytes[19]), (2, 1));
+        assert_eq!(Repr::parse(&bytes).unwrap(), r);
+        let mut cut = bytes;
+        cut.pop();
+        assert!(Repr::parse(&cut).is_err());
+    }
+
     #[test]
     fn round_trip() {
         for r in [
