@@ -629,16 +629,10 @@ impl SimNet {
         let now = self.now;
         while let Some((_, hop)) = self.links[e].pop_arrived(now) {
             if hop.hop + 1 < hop.path.len() {
-                let Hop {
-                    from,
-                    to,
-                    hop,
-                    head,
-                    tail,
-                    path,
-                    packet,
-                } = hop;
-                self.put(from, to, hop + 1, head, tail, path, packet);
+                self.put(Hop {
+                    hop: hop.hop + 1,
+                    ..hop
+                });
             } else {
                 touched.push(hop.to);
                 let packet = self.packets.take(hop.packet);
@@ -750,7 +744,15 @@ impl SimNet {
         }
         let now = self.now;
         let packet = self.packets.insert(packet);
-        self.put(from, to, 0, now, now, path, packet);
+        self.put(Hop {
+            from,
+            to,
+            hop: 0,
+            head: now,
+            tail: now,
+            path,
+            packet,
+        });
     }
 
     /// The path from `from` to `to`, computed once per pair.
@@ -773,47 +775,29 @@ impl SimNet {
         path
     }
 
-    /// Puts `packet` on edge `hop` of its path; its first byte got there at `head`, its last
-    /// at `tail`.
-    #[allow(clippy::too_many_arguments)]
-    fn put(
-        &mut self,
-        from: usize,
-        to: usize,
-        hop: usize,
-        head: u64,
-        tail: u64,
-        path: Arc<[DirEdge]>,
-        packet: u32,
-    ) {
-        let e = path[hop].0 as usize;
-        let path_hop = hop;
+    /// Puts `hop.packet` on edge `hop.hop` of its path; its first byte got there at
+    /// `hop.head`, its last at `hop.tail`.
+    fn put(&mut self, hop: Hop) {
+        let (from, head, tail, id) = (hop.from, hop.head, hop.tail, hop.packet);
+        let path = &hop.path;
+        let hop_index = hop.hop;
+        let e = path[hop_index].0 as usize;
         let link = &self.links[e];
-        let id = packet;
         let packet = self.packets.get(id);
         let bytes = packet.bytes();
         let mut service = link.model().wire_ns(bytes);
         let mut extra = 0;
         if let Some(p) = &self.profile {
             let cost = p.cost(packet.payload_len() as u64);
-            if hop == 0 && packet.is_data() {
+            if hop_index == 0 && packet.is_data() {
                 service = service.max((cost.g_us * 1000.0).round() as u64);
             }
-            if hop + 1 == path.len() {
+            if hop_index + 1 == path.len() {
                 extra = (cost.l_us * 1000.0).round() as u64;
             }
         }
         let data = packet.is_data();
-        let forward = hop + 1 < path.len();
-        let hop = Hop {
-            from,
-            to,
-            hop,
-            head,
-            tail,
-            path,
-            packet: id,
-        };
+        let forward = hop_index + 1 < path.len();
         let stamp = |h: &mut Hop, first, last| {
             h.head = first;
             h.tail = last;
@@ -834,7 +818,7 @@ impl SimNet {
         for at in sent.arrivals.into_iter().flatten() {
             self.schedule(at, Event::Arrival(e as u32));
         }
-        if data && path_hop > 0 {
+        if data && hop_index > 0 {
             self.flows[e].record(from, start, end);
         }
     }
