@@ -114,6 +114,8 @@ pub struct Peers {
     pub hosts: Vec<String>,
     /// Each rank's RDMA verbs endpoint, when it opened one.
     pub verbs: Vec<Option<crate::wire::bootstrap::VerbsAddr>>,
+    /// Each rank's NICs beyond the first (rails 1, 2, …): where it listens on each.
+    pub rails: Vec<Vec<SocketAddr>>,
     /// Rank 0's cookie: the job's.
     pub cookie: u64,
 }
@@ -158,6 +160,10 @@ pub fn decide(blobs: &[Vec<u8>]) -> Result<Peers, CommError> {
         macs: parsed.iter().map(|p| p.mac).collect(),
         hosts: parsed.iter().map(|p| p.host.to_string()).collect(),
         verbs: parsed.iter().map(|p| p.verbs.clone()).collect(),
+        rails: parsed
+            .iter()
+            .map(|p| p.rails.iter().map(|n| n.addr).collect())
+            .collect(),
         cookie: parsed.first().map_or(0, |p| p.cookie),
     })
 }

@@ -54,13 +54,25 @@ pub fn lanes(
     algorithm: &Algorithm,
     segments: u64,
 ) -> Result<Vec<Lane>, PlanError> {
+    schedule(topology, root, algorithm, segments).map(|(lanes, _)| lanes)
+}
+
+/// [`lanes`] and the rail each lane runs on (`Plan::rails`: empty when every lane uses rail
+/// 0, as every schedule but `multilane` on a topology with rails does).
+pub fn schedule(
+    topology: &Topology,
+    root: usize,
+    algorithm: &Algorithm,
+    segments: u64,
+) -> Result<(Vec<Lane>, Vec<usize>), PlanError> {
     let size = topology.size();
     if root >= size {
         return Err(PlanError::BadRoot { root, size });
     }
-    Ok(match algorithm {
+    let lanes = match algorithm {
         Algorithm::Tree(tree) => {
-            crate::hetero::build_plan(topology, root, tree, Some(segments))?.lanes
+            let plan = crate::hetero::build_plan(topology, root, tree, Some(segments))?;
+            return Ok((plan.lanes, plan.rails));
         }
         Algorithm::ScatterAllgather => scatter_allgather(size, root),
         Algorithm::PointToPoint { to } => {
@@ -71,7 +83,8 @@ pub fn lanes(
             children[root].push(*to);
             vec![Lane::from_children(children)]
         }
-    })
+    };
+    Ok((lanes, Vec::new()))
 }
 
 /// The concrete schedule and segment size of a broadcast of `msize` bytes from `root`.

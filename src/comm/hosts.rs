@@ -86,6 +86,62 @@ pub fn pick_ip(spec: Option<&str>, interfaces: &[Ipv4Interface]) -> Result<Ipv4A
         })
 }
 
+/// The address of each of this rank's NICs on a topology with `rails` rails (NIC i = rail
+/// i, `docs/topology.md`): item i of `iface` (or `PIPECAST_IFACE`), a comma-separated list
+/// like `eth0,eth1` or `198.18.0.0/16,198.19.0.0/16`, names rail i's interface. `None` when
+/// the list names fewer than `rails` interfaces: the rank then uses one NIC (every lane on
+/// rail 0, right data at one NIC's speed), as it does without a topology with rails.
+pub fn rail_ips(iface: Option<&str>, rails: usize) -> Result<Option<Vec<Ipv4Addr>>, CommError> {
+    let spec = iface
+        .map(str::to_string)
+        .or_else(|| env_nonempty("PIPECAST_IFACE"));
+    let interfaces = ipv4_interfaces().map_err(|e| CommError::Env {
+        name: "PIPECAST_IFACE",
+        problem: format!("cannot list the network interfaces (getifaddrs: {e})"),
+    })?;
+    pick_rail_ips(spec.as_deref(), &interfaces, rails)
+}
+
+/// [`rail_ips`] on a list of interfaces (pure).
+pub fn pick_rail_ips(
+    spec: Option<&str>,
+    interfaces: &[Ipv4Interface],
+    rails: usize,
+) -> Result<Option<Vec<Ipv4Addr>>, CommError> {
+    let items: Vec<&str> = spec
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    if rails < 2 || items.len() < rails {
+        if rails >= 2 {
+            tracing::info!(
+                rails,
+                iface = spec.unwrap_or_default(),
+                "the topology has {rails} rails but PIPECAST_IFACE names {} interfaces (one per rail, e.g. eth0,eth1): using one NIC",
+                items.len()
+            );
+        }
+        return Ok(None);
+    }
+    let mut ips = Vec::with_capacity(rails);
+    for item in &items[..rails] {
+        let ip = pick_ip(Some(item), interfaces)?;
+        if ips.contains(&ip) {
+            return Err(CommError::Env {
+                name: "PIPECAST_IFACE",
+                problem: format!(
+                    "{item:?} in {:?} gives {ip} again: each rail needs its own NIC",
+                    spec.unwrap_or_default()
+                ),
+            });
+        }
+        ips.push(ip);
+    }
+    Ok(Some(ips))
+}
+
 enum Wanted {
     Name(String),
     Subnet(Ipv4Addr, u8),
@@ -228,6 +284,29 @@ mod tests {
         );
         let only_lo = &lab_host()[..2];
         assert_eq!(pick_ip(None, only_lo).unwrap(), Ipv4Addr::LOCALHOST);
+    }
+
+    #[test]
+    fn one_interface_per_rail() {
+        let mut h = lab_host();
+        h.push(iface("eth1", [198, 20, 0, 3], true));
+        let ips = |spec, rails| pick_rail_ips(Some(spec), &h, rails);
+        assert_eq!(
+            ips("eth0,eth1", 2).unwrap().unwrap(),
+            [Ipv4Addr::new(198, 18, 0, 3), Ipv4Addr::new(198, 20, 0, 3)]
+        );
+        assert_eq!(
+            ips("198.20.0.0/16, 198.18.0.0/16", 2).unwrap().unwrap(),
+            [Ipv4Addr::new(198, 20, 0, 3), Ipv4Addr::new(198, 18, 0, 3)]
+        );
+        // Fewer interfaces than rails, or no rails: one NIC, as before.
+        assert_eq!(ips("eth0", 2).unwrap(), None);
+        assert_eq!(ips("eth0,eth1", 1).unwrap(), None);
+        assert_eq!(pick_rail_ips(None, &h, 2).unwrap(), None);
+        let e = ips("eth0,198.18.0.0/16", 2).unwrap_err().to_string();
+        assert!(e.contains("each rail needs its own NIC"), "{e}");
+        let e = ips("eth0,nosuch9", 2).unwrap_err().to_string();
+        assert!(e.contains("nosuch9"), "{e}");
     }
 
     #[test]

@@ -26,7 +26,8 @@ pub mod tree_dump;
 pub use crate::transport::shm::ShmMode;
 pub use agree::ErrorClass;
 pub use algorithm::{
-    choose_segment, lanes, resolve, scatter_allgather, segment_for, Algorithm, DEFAULT_SEGMENT,
+    choose_segment, lanes, resolve, scatter_allgather, schedule, segment_for, Algorithm,
+    DEFAULT_SEGMENT,
 };
 pub use bootstrap::{Bootstrap, TcpRendezvous};
 pub use link::Transport;
@@ -158,6 +159,10 @@ impl Default for Config {
 
 /// (root, requested algorithm, message size, configured segment size).
 type ChoiceKey = (usize, Algorithm, u64, Option<u64>);
+/// A schedule's lanes and the rail each runs on (`Plan::rails`; empty: all on rail 0).
+type Lanes = (Arc<Vec<Lane>>, RailsOf);
+/// The rail of each lane.
+type RailsOf = Arc<Vec<usize>>;
 
 /// One rank's handle on a group of processes that broadcast together.
 pub struct Comm {
@@ -166,7 +171,7 @@ pub struct Comm {
     topology: Topology,
     config: Config,
     bootstrap: Box<dyn Bootstrap>,
-    plans: BTreeMap<(usize, Algorithm, u64, u64), Arc<Vec<Lane>>>,
+    plans: BTreeMap<(usize, Algorithm, u64, u64), Lanes>,
     /// The model's resolutions per (root, requested algorithm, message size, segment).
     choices: BTreeMap<ChoiceKey, (Algorithm, u64)>,
     seq: u64,
@@ -392,7 +397,8 @@ impl Comm {
         segment: Option<u64>,
     ) -> crate::Result<BcastInfo> {
         let msize = buf.len() as u64;
-        let (algorithm, segment, lanes) = self.plan_with(root, msize, algorithm, segment)?;
+        let (algorithm, segment, lanes, rails) =
+            self.plan_rails(root, msize, algorithm, segment)?;
         let algorithm = &algorithm;
         let setup = Setup {
             seq: self.next_seq(),
@@ -401,7 +407,7 @@ impl Comm {
             segment,
             deep: false,
         };
-        let elapsed_ns = self.run(buf, lanes.clone(), &[setup])?;
+        let elapsed_ns = self.run(buf, (lanes.clone(), rails), &[setup])?;
         tracing::debug!(
             rank = self.rank,
             seq = setup.seq,
@@ -530,7 +536,7 @@ impl Comm {
         algorithm: &Algorithm,
         segment: u64,
         msize: u64,
-    ) -> crate::Result<(Arc<Vec<Lane>>, bool)> {
+    ) -> crate::Result<(Lanes, bool)> {
         let segments = msize.div_ceil(segment).max(1);
         // The tree depends on the segment count only for kbinomial (its optimal k).
         let key_segments = match algorithm {
@@ -541,13 +547,14 @@ impl Comm {
         if let Some(l) = self.plans.get(&key) {
             return Ok((l.clone(), false));
         }
-        let l = Arc::new(lanes(&self.topology, root, algorithm, segments)?);
+        let (lanes, rails) = schedule(&self.topology, root, algorithm, segments)?;
+        let l = (Arc::new(lanes), Arc::new(rails));
         self.plans.insert(key, l.clone());
         Ok((l, true))
     }
 
     /// The jobs of `setups` over `lanes`.
-    fn jobs(&self, lanes: Arc<Vec<Lane>>, setups: &[Setup]) -> Vec<Job> {
+    fn jobs(&self, (lanes, rails): Lanes, setups: &[Setup]) -> Vec<Job> {
         // No idle timeout: a late rank is waited for. Peers that are gone are found by the
         // links (closed connections, unanswered heartbeats) within `config.timeout`.
         let engine = EngineConfig {
@@ -558,6 +565,7 @@ impl Comm {
             .iter()
             .map(|&setup| Job {
                 lanes: lanes.clone(),
+                rails: rails.clone(),
                 setup,
                 engine,
                 connect_timeout: self.config.timeout,
@@ -569,7 +577,7 @@ impl Comm {
     fn post(
         &mut self,
         buf: Buffer,
-        lanes: Arc<Vec<Lane>>,
+        lanes: Lanes,
         setups: &[Setup],
     ) -> Result<crossbeam_channel::Receiver<progress::Outcome>, CommError> {
         let jobs = self.jobs(lanes, setups);
@@ -584,12 +592,7 @@ impl Comm {
     }
 
     /// Runs the engine for each of `setups` in turn over `lanes` on the progress thread.
-    fn run(
-        &mut self,
-        buf: &mut [u8],
-        lanes: Arc<Vec<Lane>>,
-        setups: &[Setup],
-    ) -> crate::Result<u64> {
+    fn run(&mut self, buf: &mut [u8], lanes: Lanes, setups: &[Setup]) -> crate::Result<u64> {
         self.check()?;
         let result = lend(buf, |loan| {
             let answer = self.post(Buffer::Loan(loan), lanes, setups)?;
@@ -622,6 +625,18 @@ impl Comm {
         algorithm: &Algorithm,
         segment: Option<u64>,
     ) -> crate::Result<(Algorithm, u64, Arc<Vec<Lane>>)> {
+        self.plan_rails(root, msize, algorithm, segment)
+            .map(|(a, s, lanes, _)| (a, s, lanes))
+    }
+
+    /// [`Comm::plan_with`] and the rail each lane runs on.
+    fn plan_rails(
+        &mut self,
+        root: usize,
+        msize: u64,
+        algorithm: &Algorithm,
+        segment: Option<u64>,
+    ) -> crate::Result<(Algorithm, u64, Arc<Vec<Lane>>, RailsOf)> {
         if root >= self.size {
             return Err(crate::plan::PlanError::BadRoot {
                 root,
@@ -630,7 +645,7 @@ impl Comm {
             .into());
         }
         let (algorithm, segment) = self.resolve(root, algorithm, msize, segment)?;
-        let (lanes, new) = self.lanes(root, &algorithm, segment, msize)?;
+        let ((lanes, rails), new) = self.lanes(root, &algorithm, segment, msize)?;
         if let (true, Some(dump)) = (new, self.dump.as_mut()) {
             dump.record(&tree_dump::DumpedPlan {
                 rank: self.rank,
@@ -642,7 +657,7 @@ impl Comm {
                 lanes: &lanes,
             });
         }
-        Ok((algorithm, segment, lanes))
+        Ok((algorithm, segment, lanes, rails))
     }
 
     /// Starts broadcasting `buf` (this rank's vector; the root's holds the message) from
@@ -685,7 +700,7 @@ impl Comm {
     ) -> crate::Result<Request> {
         self.check()?;
         let msize = buf.len() as u64;
-        let (_, segment, lanes) = self.plan_with(root, msize, algorithm, segment)?;
+        let (_, segment, lanes, rails) = self.plan_rails(root, msize, algorithm, segment)?;
         let setup = Setup {
             seq: self.next_seq(),
             root,
@@ -694,7 +709,7 @@ impl Comm {
             deep: false,
         };
         Ok(Request::new(
-            self.post(buf, lanes, &[setup])?,
+            self.post(buf, (lanes, rails), &[setup])?,
             self.config.poll,
         ))
     }

@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 /// One engine run: a broadcast (or a barrier phase).
 pub struct Job {
     pub lanes: Arc<Vec<Lane>>,
+    /// The rail each lane runs on (`Plan::rails`; empty: all on rail 0).
+    pub rails: Arc<Vec<usize>>,
     pub setup: Setup,
     pub engine: EngineConfig,
     pub connect_timeout: Duration,
@@ -179,7 +181,8 @@ impl Driver {
         let seq = job.setup.seq;
         self.register(seq)?;
         let now = self.now();
-        let bcast = Bcast::new(self.me, &job.lanes, job.setup, job.engine, now)?;
+        let bcast = Bcast::new(self.me, &job.lanes, job.setup, job.engine, now)?
+            .with_rails(job.rails.to_vec());
         self.link.connect(&bcast.peers(), job.connect_timeout)?;
         let buf = self
             .bufs
@@ -303,6 +306,7 @@ mod tests {
             .lanes;
         Job {
             lanes: Arc::new(lanes),
+            rails: Arc::default(),
             setup: Setup {
                 seq,
                 root: 0,

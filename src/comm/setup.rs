@@ -11,7 +11,7 @@ use crate::transport::raweth::RawEthTransport;
 use crate::transport::router::Router;
 use crate::transport::shm::{self, ShmLink, ShmMode};
 use crate::transport::{TcpTransport, Transport, Wake};
-use crate::wire::bootstrap::{Repr, Status};
+use crate::wire::bootstrap::{NicAddr, Repr, Status};
 use crossbeam_channel::Sender;
 use rand::RngCore;
 use std::sync::Arc;
@@ -21,6 +21,8 @@ use std::thread::JoinHandle;
 pub struct Local {
     config: Config,
     tcp: TcpTransport,
+    /// Where this rank's NICs 1, 2, … listen (empty with one NIC: see [`hosts::rail_ips`]).
+    rails: Vec<std::net::SocketAddr>,
     raw: Option<RawEthTransport>,
     /// The RDMA verbs link (`verbs`, or `auto` where a device is usable), not connected yet.
     verbs: Option<link::VerbsNet>,
@@ -55,12 +57,23 @@ impl Local {
         if let Some(t) = &config.topology {
             hosts::check_file(t, size, &hosts::host_name())?;
         }
-        let ip = match &config.ip {
-            Some(ip) => ip.clone(),
-            None => hosts::listen_ip(config.iface.as_deref())?,
+        // On a topology with rails, one address per NIC (PIPECAST_IFACE=eth0,eth1).
+        let rail_ips = match config.topology.as_ref().map(Topology::rails) {
+            Some(k) if k > 1 => hosts::rail_ips(config.iface.as_deref(), k)?,
+            _ => None,
+        };
+        let ip = match (&config.ip, &rail_ips) {
+            (Some(ip), _) => ip.clone(),
+            (None, Some(ips)) => ips[0].to_string(),
+            (None, None) => hosts::listen_ip(config.iface.as_deref())?,
         };
         config.ip = Some(ip.clone());
-        let tcp = TcpTransport::bind(rank, &ip)?;
+        let mut tcp = TcpTransport::bind(rank, &ip)?;
+        let extra: Vec<std::net::IpAddr> = rail_ips
+            .iter()
+            .flat_map(|ips| ips[1..].iter().map(|&ip| ip.into()))
+            .collect();
+        let rails = tcp.bind_rails(&extra)?;
         let verbs = link::open_verbs(rank, size, &config)?;
         let raw = link::open_raw(rank, &config, ip.parse().ok())?;
         let shm = match config.shm {
@@ -77,6 +90,7 @@ impl Local {
             settings: agree::settings_text(&config),
             config,
             tcp,
+            rails,
             raw,
             verbs,
             cookie: rand::rngs::OsRng.next_u64(),
@@ -95,7 +109,7 @@ impl Local {
             settings: &self.settings,
             reason: "",
             verbs: self.verbs.as_ref().map(|v| v.local_addr()),
-            rails: crate::wire::bootstrap::RailNics::default(),
+            rails: rail_nics(&self.rails),
         }
         .to_vec()
         .expect("lengths are bounded")
@@ -124,6 +138,7 @@ impl Local {
         let keys = hosts::host_keys(&rank_hosts);
         let topology = hosts::topology(config.topology.as_ref(), &rank_hosts, &keys)?;
         tcp.set_peers(peers.addrs.clone(), peers.cookie);
+        tcp.set_rails(&peers.rails);
         tcp.set_keepalive(config.timeout);
         let net = link::choose(
             &config.transport,
@@ -190,4 +205,14 @@ fn on_host(
     let route = local.iter().map(|&l| usize::from(l)).collect();
     let links: Vec<Box<dyn Transport>> = vec![net, Box::new(shm)];
     Box::new(Router::new(links, route))
+}
+
+/// The bootstrap entries of this rank's NICs 1, 2, … (none with one NIC: blob version 1).
+fn rail_nics(addrs: &[std::net::SocketAddr]) -> crate::wire::bootstrap::RailNics {
+    let nics: Vec<NicAddr> = addrs
+        .iter()
+        .take(crate::wire::bootstrap::MAX_RAIL_NICS)
+        .map(|&addr| NicAddr { addr, mac: None })
+        .collect();
+    crate::wire::bootstrap::RailNics::new(&nics).expect("at most MAX_RAIL_NICS")
 }

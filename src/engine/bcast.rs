@@ -98,6 +98,8 @@ pub struct Bcast {
     config: Config,
     layout: Layout,
     lanes: Vec<LaneState>,
+    /// The rail (NIC) each lane's messages travel on; empty: rail 0 for every lane.
+    rails: Vec<usize>,
     control: VecDeque<Transmit>,
     last_progress: u64,
     failed: bool,
@@ -190,6 +192,7 @@ impl Bcast {
             },
             layout,
             lanes: states,
+            rails: Vec::new(),
             control: VecDeque::new(),
             last_progress: now,
             failed: false,
@@ -198,6 +201,19 @@ impl Bcast {
             bcast.maybe_done(l);
         }
         Ok(bcast)
+    }
+
+    /// The same broadcast with lane `l` on rail `rails[l]` (the plan's `Plan::rails`): which
+    /// NIC its data and credits use is the link's business, not the engine's, so this only
+    /// records it for [`Bcast::rail`].
+    pub fn with_rails(mut self, rails: Vec<usize>) -> Bcast {
+        self.rails = rails;
+        self
+    }
+
+    /// The rail lane `lane` runs on (0 unless [`Bcast::with_rails`] said otherwise).
+    pub fn rail(&self, lane: usize) -> usize {
+        self.rails.get(lane).copied().unwrap_or(0)
     }
 
     pub fn setup(&self) -> &Setup {

@@ -92,6 +92,17 @@ impl Endpoint {
         self.active.get(&seq)
     }
 
+    /// The rail (NIC) `message` travels on: its lane's rail in its broadcast, 0 when the
+    /// broadcast is not in flight here.
+    pub fn rail_of(&self, message: &Message) -> usize {
+        let lane = match *message {
+            Message::Data(h) => h.lane,
+            Message::Credit { lane, .. } | Message::Done { lane, .. } => lane,
+        };
+        self.get(message.seq())
+            .map_or(0, |b| b.rail(usize::from(lane)))
+    }
+
     /// Sequence numbers of the broadcasts in flight, oldest first.
     pub fn active(&self) -> impl Iterator<Item = u64> + '_ {
         self.active.keys().copied()

@@ -16,6 +16,8 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 mod setup;
+#[cfg(test)]
+mod tests;
 
 /// Most bytes read from one connection per readiness round, so one busy peer cannot starve
 /// the others (or our own sends).
@@ -68,15 +70,25 @@ struct Conn {
     /// A payload read also asks for the next frame's header, into here: one syscall per
     /// segment instead of two.
     spare: [u8; HEADER],
+    /// Bytes written so far (headers and payloads), for the per-rail counters.
+    sent_bytes: u64,
 }
+
+/// A connection's peer and rail (the NIC index both ends use: rail 0 is the listener of
+/// [`TcpTransport::bind`], rail i ≥ 1 that of the i-th [`TcpTransport::bind_rails`] address).
+type Key = (usize, usize);
 
 /// This rank's TCP endpoint.
 pub struct TcpTransport {
     me: usize,
-    listener: TcpListener,
+    /// One per rail (NIC): `listeners[0]` is [`TcpTransport::bind`]'s.
+    listeners: Vec<TcpListener>,
     cookie: u64,
-    addrs: Vec<SocketAddr>,
-    conns: BTreeMap<usize, Conn>,
+    /// Every rank's listening address on each rail: `addrs[rail][rank]`.
+    addrs: Vec<Vec<SocketAddr>>,
+    /// How many rails the job connects (1 unless every rank published several NICs).
+    rails: usize,
+    conns: BTreeMap<Key, Conn>,
     scratch: Vec<u8>,
     /// Batched sends; `None` when io_uring is unavailable or disabled (`PIPECAST_IO_URING=0`).
     ring: Option<Ring>,
@@ -111,9 +123,10 @@ impl TcpTransport {
         };
         Ok(TcpTransport {
             me,
-            listener,
+            listeners: vec![listener],
             cookie: 0,
             addrs: Vec::new(),
+            rails: 1,
             conns: BTreeMap::new(),
             scratch: vec![0; 64 << 10],
             ring,
@@ -123,7 +136,26 @@ impl TcpTransport {
     }
 
     pub fn local_addr(&self) -> SocketAddr {
-        self.listener.local_addr().expect("bound listener")
+        self.listeners[0].local_addr().expect("bound listener")
+    }
+
+    /// Also listens on each of `ips`, the addresses of this rank's NICs 1, 2, … (rails 1, 2,
+    /// …; rail 0 is [`TcpTransport::bind`]'s), and returns where: for the bootstrap blob.
+    pub fn bind_rails(
+        &mut self,
+        ips: &[std::net::IpAddr],
+    ) -> Result<Vec<SocketAddr>, TransportError> {
+        for ip in ips {
+            let listener = TcpListener::bind((*ip, 0)).map_err(|e| TransportError::Setup {
+                what: format!("listen on {ip} (rail {})", self.listeners.len()),
+                error: e.to_string(),
+            })?;
+            self.listeners.push(listener);
+        }
+        Ok(self.listeners[1..]
+            .iter()
+            .map(|l| l.local_addr().expect("bound listener"))
+            .collect())
     }
 
     /// Turns on TCP keepalive for this rank's connections, probing an idle connection after
@@ -136,12 +168,36 @@ impl TcpTransport {
 
     /// Every rank's listening address (from the bootstrap) and the job cookie.
     pub fn set_peers(&mut self, addrs: Vec<SocketAddr>, cookie: u64) {
-        self.addrs = addrs;
+        self.addrs = vec![addrs];
+        self.rails = 1;
         self.cookie = cookie;
     }
 
+    /// Every rank's NICs beyond the first (`rails[rank][i]` listens for rail i + 1, from the
+    /// bootstrap). The job connects as many rails as every rank has (this one included), the
+    /// same number at every rank since every rank reads the same blobs; a lane planned on a
+    /// rail beyond them travels on rail 0 (right data, one NIC's speed).
+    pub fn set_rails(&mut self, rails: &[Vec<SocketAddr>]) {
+        let common = rails
+            .iter()
+            .map(|r| r.len() + 1)
+            .min()
+            .unwrap_or(1)
+            .min(self.listeners.len());
+        self.addrs.truncate(1);
+        for rail in 1..common {
+            self.addrs.push(rails.iter().map(|r| r[rail - 1]).collect());
+        }
+        self.rails = common;
+    }
+
+    /// How many rails (NICs) the connections use.
+    pub fn rails(&self) -> usize {
+        self.rails
+    }
+
     /// One io_uring submission sends on every writable connection.
-    fn write_batch(&mut self, peers: &[usize], bufs: &Buffers) -> Result<(), TransportError> {
+    fn write_batch(&mut self, peers: &[Key], bufs: &Buffers) -> Result<(), TransportError> {
         let mut sent_to = Vec::with_capacity(peers.len());
         let mut batch = Vec::with_capacity(peers.len());
         for &p in peers {
@@ -164,16 +220,16 @@ impl TcpTransport {
             }
         };
         drop(batch);
-        for (peer, r) in sent_to.into_iter().zip(results) {
+        for (key, r) in sent_to.into_iter().zip(results) {
             match r {
-                Ok(0) => return Err(TransportError::Closed { peer }),
-                Ok(n) => advance(self.conns.get_mut(&peer).expect("connected"), n),
+                Ok(0) => return Err(TransportError::Closed { peer: key.0 }),
+                Ok(n) => advance(self.conns.get_mut(&key).expect("connected"), n),
                 Err(e)
                     if matches!(
                         e.kind(),
                         io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
                     ) => {}
-                Err(e) => return Err(io_error(peer, e)),
+                Err(e) => return Err(io_error(key.0, e)),
             }
         }
         Ok(())
@@ -184,18 +240,23 @@ impl TcpTransport {
         if !self.conns.values().any(|c| c.closed) {
             return Ok(());
         }
-        super::check_closed(endpoint, |p| self.conns.get(&p).is_some_and(|c| c.closed))
+        super::check_closed(endpoint, |p| {
+            self.conns.range((p, 0)..(p + 1, 0)).any(|(_, c)| c.closed)
+        })
     }
 
     fn queue(&mut self, endpoint: &mut Endpoint, now: u64) -> Result<(), TransportError> {
         loop {
             let conns = &self.conns;
-            let Some((seq, t)) = endpoint.poll_transmit_to(now, &|p| conns.contains_key(&p)) else {
+            let Some((seq, t)) = endpoint.poll_transmit_to(now, &|p| conns.contains_key(&(p, 0)))
+            else {
                 break;
             };
+            // Lane i of a plan on rails leaves through NIC i (its data, and its credits back).
+            let rail = Some(endpoint.rail_of(&t.message)).filter(|&r| r < self.rails);
             let conn = self
                 .conns
-                .get_mut(&t.to)
+                .get_mut(&(t.to, rail.unwrap_or(0)))
                 .ok_or(TransportError::UnknownPeer { peer: t.to })?;
             if conn.closed {
                 return Err(TransportError::Closed { peer: t.to });
@@ -210,8 +271,9 @@ impl TcpTransport {
         Ok(())
     }
 
-    fn write(&mut self, peer: usize, bufs: &Buffers) -> Result<(), TransportError> {
-        let conn = self.conns.get_mut(&peer).expect("connected");
+    fn write(&mut self, key: Key, bufs: &Buffers) -> Result<(), TransportError> {
+        let peer = key.0;
+        let conn = self.conns.get_mut(&key).expect("connected");
         while !conn.out.is_empty() {
             let r = send_vectored(&conn.stream, &slices(conn, bufs));
             match r {
@@ -227,14 +289,15 @@ impl TcpTransport {
 
     fn read(
         &mut self,
-        peer: usize,
+        key: Key,
         bufs: &mut Buffers,
         endpoint: &mut Endpoint,
         now: u64,
     ) -> Result<(), crate::Error> {
+        let peer = key.0;
         let mut budget = READ_BUDGET;
         loop {
-            let conn = self.conns.get_mut(&peer).expect("connected");
+            let conn = self.conns.get_mut(&key).expect("connected");
             if conn.closed || budget == 0 {
                 return Ok(());
             }
@@ -289,7 +352,7 @@ impl TcpTransport {
     /// none has more (or a round limit, so sends get their turn).
     fn read_batch(
         &mut self,
-        mut active: Vec<usize>,
+        mut active: Vec<Key>,
         bufs: &mut Buffers,
         endpoint: &mut Endpoint,
         clock: &dyn Fn() -> u64,
@@ -297,7 +360,7 @@ impl TcpTransport {
         for _round in 0..64 {
             active.retain(|p| !self.conns[p].closed);
             // Discarded payloads share one scratch buffer: read those one by one.
-            let (discard, batched): (Vec<usize>, Vec<usize>) = active.iter().partition(|p| {
+            let (discard, batched): (Vec<Key>, Vec<Key>) = active.iter().partition(|p| {
                 matches!(
                     self.conns[p].rx,
                     Rx::Payload {
@@ -332,7 +395,7 @@ impl TcpTransport {
                         let buf = bufs
                             .get_mut(seq)
                             .map(|b| b.as_mut_slice())
-                            .ok_or_else(|| gone_buffer(*p, *seq))?;
+                            .ok_or_else(|| gone_buffer(p.0, *seq))?;
                         (
                             fd,
                             [
@@ -377,15 +440,16 @@ impl TcpTransport {
             };
             let now = clock();
             let mut next = Vec::with_capacity(batched.len());
-            for (peer, r) in batched.into_iter().zip(results) {
-                let conn = self.conns.get_mut(&peer).expect("connected");
+            for (key, r) in batched.into_iter().zip(results) {
+                let conn = self.conns.get_mut(&key).expect("connected");
+                let peer = key.0;
                 match r {
                     Ok(0) => eof(peer, conn)?,
                     Ok(n) => {
                         received(peer, conn, n, endpoint, bufs, now)?;
-                        next.push(peer);
+                        next.push(key);
                     }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => next.push(peer),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => next.push(key),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(e) => return Err(io_error(peer, e).into()),
                 }
@@ -400,7 +464,10 @@ impl TcpTransport {
 
 impl Transport for TcpTransport {
     fn describe(&self) -> String {
-        "tcp".into()
+        match self.rails {
+            1 => "tcp".into(),
+            k => format!("tcp:{k}rails"),
+        }
     }
 
     fn connect(&mut self, peers: &[usize], timeout: Duration) -> Result<(), TransportError> {
@@ -422,7 +489,7 @@ impl Transport for TcpTransport {
     ) -> crate::Result<()> {
         self.queue(endpoint, clock())?;
         self.check_closed(endpoint)?;
-        let peers: Vec<usize> = self.conns.keys().copied().collect();
+        let peers: Vec<Key> = self.conns.keys().copied().collect();
         let mut fds: Vec<libc::pollfd> = peers
             .iter()
             .map(|p| {
@@ -475,7 +542,7 @@ impl Transport for TcpTransport {
             return Ok(());
         }
         let mut writable = Vec::new();
-        let readable: Vec<usize> = peers
+        let readable: Vec<Key> = peers
             .iter()
             .enumerate()
             .filter(|(i, _)| fds[*i].revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0)
@@ -508,15 +575,30 @@ impl Transport for TcpTransport {
         Ok(())
     }
 
+    /// With several rails, the bytes sent through each (`rail0.bytes_sent`, …): how a test
+    /// sees that each lane left through its own NIC. None with one NIC.
+    fn counters(&self) -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        if self.rails > 1 {
+            for rail in 0..self.rails {
+                out.insert(format!("rail{rail}.bytes_sent"), 0);
+            }
+            for (&(_, rail), c) in &self.conns {
+                *out.entry(format!("rail{rail}.bytes_sent")).or_default() += c.sent_bytes;
+            }
+        }
+        out
+    }
+
     /// The per-connection state for a failure report (idle connections are left out).
     fn describe_state(&self, _now: u64) -> String {
         let mut out = String::from("tcp");
-        for (peer, c) in &self.conns {
+        for (&(peer, rail), c) in &self.conns {
             if c.out.is_empty() && !c.closed && matches!(c.rx, Rx::Header { got: 0, .. }) {
                 continue;
             }
             out += &format!(
-                "\n  peer {peer}: {} messages queued, mid-payload {}, closed {}",
+                "\n  peer {peer} rail {rail}: {} messages queued, mid-payload {}, closed {}",
                 c.out.len(),
                 matches!(c.rx, Rx::Payload { .. }),
                 c.closed
@@ -678,6 +760,7 @@ fn slices<'a>(conn: &'a Conn, bufs: &'a Buffers) -> Vec<IoSlice<'a>> {
 
 /// Drops the first `n` sent bytes from `conn`'s queue.
 fn advance(conn: &mut Conn, mut n: usize) {
+    conn.sent_bytes += n as u64;
     while n > 0 {
         let o = conn.out.front_mut().expect("sent bytes belong to a frame");
         let left = o.len() - o.sent;

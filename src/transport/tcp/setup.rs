@@ -13,96 +13,124 @@ use std::time::{Duration, Instant};
 use crate::wire::hello;
 
 impl TcpTransport {
-    /// Makes sure there is a connection to each of `peers`, within `timeout`.
+    /// Makes sure there is a connection to each of `peers` on every rail, within `timeout`.
     pub(super) fn connect_all(
         &mut self,
         peers: &[usize],
         timeout: Duration,
     ) -> Result<(), TransportError> {
         let deadline = Instant::now() + timeout;
-        let missing: Vec<usize> = peers
+        let rails = self.rails;
+        let missing: Vec<(usize, usize)> = peers
             .iter()
             .copied()
-            .filter(|p| *p != self.me && !self.conns.contains_key(p))
+            .filter(|p| *p != self.me)
+            .flat_map(|p| (0..rails).map(move |rail| (p, rail)))
+            .filter(|key| !self.conns.contains_key(key))
             .collect();
         if missing.is_empty() {
             return Ok(());
         }
         let _span = tracing::debug_span!("connect", rank = self.me, peers = ?missing).entered();
         let me = self.me;
-        for &p in missing.iter().filter(|&&p| p > me) {
+        for &(p, rail) in missing.iter().filter(|&&(p, _)| p > me) {
             let addr = *self
                 .addrs
-                .get(p)
+                .get(rail)
+                .and_then(|a| a.get(p))
                 .ok_or(TransportError::UnknownPeer { peer: p })?;
             let setup = |e: io::Error| TransportError::Setup {
-                what: format!("connect to rank {p} at {addr}"),
+                what: match rail {
+                    0 => format!("connect to rank {p} at {addr}"),
+                    _ => format!("connect to rank {p} at {addr} (rail {rail})"),
+                },
                 error: e.to_string(),
             };
             let mut stream = TcpStream::connect_timeout(&addr, timeout).map_err(setup)?;
             let first = hello::emit(hello::TCP_LINK, self.cookie, self.me as u64);
             stream.write_all(&first).map_err(setup)?;
-            self.add(p, stream).map_err(setup)?;
+            self.add((p, rail), stream).map_err(setup)?;
         }
-        self.listener
-            .set_nonblocking(true)
-            .map_err(|e| TransportError::Io {
+        for l in &self.listeners[..rails] {
+            l.set_nonblocking(true).map_err(|e| TransportError::Io {
                 peer: None,
                 error: e.to_string(),
             })?;
-        while missing.iter().any(|p| !self.conns.contains_key(p)) {
-            match self.listener.accept() {
-                Ok((mut stream, from)) => {
-                    stream.set_nonblocking(false).ok();
-                    stream.set_read_timeout(Some(timeout)).ok();
-                    let mut first = [0u8; hello::LEN];
-                    let words = stream
-                        .read_exact(&mut first)
-                        .ok()
-                        .and_then(|()| hello::parse(hello::TCP_LINK, &first))
-                        .filter(|&(cookie, _)| cookie == self.cookie);
-                    let Some((_, rank)) = words else {
-                        tracing::warn!(%from, "refused a connection without this job's hello");
-                        continue;
-                    };
-                    let rank = usize::try_from(rank).unwrap_or(usize::MAX);
-                    if rank >= self.addrs.len() || rank >= self.me || self.conns.contains_key(&rank)
-                    {
-                        tracing::warn!(%from, rank, "refused a duplicate or misdirected connection");
-                        continue;
+        }
+        while missing.iter().any(|key| !self.conns.contains_key(key)) {
+            // Each rail's listener in turn; the rail of a connection is its listener's.
+            let mut idle = true;
+            for rail in 0..rails {
+                match self.listeners[rail].accept() {
+                    Ok((stream, from)) => {
+                        idle = false;
+                        self.accept(stream, from, rail, timeout)?;
                     }
-                    self.add(rank, stream).map_err(|e| TransportError::Setup {
-                        what: format!("accept rank {rank}"),
-                        error: e.to_string(),
-                    })?;
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if Instant::now() >= deadline {
-                        let waiting: Vec<usize> = missing
-                            .iter()
-                            .copied()
-                            .filter(|p| !self.conns.contains_key(p))
-                            .collect();
-                        return Err(TransportError::ConnectTimeout {
-                            waiting,
-                            ms: timeout.as_millis() as u64,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => {
+                        return Err(TransportError::Io {
+                            peer: None,
+                            error: e.to_string(),
                         });
                     }
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                Err(e) => {
-                    return Err(TransportError::Io {
-                        peer: None,
-                        error: e.to_string(),
-                    });
                 }
             }
+            if !idle {
+                continue;
+            }
+            if Instant::now() >= deadline {
+                let mut waiting: Vec<usize> = missing
+                    .iter()
+                    .filter(|key| !self.conns.contains_key(key))
+                    .map(|&(p, _)| p)
+                    .collect();
+                waiting.dedup();
+                return Err(TransportError::ConnectTimeout {
+                    waiting,
+                    ms: timeout.as_millis() as u64,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
         tracing::debug!(connections = self.conns.len(), "connected");
         Ok(())
     }
 
-    fn add(&mut self, peer: usize, stream: TcpStream) -> io::Result<()> {
+    /// Keeps an accepted connection on `rail` if it opens with this job's hello from a lower
+    /// rank not yet connected there.
+    fn accept(
+        &mut self,
+        mut stream: TcpStream,
+        from: std::net::SocketAddr,
+        rail: usize,
+        timeout: Duration,
+    ) -> Result<(), TransportError> {
+        stream.set_nonblocking(false).ok();
+        stream.set_read_timeout(Some(timeout)).ok();
+        let mut first = [0u8; hello::LEN];
+        let words = stream
+            .read_exact(&mut first)
+            .ok()
+            .and_then(|()| hello::parse(hello::TCP_LINK, &first))
+            .filter(|&(cookie, _)| cookie == self.cookie);
+        let Some((_, rank)) = words else {
+            tracing::warn!(%from, "refused a connection without this job's hello");
+            return Ok(());
+        };
+        let rank = usize::try_from(rank).unwrap_or(usize::MAX);
+        let known = self.addrs.first().map_or(0, Vec::len);
+        if rank >= known || rank >= self.me || self.conns.contains_key(&(rank, rail)) {
+            tracing::warn!(%from, rank, rail, "refused a duplicate or misdirected connection");
+            return Ok(());
+        }
+        self.add((rank, rail), stream)
+            .map_err(|e| TransportError::Setup {
+                what: format!("accept rank {rank}"),
+                error: e.to_string(),
+            })
+    }
+
+    fn add(&mut self, key: (usize, usize), stream: TcpStream) -> io::Result<()> {
         stream.set_nodelay(true)?;
         if let Some(within) = self.keepalive {
             keepalive(&stream, within)?;
@@ -110,7 +138,7 @@ impl TcpTransport {
         stream.set_read_timeout(None)?;
         stream.set_nonblocking(true)?;
         self.conns.insert(
-            peer,
+            key,
             Conn {
                 stream,
                 out: VecDeque::new(),
@@ -120,6 +148,7 @@ impl TcpTransport {
                 },
                 closed: false,
                 spare: [0; HEADER],
+                sent_bytes: 0,
             },
         );
         Ok(())
