@@ -1,7 +1,7 @@
 //! `lab up` and `lab down`: building a lab from a topology and removing it.
 
 use super::command::{self, in_netns, ip, netns_list, netns_pids};
-use super::state::{create_run_root, load, run_root, LabState, MachineState, SwitchState};
+use super::state::{create_run_root, load, run_root, LabState, MachineState, RailNic, SwitchState};
 use super::userns::{self, Owner};
 use super::{tbf_sizes, LabError};
 use crate::topology::{self, Topology};
@@ -48,6 +48,22 @@ fn addresses(i: usize) -> (String, String) {
     (format!("198.18.{hi}.{lo}"), format!("198.19.{hi}.{lo}"))
 }
 
+/// The address of machine `i`'s NIC on rail `rail` ≥ 1: one /16 per rail (10.rail.0.0/16),
+/// so that each rail is its own network and traffic to a peer's NIC i leaves through NIC i.
+fn rail_address(i: usize, rail: usize) -> String {
+    let n = i + 1;
+    format!("10.{rail}.{}.{}", n / 256, n % 256)
+}
+
+/// The switch port of machine `name`'s NIC on `rail`: its name on rail 0, `NAME-r` beyond
+/// (rails may share a switch tree, so a switch may hold two NICs of one machine).
+fn port_name(name: &str, rail: usize) -> String {
+    match rail {
+        0 => name.to_string(),
+        r => format!("{name}-{r}"),
+    }
+}
+
 fn check_lab_name(name: &str) -> Result<(), LabError> {
     let ok = (1..=8).contains(&name.len())
         && name.starts_with(|c: char| c.is_ascii_alphabetic())
@@ -81,7 +97,7 @@ fn plan(topology: &Topology, opts: &UpOptions) -> Result<LabState, LabError> {
     if topology.size() > 65_000 {
         return Err(LabError::TooBig(topology.size()));
     }
-    if topology.rails() > 1 {
+    if topology.rails() > 9 {
         return Err(LabError::Rails(topology.rails()));
     }
     for s in topology.switches() {
@@ -89,6 +105,9 @@ fn plan(topology: &Topology, opts: &UpOptions) -> Result<LabState, LabError> {
     }
     for m in topology.machines() {
         check_ifname("machine", &m.name)?;
+        if topology.rails() > 1 {
+            check_ifname("machine", &port_name(&m.name, topology.rails() - 1))?;
+        }
         if topology.switch_named(&m.name).is_some() {
             return Err(LabError::NameClash(m.name.clone()));
         }
@@ -119,6 +138,14 @@ fn plan(topology: &Topology, opts: &UpOptions) -> Result<LabState, LabError> {
                 switch: topology.switches()[m.switch].name.clone(),
                 address,
                 mgmt_address,
+                rails: (1..topology.rails())
+                    .map(|rail| RailNic {
+                        switch: topology.switches()[topology.nic_switch(i, rail)]
+                            .name
+                            .clone(),
+                        address: rail_address(i, rail),
+                    })
+                    .collect(),
             }
         })
         .collect();
@@ -266,6 +293,26 @@ fn build(t: &Topology, opts: &UpOptions, state: &LabState) -> Result<(), LabErro
         )?;
         tbf(host, "eth0", t.machines()[i].gbps)?;
         tbf(sw, port, t.machines()[i].gbps)?;
+        for (r, nic) in m.rails.iter().enumerate() {
+            let rail = r + 1;
+            let sw = &state.switches[t.nic_switch(i, rail)].netns;
+            let (port, dev) = (port_name(port, rail), format!("eth{rail}"));
+            sh(
+                "ip",
+                &format!("-n {sw} link add name {port} type veth peer name {dev} netns {host}"),
+            )?;
+            sh(
+                "ip",
+                &format!("-n {sw} link set {port} master br0 mtu {mtu} up"),
+            )?;
+            sh("ip", &format!("-n {host} link set {dev} mtu {mtu} up"))?;
+            sh(
+                "ip",
+                &format!("-n {host} addr add {}/16 dev {dev}", nic.address),
+            )?;
+            tbf(host, &dev, t.machines()[i].gbps)?;
+            tbf(sw, &port, t.machines()[i].gbps)?;
+        }
         sh(
             "ip",
             &format!("-n {mg} link add name {port} type veth peer name mgmt0 netns {host}"),
@@ -504,10 +551,26 @@ mod tests {
     }
 
     #[test]
-    fn plan_refuses_rails_until_the_lab_builds_them() {
+    fn plan_gives_each_nic_its_rail_switch_and_network() {
         let t = crate::topology::gen::rails(2, 1, 2, false);
+        let state = plan(&t, &UpOptions::new("r")).unwrap();
+        let m = &state.machines[2];
+        assert_eq!(m.rails.len(), 1);
+        assert_eq!(m.rails[0].switch, t.switches()[t.nic_switch(2, 1)].name);
+        assert_eq!(m.rails[0].address, "10.1.0.3");
+        assert_eq!(m.iface().as_deref(), Some("eth0,eth1"));
+        assert_eq!(
+            plan(&gen::hub(1, 2, false), &UpOptions::new("o"))
+                .unwrap()
+                .machines[0]
+                .iface(),
+            None
+        );
+        assert_eq!(port_name("n3", 1), "n3-1");
+        // Past 9 rails (10.r.0.0/16, eth9) the lab says so.
+        let t = crate::topology::gen::rails(10, 1, 1, false);
         let e = plan(&t, &UpOptions::new("r")).unwrap_err().to_string();
-        assert!(e.contains("every machine 2 NICs (rails)"), "{e}");
+        assert!(e.contains("10 NICs"), "{e}");
     }
 
     #[test]

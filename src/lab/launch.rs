@@ -77,7 +77,7 @@ pub fn rank_env(
     rank: usize,
     port: u16,
 ) -> Vec<(String, String)> {
-    vec![
+    let mut env = vec![
         ("PIPECAST_RANK".into(), rank.to_string()),
         ("PIPECAST_SIZE".into(), placed.len().to_string()),
         (
@@ -89,7 +89,14 @@ pub fn rank_env(
             state.machines[placed[rank]].name.clone(),
         ),
         ("PIPECAST_LAB".into(), state.name.clone()),
-    ]
+    ];
+    // A machine with several NICs listens on each (one per rail), unless the caller chose.
+    if let Some(iface) = state.machines[placed[rank]].iface() {
+        if std::env::var_os("PIPECAST_IFACE").is_none() {
+            env.push(("PIPECAST_IFACE".into(), iface));
+        }
+    }
+    env
 }
 
 /// Copies a child's output line by line to ours (to nowhere when `drop`), each line prefixed

@@ -5,6 +5,9 @@
 //!   the machine or neighbour switch at the other end;
 //! - a machine is a namespace `<lab>-<machine>` with data NIC `eth0` (198.18.0.0/16) and
 //!   management NIC `mgmt0` (198.19.0.0/16) on the unshaped bridge of namespace `<lab>-mg`;
+//!   on a topology with rails (docs/topology.md) NIC i is `eth{i}` (10.i.0.0/16), plugged
+//!   into its rail's switch as port `<machine>-i`, and `lab run` sets `PIPECAST_IFACE` to
+//!   `eth0,eth1,…`;
 //! - every direction of every data link is one tbf (seed 000 §3's full-duplex links, whose
 //!   directed edges contend independently);
 //! - every switch runs lldpd (chassis ID and system name = switch name, port ID = interface
@@ -61,10 +64,11 @@ pub enum LabError {
     NameClash(String),
     #[error("rate {0:?} is not a rate: write e.g. 100mbit, 1gbit, 500kbit")]
     BadRate(String),
-    /// A topology whose machines have several NICs (rails, docs/topology.md): the lab builds
-    /// one NIC per machine so far, and a lab with rail 1 unplugged would measure the wrong
-    /// network.
-    #[error("the topology gives every machine {0} NICs (rails): the lab builds machines with one NIC so far (issue 16); use a one-NIC file such as examples/hub4x4.json")]
+    /// A topology whose machines have more NICs (rails, docs/topology.md) than the lab's
+    /// naming allows (`eth0`…`eth9`).
+    #[error(
+        "the topology gives every machine {0} NICs (rails): the lab builds at most 9 per machine"
+    )]
     Rails(usize),
     #[error("the lab has {0} machines; it supports at most 65000")]
     TooBig(usize),

@@ -104,11 +104,17 @@ pub fn mpirun_command(state: &LabState, exe: &Path, hostfile: &Path) -> Vec<Stri
         "tcp,self",
         "--mca",
         "btl_tcp_if_include",
-        "198.18.0.0/16",
     ]
     .iter()
     .map(|s| s.to_string())
     .collect();
+    // Every data NIC: on a lab with rails the TCP BTL stripes over them (10.i.0.0/16 is
+    // rail i's network, `build::rail_address`).
+    let rails = state.machines.first().map_or(0, |m| m.rails.len());
+    let nets: Vec<String> = std::iter::once("198.18.0.0/16".to_string())
+        .chain((1..=rails).map(|r| format!("10.{r}.0.0/16")))
+        .collect();
+    cmd.push(nets.join(","));
     cmd.extend(["-x".into(), "PIPECAST_LAB".into()]);
     cmd
 }
@@ -175,5 +181,18 @@ mod tests {
         assert_eq!(machine_netns(&state, "198.19.0.2").unwrap(), "t-h1");
         assert_eq!(machine_netns(&state, "h0").unwrap(), "t-h0");
         assert!(machine_netns(&state, "10.0.0.1").is_err());
+        let mut two = state.clone();
+        for m in &mut two.machines {
+            m.rails.push(crate::lab::state::RailNic {
+                switch: "b".into(),
+                address: "10.1.0.1".into(),
+            });
+        }
+        let cmd = mpirun_command(&two, Path::new("/bin/pipecast"), Path::new("/x/hostfile"));
+        let after = |k: &str| cmd.iter().position(|a| a == k).map(|i| cmd[i + 1].as_str());
+        assert_eq!(
+            after("btl_tcp_if_include"),
+            Some("198.18.0.0/16,10.1.0.0/16")
+        );
     }
 }

@@ -24,6 +24,30 @@ pub struct MachineState {
     pub address: String,
     /// Management address on `mgmt0` (198.19.0.0/16).
     pub mgmt_address: String,
+    /// On a topology with rails: the switch and address of NIC i (`eth{i}`, 10.i.0.0/16)
+    /// at index i − 1; empty with one NIC.
+    #[serde(default)]
+    pub rails: Vec<RailNic>,
+}
+
+/// A machine's NIC beyond the first: `eth{rail}` on rail `rail`'s network.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RailNic {
+    pub switch: String,
+    pub address: String,
+}
+
+impl MachineState {
+    /// `PIPECAST_IFACE` for a rank on this machine: one interface per rail (`eth0,eth1`),
+    /// `None` with one NIC.
+    pub fn iface(&self) -> Option<String> {
+        (!self.rails.is_empty()).then(|| {
+            (0..=self.rails.len())
+                .map(|i| format!("eth{i}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+    }
 }
 
 /// Everything `run`, `exec`, `lldp`, `down` and `status` need to know about a lab.
@@ -148,6 +172,7 @@ pub(crate) fn sample_state() -> LabState {
         switch: switch.into(),
         address: format!("198.18.0.{}", i + 1),
         mgmt_address: format!("198.19.0.{}", i + 1),
+        rails: Vec::new(),
     };
     LabState {
         name: "t".into(),
