@@ -64,12 +64,7 @@ impl Lab {
             "2",
         ]);
         assert!(out.status.success(), "bench failed: {}", text(&out));
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let line = stdout
-            .lines()
-            .find_map(|l| l.strip_prefix("[r0] ").filter(|j| j.starts_with('{')))
-            .unwrap_or_else(|| panic!("no JSON from rank 0: {}", text(&out)));
-        let report: serde_json::Value = serde_json::from_str(line).unwrap();
+        let report = lab::rank0_json(&out);
         assert_eq!(report["transport"], "tcp:2rails", "{report}");
         let rows = report["results"].as_array().unwrap();
         assert_eq!(rows.len(), sizes.split(',').count(), "{report}");

@@ -44,12 +44,7 @@ impl Lab {
         all.extend_from_slice(args);
         let out = self.run(&all);
         assert!(out.status.success(), "bench failed: {}", text(&out));
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let line = stdout
-            .lines()
-            .find_map(|l| l.strip_prefix("[r0] ").filter(|j| j.starts_with('{')))
-            .unwrap_or_else(|| panic!("no JSON from rank 0: {}", text(&out)));
-        serde_json::from_str(line).unwrap()
+        lab::rank0_json(&out)
     }
 
     /// Drops `pct` % of the pipecast frames (EtherType 0x88b5) forwarded by switch `sw`.

@@ -18,6 +18,14 @@ pub fn listen_ip(iface: Option<&str>) -> Result<String, CommError> {
     if let Some(ip) = env_nonempty("PIPECAST_IP") {
         return Ok(ip);
     }
+    let (spec, interfaces) = spec_and_interfaces(iface)?;
+    pick_ip(spec.as_deref(), &interfaces).map(|ip| ip.to_string())
+}
+
+/// `iface`, else `PIPECAST_IFACE`; and this host's IPv4 interfaces.
+fn spec_and_interfaces(
+    iface: Option<&str>,
+) -> Result<(Option<String>, Vec<Ipv4Interface>), CommError> {
     let spec = iface
         .map(str::to_string)
         .or_else(|| env_nonempty("PIPECAST_IFACE"));
@@ -25,7 +33,7 @@ pub fn listen_ip(iface: Option<&str>) -> Result<String, CommError> {
         name: "PIPECAST_IFACE",
         problem: format!("cannot list the network interfaces (getifaddrs: {e}): set PIPECAST_IP"),
     })?;
-    pick_ip(spec.as_deref(), &interfaces).map(|ip| ip.to_string())
+    Ok((spec, interfaces))
 }
 
 fn env_nonempty(name: &str) -> Option<String> {
@@ -92,13 +100,7 @@ pub fn pick_ip(spec: Option<&str>, interfaces: &[Ipv4Interface]) -> Result<Ipv4A
 /// the list names fewer than `rails` interfaces: the rank then uses one NIC (every lane on
 /// rail 0, right data at one NIC's speed), as it does without a topology with rails.
 pub fn rail_ips(iface: Option<&str>, rails: usize) -> Result<Option<Vec<Ipv4Addr>>, CommError> {
-    let spec = iface
-        .map(str::to_string)
-        .or_else(|| env_nonempty("PIPECAST_IFACE"));
-    let interfaces = ipv4_interfaces().map_err(|e| CommError::Env {
-        name: "PIPECAST_IFACE",
-        problem: format!("cannot list the network interfaces (getifaddrs: {e})"),
-    })?;
+    let (spec, interfaces) = spec_and_interfaces(iface)?;
     pick_rail_ips(spec.as_deref(), &interfaces, rails)
 }
 

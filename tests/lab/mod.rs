@@ -113,6 +113,18 @@ pub fn text(o: &Output) -> String {
     )
 }
 
+/// Rank 0's JSON report in the output of `lab run … pipecast bench --json` (its lines are
+/// prefixed `[r0] `).
+#[allow(dead_code)]
+pub fn rank0_json(out: &Output) -> serde_json::Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("[r0] ").filter(|j| j.starts_with('{')))
+        .unwrap_or_else(|| panic!("no JSON from rank 0: {}", text(out)));
+    serde_json::from_str(line).unwrap()
+}
+
 /// Why no lab can be built here (a tool missing; without root: user namespaces refused), if so.
 pub fn skip_reason() -> Option<String> {
     if let Err(e) = pipecast::lab::require_tools() {
