@@ -324,8 +324,10 @@ pub struct SimNet {
     /// The quantum (payload bytes) of a sender's port shared round robin between its
     /// destinations ([`SimNet::shared_port`]); `None`: one message after another.
     shared_port: Option<u32>,
-    /// First hops of the rank being flushed, when its port is shared.
-    batch: Option<Vec<Hop>>,
+    /// First hops of the rank being flushed, when its port is shared (`batching`); the
+    /// vector is kept between flushes so that it allocates once.
+    batch: Vec<Hop>,
+    batching: bool,
 }
 
 impl SimNet {
@@ -380,7 +382,8 @@ impl SimNet {
             busy_ranks: 0,
             lossy_links: if model.is_lossy() { edges } else { 0 },
             shared_port: None,
-            batch: None,
+            batch: Vec::new(),
+            batching: false,
         }
     }
 
@@ -781,34 +784,37 @@ impl SimNet {
             packet,
             part: 0,
         };
-        match &mut self.batch {
-            Some(batch) => batch.push(hop),
-            None => self.put(hop),
+        if self.batching {
+            self.batch.push(hop);
+        } else {
+            self.put(hop);
         }
     }
 
     /// Puts one round of a rank's first hops on its port: round robin between destinations
     /// when the port is shared and two or more of them get large messages
     /// ([`SimNet::shared_port`]), otherwise in order.
-    fn put_round(&mut self, hops: Vec<Hop>) {
+    fn put_round(&mut self, hops: &mut Vec<Hop>) {
         let quantum = self.shared_port.map_or(u64::MAX, u64::from);
+        if hops.len() < 2 {
+            for hop in hops.drain(..) {
+                self.put(hop);
+            }
+            return;
+        }
         let payload = |net: &SimNet, h: &Hop| net.packets.get(h.packet).payload_len() as u64;
-        let mut large: Vec<usize> = hops
-            .iter()
-            .filter(|h| payload(self, h) > quantum)
-            .map(|h| h.to)
-            .collect();
-        large.sort_unstable();
-        large.dedup();
-        if large.len() < 2 {
-            for hop in hops {
+        // Two destinations with large messages, or one message after another.
+        let mut large = hops.iter().filter(|h| payload(self, h) > quantum);
+        let first = large.next().map(|h| h.to);
+        if !large.any(|h| Some(h.to) != first) {
+            for hop in hops.drain(..) {
                 self.put(hop);
             }
             return;
         }
         // One queue per destination, in order of first message: (hop, payload bytes left).
         let mut streams: Vec<(usize, VecDeque<(Hop, u64)>)> = Vec::new();
-        for hop in hops {
+        for hop in hops.drain(..) {
             let left = payload(self, &hop);
             match streams.iter_mut().find(|(to, _)| *to == hop.to) {
                 Some((_, queue)) => queue.push_back((hop, left)),
@@ -1007,9 +1013,8 @@ impl SimNet {
             return;
         }
         let now = self.now;
-        if self.shared_port.is_some() && !self.reliable_everywhere && self.lossy_links == 0 {
-            self.batch = Some(Vec::new());
-        }
+        self.batching =
+            self.shared_port.is_some() && !self.reliable_everywhere && self.lossy_links == 0;
         while let Some((seq, t)) = self.ranks[r].endpoint.poll_transmit(now) {
             self.stats.messages += 1;
             let payload = if self.payloads {
@@ -1028,8 +1033,11 @@ impl SimNet {
                 self.transmit(r, t.to, bare(item));
             }
         }
-        if let Some(round) = self.batch.take() {
-            self.put_round(round);
+        if self.batching {
+            self.batching = false;
+            let mut round = std::mem::take(&mut self.batch);
+            self.put_round(&mut round);
+            self.batch = round;
         }
         let peers: Vec<usize> = self.ranks[r].peers.keys().copied().collect();
         for p in peers {
