@@ -61,9 +61,15 @@ def main():
     ap.add_argument("--per-switch", type=int, default=16)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--profile", default="100mbit")
+    ap.add_argument("--trees", default=",".join(PIPELINED + WHOLE + ["scatter-allgather"]),
+                    help="candidate trees (fewer: cheaper points at 4096 machines)")
+    ap.add_argument("--segments", default=",".join(SEGMENTS),
+                    help="candidate segment sizes of the pipelined trees")
     ap.add_argument("--sa-max", type=int, default=256,
                     help="simulate scatter-allgather up to this many machines (it is O(P^2))")
     args = ap.parse_args()
+    chosen = args.trees.split(",")
+    pipelined = [t for t in PIPELINED + ["naive-linear"] if t in chosen]
 
     auto_rows, tree_rows = [], []
     started = time.time()
@@ -77,15 +83,18 @@ def main():
                 msize = parse_size(size)
                 auto = sim(args.pipecast, topology, ["auto"], size, None, args.profile)[0]
                 best = {}  # tree -> (completion_us, segment)
-                for seg in SEGMENTS:
+                for seg in args.segments.split(","):
                     if parse_size(seg) > max(msize, 1) or msize // parse_size(seg) > MAX_SEGMENTS:
                         continue
-                    for r in sim(args.pipecast, topology, PIPELINED + ["naive-linear"], size,
-                                 seg, args.profile):
+                    if not pipelined:
+                        continue
+                    for r in sim(args.pipecast, topology, pipelined, size, seg, args.profile):
                         if r["tree"] not in best or r["completion_us"] < best[r["tree"]][0]:
                             best[r["tree"]] = (r["completion_us"], r["segment_bytes"])
                 whole = ["binomial"] + (["scatter-allgather"] if p <= args.sa_max else [])
-                for r in sim(args.pipecast, topology, whole, size, None, args.profile):
+                whole = [t for t in whole if t in chosen]
+                runs = sim(args.pipecast, topology, whole, size, None, args.profile) if whole else []
+                for r in runs:
                     best[r["tree"]] = (r["completion_us"], r["segment_bytes"])
                 # auto's own choice is a candidate too (its segment may be off the grid).
                 name = auto["tree"].split("=", 1)[-1]
@@ -103,16 +112,18 @@ def main():
 
     print(f"Profile `{args.profile}`, seed {args.seed}, {args.per_switch} machines per switch; "
           f"`python3 bench/sim_auto.py --machines {args.machines} --sizes {args.sizes} "
-          f"--per-switch {args.per_switch} --seed {args.seed}`\n")
+          f"--per-switch {args.per_switch} --seed {args.seed} --trees {args.trees} "
+          f"--segments {args.segments}`\n")
     print("| machines | size | auto | segment | simulated ms | model ms | best simulated | "
           "segment | ms | auto / best |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for p, size, tree, seg, done, pred, btree, bseg, bdone in auto_rows:
         print(f"| {p} | {size} | {tree} | {seg} | {done / 1e3:.2f} | {pred / 1e3:.2f} | "
               f"{btree} | {bseg} | {bdone / 1e3:.2f} | {done / bdone:.3f} |")
-    trees = PIPELINED + ["naive-linear", "binomial", "scatter-allgather"]
+    trees = [t for t in PIPELINED + ["naive-linear", "binomial", "scatter-allgather"]
+             if t in chosen]
     print("\nBest simulated time of each tree over the segment sizes "
-          f"({', '.join(SEGMENTS)}), ms (segment in brackets):\n")
+          f"({args.segments.replace(',', ', ')}), ms (segment in brackets):\n")
     print("| machines | size | " + " | ".join(trees) + " |")
     print("|---|---|" + "---|" * len(trees))
     for p, size, best in tree_rows:

@@ -23,6 +23,13 @@ use std::sync::Arc;
 /// latency, ns).
 pub const EDGE_LATENCY_NS: u64 = 1_000;
 
+/// Payload bytes a sender's port gives each destination in turn when it sends large messages
+/// to several at once (`SimNet::shared_port`): a TCP sender writes to all its connections in
+/// each round and the kernel interleaves them in GSO packets of up to 64 KiB. Measured on the
+/// lab (docs/sim.md, bench/sim_vs_lab.py): whole-message binomial took 2.4× the 1-port
+/// model's time, because a rank's children all receive at the end of its sends.
+pub const SHARED_PORT_QUANTUM: u32 = 64 << 10;
+
 /// Where the times come from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Timing {
@@ -146,6 +153,7 @@ pub fn simulate(
         .saturating_mul(size as u64)
         .saturating_mul(lanes.len() as u64);
     net.engine_config(config)
+        .shared_port(SHARED_PORT_QUANTUM)
         .without_payloads()
         .max_events(hops.saturating_mul(64).saturating_add(10_000_000));
     let setup = Setup {

@@ -166,17 +166,31 @@ impl<T: Clone> SimLink<T> {
         message: T,
         stamp: impl Fn(&mut T, u64, u64),
     ) -> Sent {
+        let start = t.head.max(self.free_at);
+        let end = (start + t.service).max(t.tail);
+        self.send_during(t, start, end, message, stamp)
+    }
+
+    /// As [`SimLink::send_through`], but the edge puts the message on from `start` to `end`
+    /// as the caller scheduled it (a port shared by several streams at once: the message's
+    /// `service` is spread over a longer span). The edge is busy for `service` and free from
+    /// `end` on.
+    pub fn send_during(
+        &mut self,
+        t: Through,
+        start: u64,
+        end: u64,
+        message: T,
+        stamp: impl Fn(&mut T, u64, u64),
+    ) -> Sent {
         let m = self.model;
         let Through {
-            head,
-            tail,
             service,
             extra,
             forward,
+            ..
         } = t;
-        let start = head.max(self.free_at);
-        let end = (start + service).max(tail);
-        self.free_at = end;
+        self.free_at = self.free_at.max(end);
         self.stats.sent += 1;
         self.stats.busy += service;
         let mut sent = Sent {

@@ -24,6 +24,9 @@ use std::sync::Arc;
 /// Bytes of header counted for every message on an edge with a finite rate.
 const HEADER_BYTES: usize = 40;
 
+/// In [`Hop::part`]: this share of a message is not its last (it is not delivered).
+const NOT_LAST: u32 = 1 << 31;
+
 /// What travels between ranks.
 #[derive(Debug, Clone)]
 enum Packet {
@@ -84,6 +87,10 @@ struct Hop {
     tail: u64,
     path: Arc<[DirEdge]>,
     packet: u32,
+    /// 0: the whole message. Otherwise this hop carries only a share of the message's
+    /// payload, this many bytes ([`NOT_LAST`] set on every share but the last), as a shared
+    /// port sends it ([`SimNet::shared_port`]).
+    part: u32,
 }
 
 /// The packets in flight, each held once however many edges it crosses; a duplicating edge
@@ -314,6 +321,13 @@ pub struct SimNet {
     busy_ranks: usize,
     /// Edges that can lose messages (none: no pair is numbered, no path is looked at).
     lossy_links: usize,
+    /// The quantum (payload bytes) of a sender's port shared round robin between its
+    /// destinations ([`SimNet::shared_port`]); `None`: one message after another.
+    shared_port: Option<u32>,
+    /// First hops of the rank being flushed, when its port is shared (`batching`); the
+    /// vector is kept between flushes so that it allocates once.
+    batch: Vec<Hop>,
+    batching: bool,
 }
 
 impl SimNet {
@@ -367,6 +381,9 @@ impl SimNet {
             flows: vec![EdgeFlows::default(); edges],
             busy_ranks: 0,
             lossy_links: if model.is_lossy() { edges } else { 0 },
+            shared_port: None,
+            batch: Vec::new(),
+            batching: false,
         }
     }
 
@@ -376,6 +393,19 @@ impl SimNet {
     /// the last edge. Other edges and control messages take their wire time.
     pub fn profile(&mut self, profile: Profile) -> &mut SimNet {
         self.profile = Some(profile);
+        self
+    }
+
+    /// A sender's port is shared between its destinations, as a TCP sender's connections
+    /// share its NIC: when one round of a rank's sends holds data messages larger than
+    /// `quantum` bytes for two or more destinations, the port serves the destinations round
+    /// robin, `quantum` payload bytes per turn (the kernel's 64 KiB GSO packets), instead of
+    /// one whole message after another. Each share crosses the edges on its own; a message
+    /// is delivered with its last share. Messages of one destination stay in order, and
+    /// what reached the port in earlier rounds goes first. Only on loss-free paths (bare
+    /// messages); without it (the default) the port is seed 001's 1-port model.
+    pub fn shared_port(&mut self, quantum: u32) -> &mut SimNet {
+        self.shared_port = Some(quantum.clamp(1, NOT_LAST - 1));
         self
     }
 
@@ -633,7 +663,7 @@ impl SimNet {
                     hop: hop.hop + 1,
                     ..hop
                 });
-            } else {
+            } else if hop.part & NOT_LAST == 0 {
                 touched.push(hop.to);
                 let packet = self.packets.take(hop.packet);
                 self.deliver(hop.from, hop.to, packet);
@@ -744,7 +774,7 @@ impl SimNet {
         }
         let now = self.now;
         let packet = self.packets.insert(packet);
-        self.put(Hop {
+        let hop = Hop {
             from,
             to,
             hop: 0,
@@ -752,7 +782,72 @@ impl SimNet {
             tail: now,
             path,
             packet,
-        });
+            part: 0,
+        };
+        if self.batching {
+            self.batch.push(hop);
+        } else {
+            self.put(hop);
+        }
+    }
+
+    /// Puts one round of a rank's first hops on its port: round robin between destinations
+    /// when the port is shared and two or more of them get large messages
+    /// ([`SimNet::shared_port`]), otherwise in order.
+    fn put_round(&mut self, hops: &mut Vec<Hop>) {
+        let quantum = self.shared_port.map_or(u64::MAX, u64::from);
+        if hops.len() < 2 {
+            for hop in hops.drain(..) {
+                self.put(hop);
+            }
+            return;
+        }
+        let payload = |net: &SimNet, h: &Hop| net.packets.get(h.packet).payload_len() as u64;
+        // Two destinations with large messages, or one message after another.
+        let mut large = hops.iter().filter(|h| payload(self, h) > quantum);
+        let first = large.next().map(|h| h.to);
+        if !large.any(|h| Some(h.to) != first) {
+            for hop in hops.drain(..) {
+                self.put(hop);
+            }
+            return;
+        }
+        // One queue per destination, in order of first message: (hop, payload bytes left).
+        let mut streams: Vec<(usize, VecDeque<(Hop, u64)>)> = Vec::new();
+        for hop in hops.drain(..) {
+            let left = payload(self, &hop);
+            match streams.iter_mut().find(|(to, _)| *to == hop.to) {
+                Some((_, queue)) => queue.push_back((hop, left)),
+                None => streams.push((hop.to, VecDeque::from([(hop, left)]))),
+            }
+        }
+        while !streams.is_empty() {
+            for (_, queue) in &mut streams {
+                let Some((hop, left)) = queue.front_mut() else {
+                    continue;
+                };
+                let whole = self.packets.get(hop.packet).payload_len() as u64;
+                if whole <= quantum {
+                    let (hop, _) = queue.pop_front().expect("a front");
+                    self.put(hop);
+                    continue;
+                }
+                let share = (*left).min(quantum);
+                *left -= share;
+                let mut part = share as u32;
+                if *left > 0 {
+                    part |= NOT_LAST;
+                }
+                self.put(Hop {
+                    part,
+                    ..hop.clone()
+                });
+                if *left == 0 {
+                    queue.pop_front();
+                }
+            }
+            streams.retain(|(_, queue)| !queue.is_empty());
+        }
     }
 
     /// The path from `from` to `to`, computed once per pair.
@@ -784,13 +879,21 @@ impl SimNet {
         let e = path[hop_index].0 as usize;
         let link = &self.links[e];
         let packet = self.packets.get(id);
-        let bytes = packet.bytes();
+        let payload = packet.payload_len();
+        // A share of a message takes its share of the wire and of g.
+        let (bytes, share) = match hop.part & !NOT_LAST {
+            0 => (packet.bytes(), 1.0),
+            part => (
+                HEADER_BYTES + part as usize,
+                f64::from(part) / payload.max(1) as f64,
+            ),
+        };
         let mut service = link.model().wire_ns(bytes);
         let mut extra = 0;
         if let Some(p) = &self.profile {
-            let cost = p.cost(packet.payload_len() as u64);
+            let cost = p.cost(payload as u64);
             if hop_index == 0 && packet.is_data() {
-                service = service.max((cost.g_us * 1000.0).round() as u64);
+                service = service.max((cost.g_us * 1000.0 * share).round() as u64);
             }
             if hop_index + 1 == path.len() {
                 extra = (cost.l_us * 1000.0).round() as u64;
@@ -910,6 +1013,8 @@ impl SimNet {
             return;
         }
         let now = self.now;
+        self.batching =
+            self.shared_port.is_some() && !self.reliable_everywhere && self.lossy_links == 0;
         while let Some((seq, t)) = self.ranks[r].endpoint.poll_transmit(now) {
             self.stats.messages += 1;
             let payload = if self.payloads {
@@ -927,6 +1032,12 @@ impl SimNet {
                 self.stats.sends += 1;
                 self.transmit(r, t.to, bare(item));
             }
+        }
+        if self.batching {
+            self.batching = false;
+            let mut round = std::mem::take(&mut self.batch);
+            self.put_round(&mut round);
+            self.batch = round;
         }
         let peers: Vec<usize> = self.ranks[r].peers.keys().copied().collect();
         for p in peers {

@@ -97,6 +97,9 @@ struct Row {
     /// Extension: one `memcpy` of the message at rank 0, measured in the same run — the
     /// physical limit of a broadcast between ranks of one host.
     memcpy_us: f64,
+    /// Extension: every iteration's time (the slowest rank's, µs), in order: medians and
+    /// spreads for scripts (bench/sim_vs_lab.py).
+    times_us: Vec<f64>,
 }
 
 #[derive(Serialize)]
@@ -177,7 +180,7 @@ pub fn run(args: Args) -> CliResult {
         // The whole message in one segment (see `comm::segment_for`).
         let (p2p_times, p2p_ok, _, _) =
             measure(&mut comm, &mut buf, &p2p, None, iters, Some(0), args.seed)?;
-        let (p2p_us, p2p_min_us, _, _) = summarize(&mut comm, &p2p_times, p2p_ok)?;
+        let (p2p_us, p2p_min_us, _, _, _) = summarize(&mut comm, &p2p_times, p2p_ok)?;
         let memcpy_us = if me == 0 {
             memcpy_time(&buf, iters)
         } else {
@@ -193,7 +196,7 @@ pub fn run(args: Args) -> CliResult {
             let (times, ok, seg, ran) = measure(
                 &mut comm, &mut buf, tree, segment, iters, args.root, args.seed,
             )?;
-            let (avg_us, min_us, max_us, verified) = summarize(&mut comm, &times, ok)?;
+            let (avg_us, min_us, max_us, verified, times_us) = summarize(&mut comm, &times, ok)?;
             let transport_counters = counters_delta(&mut comm, &before)?;
             all_ok &= verified;
             let overlap_pct = if args.overlap {
@@ -219,6 +222,7 @@ pub fn run(args: Args) -> CliResult {
                 transport_counters,
                 overlap_pct,
                 memcpy_us,
+                times_us,
             });
         }
     }
@@ -376,8 +380,8 @@ fn compute_for(d: Duration) -> f64 {
 }
 
 /// Gathers every rank's times; an iteration takes as long as its slowest rank. Returns
-/// (avg, min, max) over iterations and whether all ranks verified.
-fn summarize(comm: &mut Comm, times: &[f64], ok: bool) -> pipecast::Result<(f64, f64, f64, bool)> {
+/// (avg, min, max) over iterations, whether all ranks verified, and the per-iteration times.
+fn summarize(comm: &mut Comm, times: &[f64], ok: bool) -> pipecast::Result<Summary> {
     let mine = serde_json::to_vec(&(times, ok)).expect("serializable");
     let all = comm.allgather(&mine)?;
     let mut per_iter = vec![0f64; times.len()];
@@ -393,8 +397,12 @@ fn summarize(comm: &mut Comm, times: &[f64], ok: bool) -> pipecast::Result<(f64,
     let min = per_iter.iter().copied().fold(f64::INFINITY, f64::min);
     let max = per_iter.iter().copied().fold(0.0, f64::max);
     let ns = |us: f64| (us * 1000.0).round() / 1000.0;
-    Ok((ns(avg), ns(min), ns(max), all_ok))
+    let per_iter = per_iter.into_iter().map(ns).collect();
+    Ok((ns(avg), ns(min), ns(max), all_ok, per_iter))
 }
+
+/// What `summarize` returns: avg, min, max (µs), all verified, the per-iteration times.
+type Summary = (f64, f64, f64, bool, Vec<f64>);
 
 /// This rank's transport counters since `before`, summed over all ranks (nonzero only).
 fn counters_delta(

@@ -263,13 +263,19 @@ fn table(size: usize, rows: &[Row], per_rank: bool) {
     }
 }
 
+/// The tree as given: one line per tree even where its resolution changes with the size
+/// (`auto=binary`, then `auto=linear`; `kbinomial=kbinomial:2`, then `kbinomial:1`).
+fn requested(tree: &str) -> &str {
+    tree.split('=').next().unwrap_or(tree)
+}
+
 /// Completion time against message size, log-log, one line per tree.
 fn svg(size: usize, rows: &[Row]) -> String {
     let (w, h, left, bottom, top, right) = (720.0, 480.0, 70.0, 50.0, 40.0, 170.0);
     let mut trees: Vec<&str> = Vec::new();
     for r in rows {
-        if !trees.contains(&r.tree.as_str()) {
-            trees.push(&r.tree);
+        if !trees.contains(&requested(&r.tree)) {
+            trees.push(requested(&r.tree));
         }
     }
     let lg = |v: f64| v.max(1e-3).log10();
@@ -325,7 +331,7 @@ fn svg(size: usize, rows: &[Row]) -> String {
         let color = colors[i % colors.len()];
         let points: Vec<String> = rows
             .iter()
-            .filter(|r| r.tree == *tree)
+            .filter(|r| requested(&r.tree) == *tree)
             .map(|r| {
                 format!(
                     "{:.1},{:.1}",

@@ -108,6 +108,55 @@ fn a_topology_unaware_tree_shows_contention() {
     assert!(naive.edges.iter().all(|e| e.busy_ns <= b.busy_ns));
 }
 
+/// A shared port (TCP's connections on one NIC) gives every child of a whole-message tree
+/// its message at about the same time, when all of them are through; the 1-port model
+/// serves them one after another (T, 2T, 3T). Bytes arrive intact either way, and a tree of
+/// small segments times the same.
+#[test]
+fn a_shared_port_serves_the_children_together() {
+    let topo = Topology::single_switch(4);
+    let msize = 1u64 << 20;
+    let run = |tree: &str, segment: u64, shared: bool| {
+        let l = lanes(&topo, tree);
+        let setup = Setup {
+            seq: 1,
+            root: 0,
+            msize,
+            segment,
+            deep: false,
+        };
+        let mut net = SimNet::new(&topo, LinkModel::rate(1.0, 500), 1);
+        net.engine_config(Config::default());
+        if shared {
+            net.shared_port(65536);
+        }
+        net.post_everywhere(&l, setup);
+        assert!(net.run().iter().all(|o| *o == Outcome::Done));
+        for r in 0..topo.size() {
+            assert_eq!(net.buffer(r, 1), Some(net.message(1)), "{tree} rank {r}");
+        }
+        (1..topo.size())
+            .map(|r| net.holds_at(r, 1).unwrap() as f64)
+            .collect::<Vec<_>>()
+    };
+    let t = msize as f64 * 8.0; // ns at 1 Gbit/s
+    let one_port = run("flat", msize, false);
+    let shared = run("flat", msize, true);
+    let mut sorted = one_port.clone();
+    sorted.sort_by(f64::total_cmp);
+    for (i, h) in sorted.iter().enumerate() {
+        let want = (i + 1) as f64 * t;
+        assert!((h - want).abs() < 0.01 * want, "1-port {one_port:?}");
+    }
+    // Round robin in 64 KiB turns: the last turns end a quantum apart.
+    let quantum = 65536.0 * 8.0;
+    for h in &shared {
+        assert!(*h >= 3.0 * t - 2.5 * quantum, "shared {shared:?}");
+        assert!(*h <= 3.0 * t * 1.01, "shared {shared:?}");
+    }
+    assert_eq!(run("binary", 16384, false), run("binary", 16384, true));
+}
+
 /// Timing only changes nothing but memory: the same run with payloads (checked byte for
 /// byte) finishes every rank at the same virtual time.
 #[test]
