@@ -487,17 +487,13 @@ static int pipecast_bcast(void *buff, int count, struct ompi_datatype_t *datatyp
         return m->prev_bcast(buff, count, datatype, root, comm, m->prev_bcast_module);
     }
     if (bytes < pipecast_defers_below(m->pc)) {
-        /* Where pipecast cannot win (all ranks on one host, a small message), Open MPI's own
-         * broadcast runs: the same answer at every rank. */
+        /* Where pipecast cannot win (all ranks on one host: a small message, or more ranks
+         * than the host's CPUs can carry), Open MPI's own broadcast runs: the same answer at
+         * every rank. */
         if (!m->deferral_said && ompi_comm_rank(comm) == 0) {
-            uint64_t below = pipecast_defers_below(m->pc);
-            if (below == UINT64_MAX)
-                say(1, "comm %s: every rank on one host: every broadcast goes to Open MPI's own "
-                       "broadcast (faster there; PIPECAST_HOST_MIN_BYTES)", comm->c_name);
-            else
-                say(1, "comm %s: every rank on one host: broadcasts below %llu bytes go to Open "
-                       "MPI's own broadcast (faster there; PIPECAST_HOST_MIN_BYTES)",
-                    comm->c_name, (unsigned long long)below);
+            char why[512];
+            pipecast_defer_reason(m->pc, why, sizeof why);
+            say(1, "comm %s: %s", comm->c_name, why);
         }
         m->deferral_said = true;
         m->fallback++;

@@ -114,6 +114,8 @@ pub struct Peers {
     pub hosts: Vec<String>,
     /// Each rank's RDMA verbs endpoint, when it opened one.
     pub verbs: Vec<Option<crate::wire::bootstrap::VerbsAddr>>,
+    /// The CPUs each rank may run on, when it said ([`super::cpus`]).
+    pub cpus: Vec<Option<crate::wire::bootstrap::CpuRange>>,
     /// Rank 0's cookie: the job's.
     pub cookie: u64,
 }
@@ -158,6 +160,7 @@ pub fn decide(blobs: &[Vec<u8>]) -> Result<Peers, CommError> {
         macs: parsed.iter().map(|p| p.mac).collect(),
         hosts: parsed.iter().map(|p| p.host.to_string()).collect(),
         verbs: parsed.iter().map(|p| p.verbs.clone()).collect(),
+        cpus: parsed.iter().map(|p| p.cpus).collect(),
         cookie: parsed.first().map_or(0, |p| p.cookie),
     })
 }
@@ -180,6 +183,7 @@ pub fn failed_blob(e: &crate::Error, host: &str) -> Vec<u8> {
         reason: &reason[..end],
         verbs: None,
         rails: crate::wire::bootstrap::RailNics::default(),
+        cpus: None,
     }
     .to_vec()
     .expect("lengths are bounded")
@@ -247,6 +251,7 @@ mod tests {
             reason: "",
             verbs: None,
             rails: crate::wire::bootstrap::RailNics::default(),
+            cpus: None,
         }
         .to_vec()
         .unwrap()

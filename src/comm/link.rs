@@ -255,6 +255,7 @@ mod tests {
             macs: vec![None, None],
             hosts: vec!["h".into(); 2],
             verbs: vec![None, None],
+            cpus: vec![None, None],
             cookie: 5,
         };
         let none = Candidates {

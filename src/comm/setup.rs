@@ -5,7 +5,7 @@
 
 use super::agree::{self, Peers};
 use super::progress::{self, Op};
-use super::{hosts, link, CommError, Config};
+use super::{cpus, hosts, link, CommError, Config};
 use crate::topology::Topology;
 use crate::transport::raweth::RawEthTransport;
 use crate::transport::router::Router;
@@ -47,6 +47,10 @@ pub struct Finished {
     pub progress: JoinHandle<()>,
     /// How many hosts the ranks are on (1: every rank shares this rank's host).
     pub hosts: usize,
+    /// How many ranks share this rank's host, and how many CPUs they share between them
+    /// (`None`: unknown; [`cpus::shared`]).
+    pub host_ranks: usize,
+    pub host_cpus: Option<usize>,
 }
 
 impl Local {
@@ -96,6 +100,7 @@ impl Local {
             reason: "",
             verbs: self.verbs.as_ref().map(|v| v.local_addr()),
             rails: crate::wire::bootstrap::RailNics::default(),
+            cpus: cpus::this_thread(),
         }
         .to_vec()
         .expect("lengths are bounded")
@@ -153,6 +158,10 @@ impl Local {
             .name(format!("pipecast-progress-{rank}"))
             .spawn(move || progress::serve(rank, transport, rx, woken, poll))
             .map_err(|e| CommError::Bootstrap(format!("cannot start the progress thread: {e}")))?;
+        let local: Vec<_> = (0..size)
+            .filter(|&r| keys[r] == keys[rank])
+            .map(|r| peers.cpus.get(r).copied().flatten())
+            .collect();
         let mut distinct = keys.clone();
         distinct.sort_unstable();
         distinct.dedup();
@@ -165,6 +174,8 @@ impl Local {
             wake,
             progress,
             hosts: distinct.len(),
+            host_ranks: local.len(),
+            host_cpus: cpus::shared(&local),
         })
     }
 }
