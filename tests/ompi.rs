@@ -237,27 +237,39 @@ fn component_under_mpirun() {
 }
 
 /// Issue 17, on these machines without an RDMA device: `coll_pipecast_transport auto` runs
-/// pipecast over TCP (shared memory off), byte-exact; `verbs` makes pipecast decline at every
-/// rank, naming the problem, and Open MPI's own broadcast runs, byte-exact.
+/// pipecast over TCP (shared memory off), byte-exact, and says at verbose 1 why not verbs;
+/// the device, port and GID index are MCA parameters, a bad one declined at every rank;
+/// `verbs` makes pipecast decline at every rank, naming the problem, and Open MPI's own
+/// broadcast runs, byte-exact.
 #[test]
 fn component_transport_auto_and_verbs_without_a_device() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let Some(dir) = build() else { return };
     let test = dir.join("mpi_bcast_test");
     let test = test.to_str().unwrap();
-    let run = |transport: &str| {
+    let run_with = |transport: &str, gid_index: &str| {
         let args = component_args(
             &dir,
             &[
                 "--mca",
                 "coll_pipecast_transport",
                 transport,
+                "--mca",
+                "coll_pipecast_verbs_device",
+                "nosuch0",
+                "--mca",
+                "coll_pipecast_verbs_port",
+                "1",
+                "--mca",
+                "coll_pipecast_verbs_gid_index",
+                gid_index,
                 "-x",
                 "PIPECAST_SHM=off",
             ],
         );
         mpirun(2, &strs(&args), &[test])
     };
+    let run = |transport: &str| run_with(transport, "3");
     let out = run("auto");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -266,6 +278,10 @@ fn component_transport_auto_and_verbs_without_a_device() {
     );
     if !stderr.contains("pipecast ready over verbs:") {
         assert!(stderr.contains("pipecast ready over tcp"), "{stderr}");
+        assert!(
+            stderr.contains("transport auto chose tcp: not verbs at rank 0: "),
+            "{stderr}"
+        );
     }
     assert!(carried(&stderr, "coll:pipecast") >= 2 * 3 * 4, "{stderr}");
     assert!(!stderr.contains("falling back"), "{stderr}");
@@ -283,6 +299,19 @@ fn component_transport_auto_and_verbs_without_a_device() {
             "{stderr}"
         );
     }
+    // A GID index past the table: a bad setting at every rank, declined everywhere.
+    let out = run_with("auto", "300");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("mpi_bcast_test: ok"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("pipecast declined at every rank")
+            && stderr.contains("PIPECAST_VERBS_GID_INDEX"),
+        "{stderr}"
+    );
+    assert_eq!(carried(&stderr, "coll:pipecast"), 0, "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -314,6 +314,9 @@ static comm_state *pipecast_for(MPI_Comm comm, size_t bytes, long from, int may_
             char link[128];
             pipecast_comm_link(s->pc, link, sizeof link);
             fprintf(stderr, "pipecast-preload: pipecast ready over %s (rank 0 of %d)\n", link, size);
+            char why[512];
+            if (pipecast_comm_link_reason(s->pc, why, sizeof why) > 0)
+                fprintf(stderr, "pipecast-preload: transport auto chose %s: %s\n", link, why);
         }
     }
     if ((unsigned long long)bytes < (unsigned long long)pipecast_defers_below(s->pc)) {

@@ -179,6 +179,8 @@ pub struct Comm {
     failed: Option<String>,
     /// The transport that runs (`tcp`, `raweth:IFACE`, `shm:cma`, `tcp+shm:cma`).
     link: String,
+    /// With transport `auto`: why a faster link was not taken ([`Comm::link_reason`]).
+    why_not: String,
     /// Raw Ethernet: payload bytes per full frame (the model's segment sizes are rounded up
     /// to whole frames).
     frame_payload: Option<u64>,
@@ -300,6 +302,7 @@ impl Comm {
             progress: Some(f.progress),
             failed: None,
             link: f.link,
+            why_not: f.why_not.join("; "),
             frame_payload: f.frame_payload,
             hosts: f.hosts,
             host_ranks: f.host_ranks,
@@ -409,6 +412,13 @@ impl Comm {
     pub fn config(&self) -> &Config {
         &self.config
     }
+    /// With transport `auto`: why a faster link than the one that runs was not taken, this
+    /// rank's own reasons and the agreed ones, `; `-separated (empty when none was missed, or
+    /// the transport was named). For the MPI glue's verbose 1.
+    pub fn link_reason(&self) -> &str {
+        &self.why_not
+    }
+
     /// The transport that runs: `tcp` or `raweth:IFACE` (`auto` resolved).
     pub fn transport(&self) -> &str {
         &self.link

@@ -30,6 +30,8 @@ pub struct Local {
     /// connections. Rank 0's is the job's.
     cookie: u64,
     settings: String,
+    /// Why `auto` could not take a faster link at this rank ([`Finished::why_not`]).
+    why_not: Vec<String>,
 }
 
 /// What a rank has once every rank is ready.
@@ -39,6 +41,9 @@ pub struct Finished {
     pub topology: Topology,
     /// The link that runs (`tcp`, `raweth:IFACE`, `tcp+shm:cma`, …).
     pub link: String,
+    /// With transport `auto`: why a faster link was not taken, this rank's reasons and the
+    /// agreed ones (empty when none was missed).
+    pub why_not: Vec<String>,
     /// Raw Ethernet's payload per frame.
     pub frame_payload: Option<u64>,
     /// The progress thread, its queue and its wake descriptor.
@@ -65,8 +70,9 @@ impl Local {
         };
         config.ip = Some(ip.clone());
         let tcp = TcpTransport::bind(rank, &ip)?;
-        let verbs = link::open_verbs(rank, size, &config)?;
-        let raw = link::open_raw(rank, &config, ip.parse().ok())?;
+        let mut why_not = Vec::new();
+        let verbs = link::open_verbs(rank, size, &config, &mut why_not)?;
+        let raw = link::open_raw(rank, &config, ip.parse().ok(), &mut why_not)?;
         let shm = match config.shm {
             ShmMode::Off => None,
             mode => Some(ShmLink::bind(
@@ -84,6 +90,7 @@ impl Local {
             raw,
             verbs,
             cookie: rand::rngs::OsRng.next_u64(),
+            why_not,
         })
     }
 
@@ -115,6 +122,7 @@ impl Local {
             raw,
             verbs,
             shm,
+            mut why_not,
             ..
         } = self;
         let rank_hosts: Vec<hosts::RankHost> = peers
@@ -135,6 +143,7 @@ impl Local {
             tcp,
             link::Candidates { raw, verbs },
             peers,
+            &mut why_not,
         )?;
         let mut transport = on_host(rank, net, shm, &keys, peers);
         // Every rank is here (it passed the first allgather), so connecting now never waits
@@ -169,6 +178,7 @@ impl Local {
             config,
             topology,
             link,
+            why_not,
             frame_payload,
             ops,
             wake,
