@@ -125,6 +125,24 @@ pipecast_result pipecast_comm_create(int rank,
                                      const pipecast_config *config,
                                      pipecast_comm **out);
 
+// [`pipecast_comm_create`] with `settings` laid over `config` and the environment:
+// `PIPECAST_NAME=value` assignments, one per line or separated by `;`, with the names and
+// values of the `PIPECAST_*` variables (README). The MPI glue passes its MCA parameters this
+// way (`coll_pipecast_verbs_device` becomes `PIPECAST_VERBS_DEVICE=…`), so a setting the
+// struct has no field for needs no change of the struct. NULL: none. An unknown name or a
+// bad value is a local failure that every rank reports, as for a bad config.
+//
+// # Safety
+// As [`pipecast_comm_create`]; `settings` must be NULL or a NUL-terminated string that lives
+// during the call.
+pipecast_result pipecast_comm_create_with(int rank,
+                                          int size,
+                                          pipecast_allgather_fn allgather,
+                                          void *user,
+                                          const pipecast_config *config,
+                                          const char *settings,
+                                          pipecast_comm **out);
+
 // Broadcasts `len` bytes at `buf` from `root`. Collective over the communicator's ranks, in
 // the same order everywhere. `buf` may be NULL only when `len` is 0.
 //
@@ -173,12 +191,24 @@ pipecast_result pipecast_tree_node(pipecast_comm *comm,
 // Below how many bytes the MPI glue should leave a broadcast on this communicator to the
 // MPI's own broadcast, because pipecast cannot win there (0: it never defers; UINT64_MAX: it
 // always defers). Today: a communicator whose ranks all share one host, below
-// `PIPECAST_HOST_MIN_BYTES` (default 4 MiB: measured in
-// docs/results-ompi.md). The same value at every rank. Local: no communication. NULL gives 0.
+// `PIPECAST_HOST_MIN_BYTES` (default 4 MiB: measured in docs/results-ompi.md), and at every
+// size when its ranks outnumber the host's CPUs by more than 2 (also measured there; the
+// CPUs are agreed through the bootstrap). [`pipecast_defer_reason`] says which. The same
+// value at every rank. Local: no communication. NULL gives 0.
 //
 // # Safety
 // `comm` must be NULL or a live handle.
 uint64_t pipecast_defers_below(const pipecast_comm *comm);
+
+// Copies into `buf` (NUL-terminated, truncated to `len` bytes) why
+// [`pipecast_defers_below`] says what it says, in words for the MPI glue's verbose 1, and
+// returns its full length (0: it never defers). For example: "every rank on one host, 8
+// ranks on 2 CPUs (more than 2 per CPU): every broadcast goes to the MPI's own broadcast, …".
+// Local: no communication. NULL `comm` gives 0 and writes nothing.
+//
+// # Safety
+// `comm` must be NULL or a live handle; `buf` must be NULL or point to `len` writable bytes.
+size_t pipecast_defer_reason(const pipecast_comm *comm, char *buf, size_t len);
 
 // Copies the description of the links this rank's broadcasts run over into `buf`
 // (NUL-terminated, truncated to `len` bytes) and returns its full length: for example
@@ -189,6 +219,17 @@ uint64_t pipecast_defers_below(const pipecast_comm *comm);
 // # Safety
 // `comm` must be NULL or a live handle; `buf` must be NULL or point to `len` writable bytes.
 size_t pipecast_comm_link(const pipecast_comm *comm, char *buf, size_t len);
+
+// Copies into `buf` (NUL-terminated, truncated to `len` bytes) why transport `auto` did not
+// take a faster link than the one [`pipecast_comm_link`] names, and returns its full length
+// (0: none was missed, or the transport was named). For example `not verbs at rank 0: no RDMA
+// device: ibv_get_device_list returned none; not raweth at rank 0: raw Ethernet needs the
+// CAP_NET_RAW capability …`. For the MPI glue's verbose 1. Local: no communication. NULL
+// `comm` gives 0 and writes nothing.
+//
+// # Safety
+// `comm` must be NULL or a live handle; `buf` must be NULL or point to `len` writable bytes.
+size_t pipecast_comm_link_reason(const pipecast_comm *comm, char *buf, size_t len);
 
 // Frees a communicator (NULL is ignored). Local: no communication.
 //

@@ -60,6 +60,9 @@ typedef struct {
     char *topology;
     char *profile;
     char *if_include;
+    char *verbs_device;
+    int verbs_port;
+    int verbs_gid_index;
     int timeout_ms;
     int verbose;
     int output; /* opal_output stream for verbose messages */
@@ -163,10 +166,16 @@ static int pipecast_register(void)
             "(1-16)",
             &C->pml_window, 4);
     reg_str("transport", "Transport: tcp, raweth, raweth:IFACE, verbs or auto (verbs where every rank has an "
-            "RDMA device, else raweth where every rank can, else tcp; PIPECAST_VERBS_DEVICE, _PORT and "
-            "_GID_INDEX choose the device); "
-            "empty: PIPECAST_TRANSPORT, else tcp",
+            "RDMA device, else raweth where every rank can, else tcp; verbose 1 says why a faster one "
+            "was not taken); empty: PIPECAST_TRANSPORT, else tcp",
             &C->transport, "");
+    reg_str("verbs_device", "RDMA device of the verbs transport, e.g. mlx5_0 (empty: PIPECAST_VERBS_DEVICE, "
+            "else the first device)",
+            &C->verbs_device, "");
+    reg_int("verbs_port", "Port of the RDMA device (0: PIPECAST_VERBS_PORT, else 1)", &C->verbs_port, 0);
+    reg_int("verbs_gid_index", "GID table index of the RDMA port: on RoCE v2 the entry of the wanted "
+            "address and RoCE version, see show_gids (-1: PIPECAST_VERBS_GID_INDEX, else 0)",
+            &C->verbs_gid_index, -1);
     reg_str("tree", "Tree: auto, linear, binary, kary:K, kbinomial, multilane, flat, binomial, ...",
             &C->tree, "auto");
     reg_int("segment_bytes", "Segment size in bytes (0: chosen by the cost model)", &C->segment_bytes, 0);
@@ -314,14 +323,31 @@ static pipecast_result ensure_pipecast(mca_coll_pipecast_module_t *m)
     cfg.timeout_ms = C->timeout_ms > 0 ? (uint32_t)C->timeout_ms : 0;
     cfg.profile = (C->profile != NULL && C->profile[0] != '\0') ? C->profile : NULL;
     cfg.iface = (C->if_include != NULL && C->if_include[0] != '\0') ? C->if_include : NULL;
+    /* Settings the config struct has no field for, as PIPECAST_NAME=value lines; a device name
+     * with a newline or ';' in it makes the line unreadable and pipecast declines everywhere. */
+    char settings[512];
+    int n = 0;
+    if (C->verbs_device != NULL && C->verbs_device[0] != '\0')
+        n += snprintf(settings + n, sizeof settings - (size_t)n, "PIPECAST_VERBS_DEVICE=%s\n",
+                      C->verbs_device);
+    if (C->verbs_port > 0 && n >= 0 && (size_t)n < sizeof settings)
+        n += snprintf(settings + n, sizeof settings - (size_t)n, "PIPECAST_VERBS_PORT=%d\n",
+                      C->verbs_port);
+    if (C->verbs_gid_index >= 0 && n >= 0 && (size_t)n < sizeof settings)
+        n += snprintf(settings + n, sizeof settings - (size_t)n, "PIPECAST_VERBS_GID_INDEX=%d\n",
+                      C->verbs_gid_index);
+    if (n < 0 || (size_t)n >= sizeof settings) settings[0] = '\0';
     /* Collective and agreed: every rank gets the same result. */
-    pipecast_result rc = pipecast_comm_create(ompi_comm_rank(m->comm), ompi_comm_size(m->comm),
-                                              allgather_through_prev, m, &cfg, &m->pc);
+    pipecast_result rc =
+        pipecast_comm_create_with(ompi_comm_rank(m->comm), ompi_comm_size(m->comm),
+                                  allgather_through_prev, m, &cfg, n > 0 ? settings : NULL, &m->pc);
     if (rc == PIPECAST_OK) {
-        char link[128];
+        char link[128], why[512];
         pipecast_comm_link(m->pc, link, sizeof link);
         say(1, "rank %d comm %s (%d ranks): pipecast ready over %s", ompi_comm_rank(m->comm),
             m->comm->c_name, ompi_comm_size(m->comm), link);
+        if (ompi_comm_rank(m->comm) == 0 && pipecast_comm_link_reason(m->pc, why, sizeof why) > 0)
+            say(1, "comm %s: transport auto chose %s: %s", m->comm->c_name, link, why);
     } else if (ompi_comm_rank(m->comm) == 0) {
         char detail[512];
         pipecast_last_error(detail, sizeof detail);
@@ -487,17 +513,13 @@ static int pipecast_bcast(void *buff, int count, struct ompi_datatype_t *datatyp
         return m->prev_bcast(buff, count, datatype, root, comm, m->prev_bcast_module);
     }
     if (bytes < pipecast_defers_below(m->pc)) {
-        /* Where pipecast cannot win (all ranks on one host, a small message), Open MPI's own
-         * broadcast runs: the same answer at every rank. */
+        /* Where pipecast cannot win (all ranks on one host: a small message, or more ranks
+         * than the host's CPUs can carry), Open MPI's own broadcast runs: the same answer at
+         * every rank. */
         if (!m->deferral_said && ompi_comm_rank(comm) == 0) {
-            uint64_t below = pipecast_defers_below(m->pc);
-            if (below == UINT64_MAX)
-                say(1, "comm %s: every rank on one host: every broadcast goes to Open MPI's own "
-                       "broadcast (faster there; PIPECAST_HOST_MIN_BYTES)", comm->c_name);
-            else
-                say(1, "comm %s: every rank on one host: broadcasts below %llu bytes go to Open "
-                       "MPI's own broadcast (faster there; PIPECAST_HOST_MIN_BYTES)",
-                    comm->c_name, (unsigned long long)below);
+            char why[512];
+            pipecast_defer_reason(m->pc, why, sizeof why);
+            say(1, "comm %s: %s", comm->c_name, why);
         }
         m->deferral_said = true;
         m->fallback++;

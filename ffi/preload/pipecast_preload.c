@@ -314,20 +314,19 @@ static comm_state *pipecast_for(MPI_Comm comm, size_t bytes, long from, int may_
             char link[128];
             pipecast_comm_link(s->pc, link, sizeof link);
             fprintf(stderr, "pipecast-preload: pipecast ready over %s (rank 0 of %d)\n", link, size);
+            char why[512];
+            if (pipecast_comm_link_reason(s->pc, why, sizeof why) > 0)
+                fprintf(stderr, "pipecast-preload: transport auto chose %s: %s\n", link, why);
         }
     }
     if ((unsigned long long)bytes < (unsigned long long)pipecast_defers_below(s->pc)) {
-        /* Where pipecast cannot win (every rank on one host, a small message) the MPI's own
-         * broadcast runs: the same answer at every rank. */
+        /* Where pipecast cannot win (every rank on one host: a small message, or more ranks
+         * than the host's CPUs can carry) the MPI's own broadcast runs: the same answer at
+         * every rank. */
         if (!s->deferral_said && *rank == 0 && verbose >= 1) {
-            uint64_t below = pipecast_defers_below(s->pc);
-            if (below == UINT64_MAX)
-                fprintf(stderr, "pipecast-preload: every rank on one host: every broadcast goes "
-                        "to the MPI's own broadcast (faster there; PIPECAST_HOST_MIN_BYTES)\n");
-            else
-                fprintf(stderr, "pipecast-preload: every rank on one host: broadcasts below %llu "
-                        "bytes go to the MPI's own broadcast (faster there; "
-                        "PIPECAST_HOST_MIN_BYTES)\n", (unsigned long long)below);
+            char why[512];
+            pipecast_defer_reason(s->pc, why, sizeof why);
+            fprintf(stderr, "pipecast-preload: %s\n", why);
         }
         s->deferral_said = 1;
         s->fallback++;

@@ -5,7 +5,7 @@ use super::{boundary, fail, pipecast_config, pipecast_result};
 use crate::comm::{Bootstrap, Comm, CommError, Config, ErrorClass, Settings};
 use crate::Error;
 use pipecast_result::*;
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{c_char, c_int, c_void, CStr};
 
 /// An opaque pipecast communicator.
 pub struct pipecast_comm {
@@ -96,10 +96,13 @@ pub(crate) fn code_of(e: &Error) -> pipecast_result {
     fail(code, e.to_string())
 }
 
-/// This rank's configuration: the struct's fields over the `PIPECAST_*` environment (read
-/// in `comm::Settings`, the one place). A bad value is a local failure that the agreement
-/// of `Comm::join` reports to every rank.
-fn local_config(config: Option<&pipecast_config>) -> crate::Result<Config> {
+/// This rank's configuration: the `settings` assignments over the struct's fields over the
+/// `PIPECAST_*` environment (read in `comm::Settings`, the one place). A bad value is a local
+/// failure that the agreement of `Comm::join` reports to every rank.
+fn local_config(
+    config: Option<&pipecast_config>,
+    settings: Option<&CStr>,
+) -> crate::Result<Config> {
     let over = match config {
         Some(c) => settings_from_c(c).map_err(|problem| CommError::Env {
             name: "config",
@@ -107,8 +110,22 @@ fn local_config(config: Option<&pipecast_config>) -> crate::Result<Config> {
         })?,
         None => Settings::default(),
     };
+    let assigned = match settings {
+        Some(text) => text
+            .to_str()
+            .map_err(|_| "not UTF-8".to_string())
+            .and_then(Settings::parse_assignments)
+            .map_err(|problem| CommError::Env {
+                name: "settings",
+                problem,
+            })?,
+        None => Settings::default(),
+    };
     let mut config = Config::default();
-    over.or(Settings::from_env()).apply(&mut config)?;
+    assigned
+        .or(over)
+        .or(Settings::from_env())
+        .apply(&mut config)?;
     Ok(config)
 }
 
@@ -134,6 +151,30 @@ pub unsafe extern "C" fn pipecast_comm_create(
     config: *const pipecast_config,
     out: *mut *mut pipecast_comm,
 ) -> pipecast_result {
+    // SAFETY: forwarded caller contract; no settings text.
+    unsafe { pipecast_comm_create_with(rank, size, allgather, user, config, std::ptr::null(), out) }
+}
+
+/// [`pipecast_comm_create`] with `settings` laid over `config` and the environment:
+/// `PIPECAST_NAME=value` assignments, one per line or separated by `;`, with the names and
+/// values of the `PIPECAST_*` variables (README). The MPI glue passes its MCA parameters this
+/// way (`coll_pipecast_verbs_device` becomes `PIPECAST_VERBS_DEVICE=…`), so a setting the
+/// struct has no field for needs no change of the struct. NULL: none. An unknown name or a
+/// bad value is a local failure that every rank reports, as for a bad config.
+///
+/// # Safety
+/// As [`pipecast_comm_create`]; `settings` must be NULL or a NUL-terminated string that lives
+/// during the call.
+#[no_mangle]
+pub unsafe extern "C" fn pipecast_comm_create_with(
+    rank: c_int,
+    size: c_int,
+    allgather: pipecast_allgather_fn,
+    user: *mut c_void,
+    config: *const pipecast_config,
+    settings: *const c_char,
+    out: *mut *mut pipecast_comm,
+) -> pipecast_result {
     boundary(|| {
         super::init_log();
         let Some(allgather) = allgather else {
@@ -148,8 +189,11 @@ pub unsafe extern "C" fn pipecast_comm_create(
                 format!("rank {rank} of size {size}: need 0 <= rank < size"),
             );
         }
-        // SAFETY: NULL or a valid config, by the caller's contract.
-        let config = local_config(unsafe { config.as_ref() });
+        // SAFETY: NULL or a valid config, and NULL or a NUL-terminated settings string, by the
+        // caller's contract.
+        let config = local_config(unsafe { config.as_ref() }, unsafe {
+            (!settings.is_null()).then(|| CStr::from_ptr(settings))
+        });
         let bootstrap = CallbackBootstrap {
             allgather,
             user,
@@ -350,8 +394,10 @@ pub unsafe extern "C" fn pipecast_tree_node(
 /// Below how many bytes the MPI glue should leave a broadcast on this communicator to the
 /// MPI's own broadcast, because pipecast cannot win there (0: it never defers; UINT64_MAX: it
 /// always defers). Today: a communicator whose ranks all share one host, below
-/// `PIPECAST_HOST_MIN_BYTES` (default 4 MiB: measured in
-/// docs/results-ompi.md). The same value at every rank. Local: no communication. NULL gives 0.
+/// `PIPECAST_HOST_MIN_BYTES` (default 4 MiB: measured in docs/results-ompi.md), and at every
+/// size when its ranks outnumber the host's CPUs by more than 2 (also measured there; the
+/// CPUs are agreed through the bootstrap). [`pipecast_defer_reason`] says which. The same
+/// value at every rank. Local: no communication. NULL gives 0.
 ///
 /// # Safety
 /// `comm` must be NULL or a live handle.
@@ -360,6 +406,28 @@ pub unsafe extern "C" fn pipecast_defers_below(comm: *const pipecast_comm) -> u6
     // SAFETY: NULL or a live handle (caller contract); only read.
     match unsafe { comm.as_ref() } {
         Some(handle) => handle.comm.defers_below(),
+        None => 0,
+    }
+}
+
+/// Copies into `buf` (NUL-terminated, truncated to `len` bytes) why
+/// [`pipecast_defers_below`] says what it says, in words for the MPI glue's verbose 1, and
+/// returns its full length (0: it never defers). For example: "every rank on one host, 8
+/// ranks on 2 CPUs (more than 2 per CPU): every broadcast goes to the MPI's own broadcast, …".
+/// Local: no communication. NULL `comm` gives 0 and writes nothing.
+///
+/// # Safety
+/// `comm` must be NULL or a live handle; `buf` must be NULL or point to `len` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn pipecast_defer_reason(
+    comm: *const pipecast_comm,
+    buf: *mut c_char,
+    len: usize,
+) -> usize {
+    // SAFETY: NULL or a live handle (caller contract); only read.
+    match unsafe { comm.as_ref() } {
+        // SAFETY: forwarded caller contract for `buf`.
+        Some(handle) => unsafe { super::copy_out(&handle.comm.deferral_reason(), buf, len) },
         None => 0,
     }
 }
@@ -382,6 +450,29 @@ pub unsafe extern "C" fn pipecast_comm_link(
     match unsafe { comm.as_ref() } {
         // SAFETY: forwarded caller contract for `buf`.
         Some(handle) => unsafe { super::copy_out(handle.comm.transport(), buf, len) },
+        None => 0,
+    }
+}
+
+/// Copies into `buf` (NUL-terminated, truncated to `len` bytes) why transport `auto` did not
+/// take a faster link than the one [`pipecast_comm_link`] names, and returns its full length
+/// (0: none was missed, or the transport was named). For example `not verbs at rank 0: no RDMA
+/// device: ibv_get_device_list returned none; not raweth at rank 0: raw Ethernet needs the
+/// CAP_NET_RAW capability …`. For the MPI glue's verbose 1. Local: no communication. NULL
+/// `comm` gives 0 and writes nothing.
+///
+/// # Safety
+/// `comm` must be NULL or a live handle; `buf` must be NULL or point to `len` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn pipecast_comm_link_reason(
+    comm: *const pipecast_comm,
+    buf: *mut c_char,
+    len: usize,
+) -> usize {
+    // SAFETY: NULL or a live handle (caller contract); only read.
+    match unsafe { comm.as_ref() } {
+        // SAFETY: forwarded caller contract for `buf`.
+        Some(handle) => unsafe { super::copy_out(handle.comm.link_reason(), buf, len) },
         None => 0,
     }
 }

@@ -116,6 +116,8 @@ pub struct Peers {
     pub verbs: Vec<Option<crate::wire::bootstrap::VerbsAddr>>,
     /// Each rank's NICs beyond the first (rails 1, 2, …): where it listens on each.
     pub rails: Vec<Vec<SocketAddr>>,
+    /// The CPUs each rank may run on, when it said ([`super::cpus`]).
+    pub cpus: Vec<Option<crate::wire::bootstrap::CpuRange>>,
     /// Rank 0's cookie: the job's.
     pub cookie: u64,
 }
@@ -164,6 +166,7 @@ pub fn decide(blobs: &[Vec<u8>]) -> Result<Peers, CommError> {
             .iter()
             .map(|p| p.rails.iter().map(|n| n.addr).collect())
             .collect(),
+        cpus: parsed.iter().map(|p| p.cpus).collect(),
         cookie: parsed.first().map_or(0, |p| p.cookie),
     })
 }
@@ -186,6 +189,7 @@ pub fn failed_blob(e: &crate::Error, host: &str) -> Vec<u8> {
         reason: &reason[..end],
         verbs: None,
         rails: crate::wire::bootstrap::RailNics::default(),
+        cpus: None,
     }
     .to_vec()
     .expect("lengths are bounded")
@@ -253,6 +257,7 @@ mod tests {
             reason: "",
             verbs: None,
             rails: crate::wire::bootstrap::RailNics::default(),
+            cpus: None,
         }
         .to_vec()
         .unwrap()

@@ -78,19 +78,22 @@ impl fmt::Display for Transport {
 pub type Link = Box<dyn crate::transport::Transport>;
 
 /// Opens the raw Ethernet side for `config.transport` (`None` for `tcp`, and for `auto` when
-/// it is not possible, logging why). `ip` is the address this rank listens on.
+/// it is not possible, logging why and adding it to `why`). `ip` is the address this rank
+/// listens on.
 pub fn open_raw(
     rank: usize,
     config: &Config,
     ip: Option<IpAddr>,
+    why_not: &mut Vec<String>,
 ) -> Result<Option<RawEthTransport>, TransportError> {
     let (iface, required) = match &config.transport {
         Transport::Tcp | Transport::Verbs => return Ok(None),
         Transport::RawEth { iface } => (iface.clone(), true),
         Transport::Auto => (None, false),
     };
-    let fallback = |why: String| -> Result<Option<RawEthTransport>, TransportError> {
+    let mut fallback = |why: String| -> Result<Option<RawEthTransport>, TransportError> {
         tracing::info!(rank, "transport auto: using tcp: {why}");
+        why_not.push(format!("not raweth at rank {rank}: {why}"));
         Ok(None)
     };
     if !socket::has_cap_net_raw() {
@@ -135,11 +138,12 @@ pub fn open_raw(
 pub type VerbsNet = VerbsLink<Box<dyn Verbs>>;
 
 /// Opens the verbs link for `config.transport` (`None` for `tcp` and `raweth`, and for
-/// `auto` when there is no usable device, logging why).
+/// `auto` when there is no usable device, logging why and adding it to `why_not`).
 pub fn open_verbs(
     rank: usize,
     size: usize,
     config: &Config,
+    why_not: &mut Vec<String>,
 ) -> Result<Option<VerbsNet>, TransportError> {
     let required = match config.transport {
         Transport::Verbs => true,
@@ -154,6 +158,7 @@ pub fn open_verbs(
         }),
         Err(e) => {
             tracing::info!(rank, "transport auto: not verbs: {e}");
+            why_not.push(format!("not verbs at rank {rank}: {e}"));
             Ok(None)
         }
     }
@@ -166,12 +171,14 @@ pub struct Candidates {
 }
 
 /// Picks the transport from everybody's blobs (the same choice at every rank) and gives it
-/// its peers. `tcp` already has its peers.
+/// its peers. `tcp` already has its peers. With `auto`, why a faster link was not taken is
+/// added to `why_not` (the same words at every rank).
 pub fn choose(
     transport: &Transport,
     tcp: TcpTransport,
     links: Candidates,
     peers: &Peers,
+    why_not: &mut Vec<String>,
 ) -> Result<Link, CommError> {
     let Candidates { raw, verbs } = links;
     let without: Vec<usize> = (0..peers.verbs.len())
@@ -193,6 +200,9 @@ pub fn choose(
         }
         (_, Transport::Auto) if without.len() < peers.verbs.len() => {
             tracing::info!("transport auto: not verbs: ranks {without:?} have no usable RDMA device");
+            why_not.push(format!(
+                "not verbs: ranks {without:?} have no usable RDMA device"
+            ));
         }
         _ => {}
     }
@@ -218,6 +228,7 @@ pub fn choose(
         None => Ok(Box::new(raw)),
         Some(why) if *transport == Transport::Auto => {
             tracing::info!("transport auto: using tcp: {why}");
+            why_not.push(format!("not raweth: {why}"));
             Ok(Box::new(tcp))
         }
         Some(why) => Err(CommError::Bootstrap(format!(
@@ -256,13 +267,14 @@ mod tests {
             hosts: vec!["h".into(); 2],
             verbs: vec![None, None],
             rails: vec![Vec::new(); 2],
+            cpus: vec![None, None],
             cookie: 5,
         };
         let none = Candidates {
             raw: None,
             verbs: None,
         };
-        let l = choose(&Transport::Auto, tcp, none, &peers).unwrap();
+        let l = choose(&Transport::Auto, tcp, none, &peers, &mut Vec::new()).unwrap();
         assert_eq!(l.describe(), "tcp");
         assert!(!l.serves_idle());
         assert_eq!(l.capabilities(), crate::transport::Capabilities::default());

@@ -14,6 +14,7 @@
 pub mod agree;
 mod algorithm;
 mod bootstrap;
+pub mod cpus;
 pub mod hosts;
 mod link;
 mod plan_json;
@@ -183,11 +184,16 @@ pub struct Comm {
     failed: Option<String>,
     /// The transport that runs (`tcp`, `raweth:IFACE`, `shm:cma`, `tcp+shm:cma`).
     link: String,
+    /// With transport `auto`: why a faster link was not taken ([`Comm::link_reason`]).
+    why_not: String,
     /// Raw Ethernet: payload bytes per full frame (the model's segment sizes are rounded up
     /// to whole frames).
     frame_payload: Option<u64>,
     /// How many hosts the ranks are on.
     hosts: usize,
+    /// How many ranks share this rank's host, and the CPUs they share (`None`: unknown).
+    host_ranks: usize,
+    host_cpus: Option<usize>,
     /// `PIPECAST_TREE_DUMP`: where new plans are recorded.
     dump: Option<tree_dump::TreeDump>,
 }
@@ -301,8 +307,11 @@ impl Comm {
             progress: Some(f.progress),
             failed: None,
             link: f.link,
+            why_not: f.why_not.join("; "),
             frame_payload: f.frame_payload,
             hosts: f.hosts,
+            host_ranks: f.host_ranks,
+            host_cpus: f.host_cpus,
             dump,
         })
     }
@@ -350,17 +359,50 @@ impl Comm {
         self.hosts
     }
 
-    /// Below how many bytes the MPI glue should leave a broadcast to the MPI's own (0: never):
-    /// where pipecast's own measurements say it cannot win. The same at every rank (it
-    /// depends on the hosts, known to all from the bootstrap, and on an agreed setting). Today
-    /// that is a communicator on one host below [`Config::host_min_bytes`]; between hosts,
-    /// `min_bytes` of the glue decides as before.
+    /// Below how many bytes the MPI glue should leave a broadcast to the MPI's own (0: never;
+    /// `u64::MAX`: always): where pipecast's own measurements say it cannot win. The same at
+    /// every rank (it depends on the hosts and their CPUs, known to all from the bootstrap,
+    /// and on an agreed setting). Today that is a communicator on one host: below
+    /// [`Config::host_min_bytes`], and at every size when its ranks outnumber its CPUs by
+    /// more than [`cpus::OVERSUBSCRIBED`] (unless `PIPECAST_HOST_MIN_BYTES` is set: a forced
+    /// setting). Between hosts, `min_bytes` of the glue decides as before.
     pub fn defers_below(&self) -> u64 {
         match (self.hosts, self.config.host_min_bytes) {
             (1, Some(bytes)) => bytes,
+            (1, None) if cpus::oversubscribed(self.host_ranks, self.host_cpus) => u64::MAX,
             (1, None) => HOST_MIN_BYTES,
             _ => 0,
         }
+    }
+
+    /// Why [`Comm::defers_below`] says what it says, in words for the glue's verbose 1
+    /// (empty when it never defers).
+    pub fn deferral_reason(&self) -> String {
+        let cpus = match self.host_cpus {
+            None => "an unknown number of CPUs".to_string(),
+            Some(1) => "1 CPU".to_string(),
+            Some(c) => format!("{c} CPUs"),
+        };
+        match (self.defers_below(), self.config.host_min_bytes) {
+            (0, _) => String::new(),
+            (below, Some(_)) => format!(
+                "every rank on one host: broadcasts below {below} bytes go to the MPI's own broadcast (PIPECAST_HOST_MIN_BYTES)"
+            ),
+            (u64::MAX, None) => format!(
+                "every rank on one host, {} ranks on {cpus} (more than {} per CPU): every broadcast goes to the MPI's own broadcast, faster there (measured; PIPECAST_HOST_MIN_BYTES=N forces pipecast from N bytes)",
+                self.host_ranks,
+                cpus::OVERSUBSCRIBED
+            ),
+            (below, None) => format!(
+                "every rank on one host, {} ranks on {cpus}: broadcasts below {below} bytes go to the MPI's own broadcast, faster there (measured; PIPECAST_HOST_MIN_BYTES)",
+                self.host_ranks
+            ),
+        }
+    }
+
+    /// How many ranks share this rank's host, and how many CPUs they share (`None`: unknown).
+    pub fn host_cpus(&self) -> (usize, Option<usize>) {
+        (self.host_ranks, self.host_cpus)
     }
 
     pub fn rank(&self) -> usize {
@@ -375,6 +417,13 @@ impl Comm {
     pub fn config(&self) -> &Config {
         &self.config
     }
+    /// With transport `auto`: why a faster link than the one that runs was not taken, this
+    /// rank's own reasons and the agreed ones, `; `-separated (empty when none was missed, or
+    /// the transport was named). For the MPI glue's verbose 1.
+    pub fn link_reason(&self) -> &str {
+        &self.why_not
+    }
+
     /// The transport that runs: `tcp` or `raweth:IFACE` (`auto` resolved).
     pub fn transport(&self) -> &str {
         &self.link

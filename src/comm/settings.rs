@@ -70,6 +70,9 @@ pub const VARIABLES: [&str; 17] = [
     "PIPECAST_VERBS_GID_INDEX",
 ];
 
+/// Longest text [`Settings::parse_assignments`] reads.
+pub const MAX_ASSIGNMENTS: usize = 64 * 1024;
+
 impl Settings {
     /// Reads the `PIPECAST_*` variables (empty ones count as unset).
     pub fn from_env() -> Settings {
@@ -79,6 +82,44 @@ impl Settings {
             *slot = get(name);
         }
         s
+    }
+
+    /// Reads settings written as `PIPECAST_NAME=value` assignments, one per line or separated
+    /// by `;` (blank items ignored; an empty value counts as unset, as in the environment).
+    /// The MPI glue passes its MCA parameters this way (`pipecast_comm_create_with`). An
+    /// unknown name, an item without `=`, a name given twice or more than [`MAX_ASSIGNMENTS`]
+    /// bytes is an error that says so.
+    pub fn parse_assignments(text: &str) -> Result<Settings, String> {
+        if text.len() > MAX_ASSIGNMENTS {
+            return Err(format!(
+                "settings text of {} bytes, at most {MAX_ASSIGNMENTS}",
+                text.len()
+            ));
+        }
+        let mut s = Settings::default();
+        let mut seen = [false; VARIABLES.len()];
+        for item in text
+            .split(['\n', ';'])
+            .map(str::trim)
+            .filter(|i| !i.is_empty())
+        {
+            let Some((name, value)) = item.split_once('=') else {
+                return Err(format!("{item:?}: expected PIPECAST_NAME=value"));
+            };
+            let name = name.trim();
+            let Some(i) = VARIABLES.iter().position(|v| *v == name) else {
+                return Err(format!(
+                    "unknown setting {name:?}; known: {}",
+                    VARIABLES.join(", ")
+                ));
+            };
+            if std::mem::replace(&mut seen[i], true) {
+                return Err(format!("{name} given twice"));
+            }
+            let value = value.trim();
+            *s.slots()[i] = (!value.is_empty()).then(|| value.to_string());
+        }
+        Ok(s)
     }
 
     fn slots(&mut self) -> [&mut Option<String>; 17] {
@@ -239,6 +280,41 @@ impl Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn assignments_as_the_glue_writes_them() {
+        let s = Settings::parse_assignments(
+            "PIPECAST_VERBS_DEVICE=mlx5_0\nPIPECAST_VERBS_PORT = 2; PIPECAST_VERBS_GID_INDEX=3;;\n PIPECAST_TREE=",
+        )
+        .unwrap();
+        assert_eq!(s.verbs_device.as_deref(), Some("mlx5_0"));
+        assert_eq!(s.verbs_port.as_deref(), Some("2"));
+        assert_eq!(s.verbs_gid_index.as_deref(), Some("3"));
+        assert_eq!(s.tree, None);
+        let mut c = Config::default();
+        s.apply(&mut c).unwrap();
+        assert_eq!(c.verbs.device.as_deref(), Some("mlx5_0"));
+        assert_eq!((c.verbs.port, c.verbs.gid_index), (2, 3));
+        assert_eq!(
+            Settings::parse_assignments("").unwrap(),
+            Settings::default()
+        );
+        for (bad, says) in [
+            ("PIPECAST_NOPE=1", "unknown setting \"PIPECAST_NOPE\""),
+            ("PIPECAST_TREE", "expected PIPECAST_NAME=value"),
+            (
+                "PIPECAST_TREE=a;PIPECAST_TREE=b",
+                "PIPECAST_TREE given twice",
+            ),
+        ] {
+            let e = Settings::parse_assignments(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        let long = "PIPECAST_TREE=linear;".repeat(MAX_ASSIGNMENTS / 10);
+        assert!(Settings::parse_assignments(&long)
+            .unwrap_err()
+            .contains("at most"));
+    }
 
     #[test]
     fn present_settings_win_and_bad_values_name_the_variable() {

@@ -5,7 +5,7 @@
 
 use super::agree::{self, Peers};
 use super::progress::{self, Op};
-use super::{hosts, link, CommError, Config};
+use super::{cpus, hosts, link, CommError, Config};
 use crate::topology::Topology;
 use crate::transport::raweth::RawEthTransport;
 use crate::transport::router::Router;
@@ -32,6 +32,8 @@ pub struct Local {
     /// connections. Rank 0's is the job's.
     cookie: u64,
     settings: String,
+    /// Why `auto` could not take a faster link at this rank ([`Finished::why_not`]).
+    why_not: Vec<String>,
 }
 
 /// What a rank has once every rank is ready.
@@ -41,6 +43,9 @@ pub struct Finished {
     pub topology: Topology,
     /// The link that runs (`tcp`, `raweth:IFACE`, `tcp+shm:cma`, …).
     pub link: String,
+    /// With transport `auto`: why a faster link was not taken, this rank's reasons and the
+    /// agreed ones (empty when none was missed).
+    pub why_not: Vec<String>,
     /// Raw Ethernet's payload per frame.
     pub frame_payload: Option<u64>,
     /// The progress thread, its queue and its wake descriptor.
@@ -49,6 +54,10 @@ pub struct Finished {
     pub progress: JoinHandle<()>,
     /// How many hosts the ranks are on (1: every rank shares this rank's host).
     pub hosts: usize,
+    /// How many ranks share this rank's host, and how many CPUs they share between them
+    /// (`None`: unknown; [`cpus::shared`]).
+    pub host_ranks: usize,
+    pub host_cpus: Option<usize>,
 }
 
 impl Local {
@@ -74,8 +83,9 @@ impl Local {
             .flat_map(|ips| ips[1..].iter().map(|&ip| ip.into()))
             .collect();
         let rails = tcp.bind_rails(&extra)?;
-        let verbs = link::open_verbs(rank, size, &config)?;
-        let raw = link::open_raw(rank, &config, ip.parse().ok())?;
+        let mut why_not = Vec::new();
+        let verbs = link::open_verbs(rank, size, &config, &mut why_not)?;
+        let raw = link::open_raw(rank, &config, ip.parse().ok(), &mut why_not)?;
         let shm = match config.shm {
             ShmMode::Off => None,
             mode => Some(ShmLink::bind(
@@ -94,6 +104,7 @@ impl Local {
             raw,
             verbs,
             cookie: rand::rngs::OsRng.next_u64(),
+            why_not,
         })
     }
 
@@ -110,6 +121,7 @@ impl Local {
             reason: "",
             verbs: self.verbs.as_ref().map(|v| v.local_addr()),
             rails: rail_nics(&self.rails),
+            cpus: cpus::this_thread(),
         }
         .to_vec()
         .expect("lengths are bounded")
@@ -124,6 +136,7 @@ impl Local {
             raw,
             verbs,
             shm,
+            mut why_not,
             ..
         } = self;
         let rank_hosts: Vec<hosts::RankHost> = peers
@@ -145,6 +158,7 @@ impl Local {
             tcp,
             link::Candidates { raw, verbs },
             peers,
+            &mut why_not,
         )?;
         let mut transport = on_host(rank, net, shm, &keys, peers);
         // Every rank is here (it passed the first allgather), so connecting now never waits
@@ -168,6 +182,10 @@ impl Local {
             .name(format!("pipecast-progress-{rank}"))
             .spawn(move || progress::serve(rank, transport, rx, woken, poll))
             .map_err(|e| CommError::Bootstrap(format!("cannot start the progress thread: {e}")))?;
+        let local: Vec<_> = (0..size)
+            .filter(|&r| keys[r] == keys[rank])
+            .map(|r| peers.cpus.get(r).copied().flatten())
+            .collect();
         let mut distinct = keys.clone();
         distinct.sort_unstable();
         distinct.dedup();
@@ -175,11 +193,14 @@ impl Local {
             config,
             topology,
             link,
+            why_not,
             frame_payload,
             ops,
             wake,
             progress,
             hosts: distinct.len(),
+            host_ranks: local.len(),
+            host_cpus: cpus::shared(&local),
         })
     }
 }

@@ -11,9 +11,9 @@
 //! 8  job cookie u64 (rank 0's is the job's)
 //! 16 TCP port u16  18 address family u8 (4 or 6)  19 reserved u8
 //! 20 address: 16 bytes (IPv4 in the first 4)
-//! 36 raw Ethernet MAC: 6 bytes   42 reserved u16
+//! 36 raw Ethernet MAC: 6 bytes   42 first CPU the rank may run on u16
 //! 44 host length u16   46 settings length u16   48 reason length u16
-//! 50 verbs section length u32 (version 2; 0 in version 1)   54 reserved u16
+//! 50 verbs section length u32 (version 2; 0 in version 1)   54 CPUs the rank may run on u16
 //! 56 host bytes, settings bytes, reason bytes (UTF-8), then rail NICs and the verbs section
 //! ```
 //!
@@ -39,8 +39,14 @@
 //! 40 ring slots u32   44 queue pairs u32 (n)   48 n queue pair numbers u32 (one per rank)
 //! ```
 //!
-//! A blob with neither rail NICs nor verbs is written as version 1, byte for byte what
-//! version-1 ranks write and read; both versions parse.
+//! A blob with neither rail NICs nor verbs is written as version 1, which every version-1
+//! rank reads; both versions parse.
+//!
+//! **CPUs** (issue 11, both versions): bytes 42 and 54, reserved (zero) before, give the
+//! lowest CPU of the rank's affinity mask and how many CPUs it may use ([`CpuRange`]); a count
+//! of 0 means unknown, which is what a rank from before writes. Ranks on one host then know
+//! how many CPUs they share, all from the same blobs, so they decide alike whether the host
+//! is oversubscribed.
 
 use super::WireError;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -116,6 +122,17 @@ impl RailNics {
     }
 }
 
+/// The CPUs a rank may run on, as a range: its affinity mask's lowest CPU and how many CPUs
+/// it may use (the mask's size, capped by a cgroup quota). Exact for the masks launchers give
+/// (a core, a socket, a list of consecutive cores, or everything); an approximation for a
+/// scattered mask. See `comm::cpus`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CpuRange {
+    pub first: u16,
+    /// At least 1.
+    pub count: u16,
+}
+
 /// A parsed blob; strings borrow from the bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Repr<'a> {
@@ -134,6 +151,8 @@ pub struct Repr<'a> {
     pub rails: RailNics,
     /// The rank's RDMA verbs endpoint, when it opened one (version 2).
     pub verbs: Option<VerbsAddr>,
+    /// The CPUs the rank may run on (`None`: unknown).
+    pub cpus: Option<CpuRange>,
 }
 
 /// Where a rank's RDMA port, queue pairs and fallback ring are (the verbs section).
@@ -348,6 +367,13 @@ impl<'a> Repr<'a> {
                 0 => None,
                 _ => Some(VerbsAddr::parse(&b[rails_end..])?),
             },
+            cpus: match u16_at(b, 54) {
+                0 => None,
+                count => Some(CpuRange {
+                    first: u16_at(b, 42),
+                    count,
+                }),
+            },
         })
     }
 
@@ -405,6 +431,10 @@ impl<'a> Repr<'a> {
         if let Some(mac) = self.mac {
             b[36..42].copy_from_slice(&mac);
         }
+        if let Some(cpus) = self.cpus.filter(|c| c.count > 0) {
+            b[42..44].copy_from_slice(&cpus.first.to_le_bytes());
+            b[54..56].copy_from_slice(&cpus.count.to_le_bytes());
+        }
         let mut at = HEAD_LEN;
         for (i, s) in [self.host, self.settings, self.reason].iter().enumerate() {
             b[44 + 2 * i..46 + 2 * i].copy_from_slice(&(s.len() as u16).to_le_bytes());
@@ -453,6 +483,7 @@ mod tests {
             reason: "",
             rails: RailNics::default(),
             verbs: None,
+            cpus: Some(CpuRange { first: 4, count: 2 }),
         }
     }
     fn verbs() -> VerbsAddr {
@@ -475,7 +506,7 @@ mod tests {
     fn the_verbs_section_is_versioned_compatibly() {
         let plain = sample().to_vec().unwrap();
         assert_eq!(plain[3], 1);
-        assert_eq!(&plain[50..56], &[0; 6]);
+        assert_eq!(&plain[50..54], &[0; 4]);
         let with = Repr {
             verbs: Some(verbs()),
             ..sample()
@@ -537,6 +568,29 @@ mod tests {
             .to_string()
             .contains("16 rail NICs"));
         assert!(RailNics::new(&[nics[0]; 16]).is_err());
+    }
+
+    /// The CPU range rides in bytes that were reserved (zero): a blob from before reads as
+    /// "unknown", and a count of zero is never written.
+    #[test]
+    fn cpus_ride_in_the_reserved_bytes() {
+        let bytes = sample().to_vec().unwrap();
+        assert_eq!(bytes[3], 1);
+        assert_eq!((u16_at(&bytes, 42), u16_at(&bytes, 54)), (4, 2));
+        let mut before = bytes.clone();
+        before[42..44].fill(0);
+        before[54..56].fill(0);
+        assert_eq!(Repr::parse(&before).unwrap().cpus, None);
+        let none = Repr {
+            cpus: None,
+            ..sample()
+        };
+        assert_eq!(none.to_vec().unwrap(), before);
+        let zero = Repr {
+            cpus: Some(CpuRange { first: 3, count: 0 }),
+            ..sample()
+        };
+        assert_eq!(zero.to_vec().unwrap(), before);
     }
 
     /// Rail NICs and a verbs section in one version-2 blob: rails first, then verbs.
