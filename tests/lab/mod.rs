@@ -11,6 +11,7 @@ use std::process::{Command, Output};
 pub const EXE: &str = env!("CARGO_BIN_EXE_pipecast");
 
 /// Runs `pipecast ARGS` to completion.
+#[allow(dead_code)] // mpich_lab runs pipecast as each user
 pub fn pipecast(args: &[&str]) -> Output {
     User::Me.pipecast(args)
 }
@@ -168,6 +169,7 @@ pub struct Lab {
 impl Lab {
     /// `pipecast lab up --name <tag><pid> --topology <dir>/topology.json EXTRA`, with
     /// `topology_json` written to that file; panics when the lab cannot be built.
+    #[allow(dead_code)] // mpich_lab builds its labs with `up_as`
     pub fn up(tag: &str, topology_json: &str, extra: &[&str]) -> Lab {
         Lab::up_as(User::Me, tag, topology_json, extra)
     }
