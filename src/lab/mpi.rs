@@ -225,33 +225,11 @@ fn mpiexec_mpich(
     args: &[String],
     per_machine: usize,
 ) -> Result<i32, LabError> {
-    if find_tool("mpiexec.mpich").is_none() {
-        return Err(LabError::MissingTool {
-            tool: "mpiexec.mpich".into(),
-            package: "mpich".into(),
-        });
-    }
+    prepare(state, ("mpiexec.mpich", "mpich"), &[])?;
     let hostfile = mpich_hostfile(state, per_machine)?;
     let rsh = mpich_rsh_script(state, exe)?;
-    for name in state.machines.iter().map(|m| m.name.as_str()) {
-        let dir = session_base(state, name);
-        std::fs::create_dir_all(&dir)
-            .map_err(|e| LabError::Io(format!("cannot create {dir}: {e}")))?;
-    }
-    let mut cmd = mpiexec_command(state, &rsh, &hostfile);
-    if !args.iter().any(|a| a == "-n" || a == "-np") {
-        cmd.extend([
-            "-n".into(),
-            (state.machines.len() * per_machine).to_string(),
-        ]);
-    }
-    cmd.extend(args.iter().cloned());
-    let status = super::command::command(&state.owner, "ip")?
-        .args(&cmd[1..])
-        .env("PIPECAST_LAB", &state.name)
-        .status()
-        .map_err(|e| LabError::Command(format!("cannot run mpiexec.mpich: {e}")))?;
-    Ok(status.code().unwrap_or(255))
+    let cmd = mpiexec_command(state, &rsh, &hostfile);
+    launch(state, cmd, ("-n", &["-n", "-np"]), args, per_machine, None)
 }
 
 /// Runs mpirun with the lab's settings and the user's arguments, `per_machine` slots on every
@@ -263,36 +241,70 @@ pub fn mpirun(
     args: &[String],
     per_machine: usize,
 ) -> Result<i32, LabError> {
-    if find_tool("mpirun").is_none() {
+    prepare(state, ("mpirun", "openmpi-bin"), &["mg"])?;
+    let hostfile = hostfile(state, per_machine)?;
+    let cmd = mpirun_command(state, exe, &hostfile);
+    // TMPDIR, not an MCA parameter: mpirun forwards MCA parameters to every orted.
+    let tmpdir = Some(session_base(state, "mg"));
+    launch(
+        state,
+        cmd,
+        ("-np", &["-np", "-n", "--np"]),
+        args,
+        per_machine,
+        tmpdir,
+    )
+}
+
+/// Checks that the launcher `(tool, package)` is installed and creates the session directory
+/// of every machine and of `more` ([`session_base`]).
+fn prepare(state: &LabState, launcher: (&str, &str), more: &[&str]) -> Result<(), LabError> {
+    if find_tool(launcher.0).is_none() {
         return Err(LabError::MissingTool {
-            tool: "mpirun".into(),
-            package: "openmpi-bin".into(),
+            tool: launcher.0.into(),
+            package: launcher.1.into(),
         });
     }
-    let hostfile = hostfile(state, per_machine)?;
-    for name in state.machines.iter().map(|m| m.name.as_str()).chain(["mg"]) {
+    let machines = state.machines.iter().map(|m| m.name.as_str());
+    for name in machines.chain(more.iter().copied()) {
         let dir = session_base(state, name);
         std::fs::create_dir_all(&dir)
             .map_err(|e| LabError::Io(format!("cannot create {dir}: {e}")))?;
     }
-    let mut cmd = mpirun_command(state, exe, &hostfile);
-    if !args
-        .iter()
-        .any(|a| a == "-np" || a == "-n" || a.starts_with("--np"))
-    {
+    Ok(())
+}
+
+/// Runs the launcher command line `cmd` (`ip netns exec …`) with the user's `args`, adding
+/// `count.0 = machines × K` unless an argument starts with one of `count.1`; `tmpdir` for the
+/// launcher itself. Returns the launcher's exit code.
+fn launch(
+    state: &LabState,
+    mut cmd: Vec<String>,
+    count: (&str, &[&str]),
+    args: &[String],
+    per_machine: usize,
+    tmpdir: Option<String>,
+) -> Result<i32, LabError> {
+    let (flag, spellings) = count;
+    if !args.iter().any(|a| {
+        spellings
+            .iter()
+            .any(|s| a == s || (s.starts_with("--") && a.starts_with(s)))
+    }) {
         cmd.extend([
-            "-np".into(),
+            flag.into(),
             (state.machines.len() * per_machine).to_string(),
         ]);
     }
     cmd.extend(args.iter().cloned());
-    let status = super::command::command(&state.owner, "ip")?
-        .args(&cmd[1..])
-        .env("PIPECAST_LAB", &state.name)
-        // TMPDIR, not an MCA parameter: mpirun forwards MCA parameters to every orted.
-        .env("TMPDIR", session_base(state, "mg"))
+    let mut c = super::command::command(&state.owner, "ip")?;
+    c.args(&cmd[1..]).env("PIPECAST_LAB", &state.name);
+    if let Some(dir) = tmpdir {
+        c.env("TMPDIR", dir);
+    }
+    let status = c
         .status()
-        .map_err(|e| LabError::Command(format!("cannot run mpirun: {e}")))?;
+        .map_err(|e| LabError::Command(format!("cannot run {}: {e}", cmd[4])))?;
     Ok(status.code().unwrap_or(255))
 }
 
@@ -300,11 +312,17 @@ pub fn mpirun(
 mod tests {
     use super::*;
 
+    /// The word after `key` in `cmd`.
+    fn after<'a>(cmd: &'a [String], key: &str) -> Option<&'a str> {
+        let i = cmd.iter().position(|a| a == key)?;
+        cmd.get(i + 1).map(String::as_str)
+    }
+
     #[test]
     fn mpirun_keeps_mpi_data_on_the_shaped_network() {
         let state = crate::lab::state::sample_state();
         let cmd = mpirun_command(&state, Path::new("/bin/pipecast"), Path::new("/x/hostfile"));
-        let after = |k: &str| cmd.iter().position(|a| a == k).map(|i| cmd[i + 1].as_str());
+        let after = |k: &str| super::tests::after(&cmd, k);
         assert_eq!(&cmd[..5], ["ip", "netns", "exec", "t-mg", "mpirun"]);
         assert_eq!(after("btl"), Some("tcp,self"));
         assert_eq!(after("btl_tcp_if_include"), Some("198.18.0.0/16"));
@@ -315,7 +333,7 @@ mod tests {
         );
         assert_eq!(machine_netns(&state, "198.19.0.2").unwrap(), "t-h1");
         let cmd = mpiexec_command(&state, Path::new("/r/mpich-rsh"), Path::new("/r/hosts"));
-        let after = |k: &str| cmd.iter().position(|a| a == k).map(|i| cmd[i + 1].as_str());
+        let after = |k: &str| super::tests::after(&cmd, k);
         assert_eq!(&cmd[..5], ["ip", "netns", "exec", "t-mg", "mpiexec.mpich"]);
         assert_eq!(after("-iface"), Some("br0"));
         assert_eq!(after("-launcher-exec"), Some("/r/mpich-rsh"));
