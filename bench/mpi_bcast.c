@@ -19,7 +19,9 @@
  * Exit code 1 when any byte is wrong anywhere.
  *
  * Usage: mpi_bcast [--sizes 64K,1M,16M] [--iters N] [--budget SECONDS] [--root R]
- *                  [--peer P] [--no-p2p] [--label TEXT]
+ *                  [--peer P] [--no-p2p] [--pmpi] [--label TEXT]
+ * --pmpi times PMPI_Bcast, the MPI's own broadcast, even under an LD_PRELOAD shim that
+ * interposes MPI_Bcast (bench/lab_mpich.sh: MPICH's own with the shim loaded).
  * --budget caps the timed iterations per size at about SECONDS (from the warm-up's time; at
  * least 1 iteration). Build: mpicc -O2 -o mpi_bcast bench/mpi_bcast.c
  */
@@ -49,7 +51,7 @@ static void usage(int rank, const char *why)
 {
     if (rank == 0)
         fprintf(stderr, "mpi_bcast: %s\nusage: mpi_bcast [--sizes 64K,1M,16M] [--iters N] [--budget S] "
-                        "[--root R] [--peer P] [--no-p2p] [--label TEXT]\n", why);
+                        "[--root R] [--peer P] [--no-p2p] [--pmpi] [--label TEXT]\n", why);
     MPI_Finalize();
     exit(2);
 }
@@ -100,11 +102,13 @@ int main(int argc, char **argv)
     const char *sizes_arg = "64K,256K,1M,4M,16M";
     const char *label = "";
     int iters = 5, root = 0, peer = -1, p2p = 1;
+    int (*bcast)(void *, int, MPI_Datatype, int, MPI_Comm) = MPI_Bcast;
     double budget = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--no-p2p")) { p2p = 0; continue; }
+        if (!strcmp(a, "--pmpi")) { bcast = PMPI_Bcast; continue; }
         if (v == NULL) usage(rank, "an option is missing its value");
         if (!strcmp(a, "--sizes")) sizes_arg = v;
         else if (!strcmp(a, "--iters")) iters = atoi(v);
@@ -132,7 +136,7 @@ int main(int argc, char **argv)
         /* Warm-up (untimed except to size the iteration count). */
         MPI_Barrier(MPI_COMM_WORLD);
         double w = MPI_Wtime();
-        MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD);
+        bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD);
         MPI_Barrier(MPI_COMM_WORLD);
         w = MPI_Wtime() - w;
         int n = iters;
@@ -144,7 +148,7 @@ int main(int argc, char **argv)
         MPI_Barrier(MPI_COMM_WORLD);
         double start = MPI_Wtime();
         for (int i = 0; i < n; i++) {
-            MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD);
+            bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD);
             MPI_Barrier(MPI_COMM_WORLD);
         }
         double mine = (MPI_Wtime() - start) / n, slowest = 0, at_root = mine;

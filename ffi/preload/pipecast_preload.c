@@ -17,6 +17,7 @@
  * MPI_Ibcast goes through pipecast_ibcast_bytes behind a generalized request; the MPI_Wait and
  * MPI_Test families are interposed to complete it (see "Nonblocking broadcasts" below).
  */
+#include <errno.h>
 #include <mpi.h>
 #include <pthread.h>
 #include <sched.h>
@@ -24,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "pipecast.h"
 
@@ -110,6 +112,54 @@ int MPI_Init_thread(int *argc, char ***argv, int required, int *provided)
     return rc;
 }
 
+/* Whether this is MPICH before 4.2 on its ch4:ucx device: its MPI_Finalize closes every UCX
+ * endpoint with ucp_disconnect_nb, progresses until the closes complete, and only then meets
+ * the other ranks in a blocking PMI barrier. UCX's TCP transport (1.13, Debian 12's) completes
+ * the close of an endpoint that sent anything only when the peer acknowledges a flush, from the
+ * peer's own progress; a peer already waiting in the PMI barrier never does, and the job hangs
+ * in MPI_Finalize now and then (docs/results-mpich.md; MPICH removed that barrier in 4.2, pull
+ * request 6596). */
+static int mpich_ucx_before_4_2(void)
+{
+    char v[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0, major = 0, minor = 0;
+    if (PMPI_Get_library_version(v, &len) != MPI_SUCCESS) return 0;
+    v[len < (int)sizeof v ? len : (int)sizeof v - 1] = '\0';
+    const char *ver = strstr(v, "MPICH Version:");
+    if (ver == NULL || strstr(v, "ch4:ucx") == NULL) return 0;
+    if (sscanf(ver + strlen("MPICH Version:"), " %d.%d", &major, &minor) != 2) return 0;
+    return major < 4 || (major == 4 && minor < 2);
+}
+
+/* For mpich_ucx_before_4_2: every rank meets in a PMI barrier (hydra's PMI-1 wire protocol on
+ * PMI_FD) before PMPI_Finalize, so no rank can acknowledge a peer's flush, let it leave for the
+ * PMI barrier, and then ask that peer for a flush of its own: each rank sends its flushes before
+ * it next progresses, so they arrive ahead of its acknowledgements. Every rank runs the shim
+ * (the same LD_PRELOAD everywhere), so all take part. */
+static void pmi_barrier_before_finalize(void)
+{
+    const char *fd_text = getenv("PMI_FD");
+    if (fd_text == NULL || !mpich_ucx_before_4_2()) return;
+    char *end = NULL;
+    long fd = strtol(fd_text, &end, 10);
+    if (end == fd_text || *end != '\0' || fd < 0 || fd > 65535) return;
+    static const char in[] = "cmd=barrier_in\n";
+    if (write((int)fd, in, sizeof in - 1) != (ssize_t)(sizeof in - 1)) return;
+    /* The reply, byte by byte: nothing past its newline is ours to read. */
+    char line[64];
+    size_t n = 0;
+    while (n + 1 < sizeof line) {
+        ssize_t r = read((int)fd, &line[n], 1);
+        if (r < 0 && errno == EINTR) continue;
+        if (r != 1 || line[n] == '\n') break;
+        n++;
+    }
+    line[n] = '\0';
+    if (verbose >= 1 || strncmp(line, "cmd=barrier_out", 15) != 0)
+        fprintf(stderr, "pipecast-preload: PMI barrier before MPI_Finalize: %s\n",
+                n > 0 ? line : "no reply");
+}
+
 int MPI_Finalize(void)
 {
     /* COMM_WORLD's attributes are not guaranteed to be deleted at finalize: do it here. */
@@ -117,6 +167,7 @@ int MPI_Finalize(void)
         PMPI_Comm_delete_attr(MPI_COMM_WORLD, keyval);
         PMPI_Comm_free_keyval(&keyval);
     }
+    pmi_barrier_before_finalize();
     return PMPI_Finalize();
 }
 

@@ -1,12 +1,26 @@
-//! Open MPI on the lab (LAB.md "MPI ranks inside host namespaces"): mpirun runs in the
+//! MPI on the lab (LAB.md "MPI ranks inside host namespaces"). Open MPI: mpirun runs in the
 //! management namespace, reaches every machine over `mgmt0` and starts one orted per machine
 //! through [`rsh`] (its `plm_rsh_agent`), so each rank talks to a local orted; MPI traffic is
 //! pinned to the shaped data network (`btl tcp,self`, `btl_tcp_if_include 198.18.0.0/16`).
+//! MPICH: hydra's mpiexec runs in the management namespace the same way, its proxies started
+//! through [`rsh`] (`-launcher rsh -launcher-exec`, a script in the run directory) and dialing
+//! back over the management bridge (`-iface br0`); UCX is pinned to the data NIC
+//! (`UCX_NET_DEVICES=eth0`, `UCX_TLS=tcp,self`).
 
 use super::command::find_tool;
 use super::state::LabState;
 use super::LabError;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// Which MPI `lab mpirun` starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mpi {
+    /// Open MPI's `mpirun` (Debian's `openmpi-bin`).
+    #[default]
+    OpenMpi,
+    /// MPICH's hydra `mpiexec.mpich` (Debian's `mpich`).
+    Mpich,
+}
 
 /// Finds the machine by name, data address or management address.
 fn machine_netns<'a>(state: &'a LabState, host: &str) -> Result<&'a str, LabError> {
@@ -119,6 +133,111 @@ pub fn mpirun_command(state: &LabState, exe: &Path, hostfile: &Path) -> Vec<Stri
     cmd
 }
 
+/// Writes `<run dir>/hostfile-mpich`: `ADDRESS:K` per machine (management addresses), in
+/// rank order, as hydra reads it.
+fn mpich_hostfile(state: &LabState, per_machine: usize) -> Result<PathBuf, LabError> {
+    super::block(1, per_machine)?;
+    let text: String = state
+        .machines
+        .iter()
+        .map(|m| format!("{}:{per_machine}\n", m.mgmt_address))
+        .collect();
+    write_run_file(state, "hostfile-mpich", &text, 0o644)
+}
+
+/// Writes `<run dir>/mpich-rsh`: hydra's `-launcher-exec` takes one program, not a command
+/// line, so this script runs `pipecast lab rsh` (and names the lab directory: inside a rootless
+/// lab's user namespace the default would be root's).
+fn mpich_rsh_script(state: &LabState, exe: &Path) -> Result<PathBuf, LabError> {
+    let root = super::state::run_root();
+    let text = format!(
+        "#!/bin/sh\nPIPECAST_LAB_DIR={} exec {} lab rsh --name {} \"$@\"\n",
+        shell_quote(&root.display().to_string()),
+        shell_quote(&exe.display().to_string()),
+        shell_quote(&state.name),
+    );
+    write_run_file(state, "mpich-rsh", &text, 0o755)
+}
+
+/// `text` quoted for sh.
+fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
+fn write_run_file(
+    state: &LabState,
+    name: &str,
+    text: &str,
+    mode: u32,
+) -> Result<PathBuf, LabError> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = Path::new(&state.run_dir).join(name);
+    std::fs::write(&path, text)
+        .and_then(|()| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)))
+        .map_err(|e| LabError::Io(format!("cannot write {}: {e}", path.display())))?;
+    Ok(path)
+}
+
+/// The `mpiexec.mpich` command line for the lab (without the user's arguments).
+pub fn mpiexec_command(state: &LabState, rsh: &Path, hostfile: &Path) -> Vec<String> {
+    [
+        "ip",
+        "netns",
+        "exec",
+        &state.mgmt_netns,
+        "mpiexec.mpich",
+        "-iface",
+        "br0",
+        "-launcher",
+        "rsh",
+        "-launcher-exec",
+        &rsh.display().to_string(),
+        "-f",
+        &hostfile.display().to_string(),
+        "-genv",
+        "UCX_NET_DEVICES",
+        "eth0",
+        "-genv",
+        "UCX_TLS",
+        "tcp,self",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+/// Runs `mpi`'s launcher with the lab's settings and the user's arguments, `per_machine` slots
+/// on every machine (`-np`/`-n` defaults to all of them: K ranks per machine, rank r on machine
+/// r / K); returns the launcher's exit code.
+pub fn mpirun_with(
+    mpi: Mpi,
+    state: &LabState,
+    exe: &Path,
+    args: &[String],
+    per_machine: usize,
+) -> Result<i32, LabError> {
+    match mpi {
+        Mpi::OpenMpi => mpirun(state, exe, args, per_machine),
+        Mpi::Mpich => mpiexec_mpich(state, exe, args, per_machine),
+    }
+}
+
+/// [`mpirun_with`] for MPICH. Hydra passes mpiexec's environment on to the ranks, so
+/// `PIPECAST_LAB` (and the caller's `PIPECAST_*`) reach them; each proxy's `lab rsh` sets
+/// `PIPECAST_MACHINE`, which no `-genv` overrides.
+fn mpiexec_mpich(
+    state: &LabState,
+    exe: &Path,
+    args: &[String],
+    per_machine: usize,
+) -> Result<i32, LabError> {
+    prepare(state, ("mpiexec.mpich", "mpich"), &[])?;
+    let hostfile = mpich_hostfile(state, per_machine)?;
+    let rsh = mpich_rsh_script(state, exe)?;
+    let cmd = mpiexec_command(state, &rsh, &hostfile);
+    launch(state, cmd, ("-n", &["-n", "-np"]), args, per_machine, None)
+}
+
 /// Runs mpirun with the lab's settings and the user's arguments, `per_machine` slots on every
 /// machine (`-np` defaults to all of them: K ranks per machine, rank r on machine r / K);
 /// returns mpirun's exit code.
@@ -128,36 +247,70 @@ pub fn mpirun(
     args: &[String],
     per_machine: usize,
 ) -> Result<i32, LabError> {
-    if find_tool("mpirun").is_none() {
+    prepare(state, ("mpirun", "openmpi-bin"), &["mg"])?;
+    let hostfile = hostfile(state, per_machine)?;
+    let cmd = mpirun_command(state, exe, &hostfile);
+    // TMPDIR, not an MCA parameter: mpirun forwards MCA parameters to every orted.
+    let tmpdir = Some(session_base(state, "mg"));
+    launch(
+        state,
+        cmd,
+        ("-np", &["-np", "-n", "--np"]),
+        args,
+        per_machine,
+        tmpdir,
+    )
+}
+
+/// Checks that the launcher `(tool, package)` is installed and creates the session directory
+/// of every machine and of `more` ([`session_base`]).
+fn prepare(state: &LabState, launcher: (&str, &str), more: &[&str]) -> Result<(), LabError> {
+    if find_tool(launcher.0).is_none() {
         return Err(LabError::MissingTool {
-            tool: "mpirun".into(),
-            package: "openmpi-bin".into(),
+            tool: launcher.0.into(),
+            package: launcher.1.into(),
         });
     }
-    let hostfile = hostfile(state, per_machine)?;
-    for name in state.machines.iter().map(|m| m.name.as_str()).chain(["mg"]) {
+    let machines = state.machines.iter().map(|m| m.name.as_str());
+    for name in machines.chain(more.iter().copied()) {
         let dir = session_base(state, name);
         std::fs::create_dir_all(&dir)
             .map_err(|e| LabError::Io(format!("cannot create {dir}: {e}")))?;
     }
-    let mut cmd = mpirun_command(state, exe, &hostfile);
-    if !args
-        .iter()
-        .any(|a| a == "-np" || a == "-n" || a.starts_with("--np"))
-    {
+    Ok(())
+}
+
+/// Runs the launcher command line `cmd` (`ip netns exec …`) with the user's `args`, adding
+/// `count.0 = machines × K` unless an argument starts with one of `count.1`; `tmpdir` for the
+/// launcher itself. Returns the launcher's exit code.
+fn launch(
+    state: &LabState,
+    mut cmd: Vec<String>,
+    count: (&str, &[&str]),
+    args: &[String],
+    per_machine: usize,
+    tmpdir: Option<String>,
+) -> Result<i32, LabError> {
+    let (flag, spellings) = count;
+    if !args.iter().any(|a| {
+        spellings
+            .iter()
+            .any(|s| a == s || (s.starts_with("--") && a.starts_with(s)))
+    }) {
         cmd.extend([
-            "-np".into(),
+            flag.into(),
             (state.machines.len() * per_machine).to_string(),
         ]);
     }
     cmd.extend(args.iter().cloned());
-    let status = super::command::command(&state.owner, "ip")?
-        .args(&cmd[1..])
-        .env("PIPECAST_LAB", &state.name)
-        // TMPDIR, not an MCA parameter: mpirun forwards MCA parameters to every orted.
-        .env("TMPDIR", session_base(state, "mg"))
+    let mut c = super::command::command(&state.owner, "ip")?;
+    c.args(&cmd[1..]).env("PIPECAST_LAB", &state.name);
+    if let Some(dir) = tmpdir {
+        c.env("TMPDIR", dir);
+    }
+    let status = c
         .status()
-        .map_err(|e| LabError::Command(format!("cannot run mpirun: {e}")))?;
+        .map_err(|e| LabError::Command(format!("cannot run {}: {e}", cmd[4])))?;
     Ok(status.code().unwrap_or(255))
 }
 
@@ -165,11 +318,17 @@ pub fn mpirun(
 mod tests {
     use super::*;
 
+    /// The word after `key` in `cmd`.
+    fn after<'a>(cmd: &'a [String], key: &str) -> Option<&'a str> {
+        let i = cmd.iter().position(|a| a == key)?;
+        cmd.get(i + 1).map(String::as_str)
+    }
+
     #[test]
     fn mpirun_keeps_mpi_data_on_the_shaped_network() {
         let state = crate::lab::state::sample_state();
         let cmd = mpirun_command(&state, Path::new("/bin/pipecast"), Path::new("/x/hostfile"));
-        let after = |k: &str| cmd.iter().position(|a| a == k).map(|i| cmd[i + 1].as_str());
+        let after = |k: &str| super::tests::after(&cmd, k);
         assert_eq!(&cmd[..5], ["ip", "netns", "exec", "t-mg", "mpirun"]);
         assert_eq!(after("btl"), Some("tcp,self"));
         assert_eq!(after("btl_tcp_if_include"), Some("198.18.0.0/16"));
@@ -179,6 +338,14 @@ mod tests {
             Some("/bin/pipecast lab rsh --name t")
         );
         assert_eq!(machine_netns(&state, "198.19.0.2").unwrap(), "t-h1");
+        let cmd = mpiexec_command(&state, Path::new("/r/mpich-rsh"), Path::new("/r/hosts"));
+        let after = |k: &str| super::tests::after(&cmd, k);
+        assert_eq!(&cmd[..5], ["ip", "netns", "exec", "t-mg", "mpiexec.mpich"]);
+        assert_eq!(after("-iface"), Some("br0"));
+        assert_eq!(after("-launcher-exec"), Some("/r/mpich-rsh"));
+        assert_eq!(after("UCX_NET_DEVICES"), Some("eth0"));
+        assert_eq!(after("UCX_TLS"), Some("tcp,self"));
+        assert_eq!(shell_quote("a'b c"), r"'a'\''b c'");
         assert_eq!(machine_netns(&state, "h0").unwrap(), "t-h0");
         assert!(machine_netns(&state, "10.0.0.1").is_err());
         let mut two = state.clone();

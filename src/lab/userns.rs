@@ -47,9 +47,15 @@ impl Owner {
             Owner::Root => Command::new(program),
             Owner::UserNamespace { keeper, .. } => {
                 let mut c = Command::new(find_tool("nsenter").unwrap_or_else(|| "nsenter".into()));
-                c.arg(format!("--target={keeper}"))
-                    .args(["--user", "--net", "--mount", "--preserve-credentials", "--"])
-                    .arg(program);
+                c.arg(format!("--target={keeper}"));
+                // Already in it (a launcher inside the lab calling back, as MPICH's hydra
+                // calls `lab rsh`): entering one's own user namespace again is refused, and
+                // its root may enter the keeper's network and mount namespaces directly (`ip
+                // netns exec` gave this process a mount namespace of its own).
+                if !in_user_namespace_of(*keeper) {
+                    c.args(["--user", "--preserve-credentials"]);
+                }
+                c.args(["--net", "--mount", "--"]).arg(program);
                 c
             }
         }
@@ -85,6 +91,13 @@ impl Owner {
             }
         }
     }
+}
+
+/// Whether this process already runs in `keeper`'s user namespace.
+fn in_user_namespace_of(keeper: u32) -> bool {
+    let mine = std::fs::read_link("/proc/self/ns/user");
+    let theirs = std::fs::read_link(format!("/proc/{keeper}/ns/user"));
+    matches!((mine, theirs), (Ok(a), Ok(b)) if a == b)
 }
 
 /// Start time (clock ticks after boot) of process `pid` and whether it is a zombie.
@@ -279,6 +292,32 @@ mod tests {
             started: start + 1,
         };
         assert!(!gone.alive());
+    }
+
+    #[test]
+    fn a_process_inside_the_keepers_user_namespace_does_not_enter_it_again() {
+        let me = std::process::id();
+        assert!(in_user_namespace_of(me));
+        assert!(!in_user_namespace_of(u32::MAX));
+        let owner = Owner::UserNamespace {
+            keeper: me,
+            started: 0,
+        };
+        let cmd = owner.command(Path::new("ip"));
+        let args: Vec<_> = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            args,
+            [
+                format!("--target={me}"),
+                "--net".into(),
+                "--mount".into(),
+                "--".into(),
+                "ip".into()
+            ]
+        );
     }
 
     #[test]

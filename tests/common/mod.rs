@@ -64,6 +64,21 @@ pub fn have(cmd: &str, args: &[&str]) -> bool {
 /// `out/mpi_bcast_test`.
 #[allow(dead_code)] // used by the Open MPI tests only
 pub fn build_ffi_and_mpi_test(out: &Path, targets: &[&str]) {
+    make_ffi(out, targets);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let cc = Command::new("mpicc")
+        .args(["-O1", "-Wall", "-Werror", "-o"])
+        .arg(out.join("mpi_bcast_test"))
+        .arg(root.join("tests/c/mpi_bcast_test.c"))
+        .status()
+        .expect("run mpicc");
+    assert!(cc.success(), "mpi_bcast_test.c does not compile");
+}
+
+/// `make -C ffi` into `out` against the library of [`built_lib_dir`] (all of ffi/, or only
+/// `targets`, file names inside `out`).
+#[allow(dead_code)] // used by the MPI tests only
+pub fn make_ffi(out: &Path, targets: &[&str]) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let profile_dir = built_lib_dir();
     let target = profile_dir.parent().expect("target");
@@ -87,13 +102,6 @@ pub fn build_ffi_and_mpi_test(out: &Path, targets: &[&str]) {
         String::from_utf8_lossy(&make.stdout),
         String::from_utf8_lossy(&make.stderr)
     );
-    let cc = Command::new("mpicc")
-        .args(["-O1", "-Wall", "-Werror", "-o"])
-        .arg(out.join("mpi_bcast_test"))
-        .arg(root.join("tests/c/mpi_bcast_test.c"))
-        .status()
-        .expect("run mpicc");
-    assert!(cc.success(), "mpi_bcast_test.c does not compile");
 }
 
 /// `program` to be run as `nobody` without any capability (setpriv, util-linux), for the

@@ -11,7 +11,7 @@ use std::process::{Command, Output};
 pub const EXE: &str = env!("CARGO_BIN_EXE_pipecast");
 
 /// Runs `pipecast ARGS` to completion.
-#[allow(dead_code)] // lab_rails runs everything through a `User`
+#[allow(dead_code)] // lab_rails and mpich_lab run everything through a `User`
 pub fn pipecast(args: &[&str]) -> Output {
     User::Me.pipecast(args)
 }
@@ -181,7 +181,7 @@ pub struct Lab {
 impl Lab {
     /// `pipecast lab up --name <tag><pid> --topology <dir>/topology.json EXTRA`, with
     /// `topology_json` written to that file; panics when the lab cannot be built.
-    #[allow(dead_code)] // lab_rails builds its labs with `up_as`
+    #[allow(dead_code)] // lab_rails and mpich_lab build their labs with `up_as`
     pub fn up(tag: &str, topology_json: &str, extra: &[&str]) -> Lab {
         Lab::up_as(User::Me, tag, topology_json, extra)
     }

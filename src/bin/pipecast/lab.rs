@@ -34,7 +34,8 @@ enum LabCommand {
     /// Remote-shell agent for launchers (Open MPI's plm_rsh_agent): run CMD on HOST, where
     /// HOST is a machine name or one of its addresses.
     Rsh(RshArgs),
-    /// Run Open MPI's mpirun in the management namespace with ranks on the lab's machines.
+    /// Run Open MPI's mpirun (or MPICH's mpiexec, --mpi mpich) in the management namespace
+    /// with ranks on the lab's machines.
     Mpirun(MpirunArgs),
     /// (internal) Send one broadcast from this machine so that the bridges learn its MAC.
     #[command(hide = true)]
@@ -129,9 +130,18 @@ struct MpirunArgs {
     /// Slots per machine: K ranks on every machine, rank r on machine r / K.
     #[arg(long, value_name = "K", default_value_t = 1)]
     ranks_per_machine: usize,
+    /// Which MPI: openmpi (mpirun) or mpich (mpiexec.mpich, hydra).
+    #[arg(long, value_enum, default_value = "openmpi")]
+    mpi: MpiKind,
     /// Arguments for mpirun (program and its arguments last); -np defaults to all slots.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
     args: Vec<String>,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum MpiKind {
+    Openmpi,
+    Mpich,
 }
 
 #[derive(clap::Args)]
@@ -175,7 +185,11 @@ pub fn run(args: Args) -> CliResult {
         LabCommand::Mpirun(a) => {
             let state = lab::load(&a.name)?;
             let exe = std::env::current_exe()?;
-            let code = lab::mpirun(&state, &exe, &a.args, a.ranks_per_machine)?;
+            let mpi = match a.mpi {
+                MpiKind::Openmpi => lab::Mpi::OpenMpi,
+                MpiKind::Mpich => lab::Mpi::Mpich,
+            };
+            let code = lab::mpirun_with(mpi, &state, &exe, &a.args, a.ranks_per_machine)?;
             if code != 0 {
                 std::process::exit(code);
             }
