@@ -13,7 +13,7 @@ use pipecast::plan::Lane;
 use pipecast::transport::raweth::socket::{Mac, RawSocket, RecvBatch};
 use pipecast::transport::raweth::{Config, Counters, RawEthTransport};
 use pipecast::transport::{drive, Buffer, Buffers, Transport};
-use pipecast::wire::frame::{Kind, Repr};
+use pipecast::wire::frame::{Kind, Repr, HEADER_LEN};
 use std::io::IoSlice;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -353,15 +353,15 @@ fn frames_cross_a_veth_pair_at_both_mtus() {
         assert_eq!(a.mtu(), mtu as usize);
         assert_ne!(a.mac(), b.mac());
         let ta = RawEthTransport::bind_in_netns(0, &hosts[0], "eth0", Config::default()).unwrap();
-        assert_eq!(ta.max_payload(), mtu as usize - 88);
+        assert_eq!(ta.max_payload(), mtu as usize - HEADER_LEN);
         // A frame of exactly MTU bytes crosses; its bytes arrive intact.
+        let body = pattern(mtu as usize - HEADER_LEN, 3);
         let head = Repr {
             kind: Kind::Nop.into(),
             cookie: 42,
             ..Repr::default()
         }
-        .to_bytes();
-        let body = pattern(mtu as usize - head.len(), 3);
+        .to_bytes(&b.mac(), &a.mac(), &body);
         let mut batch = RecvBatch::new(4, mtu as usize + 64);
         let deadline = Instant::now() + Duration::from_secs(2);
         let mut next_send = Instant::now();
@@ -386,8 +386,8 @@ fn frames_cross_a_veth_pair_at_both_mtus() {
         };
         assert_eq!(got.0, a.mac());
         assert_eq!(got.1.len(), mtu as usize);
-        assert_eq!(&got.1[..88], &head[..]);
-        assert_eq!(&got.1[88..], &body[..]);
+        assert_eq!(&got.1[..HEADER_LEN], &head[..]);
+        assert_eq!(&got.1[HEADER_LEN..], &body[..]);
         // One byte more than the MTU is refused by the kernel, not silently cut.
         let big = vec![0u8; body.len() + 1];
         assert!(a
@@ -398,7 +398,7 @@ fn frames_cross_a_veth_pair_at_both_mtus() {
 
 fn sizes_and_roots() -> Vec<Case> {
     let mut cases = Vec::new();
-    let sizes = [0usize, 1, 1411, 1412, 1413, 4097, 100_003, (1 << 20) + 3];
+    let sizes = [0usize, 1, 1407, 1408, 1409, 4097, 100_003, (1 << 20) + 3];
     for (i, &msize) in sizes.iter().enumerate() {
         let lanes: fn(usize, usize) -> Vec<Lane> = match i % 3 {
             0 => chain,
@@ -466,7 +466,7 @@ fn two_ranks_at_mtu_9000() {
         },
     ];
     let c = run_job(&hosts, &cases, Config::default(), 9);
-    // 1 MiB in 8912-byte payloads: about 118 data frames, not 743.
+    // 1 MiB in 8908-byte payloads: about 118 data frames, not 743.
     assert!(c[0].rx_frames < 400, "{:?}", c[0]);
 }
 
@@ -519,6 +519,7 @@ fn a_foreign_cookie_storm_is_dropped_and_counted() {
                 .map(|ns| RawSocket::open_in_netns(ns, "eth0").unwrap().mac())
                 .collect();
             let s = RawSocket::open_in_netns(&ns2, "eth0").unwrap();
+            let from = s.mac();
             let body = vec![0xeeu8; 1000];
             let mut sent = 0u64;
             let mut pseq = 1;
@@ -536,7 +537,7 @@ fn a_foreign_cookie_storm_is_dropped_and_counted() {
                         lanes: 1,
                         ..Repr::default()
                     }
-                    .to_bytes();
+                    .to_bytes(&to, &from, &body);
                     pseq += 1;
                     sent += s
                         .send_batch(&[(to, [IoSlice::new(&head), IoSlice::new(&body)])])
@@ -991,10 +992,10 @@ fn a_soak_with_loss_duplication_bursts_and_a_flood_stays_byte_exact() {
         .map(|i| Case {
             root: rng.gen_range(0..4),
             msize: match i % 5 {
-                0 => [0, 1, 1411, 1412, 1413][i / 5 % 5],
+                0 => [0, 1, 1407, 1408, 1409][i / 5 % 5],
                 _ => rng.gen_range(2..300_000),
             },
-            segment: [1412, 10_000, 65_536][rng.gen_range(0..3)],
+            segment: [1408, 10_000, 65_536][rng.gen_range(0..3)],
             lanes: trees[rng.gen_range(0..3)],
         })
         .collect();
@@ -1056,7 +1057,7 @@ fn a_soak_with_loss_duplication_bursts_and_a_flood_stays_byte_exact() {
                         peer_seq: rng.gen_range(1..64),
                         ..Repr::default()
                     }
-                    .to_bytes();
+                    .to_bytes(&to, &s.mac(), &[0xa5u8; 1000]);
                     let body = [0xa5u8; 1000];
                     for frame in [
                         [IoSlice::new(&junk), IoSlice::new(&[])],

@@ -79,6 +79,14 @@ pub fn settings_text(config: &Config) -> String {
             .map_or("default".into(), |b| b.to_string()),
     )
     .ok();
+    // Raw Ethernet frames of another version are dropped unread (wire/frame.rs): ranks whose
+    // builds disagree on it must fail here, not time out in their first broadcast.
+    if matches!(
+        config.transport,
+        super::Transport::RawEth { .. } | super::Transport::Auto
+    ) {
+        write!(s, " raweth_frame={}", crate::wire::frame::VERSION).ok();
+    }
     // Debug output of these Vec-based values is deterministic.
     let profile = format!("{:?}", config.profile);
     write!(s, " profile={:016x}", fnv1a(profile.as_bytes())).ok();
@@ -294,6 +302,24 @@ mod tests {
             text.contains("rank 1: environment variable PIPECAST_IFACE"),
             "{text}"
         );
+    }
+
+    /// The raw Ethernet frame version is agreed on whenever raw Ethernet may run, so that
+    /// ranks of builds with different frame formats fail at creation.
+    #[test]
+    fn the_raw_ethernet_frame_version_is_part_of_the_settings() {
+        let want = format!(" raweth_frame={}", crate::wire::frame::VERSION);
+        for (transport, has) in [
+            (super::super::Transport::Tcp, false),
+            (super::super::Transport::RawEth { iface: None }, true),
+            (super::super::Transport::Auto, true),
+        ] {
+            let config = Config {
+                transport,
+                ..Config::default()
+            };
+            assert_eq!(settings_text(&config).contains(&want), has);
+        }
     }
 
     #[test]

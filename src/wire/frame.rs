@@ -4,10 +4,10 @@
 //! buffer is mutable, and [`Repr`] parses/emits the whole header. Nothing here panics on any
 //! input after `new_checked`, and nothing allocates.
 //!
-//! All integers little-endian. Fixed 88-byte header, then `len` payload bytes:
+//! All integers little-endian. Fixed 92-byte header, then `len` payload bytes:
 //!
 //! ```text
-//! 0  version u8 (1)     1  kind u8 (1 data, 2 ack, 3 credit, 4 done, 5 nop)
+//! 0  version u8 (2)     1  kind u8 (1 data, 2 ack, 3 credit, 4 done, 5 nop)
 //! 2  flags u16          4  lane u16           6  lanes u16
 //! 8  job cookie u64     16 communicator u32   20 root u32
 //! 24 broadcast seq u64  32 message size u64
@@ -17,7 +17,21 @@
 //! 64 per-peer seq u64   (0: not sequenced, e.g. a pure ack)
 //! 72 cumulative ack u64 (every per-peer seq below it has arrived)
 //! 80 selective ack u64  (bit i: seq ack+1+i has arrived)
+//! 88 checksum u32       (CRC32C of both MACs, bytes 0..88 and the payload)
 //! ```
+//!
+//! **Checksum (version 2).** Ethernet's FCS is checked by the receiving NIC, but a frame can
+//! be corrupted after that check or before the sender's NIC computed it (host memory, a
+//! switch's buffers that recompute the FCS when they forward), and a veth pair carries no FCS
+//! at all. So the header ends with a CRC32C (Castagnoli, as iSCSI, SCTP and ext4 use; the
+//! SSE4.2 `crc32` instruction computes it) over a 12-byte pseudo-header of the Ethernet
+//! addresses (destination MAC, then source MAC, as TCP's checksum covers the IP addresses),
+//! the header's first 88 bytes and the payload. A receiver checks it
+//! ([`Frame::checksum_ok`]) before it trusts any field beyond the lengths and version. The
+//! addresses are covered because a frame whose source MAC was corrupted into another peer's
+//! would otherwise pass as that peer's, and its sequence number would acknowledge a frame the
+//! peer never sent. Ethernet padding after the payload is not covered. Version 1 had no
+//! checksum and an 88-byte header: the two versions never accept each other's frames.
 //!
 //! Control messages of the engine: `credit` carries `consumed` in `offset`; `done` carries
 //! nothing but lane and broadcast. `nop` fills a sequence number whose content was abandoned.
@@ -41,10 +55,12 @@ pub mod flags {
     pub const COPY_SHIFT: u16 = 8;
 }
 
-/// Header version this build writes and accepts.
-pub const VERSION: u8 = 1;
+/// Header version this build writes and accepts (2: with the checksum).
+pub const VERSION: u8 = 2;
 /// Bytes of the fixed header.
-pub const HEADER_LEN: usize = 88;
+pub const HEADER_LEN: usize = 92;
+/// Bytes of the header that the checksum covers (all before the checksum field).
+const COVERED: usize = 88;
 
 mod field {
     use std::ops::Range;
@@ -67,6 +83,20 @@ mod field {
     pub const PSEQ: Range<usize> = 64..72;
     pub const ACK: Range<usize> = 72..80;
     pub const SACK: Range<usize> = 80..88;
+    pub const CHECKSUM: Range<usize> = 88..92;
+}
+
+/// An Ethernet address.
+pub type Mac = [u8; 6];
+
+/// The CRC32C of a frame sent from MAC `from` to MAC `to`: the two addresses, its header's
+/// first 88 bytes, then its payload.
+pub fn checksum(to: &Mac, from: &Mac, header: &[u8], payload: &[u8]) -> u32 {
+    let head = &header[..COVERED.min(header.len())];
+    let mut sum = crc32c::crc32c(to);
+    sum = crc32c::crc32c_append(sum, from);
+    sum = crc32c::crc32c_append(sum, head);
+    crc32c::crc32c_append(sum, payload)
 }
 
 /// What a frame carries. Unknown values are kept, not rejected (the transport drops them).
@@ -208,6 +238,15 @@ impl<T: AsRef<[u8]>> Frame<T> {
     getter!(peer_seq, u64, field::PSEQ);
     getter!(ack, u64, field::ACK);
     getter!(sack, u64, field::SACK);
+    getter!(checksum, u32, field::CHECKSUM);
+
+    /// Whether the checksum field matches the addresses, header and payload of a frame that
+    /// arrived from `from` at `to` (call after [`Frame::new_checked`]; a frame that fails
+    /// must be dropped unread).
+    pub fn checksum_ok(&self, to: &Mac, from: &Mac) -> bool {
+        self.buffer.as_ref().len() >= HEADER_LEN
+            && self.checksum() == checksum(to, from, self.buffer.as_ref(), self.payload())
+    }
 
     /// The payload bytes (after `new_checked`, exactly `payload_len` of them).
     pub fn payload(&self) -> &[u8] {
@@ -241,6 +280,14 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
     setter!(set_peer_seq, u64, field::PSEQ);
     setter!(set_ack, u64, field::ACK);
     setter!(set_sack, u64, field::SACK);
+    setter!(set_checksum, u32, field::CHECKSUM);
+
+    /// Writes the checksum of the header and payload now in the buffer, for a frame from
+    /// `from` to `to`.
+    pub fn seal(&mut self, to: &Mac, from: &Mac) {
+        let sum = checksum(to, from, self.buffer.as_ref(), self.payload());
+        self.set_checksum(sum);
+    }
 
     /// The payload bytes, mutable (`payload_len` of them, as far as the buffer reaches).
     pub fn payload_mut(&mut self) -> &mut [u8] {
@@ -310,7 +357,8 @@ impl Repr {
     }
 
     /// Writes the header (not the payload) into `frame`, whose buffer must hold at least
-    /// [`HEADER_LEN`] bytes.
+    /// [`HEADER_LEN`] bytes. The checksum is left zero: write the payload, then
+    /// [`Frame::seal`].
     pub fn emit<T: AsRef<[u8]> + AsMut<[u8]>>(&self, frame: &mut Frame<T>) {
         frame.set_version(VERSION);
         frame.set_kind(Kind::from(self.kind));
@@ -332,10 +380,21 @@ impl Repr {
         frame.set_peer_seq(self.peer_seq);
         frame.set_ack(self.ack);
         frame.set_sack(self.sack);
+        frame.set_checksum(0);
     }
 
-    /// The header as bytes.
-    pub fn to_bytes(&self) -> [u8; HEADER_LEN] {
+    /// The header as bytes, sealed with the checksum of a frame from `from` to `to` with this
+    /// header and `payload` (which follows it on the wire; it must be `payload_len` bytes
+    /// long).
+    pub fn to_bytes(&self, to: &Mac, from: &Mac, payload: &[u8]) -> [u8; HEADER_LEN] {
+        let mut b = self.to_bytes_unsealed();
+        let sum = checksum(to, from, &b, payload);
+        b[field::CHECKSUM].copy_from_slice(&sum.to_le_bytes());
+        b
+    }
+
+    /// The header as bytes with a zero checksum.
+    pub fn to_bytes_unsealed(&self) -> [u8; HEADER_LEN] {
         let mut b = [0u8; HEADER_LEN];
         self.emit(&mut Frame::new_unchecked(&mut b[..]));
         b
@@ -346,6 +405,9 @@ impl Repr {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    const TO: Mac = [2, 0, 0, 0, 0, 1];
+    const FROM: Mac = [2, 0, 0, 0, 0, 2];
 
     fn data(len: u16) -> Repr {
         Repr {
@@ -377,10 +439,54 @@ mod tests {
         let mut f = Frame::new_unchecked(&mut buf[..]);
         r.emit(&mut f);
         f.payload_mut().copy_from_slice(b"hello");
+        assert!(
+            !f.checksum_ok(&TO, &FROM),
+            "emit leaves the checksum to seal"
+        );
+        f.seal(&TO, &FROM);
         let f = Frame::new_checked(&buf[..]).unwrap();
+        assert!(f.checksum_ok(&TO, &FROM));
+        // From another MAC, or to another, it does not pass.
+        assert!(!f.checksum_ok(&TO, &[2, 0, 0, 0, 0, 3]));
+        assert!(!f.checksum_ok(&FROM, &TO));
         assert_eq!(Repr::parse(&f).unwrap(), r);
         assert_eq!(f.payload(), b"hello");
         assert_eq!(f.kind(), Kind::Data);
+        // to_bytes seals the header for the payload that follows it.
+        let mut b = r.to_bytes(&TO, &FROM, b"hello").to_vec();
+        b.extend_from_slice(b"hello");
+        assert_eq!(b, buf);
+    }
+
+    /// The checksum is CRC32C (Castagnoli): its standard check value, and a known frame.
+    #[test]
+    fn the_checksum_is_crc32c() {
+        assert_eq!(crc32c::crc32c(b"123456789"), 0xe306_9283);
+        assert_eq!(
+            checksum(b"123456", b"789abc", b"", b""),
+            crc32c::crc32c(b"123456789abc")
+        );
+        assert_eq!(
+            checksum(b"123456", b"789abc", b"de", b"f"),
+            crc32c::crc32c(b"123456789abcdef")
+        );
+        // Only the first 88 header bytes count (not the checksum field itself).
+        let mut h = [0u8; HEADER_LEN];
+        let a = checksum(&TO, &FROM, &h, b"x");
+        h[90] = 1;
+        assert_eq!(checksum(&TO, &FROM, &h, b"x"), a);
+    }
+
+    /// Ethernet pads short frames: bytes after the payload are not covered.
+    #[test]
+    fn padding_after_the_payload_is_ignored() {
+        let r = Repr {
+            kind: Kind::Ack.into(),
+            ..Repr::default()
+        };
+        let mut b = r.to_bytes(&TO, &FROM, &[]).to_vec();
+        b.extend_from_slice(&[0xaa; 7]);
+        assert!(Frame::new_checked(&b[..]).unwrap().checksum_ok(&TO, &FROM));
     }
 
     #[test]
@@ -392,7 +498,7 @@ mod tests {
                 got: 10
             }
         );
-        let mut b = data(100).to_bytes().to_vec();
+        let mut b = data(100).to_bytes_unsealed().to_vec();
         assert_eq!(
             Frame::new_checked(&b[..]).unwrap_err(),
             WireError::Truncated {
@@ -403,11 +509,11 @@ mod tests {
         b[0] = 9;
         assert!(matches!(
             Frame::new_checked(&b[..]),
-            Err(WireError::BadVersion { got: 9, want: 1 })
+            Err(WireError::BadVersion { got: 9, want: 2 })
         ));
         let mut r = data(100);
         r.offset = 65500;
-        let mut b = r.to_bytes().to_vec();
+        let mut b = r.to_bytes_unsealed().to_vec();
         b.resize(r.buffer_len(), 0);
         let e = Frame::new_checked(&b[..]).unwrap_err();
         assert!(e.to_string().contains("exceeds the segment length"), "{e}");
@@ -421,6 +527,25 @@ mod tests {
                 prop_assert_eq!(f.payload().len(), usize::from(r.payload_len));
                 prop_assert!(r.buffer_len() <= bytes.len());
             }
+        }
+
+        /// Any one changed byte of the header or payload, or of the checksum, is caught.
+        #[test]
+        fn a_corrupted_byte_is_caught(len in 0u16..1600, at: prop::sample::Index, flip in 1u8..=255,
+                                      fill: u8) {
+            let mut r = data(len);
+            r.offset = 0;
+            let payload = vec![fill; usize::from(len)];
+            let mut b = r.to_bytes(&TO, &FROM, &payload).to_vec();
+            b.extend_from_slice(&payload);
+            prop_assert!(Frame::new_checked(&b[..]).unwrap().checksum_ok(&TO, &FROM));
+            let i = at.index(b.len());
+            b[i] ^= flip;
+            let caught = match Frame::new_checked(&b[..]) {
+                Ok(f) => !f.checksum_ok(&TO, &FROM),
+                Err(_) => true,
+            };
+            prop_assert!(caught, "byte {} ^ {:#x} not caught", i, flip);
         }
 
         #[test]

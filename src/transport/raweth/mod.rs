@@ -15,18 +15,30 @@
 //! the endpoint (`handle_data`) once distinct frames covered it. A segment of a broadcast not
 //! posted yet is assembled in a buffer of its own and held by the endpoint.
 //!
-//! Frames with another job's cookie or communicator id, from unknown MACs, of unknown
-//! versions or with bad lengths are dropped and counted ([`Counters`]).
+//! Every frame carries a CRC32C of its addresses, header and payload (wire/frame.rs), checked
+//! before anything in it is trusted: a frame corrupted in a host's memory, a switch's buffer
+//! or on a veth pair (which has no FCS) is dropped and counted (`dropped_checksum`), and the
+//! reliability recovers it as a lost frame. Frames with another job's cookie or communicator
+//! id, from unknown MACs, of unknown versions or with bad lengths are dropped and counted
+//! ([`Counters`]).
+//!
+//! Everything but the socket is a [`FrameLink`] (link.rs): bytes in, frames out, so that the
+//! receive path runs without a socket in tests and under the fuzzer.
 
+mod link;
 pub mod ring;
 mod rx;
 pub mod socket;
+#[cfg(test)]
+mod tests;
 mod tx;
 
-use crate::engine::reliable::{self, Peers};
+pub use link::FrameLink;
+
+use crate::engine::reliable;
 use crate::engine::{DataHeader, Endpoint};
 use crate::transport::{Buffers, Transport, TransportError};
-use crate::wire::frame::{Kind, Repr, HEADER_LEN};
+use crate::wire::frame::{Repr, HEADER_LEN};
 use socket::{Mac, RawSocket, RecvBatch};
 use std::collections::BTreeMap;
 use std::io;
@@ -53,6 +65,9 @@ pub struct Config {
     /// long (ns). A peer with nothing to acknowledge gets a heartbeat (a sequenced no-op) every
     /// quarter of it; the progress thread of a live peer answers even while it computes.
     pub liveness: u64,
+    /// Write and check every frame's CRC32C. Off only to measure what it costs (both ends
+    /// must agree: a checking receiver drops every frame of a sender that does not write it).
+    pub checksum: bool,
 }
 
 impl Default for Config {
@@ -65,6 +80,7 @@ impl Default for Config {
             sndbuf: None,
             rx_ring: None,
             liveness: 5_000_000_000,
+            checksum: true,
         }
     }
 }
@@ -95,6 +111,8 @@ pub struct Counters {
     pub dropped_version: u64,
     pub dropped_length: u64,
     pub dropped_kind: u64,
+    /// Frames whose CRC32C did not match (corrupted on the way): recovered as lost frames.
+    pub dropped_checksum: u64,
 }
 
 /// One frame's content to (re)send: a header without the reliability fields and a range of
@@ -133,27 +151,17 @@ impl Assembly {
     }
 }
 
-/// This rank's raw Ethernet endpoint.
+/// This rank's raw Ethernet endpoint: a [`FrameLink`] on an `AF_PACKET` socket.
 pub struct RawEthTransport {
-    me: usize,
     sock: RawSocket,
-    config: Config,
-    max_payload: usize,
-    cookie: u64,
-    /// Every peer's MAC address, by rank.
-    macs: BTreeMap<usize, Mac>,
-    by_mac: BTreeMap<Mac, usize>,
-    /// The per-peer reliability of every frame.
-    reliable: Peers<Item>,
-    assembly: BTreeMap<(usize, u64, u16, u32), Assembly>,
     recv: RecvBatch,
     ring: Option<ring::RxRing>,
     /// The last send hit a full socket buffer: wait for POLLOUT.
     blocked: bool,
     /// The progress thread's wake descriptor, polled beside the socket.
     wake: Option<std::os::fd::RawFd>,
-    counters: Counters,
     kernel_drops: std::cell::Cell<u64>,
+    link: FrameLink,
 }
 
 impl RawEthTransport {
@@ -207,23 +215,14 @@ impl RawEthTransport {
             Some(bytes) => Some(ring::RxRing::new(&sock, bytes)?),
             None => None,
         };
-        let frame_bytes = (HEADER_LEN + max_payload + 14) as u64;
         Ok(RawEthTransport {
-            me,
             ring,
             recv: RecvBatch::new(config.batch, sock.mtu() + 64),
+            link: FrameLink::new(me, sock.mac(), config, max_payload),
             sock,
-            max_payload,
-            cookie: 0,
-            macs: BTreeMap::new(),
-            by_mac: BTreeMap::new(),
-            reliable: Peers::new(config.reliable, config.liveness, frame_bytes),
-            assembly: BTreeMap::new(),
             blocked: false,
             wake: None,
-            counters: Counters::default(),
             kernel_drops: std::cell::Cell::new(0),
-            config,
         })
     }
 
@@ -238,7 +237,7 @@ impl RawEthTransport {
 
     /// Payload bytes per frame.
     pub fn max_payload(&self) -> usize {
-        self.max_payload
+        self.link.max_payload()
     }
 
     pub fn socket(&self) -> &RawSocket {
@@ -246,62 +245,17 @@ impl RawEthTransport {
     }
 
     pub fn counters(&self) -> Counters {
-        let mut c = self.counters;
+        let mut c = self.link.counters();
         // PACKET_STATISTICS resets on read: keep the running total.
         let total = self.kernel_drops.get() + self.sock.take_kernel_drops().unwrap_or(0);
         self.kernel_drops.set(total);
         c.kernel_drops = total;
-        let t = self.reliable.totals();
-        c.retransmits = t.retransmits;
-        c.timeouts = t.timeouts;
-        c.duplicates = t.duplicates;
         c
     }
 
     /// Every rank's MAC address (from the bootstrap, indexed by rank) and the job cookie.
     pub fn set_peers(&mut self, macs: Vec<Mac>, cookie: u64) -> Result<(), TransportError> {
-        self.cookie = cookie;
-        self.macs.clear();
-        self.reliable.clear();
-        self.by_mac.clear();
-        let mine = self.sock.mac();
-        for (rank, mac) in macs.into_iter().enumerate() {
-            if rank == self.me {
-                continue;
-            }
-            if mac == mine {
-                return Err(TransportError::Setup {
-                    what: "raw Ethernet peers".into(),
-                    error: format!(
-                        "ranks {} and {rank} share MAC {}: run one rank per interface",
-                        self.me.min(rank),
-                        socket::mac_to_string(&mac)
-                    ),
-                });
-            }
-            if let Some(other) = self.by_mac.insert(mac, rank) {
-                return Err(TransportError::Setup {
-                    what: "raw Ethernet peers".into(),
-                    error: format!(
-                        "ranks {other} and {rank} share MAC {}: run one rank per interface",
-                        socket::mac_to_string(&mac)
-                    ),
-                });
-            }
-            self.macs.insert(rank, mac);
-            self.reliable.add(rank);
-        }
-        Ok(())
-    }
-
-    /// A header of `kind` with this job's cookie and communicator, the rest zero.
-    fn head(&self, kind: Kind) -> Repr {
-        Repr {
-            kind: kind.into(),
-            cookie: self.cookie,
-            comm: self.config.comm,
-            ..Repr::default()
-        }
+        self.link.set_peers(macs, cookie)
     }
 }
 
@@ -315,7 +269,7 @@ impl Transport for RawEthTransport {
     fn capabilities(&self) -> super::Capabilities {
         super::Capabilities {
             reliable: false,
-            max_frame: Some(self.max_payload as u64),
+            max_frame: Some(self.link.max_payload() as u64),
             ..super::Capabilities::default()
         }
     }
@@ -325,7 +279,7 @@ impl Transport for RawEthTransport {
     fn connect(&mut self, peers: &[usize], _timeout: Duration) -> Result<(), TransportError> {
         match peers
             .iter()
-            .find(|&&p| p != self.me && !self.reliable.contains(p))
+            .find(|&&p| p != self.link.me && !self.link.knows(p))
         {
             Some(&peer) => Err(TransportError::UnknownPeer { peer }),
             None => Ok(()),
@@ -343,12 +297,8 @@ impl Transport for RawEthTransport {
         clock: &dyn Fn() -> u64,
         wait: Duration,
     ) -> crate::Result<()> {
-        // Reassembly of finished broadcasts' segments is over (their buffers are gone).
-        self.assembly.retain(|_, a| match a.target {
-            Target::Buffer { seq, .. } => bufs.contains_key(&seq),
-            Target::Hold(_) => true,
-        });
-        self.queue(endpoint)?;
+        self.link.forget_finished(bufs);
+        self.link.queue(endpoint)?;
         self.send(bufs, clock())?;
         let now = clock();
         let mut ms = if endpoint.any_done() {
@@ -356,7 +306,7 @@ impl Transport for RawEthTransport {
         } else {
             wait.as_millis().min(i32::MAX as u128) as u64
         };
-        if let Some(t) = self.reliable.poll_timeout(now, self.blocked) {
+        if let Some(t) = self.link.next_timeout(now, self.blocked) {
             ms = ms.min(t.saturating_sub(now).div_ceil(1_000_000));
         }
         let (readable, _) = self
@@ -367,17 +317,8 @@ impl Transport for RawEthTransport {
         if readable {
             self.receive(bufs, endpoint, clock)?;
         }
-        self.queue(endpoint)?;
-        let heartbeat = Item {
-            head: self.head(Kind::Nop),
-            payload: 0..0,
-        };
-        self.reliable
-            .check_liveness(clock(), &endpoint.waiting_for(), || heartbeat.clone())
-            .map_err(|g| TransportError::PeerGone {
-                peer: g.peer,
-                ms: g.silent / 1_000_000,
-            })?;
+        self.link.queue(endpoint)?;
+        self.link.check_liveness(clock(), endpoint)?;
         self.send(bufs, clock())?;
         Ok(())
     }
@@ -399,27 +340,18 @@ impl Transport for RawEthTransport {
 
     /// The per-peer state for a failure report (peers with nothing outstanding are left out).
     fn describe_state(&self, now: u64) -> String {
-        let mut out = format!(
-            "raweth blocked {} assembling {} counters {}",
+        format!(
+            "raweth blocked {} kernel drops {}; {}",
             self.blocked,
-            self.assembly.len(),
-            serde_json::to_string(&RawEthTransport::counters(self)).unwrap_or_default()
-        );
-        for ((rank, seq, lane, index), a) in &self.assembly {
-            out += &format!(
-                "\n  assembling from {rank}: bcast {seq} lane {lane} segment {index}: {}/{} bytes",
-                a.got, a.len
-            );
-        }
-        out += &self.reliable.describe(now);
-        out
+            RawEthTransport::counters(self).kernel_drops,
+            self.link.describe(now)
+        )
     }
 
     /// Forgets everything in flight (after a failed broadcast): peers then fail by their
     /// idle timeout, as there is no connection to close.
     fn shutdown(&mut self) {
-        self.reliable.reset();
-        self.assembly.clear();
+        self.link.reset();
     }
 }
 

@@ -1,8 +1,9 @@
 //! The receiving half of [`RawEthTransport`]: frames from `recvmmsg` batches or the mmap
-//! ring, checked, filtered (addressing, peer, cookie, communicator, version, length), passed
-//! through the per-peer reliability, then copied to their offset in the user buffer.
+//! ring, checked, filtered (addressing, peer, version, length, checksum, cookie,
+//! communicator), passed through the per-peer reliability, then copied to their offset in the
+//! user buffer. From the bytes on, it is [`FrameLink::receive_frame`]: no socket.
 
-use super::{io_err, ring, Assembly, RawEthTransport, Target};
+use super::{io_err, ring, Assembly, FrameLink, RawEthTransport, Target};
 use crate::engine::reliable::Accept;
 use crate::engine::{DataHeader, Endpoint, Message, Route};
 use crate::transport::raweth::socket::{Addressed, Mac, RecvBatch};
@@ -45,10 +46,13 @@ impl RawEthTransport {
             let now = clock();
             for (mac, to, truncated, bytes) in recv.frames() {
                 if to == Addressed::OtherHost {
-                    self.counters.dropped_otherhost += 1;
+                    self.link.counters.dropped_otherhost += 1;
                     continue;
                 }
-                if let Err(e) = self.handle_frame(bufs, endpoint, now, mac, truncated, bytes) {
+                if let Err(e) = self
+                    .link
+                    .receive_frame(bufs, endpoint, now, mac, truncated, bytes)
+                {
                     result = Err(e);
                     break;
                 }
@@ -56,7 +60,7 @@ impl RawEthTransport {
             if result.is_err() {
                 break;
             }
-            self.queue(endpoint)?;
+            self.link.queue(endpoint)?;
             self.send(bufs, clock())?;
         }
         self.recv = recv;
@@ -73,27 +77,39 @@ impl RawEthTransport {
         for _ in 0..16 {
             let now = clock();
             let mut result = Ok(());
-            let taken = ring.drain(self.config.batch.max(1), |mac, to, cut, bytes| {
+            let taken = ring.drain(self.link.config.batch.max(1), |mac, to, cut, bytes| {
                 if result.is_err() {
                     return;
                 }
                 if to == Addressed::OtherHost {
-                    self.counters.dropped_otherhost += 1;
+                    self.link.counters.dropped_otherhost += 1;
                     return;
                 }
-                result = self.handle_frame(bufs, endpoint, now, mac, cut, bytes);
+                result = self
+                    .link
+                    .receive_frame(bufs, endpoint, now, mac, cut, bytes);
             });
             result?;
             if taken == 0 {
                 break;
             }
-            self.queue(endpoint)?;
+            self.link.queue(endpoint)?;
             self.send(bufs, clock())?;
         }
         Ok(())
     }
+}
 
-    fn handle_frame(
+impl FrameLink {
+    /// Takes one received frame: `bytes` after the Ethernet header, from MAC `mac`,
+    /// `truncated` when the kernel cut it short. The sender must be a peer; then lengths,
+    /// version and checksum are checked before any other field is read, then the cookie and
+    /// communicator. Passes the frame through the per-peer
+    /// reliability and lands its content (a data frame's payload at its offset in its
+    /// broadcast's buffer in `bufs`, a control message at `endpoint`). A frame that fails a
+    /// check is dropped and counted; an error means a peer that passed every check sent
+    /// something impossible (a segment beyond its buffer).
+    pub fn receive_frame(
         &mut self,
         bufs: &mut Buffers,
         endpoint: &mut Endpoint,
@@ -124,6 +140,10 @@ impl RawEthTransport {
                 return Ok(());
             }
         };
+        if self.config.checksum && !frame.checksum_ok(&self.mac, &mac) {
+            self.counters.dropped_checksum += 1;
+            return Ok(());
+        }
         if frame.cookie() != self.cookie {
             self.counters.dropped_cookie += 1;
             return Ok(());

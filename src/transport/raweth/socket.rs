@@ -15,7 +15,7 @@ pub const ETHERTYPE: u16 = 0x88B5;
 /// Receive buffer asked for (DEPS.md: ≥ 4 MiB keeps line-rate bursts).
 pub const RCVBUF: usize = 4 << 20;
 
-pub type Mac = [u8; 6];
+pub use crate::wire::frame::Mac;
 
 /// Formats a MAC address as `aa:bb:cc:dd:ee:ff`.
 pub fn mac_to_string(mac: &Mac) -> String {

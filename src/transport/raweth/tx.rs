@@ -1,8 +1,9 @@
 //! The sending half of [`RawEthTransport`]: engine transmits cut into frames and queued on
 //! the per-peer reliability ([`Peers`](crate::engine::reliable::Peers)), which says what to
-//! send next; frames leave in `sendmmsg` batches, acknowledgements piggybacked.
+//! send next; frames, sealed with their checksum, leave in `sendmmsg` batches,
+//! acknowledgements piggybacked. Up to the batch, it is [`FrameLink::send`]: no socket.
 
-use super::{io_err, Item, RawEthTransport};
+use super::{io_err, FrameLink, Item, RawEthTransport};
 use crate::engine::reliable::Outgoing;
 use crate::engine::{Endpoint, Message};
 use crate::transport::raweth::socket::Mac;
@@ -11,9 +12,33 @@ use crate::transport::TransportError;
 use crate::wire::frame::{flags, Kind, Repr};
 use std::io::{self, IoSlice};
 
+/// Frames of a batch: each to a MAC address, as its sealed header and its payload.
+pub type Batch<'a> = [(Mac, [IoSlice<'a>; 2])];
+
 impl RawEthTransport {
+    /// Sends what the link has to send through the socket; remembers a full socket buffer.
+    pub(super) fn send(&mut self, bufs: &Buffers, now: u64) -> Result<(), TransportError> {
+        let sock = &self.sock;
+        let full = self
+            .link
+            .send(bufs, now, &mut |frames| match sock.send_batch(frames) {
+                Ok(n) => Ok(n),
+                Err(e)
+                    if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::ENOBUFS))
+                        || e.kind() == io::ErrorKind::Interrupted =>
+                {
+                    Ok(0)
+                }
+                Err(e) => Err(io_err(None, e)),
+            })?;
+        self.blocked |= full;
+        Ok(())
+    }
+}
+
+impl FrameLink {
     /// Turns the endpoint's transmits into frames on each peer's queue.
-    pub(super) fn queue(&mut self, endpoint: &mut Endpoint) -> Result<(), TransportError> {
+    pub fn queue(&mut self, endpoint: &mut Endpoint) -> Result<(), TransportError> {
         // The engine ignores the time here.
         while let Some((_, t)) = endpoint.poll_transmit(0) {
             if !self.reliable.contains(t.to) {
@@ -86,8 +111,16 @@ impl RawEthTransport {
     }
 
     /// Sends what the per-peer reliability hands out (retransmissions first, peers in turn,
-    /// within credit and pacing) in `sendmmsg` batches, then bare acks to peers owed one.
-    pub(super) fn send(&mut self, bufs: &Buffers, now: u64) -> Result<(), TransportError> {
+    /// within credit and pacing) in batches given to `out`, then bare acks to peers owed one.
+    /// `out` returns how many frames of the batch it took (fewer when the socket is full).
+    /// Returns whether `out` took fewer than it was given.
+    pub fn send(
+        &mut self,
+        bufs: &Buffers,
+        now: u64,
+        out: &mut dyn FnMut(&Batch<'_>) -> Result<usize, TransportError>,
+    ) -> Result<bool, TransportError> {
+        let mut full = false;
         self.reliable.handle_timeout(now);
         let most = self.config.batch.max(1);
         loop {
@@ -101,7 +134,7 @@ impl RawEthTransport {
             if batch.is_empty() {
                 break;
             }
-            let sent = self.transmit(bufs, &batch)?;
+            let sent = self.transmit(bufs, &batch, out)?;
             for o in &batch[..sent] {
                 self.reliable.sent(o.peer, o.seq, now);
             }
@@ -110,7 +143,7 @@ impl RawEthTransport {
             }
             if sent < batch.len() {
                 self.counters.send_blocked += 1;
-                self.blocked = true;
+                full = true;
                 break;
             }
         }
@@ -129,22 +162,23 @@ impl RawEthTransport {
                     copy: None,
                 })
                 .collect();
-            let sent = self.transmit(bufs, &batch)?;
+            let sent = self.transmit(bufs, &batch, out)?;
             self.counters.acks_sent += sent as u64;
             if sent < batch.len() {
-                self.blocked = true;
+                full = true;
                 break;
             }
         }
-        Ok(())
+        Ok(full)
     }
 
-    /// Writes headers (with each peer's current ack) and sends a batch; returns how many
-    /// frames the socket took.
+    /// Writes headers (with each peer's current ack, sealed with their checksum) and gives a
+    /// batch to `out`; returns how many frames it took.
     fn transmit(
         &mut self,
         bufs: &Buffers,
         batch: &[Outgoing<Item>],
+        out: &mut dyn FnMut(&Batch<'_>) -> Result<usize, TransportError>,
     ) -> Result<usize, TransportError> {
         // A data frame's payload comes from its broadcast's buffer; once the broadcast is over
         // here (its buffer gone), a retransmission of it is a no-op that only fills its number.
@@ -174,11 +208,16 @@ impl RawEthTransport {
                     head.peer_seq = repaired;
                 }
             }
-            if body(&o.item).is_none() {
+            let payload = body(&o.item).unwrap_or_else(|| {
                 head.kind = Kind::Nop.into();
                 head.payload_len = 0;
-            }
-            heads.push(head.to_bytes());
+                &[]
+            });
+            heads.push(if self.config.checksum {
+                head.to_bytes(&self.macs[&o.peer], &self.mac, payload)
+            } else {
+                head.to_bytes_unsealed()
+            });
         }
         let frames: Vec<(Mac, [IoSlice<'_>; 2])> = batch
             .iter()
@@ -188,23 +227,12 @@ impl RawEthTransport {
                 (self.macs[&o.peer], [IoSlice::new(h), IoSlice::new(body)])
             })
             .collect();
-        match self.sock.send_batch(&frames) {
-            Ok(n) => {
-                self.counters.tx_frames += n as u64;
-
-                self.counters.tx_bytes += frames[..n]
-                    .iter()
-                    .map(|f| (f.1[0].len() + f.1[1].len()) as u64)
-                    .sum::<u64>();
-                Ok(n)
-            }
-            Err(e)
-                if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::ENOBUFS))
-                    || e.kind() == io::ErrorKind::Interrupted =>
-            {
-                Ok(0)
-            }
-            Err(e) => Err(io_err(None, e)),
-        }
+        let n = out(&frames)?.min(frames.len());
+        self.counters.tx_frames += n as u64;
+        self.counters.tx_bytes += frames[..n]
+            .iter()
+            .map(|f| (f.1[0].len() + f.1[1].len()) as u64)
+            .sum::<u64>();
+        Ok(n)
     }
 }
