@@ -191,8 +191,8 @@ pipecast_result pipecast_tree_node(pipecast_comm *comm,
 // Below how many bytes the MPI glue should leave a broadcast on this communicator to the
 // MPI's own broadcast, because pipecast cannot win there (0: it never defers; UINT64_MAX: it
 // always defers). Today: a communicator whose ranks all share one host, below
-// `PIPECAST_HOST_MIN_BYTES` (default 4 MiB: measured in docs/results-ompi.md), and at every
-// size when its ranks outnumber the host's CPUs by more than 2 (also measured there; the
+// `PIPECAST_HOST_MIN_BYTES` (default 4 MiB: measured in docs/results-ompi.md), or below
+// 16 MiB when its ranks outnumber the host's CPUs by more than 2 (also measured there; the
 // CPUs are agreed through the bootstrap). [`pipecast_defer_reason`] says which. The same
 // value at every rank. Local: no communication. NULL gives 0.
 //
@@ -203,7 +203,8 @@ uint64_t pipecast_defers_below(const pipecast_comm *comm);
 // Copies into `buf` (NUL-terminated, truncated to `len` bytes) why
 // [`pipecast_defers_below`] says what it says, in words for the MPI glue's verbose 1, and
 // returns its full length (0: it never defers). For example: "every rank on one host, 8
-// ranks on 2 CPUs (more than 2 per CPU): every broadcast goes to the MPI's own broadcast, …".
+// ranks on 2 CPUs (more than 2 per CPU): broadcasts below 16777216 bytes go to the MPI's own
+// broadcast, …".
 // Local: no communication. NULL `comm` gives 0 and writes nothing.
 //
 // # Safety

@@ -7,8 +7,9 @@
 //! same blobs, so they all reach the same answer even when a launcher bound them to different
 //! cores. pipecast's ranks each run a progress thread and poll before they sleep
 //! ([`Config::poll`](super::Config::poll)); once a host's ranks outnumber its CPUs by more than
-//! [`OVERSUBSCRIBED`], their threads take turns on the CPUs and pipecast was measured slower
-//! than the MPI's own broadcast there (docs/results-ompi.md, "Session 7").
+//! [`OVERSUBSCRIBED`], their threads take turns on the CPUs, and pipecast was measured slower
+//! than the MPI's own broadcast at 4 MiB there, faster from 16 MiB
+//! ([`OVERSUBSCRIBED_MIN_BYTES`]; docs/results-ompi.md, "Session 8").
 
 use crate::wire::bootstrap::CpuRange;
 
@@ -17,6 +18,13 @@ use crate::wire::bootstrap::CpuRange;
 /// MPI 4.1's own broadcast: 2 and 4 ranks (1 and 2 per CPU) won from 4 MiB in every run
 /// (1.1–3.2×); 8 ranks (4 per CPU) lost at every size from 4 to 64 MiB (0.60–0.90×).
 pub const OVERSUBSCRIBED: usize = 2;
+
+/// On an oversubscribed host ([`oversubscribed`]) the glue leaves broadcasts below this size
+/// to the MPI. Measured with `bench/local_ompi.sh` against Open MPI 4.1's own broadcast on a
+/// 2-core host, session 8, 10 runs with 8 ranks and 2 with 16: pipecast lost or tied at 4 MiB
+/// (0.58–1.54×, median below 1) and won at 16 MiB (1.17–1.75×) and 64 MiB (1.06–1.61×) in
+/// every run but one; one run of session 7 lost at 16 and 64 MiB (0.82×, 0.90×).
+pub const OVERSUBSCRIBED_MIN_BYTES: u64 = 16 << 20;
 
 /// The calling thread's CPUs: `Cpus_allowed_list` of `/proc/thread-self/status` (the affinity
 /// mask a launcher's binding sets), its size capped by the CPU quota of the cgroup

@@ -363,16 +363,21 @@ impl Comm {
     /// `u64::MAX`: always): where pipecast's own measurements say it cannot win. The same at
     /// every rank (it depends on the hosts and their CPUs, known to all from the bootstrap,
     /// and on an agreed setting). Today that is a communicator on one host: below
-    /// [`Config::host_min_bytes`], and at every size when its ranks outnumber its CPUs by
-    /// more than [`cpus::OVERSUBSCRIBED`] (unless `PIPECAST_HOST_MIN_BYTES` is set: a forced
-    /// setting). Between hosts, `min_bytes` of the glue decides as before.
+    /// [`Config::host_min_bytes`], or below [`cpus::OVERSUBSCRIBED_MIN_BYTES`] when its ranks
+    /// outnumber its CPUs by more than [`cpus::OVERSUBSCRIBED`] (unless
+    /// `PIPECAST_HOST_MIN_BYTES` is set: a forced setting). Between hosts, `min_bytes` of the
+    /// glue decides as before.
     pub fn defers_below(&self) -> u64 {
         match (self.hosts, self.config.host_min_bytes) {
             (1, Some(bytes)) => bytes,
-            (1, None) if cpus::oversubscribed(self.host_ranks, self.host_cpus) => u64::MAX,
+            (1, None) if self.oversubscribed() => cpus::OVERSUBSCRIBED_MIN_BYTES,
             (1, None) => HOST_MIN_BYTES,
             _ => 0,
         }
+    }
+
+    fn oversubscribed(&self) -> bool {
+        cpus::oversubscribed(self.host_ranks, self.host_cpus)
     }
 
     /// Why [`Comm::defers_below`] says what it says, in words for the glue's verbose 1
@@ -388,8 +393,8 @@ impl Comm {
             (below, Some(_)) => format!(
                 "every rank on one host: broadcasts below {below} bytes go to the MPI's own broadcast (PIPECAST_HOST_MIN_BYTES)"
             ),
-            (u64::MAX, None) => format!(
-                "every rank on one host, {} ranks on {cpus} (more than {} per CPU): every broadcast goes to the MPI's own broadcast, faster there (measured; PIPECAST_HOST_MIN_BYTES=N forces pipecast from N bytes)",
+            (below, None) if self.oversubscribed() => format!(
+                "every rank on one host, {} ranks on {cpus} (more than {} per CPU): broadcasts below {below} bytes go to the MPI's own broadcast, faster there (measured; PIPECAST_HOST_MIN_BYTES=N forces pipecast from N bytes)",
                 self.host_ranks,
                 cpus::OVERSUBSCRIBED
             ),
