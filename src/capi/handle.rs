@@ -410,6 +410,25 @@ pub unsafe extern "C" fn pipecast_defers_below(comm: *const pipecast_comm) -> u6
     }
 }
 
+/// A text about `comm` copied out as the C text getters do: NUL-terminated into `buf`,
+/// truncated to `len` bytes, its full length returned; NULL `comm` gives 0 and writes nothing.
+///
+/// # Safety
+/// `comm` must be NULL or a live handle; `buf` must be NULL or point to `len` writable bytes.
+unsafe fn comm_text(
+    comm: *const pipecast_comm,
+    buf: *mut c_char,
+    len: usize,
+    text: impl FnOnce(&Comm) -> std::borrow::Cow<'_, str>,
+) -> usize {
+    // SAFETY: NULL or a live handle (caller contract); only read.
+    match unsafe { comm.as_ref() } {
+        // SAFETY: forwarded caller contract for `buf`.
+        Some(handle) => unsafe { super::copy_out(&text(&handle.comm), buf, len) },
+        None => 0,
+    }
+}
+
 /// Copies into `buf` (NUL-terminated, truncated to `len` bytes) why
 /// [`pipecast_defers_below`] says what it says, in words for the MPI glue's verbose 1, and
 /// returns its full length (0: it never defers). For example: "every rank on one host, 8
@@ -425,12 +444,8 @@ pub unsafe extern "C" fn pipecast_defer_reason(
     buf: *mut c_char,
     len: usize,
 ) -> usize {
-    // SAFETY: NULL or a live handle (caller contract); only read.
-    match unsafe { comm.as_ref() } {
-        // SAFETY: forwarded caller contract for `buf`.
-        Some(handle) => unsafe { super::copy_out(&handle.comm.deferral_reason(), buf, len) },
-        None => 0,
-    }
+    // SAFETY: forwarded caller contract for `comm` and `buf`.
+    unsafe { comm_text(comm, buf, len, |c| c.deferral_reason().into()) }
 }
 
 /// Copies the description of the links this rank's broadcasts run over into `buf`
@@ -447,12 +462,8 @@ pub unsafe extern "C" fn pipecast_comm_link(
     buf: *mut c_char,
     len: usize,
 ) -> usize {
-    // SAFETY: NULL or a live handle (caller contract); only read.
-    match unsafe { comm.as_ref() } {
-        // SAFETY: forwarded caller contract for `buf`.
-        Some(handle) => unsafe { super::copy_out(handle.comm.transport(), buf, len) },
-        None => 0,
-    }
+    // SAFETY: forwarded caller contract for `comm` and `buf`.
+    unsafe { comm_text(comm, buf, len, |c| c.transport().into()) }
 }
 
 /// Copies into `buf` (NUL-terminated, truncated to `len` bytes) why transport `auto` did not
@@ -470,12 +481,8 @@ pub unsafe extern "C" fn pipecast_comm_link_reason(
     buf: *mut c_char,
     len: usize,
 ) -> usize {
-    // SAFETY: NULL or a live handle (caller contract); only read.
-    match unsafe { comm.as_ref() } {
-        // SAFETY: forwarded caller contract for `buf`.
-        Some(handle) => unsafe { super::copy_out(handle.comm.link_reason(), buf, len) },
-        None => 0,
-    }
+    // SAFETY: forwarded caller contract for `comm` and `buf`.
+    unsafe { comm_text(comm, buf, len, |c| c.link_reason().into()) }
 }
 
 /// Frees a communicator (NULL is ignored). Local: no communication.
