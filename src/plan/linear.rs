@@ -53,6 +53,26 @@ pub fn dfs_switch_order_with(topology: &Topology, start: SwitchId, visit: Visit)
             .expect("a switch after the first has an earlier neighbour in a DFS");
         weight[parent] += weight[s];
     }
+    // The first to visit goes on the stack last.
+    walk(topology, start, |next| match visit {
+        Visit::HeavyFirst => next.sort_by_key(|&c| (weight[c], std::cmp::Reverse(c))),
+        _ => next.sort_by_key(|&c| (std::cmp::Reverse(weight[c]), std::cmp::Reverse(c))),
+    })
+}
+
+fn dfs_by_id(topology: &Topology, start: SwitchId) -> Vec<SwitchId> {
+    // Reversed, so the smallest neighbour is visited first.
+    walk(topology, start, |next| next.reverse())
+}
+
+/// The depth-first walk from `start` that every [`Visit`] shares: at each switch, its unseen
+/// neighbours in adjacency order, arranged by `arrange` so that the last is visited first.
+fn walk(
+    topology: &Topology,
+    start: SwitchId,
+    mut arrange: impl FnMut(&mut Vec<SwitchId>),
+) -> Vec<SwitchId> {
+    let n = topology.switches().len();
     let mut order = Vec::with_capacity(n);
     let mut seen = vec![false; n];
     let mut stack = vec![start];
@@ -68,32 +88,8 @@ pub fn dfs_switch_order_with(topology: &Topology, start: SwitchId, visit: Visit)
             .map(|&(c, _)| c)
             .filter(|&c| !seen[c])
             .collect();
-        // The first to visit goes on the stack last.
-        match visit {
-            Visit::HeavyFirst => next.sort_by_key(|&c| (weight[c], std::cmp::Reverse(c))),
-            _ => next.sort_by_key(|&c| (std::cmp::Reverse(weight[c]), std::cmp::Reverse(c))),
-        }
+        arrange(&mut next);
         stack.extend(next);
-    }
-    order
-}
-
-fn dfs_by_id(topology: &Topology, start: SwitchId) -> Vec<SwitchId> {
-    let mut order = Vec::with_capacity(topology.switches().len());
-    let mut seen = vec![false; topology.switches().len()];
-    let mut stack = vec![start];
-    while let Some(s) = stack.pop() {
-        if seen[s] {
-            continue;
-        }
-        seen[s] = true;
-        order.push(s);
-        // Push in reverse so the smallest neighbour is visited first.
-        for &(n, _) in topology.neighbours(s).iter().rev() {
-            if !seen[n] {
-                stack.push(n);
-            }
-        }
     }
     order
 }
