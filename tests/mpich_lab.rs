@@ -82,19 +82,26 @@ fn run(lab: &Lab, k: usize, extra: &[(&str, &str)]) -> String {
     stderr
 }
 
+/// A 4-machine lab on two switches, machines alternating between them (1 gbit), with the
+/// shim and the test program built in its directory.
+fn lab_up(user: User, tag: &str) -> Lab {
+    let lab = Lab::up_as(
+        user,
+        tag,
+        r#"{"switches": ["s0", "s1"], "links": [["s0", "s1"]],
+            "machines": [{"name": "h0", "switch": "s0"}, {"name": "h1", "switch": "s1"},
+                         {"name": "h2", "switch": "s0"}, {"name": "h3", "switch": "s1"}]}"#,
+        &["--rate", "1gbit", "--lldp-wait", "0"],
+    );
+    build(lab.dir());
+    lab
+}
+
 #[test]
 fn shim_carries_broadcasts_between_lab_hosts_under_mpich() {
     require_lab!(mpich_missing());
     as_each_user(|user| {
-        let lab = Lab::up_as(
-            user,
-            "mc",
-            r#"{"switches": ["s0", "s1"], "links": [["s0", "s1"]],
-                "machines": [{"name": "h0", "switch": "s0"}, {"name": "h1", "switch": "s1"},
-                             {"name": "h2", "switch": "s0"}, {"name": "h3", "switch": "s1"}]}"#,
-            &["--rate", "1gbit", "--lldp-wait", "0"],
-        );
-        build(lab.dir());
+        let lab = lab_up(user, "mc");
         // Every broadcast through pipecast's transport.
         let all = [
             ("PIPECAST_MIN_BYTES", "0"),
@@ -134,15 +141,7 @@ fn shim_carries_broadcasts_between_lab_hosts_under_mpich() {
 #[ignore]
 fn two_ranks_per_machine_under_mpich() {
     require_lab!(mpich_missing());
-    let lab = Lab::up_as(
-        User::Me,
-        "m2",
-        r#"{"switches": ["s0", "s1"], "links": [["s0", "s1"]],
-            "machines": [{"name": "h0", "switch": "s0"}, {"name": "h1", "switch": "s1"},
-                         {"name": "h2", "switch": "s0"}, {"name": "h3", "switch": "s1"}]}"#,
-        &["--rate", "1gbit", "--lldp-wait", "0"],
-    );
-    build(lab.dir());
+    let lab = lab_up(User::Me, "m2");
     let stderr = run(&lab, 2, &[("PIPECAST_HOST_MIN_BYTES", "0")]);
     let n = common::carried(&stderr, "pipecast-preload");
     assert!(n >= 8 * 3 * 2, "pipecast carried only {n}: {stderr}");
