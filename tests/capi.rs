@@ -10,7 +10,7 @@ use std::process::Command;
 fn c_program_uses_the_api() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let lib_dir = common::built_lib_dir();
-    let out = std::env::temp_dir().join(format!("pipecast-capi-test-{}", std::process::id()));
+    let out = common::artifact_dir("capi").join("capi-test");
     let status = Command::new("cc")
         .args([
             "-std=c11",

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn write_topology(name: &str, t: &Topology) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("pipecast-cli-plan-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-plan");
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(name);
     std::fs::write(&path, to_json(t).to_string()).unwrap();

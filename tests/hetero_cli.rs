@@ -16,7 +16,7 @@ fn pipecast(args: &[&str]) -> (bool, String, String) {
 }
 
 fn temp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("pipecast-hetero-cli-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("hetero-cli");
     std::fs::create_dir_all(&dir).unwrap();
     dir.join(name)
 }

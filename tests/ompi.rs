@@ -16,8 +16,7 @@ fn build() -> Option<PathBuf> {
         eprintln!("SKIPPED: Open MPI development files not installed (apt-get install openmpi-bin libopenmpi-dev pkg-config)");
         return None;
     }
-    let out = std::env::temp_dir().join(format!("pipecast-ompi-{}", std::process::id()));
-    std::fs::create_dir_all(&out).unwrap();
+    let out = common::artifact_dir("ompi");
     common::build_ffi_and_mpi_test(&out, &[]);
     Some(out)
 }

@@ -27,8 +27,7 @@ fn build() -> Option<PathBuf> {
         eprintln!("SKIPPED: Open MPI development files not installed (apt-get install openmpi-bin libopenmpi-dev pkg-config)");
         return None;
     }
-    let out = std::env::temp_dir().join(format!("pipecast-ompi-faults-{}", std::process::id()));
-    std::fs::create_dir_all(&out).unwrap();
+    let out = common::artifact_dir("ompi-faults");
     common::build_ffi_and_mpi_test(&out, &[]);
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     for (mpicc, program) in [

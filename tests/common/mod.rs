@@ -5,6 +5,17 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+/// A fresh directory for a test binary's built artifacts (shared libraries, MPI programs),
+/// inside cargo's `target/tmp`: reused by the next run and gone with `cargo clean`, where a
+/// directory per process in /tmp would leave hundreds of megabytes behind after every run.
+#[allow(dead_code)] // not every test binary builds artifacts
+pub fn artifact_dir(name: &str) -> std::path::PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create the test's artifact directory");
+    dir
+}
+
 /// `target/<dir>` holding `libpipecast.so` and `libpipecast.a`, built with the test profile.
 #[allow(dead_code)] // not every test binary links the library from C
 pub fn built_lib_dir() -> &'static Path {
