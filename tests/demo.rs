@@ -168,3 +168,82 @@ fn ctrl_c_during_the_broadcasts_removes_the_lab() {
         let _ = std::fs::remove_dir_all(&dir);
     });
 }
+
+/// Issue 12: where user namespaces are refused, the demo says so in one line, naming the
+/// setting, and runs the local benchmark instead, every byte verified. Made real as root: a
+/// user namespace of our own (uids 0–65535 mapped, so `nobody` exists in it) whose
+/// `user.max_user_namespaces` is 0, the demo run there as `nobody`.
+#[test]
+fn without_user_namespaces_the_demo_runs_the_local_benchmark() {
+    if !pipecast::lab::is_root() {
+        eprintln!("SKIPPED: needs root (to map nobody into a user namespace that refuses more)");
+        return;
+    }
+    // The first shell waits for its uid map (written below, as root), then a PID namespace
+    // with its own /proc lets the namespace's root set the limit before becoming nobody.
+    let inner = "until grep -q . /proc/self/uid_map; do sleep 0.02; done; \
+                 exec unshare --pid --fork --mount-proc sh -c \
+                 'echo 0 > /proc/sys/user/max_user_namespaces && \
+                  exec setpriv --reuid=65534 --regid=65534 --clear-groups -- \"$@\"' sh \"$@\"";
+    let child = Command::new("unshare")
+        .args(["--user", "sh", "-c", inner, "sh", EXE])
+        .args([
+            "demo",
+            "--local",
+            "2",
+            "--sizes",
+            "64K,100003",
+            "--iters",
+            "1",
+        ])
+        .current_dir(std::env::temp_dir())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let Ok(mut child) = child else {
+        eprintln!("SKIPPED: unshare (util-linux) cannot run");
+        return;
+    };
+    // The map can be written once the child is in its new user namespace.
+    let ours = std::fs::read_link("/proc/self/ns/user").unwrap();
+    let theirs = format!("/proc/{}/ns/user", child.id());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::fs::read_link(&theirs).is_ok_and(|ns| ns == ours) {
+        if child.try_wait().unwrap().is_some() || std::time::Instant::now() > deadline {
+            let out = child.wait_with_output().unwrap();
+            eprintln!("SKIPPED: no user namespace of our own: {}", text(&out));
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    for map in ["uid_map", "gid_map"] {
+        let path = format!("/proc/{}/{map}", child.id());
+        std::fs::write(&path, "0 0 65536\n").unwrap_or_else(|e| panic!("write {path}: {e}"));
+    }
+    let out = child.wait_with_output().unwrap();
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let notes: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("note: no lab here"))
+        .collect();
+    assert_eq!(notes.len(), 1, "{all}");
+    assert!(
+        notes[0].contains("user.max_user_namespaces") && notes[0].contains("local benchmark"),
+        "{all}"
+    );
+    assert!(
+        stdout.contains("shm"),
+        "the local benchmark runs over shared memory: {all}"
+    );
+    assert!(!stdout.contains("building lab"), "{all}");
+    for size in ["65536", "100003"] {
+        let rows: Vec<&str> = stdout
+            .lines()
+            .filter(|l| l.split_whitespace().next() == Some(size))
+            .collect();
+        assert_eq!(rows.len(), 4, "four trees at {size}: {all}");
+        assert!(rows.iter().all(|r| r.ends_with(" yes")), "{all}");
+    }
+}
