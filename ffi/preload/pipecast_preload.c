@@ -17,6 +17,7 @@
  * MPI_Ibcast goes through pipecast_ibcast_bytes behind a generalized request; the MPI_Wait and
  * MPI_Test families are interposed to complete it (see "Nonblocking broadcasts" below).
  */
+#define _GNU_SOURCE /* RTLD_NEXT, RTLD_DEFAULT */
 #include <errno.h>
 #include <mpi.h>
 #include <pthread.h>
@@ -131,25 +132,139 @@ static int mpich_ucx_before_4_2(void)
     return major < 4 || (major == 4 && minor < 2);
 }
 
-/* For mpich_ucx_before_4_2: every rank meets in a PMI barrier (hydra's PMI-1 wire protocol on
- * PMI_FD) before PMPI_Finalize, so no rank can acknowledge a peer's flush, let it leave for the
- * PMI barrier, and then ask that peer for a flush of its own: each rank sends its flushes before
- * it next progresses, so they arrive ahead of its acknowledgements. Every rank runs the shim
- * (the same LD_PRELOAD everywhere), so all take part. */
-static void pmi_barrier_before_finalize(void)
+/* The PMI socket hydra gave this rank (PMI_FD), when MPICH's finalize needs the workaround
+ * below (mpich_ucx_before_4_2); -1 otherwise. */
+static int finalize_pmi_fd(void)
 {
     const char *fd_text = getenv("PMI_FD");
-    if (fd_text == NULL || !mpich_ucx_before_4_2()) return;
+    if (fd_text == NULL || !mpich_ucx_before_4_2()) return -1;
     char *end = NULL;
     long fd = strtol(fd_text, &end, 10);
-    if (end == fd_text || *end != '\0' || fd < 0 || fd > 65535) return;
+    if (end == fd_text || *end != '\0' || fd < 0 || fd > 65535) return -1;
+    return (int)fd;
+}
+
+#ifdef MPICH_VERSION
+/* MPICH before 4.2 on ch4:ucx, part 2: UCX progress while MPICH waits for PMI in finalize.
+ *
+ * The barrier below makes every rank enter MPICH's finalize together, but cannot stop a rank
+ * from completing its own closes while a peer's flush towards it still waits to be sent (a
+ * flush the peer's TCP endpoint could not take at once waits in UCX's pending queue and leaves
+ * from the peer's progress, possibly after the peer acknowledged ours): that rank then reads
+ * PMI_FD in MPICH's barrier, never progresses UCX again, and the peer's flush is never
+ * acknowledged (docs/results-mpich.md). MPICH 4.2 has no barrier there: the rank exits, which
+ * fails the peer's flush at once (pull request 6596). Here the shim keeps
+ * the rank's UCX worker progressing while MPICH's finalize waits on PMI_FD: `read` is
+ * interposed and, only for that descriptor and only inside PMPI_Finalize, polls it and calls
+ * ucp_worker_progress on MPICH's workers until the reply is there. The workers are the ones
+ * MPICH made (ucp_worker_create, interposed to note them) and not yet destroyed
+ * (ucp_worker_destroy, interposed to forget them), so no freed worker is ever progressed. The
+ * rank's own endpoints are closed by then: progress only answers what the peers still send
+ * (flushes) and MPICH's single thread is blocked in that read, so nothing else touches the
+ * worker. */
+#include <dlfcn.h>
+#include <poll.h>
+#include <sys/syscall.h>
+
+#define MAX_UCX_WORKERS 64 /* MPICH 4.0 makes one per VCI: one unless MPIR_CVAR_CH4_NUM_VCIS */
+static void *ucx_workers[MAX_UCX_WORKERS];
+static int n_ucx_workers = 0;
+static pthread_mutex_t ucx_workers_lock = PTHREAD_MUTEX_INITIALIZER;
+static int progress_on_fd = -1;         /* PMI_FD while MPICH's finalize may wait on it */
+static unsigned long finalize_events = 0; /* UCX events progressed meanwhile (verbose) */
+
+/* The next definition of `name` after this library's (libc's read, UCX's functions). */
+static void *next_symbol(const char *name)
+{
+    return dlsym(RTLD_NEXT, name);
+}
+
+int ucp_worker_create(void *context, const void *params, void **worker)
+{
+    int (*real)(void *, const void *, void **);
+    *(void **)&real = next_symbol("ucp_worker_create");
+    if (real == NULL) return -22; /* UCS_ERR_UNSUPPORTED: no UCX below us */
+    int status = real(context, params, worker);
+    if (status == 0 && worker != NULL && *worker != NULL) {
+        pthread_mutex_lock(&ucx_workers_lock);
+        if (n_ucx_workers < MAX_UCX_WORKERS) ucx_workers[n_ucx_workers++] = *worker;
+        pthread_mutex_unlock(&ucx_workers_lock);
+    }
+    return status;
+}
+
+void ucp_worker_destroy(void *worker)
+{
+    void (*real)(void *);
+    pthread_mutex_lock(&ucx_workers_lock);
+    for (int i = 0; i < n_ucx_workers; i++) {
+        if (ucx_workers[i] == worker) {
+            ucx_workers[i] = ucx_workers[--n_ucx_workers];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&ucx_workers_lock);
+    *(void **)&real = next_symbol("ucp_worker_destroy");
+    if (real != NULL) real(worker);
+}
+
+/* Progresses the live UCX workers until `fd` is readable (or hung up, or poll fails: read()
+ * then says what it is). Returns at once when there is no worker to progress. */
+static void progress_until_readable(int fd)
+{
+    unsigned (*progress)(void *);
+    *(void **)&progress = dlsym(RTLD_DEFAULT, "ucp_worker_progress");
+    struct pollfd p = {.fd = fd, .events = POLLIN, .revents = 0};
+    for (;;) {
+        unsigned events = 0;
+        pthread_mutex_lock(&ucx_workers_lock);
+        int live = n_ucx_workers;
+        for (int i = 0; i < live && progress != NULL; i++) events += progress(ucx_workers[i]);
+        pthread_mutex_unlock(&ucx_workers_lock);
+        finalize_events += events;
+        if (live == 0 || progress == NULL) return;
+        /* Idle: wait up to 1 ms for the reply rather than spin (8 ranks may share 2 cores). */
+        if (poll(&p, 1, events > 0 ? 0 : 1) != 0) return;
+    }
+}
+
+ssize_t read(int fd, void *buf, size_t count)
+{
+    static ssize_t (*real)(int, void *, size_t) = NULL;
+    ssize_t (*r)(int, void *, size_t) = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
+    if (r == NULL) {
+        *(void **)&r = next_symbol("read");
+        __atomic_store_n(&real, r, __ATOMIC_RELEASE);
+    }
+    if (fd >= 0 && fd == __atomic_load_n(&progress_on_fd, __ATOMIC_ACQUIRE))
+        progress_until_readable(fd);
+    return r != NULL ? r(fd, buf, count) : syscall(SYS_read, fd, buf, count);
+}
+
+static void progress_while_reading(int fd)
+{
+    __atomic_store_n(&progress_on_fd, fd, __ATOMIC_RELEASE);
+}
+#else
+static void progress_while_reading(int fd)
+{
+    (void)fd;
+}
+#endif
+
+/* For mpich_ucx_before_4_2: every rank meets in a PMI barrier (hydra's PMI-1 wire protocol on
+ * PMI_FD) before PMPI_Finalize, as MPICH 4.2's finalize does before it disconnects: no rank
+ * closes an endpoint while a peer may still be inside an MPI call that needs it. Every rank
+ * runs the shim (the same LD_PRELOAD everywhere), so all take part. */
+static void pmi_barrier_before_finalize(int fd)
+{
     static const char in[] = "cmd=barrier_in\n";
-    if (write((int)fd, in, sizeof in - 1) != (ssize_t)(sizeof in - 1)) return;
+    if (write(fd, in, sizeof in - 1) != (ssize_t)(sizeof in - 1)) return;
     /* The reply, byte by byte: nothing past its newline is ours to read. */
     char line[64];
     size_t n = 0;
     while (n + 1 < sizeof line) {
-        ssize_t r = read((int)fd, &line[n], 1);
+        ssize_t r = read(fd, &line[n], 1);
         if (r < 0 && errno == EINTR) continue;
         if (r != 1 || line[n] == '\n') break;
         n++;
@@ -167,8 +282,18 @@ int MPI_Finalize(void)
         PMPI_Comm_delete_attr(MPI_COMM_WORLD, keyval);
         PMPI_Comm_free_keyval(&keyval);
     }
-    pmi_barrier_before_finalize();
-    return PMPI_Finalize();
+    int fd = finalize_pmi_fd();
+    if (fd < 0) return PMPI_Finalize();
+    pmi_barrier_before_finalize(fd);
+    progress_while_reading(fd);
+    int rc = PMPI_Finalize();
+    progress_while_reading(-1);
+#ifdef MPICH_VERSION
+    if (verbose >= 1)
+        fprintf(stderr, "pipecast-preload: UCX kept progressing while MPI_Finalize waited on PMI "
+                "(%lu events)\n", finalize_events);
+#endif
+    return rc;
 }
 
 static int allgather_cb(void *user, const void *mine, void *all, size_t len)
