@@ -40,15 +40,31 @@ use crate::topology::{MachineId, Topology};
 /// (about 14 bytes per sub-array) and O(P³) time.
 pub const MAX_RANKS: usize = 4096;
 
-/// Contention-free binary tree rooted at `root`: Algorithm 2 on each of the DFS walks of
-/// [`Visit`], keeping the lowest tree (ties: the papers' walk, so where it is as low the tree
-/// is the paper's, edge for edge). Beyond the paper: its walk by switch id lets the height grow
-/// to 2–2.6 × log2(P) on random clusters with 8 machines per switch (seed 003 §5, Figure 5
-/// reports "within a factor of two" of a complete binary tree); visiting heavier subtrees
-/// first lowers it (docs/planner.md has the measured heights). Three DPs instead of one, so
-/// beyond 1024 machines only the papers' walk runs. `children` are in send order:
-/// the left child `m_{i+1}` first, then `m_k`.
+/// Contention-free binary tree rooted at `root`: the lower of [`algorithm2`] and the tree built
+/// switch by switch ([`super::switch_tree`], beyond the papers); ties keep Algorithm 2's, so
+/// where the switch-by-switch tree is not lower the tree is the papers' (docs/planner.md has
+/// the measured heights). `children` are in send order.
 pub fn build(topology: &Topology, root: MachineId) -> Result<Lane, PlanError> {
+    let lane = algorithm2(topology, root)?;
+    Ok(lower(lane, super::switch_tree::build(topology, root, 2)))
+}
+
+/// `by_switch` where it is a lower tree than `lane`, else `lane`.
+pub(crate) fn lower(lane: Lane, by_switch: Option<Lane>) -> Lane {
+    match by_switch {
+        Some(other) if other.height() < lane.height() => other,
+        _ => lane,
+    }
+}
+
+/// Algorithm 2 on each of the DFS walks of [`Visit`], keeping the lowest tree (ties: the
+/// papers' walk, so where it is as low the tree is the paper's, edge for edge). Beyond the
+/// paper: its walk by switch id lets the height grow to 2–2.6 × log2(P) on random clusters
+/// with 8 machines per switch (seed 003 §5, Figure 5 reports "within a factor of two" of a
+/// complete binary tree); visiting heavier subtrees first lowers it. Three DPs instead of one,
+/// so beyond 1024 machines only the papers' walk runs. `children` are in send order: the left
+/// child `m_{i+1}` first, then `m_k`.
+pub fn algorithm2(topology: &Topology, root: MachineId) -> Result<Lane, PlanError> {
     let mut best: Option<(u16, Lane)> = None;
     // The DP is O(P³): beyond 1024 machines only the papers' walk (one DP, not three).
     let walks = if topology.size() > WALKS_UP_TO {

@@ -16,6 +16,7 @@ pub mod kbinomial;
 pub mod linear;
 pub mod multilane;
 pub mod scatter_allgather;
+pub mod switch_tree;
 pub mod two_level;
 
 use crate::topology::{MachineId, Topology};

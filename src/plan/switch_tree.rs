@@ -1,0 +1,332 @@
+//! A contention-free k-ary tree built switch by switch: beyond the papers, for lower trees
+//! than Algorithm 2 (seed 003 §4.1.2, Figure 4) can build.
+//!
+//! **Why.** Algorithm 2 only builds trees whose subtrees are contiguous runs of the DFS chain
+//! of Algorithm 1, each rooted at its first machine. On seed 003's random clusters with 8
+//! machines per switch that lets the height grow to 1.7 × log2(P) at P = 256 (docs/planner.md,
+//! "Seed 003 Fig. 5"), where seed 003 §5 only promises "within a factor of two".
+//!
+//! **The construction.** Root the switch tree at the root's switch. Data only ever goes *down*
+//! it: every switch subtree `T(c)` is entered through its down link `parent(c) → c` by exactly
+//! one sender (a machine on `parent(c)`), which sends to between 1 and k machines on `c` — the
+//! subtree's *entries*. Inside a switch every communication uses only the sender's uplink and
+//! the receiver's downlink. So each directed switch link carries the messages of one sender
+//! only, and the tree is contention-free in the sense of seed 000 §3 / seed 003 §4.1 (what
+//! [`super::check()`] verifies): communications of different senders share no directed edge.
+//!
+//! Per switch `c` and entry count `e`, `height(c, e)` is the least height of `T(c)`'s tree when
+//! `e` entries receive at depth 0. It comes from a level-by-level greedy over the switch's own
+//! machines and its child subtrees: at depth `d` the machines placed at `d − 1` offer `k` slots
+//! each; a child subtree that can wait no longer is placed first (with the fewest entries that
+//! still meet the height, all from one sender), then the switch's own machines (each brings `k`
+//! new slots), then, in leftover slots, subtrees that could have waited. The smallest height
+//! whose greedy succeeds is kept; the same greedy, run again top-down, builds the tree.
+//!
+//! Switches without machines whose subtree leads to a single switch with machines are passed
+//! through (the one sender's messages cross them); a switch without machines above two or more
+//! such subtrees would need links used upwards, so then there is no tree here ([`build`]
+//! returns `None`) and the callers keep Algorithm 2's.
+
+use super::Lane;
+use crate::topology::{MachineId, SwitchId, Topology};
+
+/// The lowest tree this construction finds, rooted at `root`, every machine with at most `k`
+/// children (`k ≥ 2`); `None` where it does not apply (see the module doc).
+pub fn build(topology: &Topology, root: MachineId, k: usize) -> Option<Lane> {
+    if k < 2 || topology.rails() != 1 || root >= topology.size() {
+        return None;
+    }
+    let switches = Switches::new(topology, root)?;
+    // Bottom-up: every switch's heights for 1..=k entries (children before parents).
+    let mut heights: Vec<Vec<usize>> = vec![Vec::new(); switches.locals.len()];
+    for &s in switches.order.iter().rev() {
+        let max_entries = k.min(switches.locals[s].len());
+        heights[s] = (1..=max_entries)
+            .map(|e| lowest(&switches, &heights, s, e, k))
+            .collect::<Option<_>>()?;
+    }
+    // Top-down: the assignment at each switch's own height.
+    let mut children = vec![Vec::new(); topology.size()];
+    let mut stack = vec![(switches.top, 1usize)];
+    while let Some((s, entries)) = stack.pop() {
+        let height = heights[s][entries - 1];
+        let placed = greedy(&switches, &heights, s, entries, k, height)
+            .expect("the height was found feasible bottom-up");
+        for (parent, kids) in placed.sends {
+            for kid in kids {
+                match kid {
+                    Kid::Machine(m) => children[parent].push(m),
+                    Kid::Subtree(c, e) => {
+                        children[parent].extend(switches.locals[c][..e].iter().copied());
+                        stack.push((c, e));
+                    }
+                }
+            }
+        }
+    }
+    Some(Lane::from_children(children))
+}
+
+/// The switch tree rooted at the root's switch, machine-less pass-through switches skipped.
+struct Switches {
+    /// The root's switch.
+    top: SwitchId,
+    /// Switches with machines, parents before children.
+    order: Vec<SwitchId>,
+    /// Each switch's machines (the root first on its switch).
+    locals: Vec<Vec<MachineId>>,
+    /// Each switch's child subtrees, by the first switch with machines below the link.
+    below: Vec<Vec<SwitchId>>,
+}
+
+impl Switches {
+    fn new(topology: &Topology, root: MachineId) -> Option<Switches> {
+        let n = topology.switches().len();
+        let top = topology.switch_of(root);
+        let mut locals: Vec<Vec<MachineId>> = vec![Vec::new(); n];
+        for m in 0..topology.size() {
+            locals[topology.switch_of(m)].push(m);
+        }
+        locals[top].retain(|&m| m != root);
+        locals[top].insert(0, root);
+        // DFS preorder from the top, with each switch's parent.
+        let mut parent = vec![usize::MAX; n];
+        let mut preorder = Vec::with_capacity(n);
+        let mut stack = vec![top];
+        parent[top] = top;
+        while let Some(s) = stack.pop() {
+            preorder.push(s);
+            for &(t, _) in topology.neighbours(s) {
+                if parent[t] == usize::MAX {
+                    parent[t] = s;
+                    stack.push(t);
+                }
+            }
+        }
+        // Machines in each switch's subtree (children after parents in preorder).
+        let mut count: Vec<usize> = locals.iter().map(Vec::len).collect();
+        for &s in preorder.iter().rev() {
+            if s != top {
+                count[parent[s]] += count[s];
+            }
+        }
+        // Each switch's child subtrees that hold machines, passing through machine-less ones.
+        let mut below = vec![Vec::new(); n];
+        let mut order = Vec::new();
+        let mut todo = vec![top];
+        while let Some(s) = todo.pop() {
+            order.push(s);
+            for &(t, _) in topology.neighbours(s) {
+                if parent[t] != s || t == top || count[t] == 0 {
+                    continue;
+                }
+                let mut c = t;
+                while locals[c].is_empty() {
+                    let mut next = topology
+                        .neighbours(c)
+                        .iter()
+                        .map(|&(u, _)| u)
+                        .filter(|&u| parent[u] == c && u != top && count[u] > 0);
+                    let only = next.next()?;
+                    if next.next().is_some() {
+                        return None; // machine-less, above two subtrees with machines
+                    }
+                    c = only;
+                }
+                below[s].push(c);
+                todo.push(c);
+            }
+        }
+        Some(Switches {
+            top,
+            order,
+            locals,
+            below,
+        })
+    }
+}
+
+/// The least height of switch `s`'s subtree entered at `entries` of its machines; `None` when
+/// no height fits (more child subtrees than its machines have slots for).
+fn lowest(
+    switches: &Switches,
+    heights: &[Vec<usize>],
+    s: SwitchId,
+    entries: usize,
+    k: usize,
+) -> Option<usize> {
+    // From a lower bound (every child subtree is entered one level down at the earliest) up
+    // to a chain through every machine of the subtree, the loosest height there is.
+    let start = switches.below[s]
+        .iter()
+        .map(|&c| 1 + heights[c].last().copied().unwrap_or(0))
+        .max()
+        .unwrap_or(0);
+    let chain = subtree_size(switches, s);
+    (start..=chain.max(start)).find(|&h| greedy(switches, heights, s, entries, k, h).is_some())
+}
+
+/// Machines in switch `s`'s subtree.
+fn subtree_size(switches: &Switches, s: SwitchId) -> usize {
+    let mut total = 0;
+    let mut stack = vec![s];
+    while let Some(t) = stack.pop() {
+        total += switches.locals[t].len();
+        stack.extend(switches.below[t].iter().copied());
+    }
+    total
+}
+
+/// What a sender sends to: one machine of its own switch, or `e` entries of a child subtree.
+#[derive(Clone, Copy)]
+enum Kid {
+    Machine(MachineId),
+    Subtree(SwitchId, usize),
+}
+
+/// One switch's assignment: every sender of the switch and what it sends to.
+struct Placed {
+    sends: Vec<(MachineId, Vec<Kid>)>,
+}
+
+/// The level-by-level greedy of the module doc for switch `s`, its first `entries` machines
+/// at depth 0, within height `height`; `None` when it does not fit.
+fn greedy(
+    switches: &Switches,
+    heights: &[Vec<usize>],
+    s: SwitchId,
+    entries: usize,
+    k: usize,
+    height: usize,
+) -> Option<Placed> {
+    let locals = &switches.locals[s];
+    let mut next_local = entries;
+    // Child subtrees still to place: (switch, its heights by entry count).
+    let mut pending: Vec<SwitchId> = switches.below[s].clone();
+    // A subtree placed at depth d needs e entries with d + height(c, e) ≤ `height`.
+    let need = |c: SwitchId, d: usize| -> Option<usize> {
+        heights[c]
+            .iter()
+            .position(|&h| d + h <= height)
+            .map(|i| i + 1)
+    };
+    let mut sends: Vec<(MachineId, Vec<Kid>)> = Vec::new();
+    let mut level: Vec<MachineId> = locals[..entries].to_vec();
+    let mut d = 0;
+    while next_local < locals.len() || !pending.is_empty() {
+        d += 1;
+        if d > height || level.is_empty() {
+            return None;
+        }
+        // Free slots per sender of this level.
+        let mut free: Vec<(MachineId, usize, Vec<Kid>)> =
+            level.iter().map(|&m| (m, k, Vec::new())).collect();
+        // Subtrees that cannot wait one more level: most entries first.
+        let mut forced: Vec<(SwitchId, usize)> = Vec::new();
+        let mut waiting = Vec::new();
+        for &c in &pending {
+            let now = need(c, d)?;
+            if need(c, d + 1).is_none() {
+                forced.push((c, now));
+            } else {
+                waiting.push(c);
+            }
+        }
+        forced.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        for (c, e) in forced {
+            let slot = free.iter_mut().filter(|f| f.1 >= e).min_by_key(|f| f.1)?;
+            slot.1 -= e;
+            slot.2.push(Kid::Subtree(c, e));
+        }
+        // The switch's own machines: each brings k slots one level down.
+        let mut placed_now = Vec::new();
+        for f in free.iter_mut() {
+            while f.1 > 0 && next_local < locals.len() {
+                f.1 -= 1;
+                f.2.push(Kid::Machine(locals[next_local]));
+                placed_now.push(locals[next_local]);
+                next_local += 1;
+            }
+        }
+        // Leftover slots: subtrees that could have waited, the most urgent first.
+        waiting.sort_by_key(|&c| (heights[c].first().map(|&h| usize::MAX - h), c));
+        let mut still = Vec::new();
+        for c in waiting {
+            let e = need(c, d).expect("checked above");
+            match free.iter_mut().filter(|f| f.1 >= e).min_by_key(|f| f.1) {
+                Some(slot) => {
+                    slot.1 -= e;
+                    slot.2.push(Kid::Subtree(c, e));
+                }
+                None => still.push(c),
+            }
+        }
+        pending = still;
+        for (m, _, kids) in free {
+            if !kids.is_empty() {
+                sends.push((m, kids));
+            }
+        }
+        level = placed_now;
+    }
+    // Deeper subtrees first in each sender's send order.
+    for (_, kids) in &mut sends {
+        kids.sort_by_key(|kid| match *kid {
+            Kid::Subtree(c, e) => usize::MAX - heights[c][e - 1],
+            Kid::Machine(_) => usize::MAX,
+        });
+    }
+    Some(Placed { sends })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{check, Plan, TreeKind};
+    use crate::topology::gen;
+
+    fn plan_of(lane: Lane, root: MachineId) -> Plan {
+        Plan {
+            tree: TreeKind::Binary,
+            root,
+            lanes: vec![lane],
+            rails: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn one_switch_gives_the_complete_tree() {
+        for (n, k, h) in [
+            (1, 2, 0),
+            (2, 2, 1),
+            (7, 2, 2),
+            (8, 2, 3),
+            (15, 2, 3),
+            (13, 3, 2),
+        ] {
+            let t = Topology::single_switch(n);
+            let lane = build(&t, 0, k).unwrap();
+            assert_eq!(lane.height(), h, "{n} machines, k {k}");
+            assert!(lane.max_degree() <= k);
+        }
+    }
+
+    #[test]
+    fn random_clusters_are_contention_free_spanning_and_bounded() {
+        for seed in 0..60u64 {
+            for (switches, machines) in [(4, 32), (16, 128), (32, 256), (9, 17)] {
+                let t = gen::random_cluster(switches, machines, seed);
+                for root in [0, machines / 2, machines - 1] {
+                    for k in [2, 3, 4] {
+                        let Some(lane) = build(&t, root, k) else {
+                            continue;
+                        };
+                        assert!(lane.max_degree() <= k);
+                        let report = check(&plan_of(lane, root), &t);
+                        assert!(report.ok(), "seed {seed} root {root} k {k}: {report:?}");
+                    }
+                }
+            }
+        }
+    }
+}
