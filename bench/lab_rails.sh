@@ -5,7 +5,8 @@
 # lab from examples/rails2x4.json (16 machines, 2 rails of 4 switches, every NIC RATE each
 # way), tears it down on exit. Root or not (a rootless lab works the same). Usage:
 #   bench/lab_rails.sh [PIPECAST_BINARY] [OUT_DIR]   (default: target/release/pipecast, a temp dir)
-# Environment: RATE (100mbit), SIZES (1M,4M,16M), ITERS (3), PIPECAST_PROFILE (100mbit),
+# Environment: RATE (100mbit), SIZES (1M,4M,16M), ITERS (3), PIPECAST_PROFILE
+# (profiles/lab16-100mbit.json),
 # TOPOLOGY (examples/rails2x4.json), BENCH_ARGS (more bench options), OMPI (1: also Open MPI's
 # own MPI_Bcast, default and pipeline 64K, with both NICs in btl_tcp_if_include, which
 # `pipecast lab mpirun` sets on a lab with rails; needs root, mpicc and mpirun).
@@ -15,8 +16,10 @@ OUT=${2:-$(mktemp -d)}
 RATE=${RATE:-100mbit}
 SIZES=${SIZES:-1M,4M,16M}
 ITERS=${ITERS:-3}
-export PIPECAST_PROFILE=${PIPECAST_PROFILE:-100mbit}
 HERE=$(dirname "$(realpath "$0")")/..
+# The lab's profile: seed 003's 100 Mbit/s L and g, and the CPU per segment end of 16 ranks
+# on 2 cores (model: multilane's lanes on two rails share one CPU per rank).
+export PIPECAST_PROFILE=${PIPECAST_PROFILE:-$(realpath "$HERE/profiles/lab16-100mbit.json")}
 TOPOLOGY=${TOPOLOGY:-$HERE/examples/rails2x4.json}
 NAME=lr$$
 mkdir -p "$OUT"
@@ -36,7 +39,7 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 print(f"\n## multilane on 2 rails vs linear (rail 0) vs T(m) (one NIC), {r['ranks']} ranks, {r['transport']}")
 print("(avg of iterations, each = bcast + barrier; T(m) = the bench's point-to-point of the whole message, same run)")
-print(f"{'bytes':>9} {'T(m) ms':>8} {'multilane ms':>12} {'ml/T(m)':>8} {'linear ms':>9} {'lin/T(m)':>8} {'lin/ml':>7} ok")
+print(f"{'bytes':>9} {'T(m) ms':>8} {'multilane ms':>12} {'ml/T(m)':>8} {'linear ms':>9} {'lin/T(m)':>8} {'lin/ml':>7} {'segments ml/lin':>15} ok")
 by = {}
 for x in r["results"]:
     by.setdefault(x["bytes"], {})[x["tree"]] = x
@@ -45,7 +48,8 @@ for b in sorted(by):
     t = m["p2p_us"]
     ok = m["verified"] and l["verified"]
     print(f"{b:>9} {t/1e3:8.1f} {m['avg_us']/1e3:12.1f} {m['avg_us']/t:8.3f} {l['avg_us']/1e3:9.1f} "
-          f"{l['avg_us']/l['p2p_us']:8.3f} {l['avg_us']/m['avg_us']:7.2f} {ok}")
+          f"{l['avg_us']/l['p2p_us']:8.3f} {l['avg_us']/m['avg_us']:7.2f} "
+          f"{str(m['segment_bytes']) + '/' + str(l['segment_bytes']):>15} {ok}")
 PY
 
 if [ "${OMPI:-1}" = 1 ] && [ "$(id -u)" = 0 ] && command -v mpicc >/dev/null && command -v mpirun >/dev/null; then

@@ -82,6 +82,23 @@ pub fn sending_degree(lanes: &[Lane]) -> u64 {
         .unwrap_or(0)
 }
 
+/// The most segment ends (sends plus receives) one rank handles per segment round, summed over
+/// lanes: its children in every lane, plus one receive in every lane that reaches it from a
+/// parent. Seed 003 §5 counts a node's CPU work this way ("each node takes two units of time to
+/// perform two sends and one receive" in a binary tree, one send and one receive in a chain).
+pub fn segment_ends(lanes: &[Lane]) -> u64 {
+    let size = lanes.first().map_or(0, |l| l.parents.len());
+    (0..size)
+        .map(|r| {
+            lanes
+                .iter()
+                .map(|l| l.children[r].len() as u64 + u64::from(l.parents[r].is_some()))
+                .sum()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// When the first segment reaches each rank, latest over lanes: `max over lanes of A·L + B·g`.
 pub fn arrival_times(lanes: &[Lane], c: Cost) -> Vec<f64> {
     let size = lanes.first().map_or(0, |l| l.parents.len());
@@ -166,5 +183,9 @@ mod tests {
         assert_eq!(sending_degree(&lanes), 2);
         // Lane 1 reaches 2 as the root's second send: L + 2g; 1 via 2: 2L + 3g.
         assert_eq!(first_arrival(&lanes, C), 2.0 * C.l_us + 3.0 * C.g_us);
+        // Ranks 1 and 2 each receive in both lanes and send in one: 3 ends; the root 2.
+        assert_eq!(segment_ends(&lanes), 3);
+        let chain = Lane::chain(4, &[0, 1, 2, 3]);
+        assert_eq!(segment_ends(std::slice::from_ref(&chain)), 2);
     }
 }

@@ -126,10 +126,17 @@ pub fn predict(plan: &Plan, profile: &Profile, msize: u64, segment: u64) -> f64 
         TreeKind::KBinomial(_) if plan.lanes.len() == 1 => {
             steps::kbinomial_time(&plan.lanes[0], x, cost)
         }
-        _ if !plan.rails.is_empty() => by_rail(plan)
-            .iter()
-            .map(|lanes| logp::tree_time(lanes, x, cost))
-            .fold(0.0, f64::max),
+        _ if !plan.rails.is_empty() => {
+            // One CPU per rank for all its rails (module doc of `by_rail`).
+            let cpu = logp::segment_ends(&plan.lanes) as f64 * profile.segment_cpu_us();
+            by_rail(plan)
+                .iter()
+                .map(|lanes| {
+                    let nic = logp::sending_degree(lanes) as f64 * cost.g_us;
+                    logp::first_arrival(lanes, cost) + x.saturating_sub(1) as f64 * nic.max(cpu)
+                })
+                .fold(0.0, f64::max)
+        }
         _ => logp::tree_time(&plan.lanes, x, cost),
     }
 }
@@ -137,6 +144,17 @@ pub fn predict(plan: &Plan, profile: &Profile, msize: u64, segment: u64) -> f64 
 /// The lanes of each rail, by rail. Lanes are priced by the NICs they use: a rank interleaves
 /// its sends over the lanes of one rail (one NIC, formula (2)'s send positions across lanes)
 /// but sends on different rails at once, so the plan takes as long as its slowest rail.
+///
+/// The NICs work in parallel, the rank's CPU does not: per segment round it sends and receives
+/// in every lane ([`logp::segment_ends`]), each end costing [`Profile::segment_cpu_us`]. On one
+/// NIC the profile's g(m) covers that work (seed 003 §4.2: g(m) ≥ o_s(m), o_r(m),
+/// `../shared/seeds/003_f72e5e0868946953.txt`), so one-NIC plans are priced by formula (2)
+/// alone; on k rails g(m) covers one lane's share of it, and a round costs the larger of the
+/// busiest NIC's gaps and the CPU's ends. Without that term the model saw no cost in cutting
+/// each lane's half of the message into many small segments and chose 1 KiB for multilane on
+/// two rails against 4 KiB for linear (the 100mbit profile), four times the segments per rank;
+/// where the ranks are short of CPU (the 16-machine lab on 2 cores, `profiles/lab16-100mbit.json`)
+/// it now chooses 8 KiB.
 fn by_rail(plan: &Plan) -> Vec<Vec<crate::plan::Lane>> {
     let mut rails: BTreeMap<usize, Vec<crate::plan::Lane>> = BTreeMap::new();
     for (l, lane) in plan.lanes.iter().enumerate() {
@@ -464,6 +482,61 @@ mod tests {
         }
     }
 
+    /// The 16-machine lab on 2 cores (`profiles/lab16-100mbit.json`).
+    fn lab16() -> Profile {
+        Profile::parse(include_str!("../../profiles/lab16-100mbit.json")).unwrap()
+    }
+
+    #[test]
+    fn multilane_on_rails_segments_pay_for_the_shared_cpu() {
+        let t = gen::rails(2, 3, 4, false);
+        let msize = 4 << 20;
+        let seg = |p: &Profile, kind: &TreeKind| plan_for(&t, 0, kind, p, msize).unwrap();
+        // Without CPU cost per segment the model cuts each lane's half into 1 KiB segments
+        // (the finding of issue 16): twice linear's segment count per lane, four times per rank.
+        let mut free = Profile::builtin("100mbit").unwrap();
+        free.segment_cpu_us = Some(0.0);
+        assert_eq!(seg(&free, &TreeKind::Multilane).segment_bytes, 1024);
+        assert_eq!(seg(&free, &TreeKind::Linear).segment_bytes, 4096);
+        // Each rank forwards in both lanes, 4 segment ends per round on one CPU.
+        let lanes = seg(&free, &TreeKind::Multilane).plan;
+        assert_eq!(logp::segment_ends(&lanes.lanes), 4);
+        // The lab's 16 ranks on 2 cores: multilane takes segments at least as large as linear's
+        // (8 KiB; 16 KiB measured best at 50 mbit), and linear (one NIC, g(m) covers its CPU)
+        // keeps its choice.
+        let lab = lab16();
+        let multi = seg(&lab, &TreeKind::Multilane);
+        let linear = seg(&lab, &TreeKind::Linear);
+        assert_eq!(linear.segment_bytes, 4096);
+        assert!(
+            (8192..=16384).contains(&multi.segment_bytes),
+            "{}",
+            multi.segment_bytes
+        );
+        // The CPU bound holds at every candidate: (X − 1) rounds of 4 ends.
+        for size in lab.sizes() {
+            let x = (msize / 2).div_ceil(size);
+            let floor = (x - 1) as f64 * 4.0 * lab.segment_cpu_us();
+            assert!(predict(&multi.plan, &lab, msize, size) >= floor, "{size}");
+        }
+        // Still about half of linear: the rails' gain survives the CPU term.
+        let ratio = multi.predicted_us / linear.predicted_us;
+        assert!((0.45..0.6).contains(&ratio), "multilane/linear {ratio}");
+        // One NIC is priced as before: the CPU term is for lanes on several rails only.
+        let hub = gen::hub(3, 4, false);
+        for kind in [TreeKind::Linear, TreeKind::Multilane, TreeKind::Binary] {
+            let a = plan_for(&hub, 0, &kind, &free, msize).unwrap();
+            let b = plan_for(&hub, 0, &kind, &lab, msize).unwrap();
+            assert_eq!(
+                (a.segment_bytes, a.predicted_us),
+                (b.segment_bytes, b.predicted_us)
+            );
+        }
+        // So is the default (12 µs per end), where a rank has a core of its own.
+        let fast = seg(&Profile::builtin("100mbit").unwrap(), &TreeKind::Multilane);
+        assert_eq!(fast.segment_bytes, 1024);
+    }
+
     #[test]
     fn auto_picks_the_cheapest_candidate() {
         let t = gen::random_cluster(5, 24, 9);
@@ -509,6 +582,7 @@ mod tests {
         let empty = Profile {
             points: vec![],
             memcpy_gb_s: None,
+            segment_cpu_us: None,
         };
         let err = plan_for(&t, 0, &TreeKind::Linear, &empty, 1000).unwrap_err();
         assert!(matches!(err, ModelError::EmptyProfile));

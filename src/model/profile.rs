@@ -15,6 +15,11 @@
 //! An optional `"memcpy_GB_s"` (10⁹ bytes/s, default [`DEFAULT_MEMCPY_GB_S`]) is the copy
 //! bandwidth of one rank reading a segment from its host leader's buffer, the in-host stage of
 //! two-level plans (`model::two_level`). Profiles without it load as before.
+//!
+//! An optional `"segment_cpu_us"` (default [`DEFAULT_SEGMENT_CPU_US`]) is the CPU time a rank
+//! spends on each network segment it sends or receives (seed 003 §4.2's o_s(m), o_r(m)). On one
+//! NIC g(m) already covers it (g ≥ o_s, o_r); it matters where a rank's lanes run on several
+//! NICs at once but share its CPU (`model::predict` on rails).
 
 use super::ModelError;
 use serde::{Deserialize, Serialize};
@@ -50,6 +55,12 @@ pub const DEFAULT_MEMCPY_GB_S: f64 = 5.0;
 /// one whole-message copy per rank).
 pub const COPY_OVERHEAD_US: f64 = 10.0;
 
+/// CPU time of one rank per network segment it sends or receives, in µs, when a profile gives
+/// none (`"segment_cpu_us"`): 12 µs, measured on this project's machines — 10 broadcasts of
+/// 4 MiB over TCP in 4 KiB segments (`linear` on the 16-machine lab) cost 4.0 s of CPU over all
+/// ranks (docs/results-lab.md), 4.0 s / (10 × 1024 segments × 16 ranks × 2 ends) ≈ 12 µs.
+pub const DEFAULT_SEGMENT_CPU_US: f64 = 12.0;
+
 /// A calibration profile: at least one point, sizes strictly increasing, every size and g
 /// positive, every L non-negative and finite, the copy bandwidth (if given) positive.
 /// Deserializing validates; a profile built by hand can be checked with [`Profile::validate`].
@@ -64,6 +75,10 @@ pub struct Profile {
         skip_serializing_if = "Option::is_none"
     )]
     pub memcpy_gb_s: Option<f64>,
+    /// CPU µs per network segment sent or received (`"segment_cpu_us"`); `None`:
+    /// [`DEFAULT_SEGMENT_CPU_US`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub segment_cpu_us: Option<f64>,
 }
 
 /// The JSON shape before validation.
@@ -72,6 +87,8 @@ struct RawProfile {
     points: Vec<Point>,
     #[serde(rename = "memcpy_GB_s", default)]
     memcpy_gb_s: Option<f64>,
+    #[serde(default)]
+    segment_cpu_us: Option<f64>,
 }
 
 impl TryFrom<RawProfile> for Profile {
@@ -80,6 +97,7 @@ impl TryFrom<RawProfile> for Profile {
         let profile = Profile {
             points: raw.points,
             memcpy_gb_s: raw.memcpy_gb_s,
+            segment_cpu_us: raw.segment_cpu_us,
         };
         profile.validate()?;
         Ok(profile)
@@ -103,6 +121,7 @@ impl Profile {
         let profile = Profile {
             points,
             memcpy_gb_s: None,
+            segment_cpu_us: None,
         };
         profile.validate()?;
         Ok(profile)
@@ -117,6 +136,13 @@ impl Profile {
             if !(1e-6..=1e6).contains(&bw) {
                 return Err(ModelError::Profile(format!(
                     "memcpy_GB_s is {bw}, it must be a number of GB/s (10^9 bytes/s) from 1e-6 to 1e6"
+                )));
+            }
+        }
+        if let Some(cpu) = self.segment_cpu_us {
+            if !(0.0..=MAX_US).contains(&cpu) {
+                return Err(ModelError::Profile(format!(
+                    "segment_cpu_us is {cpu}, it must be a non-negative number of microseconds, at most 1e9 (1000 s)"
                 )));
             }
         }
@@ -181,6 +207,11 @@ impl Profile {
     /// Microseconds for one local rank to copy `bytes` from its leader's buffer.
     pub fn copy_us(&self, bytes: u64) -> f64 {
         COPY_OVERHEAD_US + bytes as f64 / (self.memcpy_gb_s.unwrap_or(DEFAULT_MEMCPY_GB_S) * 1000.0)
+    }
+
+    /// CPU µs of one rank per network segment it sends or receives.
+    pub fn segment_cpu_us(&self) -> f64 {
+        self.segment_cpu_us.unwrap_or(DEFAULT_SEGMENT_CPU_US)
     }
 
     /// The candidate segment sizes.
@@ -304,6 +335,22 @@ mod tests {
             Profile::parse(r#"{"points":[{"bytes":8,"L_us":1,"g_us":1}], "memcpy_GB_s": 1e300}"#)
                 .unwrap_err();
         assert!(err.to_string().contains("memcpy_GB_s"), "{err}");
+        for bad in ["-1", "1e300"] {
+            let err = Profile::parse(&format!(
+                r#"{{"points":[{{"bytes":8,"L_us":1,"g_us":1}}], "segment_cpu_us": {bad}}}"#
+            ))
+            .unwrap_err();
+            assert!(err.to_string().contains("segment_cpu_us"), "{err}");
+        }
+        let p =
+            Profile::parse(r#"{"points":[{"bytes":8,"L_us":1,"g_us":1}], "segment_cpu_us": 90}"#)
+                .unwrap();
+        assert_eq!(p.segment_cpu_us(), 90.0);
+        assert_eq!(Profile::parse(&p.to_json()).unwrap(), p);
+        assert_eq!(
+            Profile::builtin("100mbit").unwrap().segment_cpu_us(),
+            DEFAULT_SEGMENT_CPU_US
+        );
         let err = Profile::parse(
             r#"{"points":[{"bytes":512,"L_us":1,"g_us":2},{"bytes":512,"L_us":1,"g_us":3}]}"#,
         )
@@ -327,6 +374,7 @@ mod tests {
         let empty = Profile {
             points: vec![],
             memcpy_gb_s: None,
+            segment_cpu_us: None,
         };
         assert_eq!(empty.cost(1000).g_us, 0.0);
     }

@@ -105,10 +105,24 @@ pub enum SimError {
 }
 
 /// Simulates one broadcast of `msize` bytes from `root` over `lanes` in `segment`-byte
-/// segments (per lane) on `topology`, every rank posting at time 0.
+/// segments (per lane) on `topology`, every rank posting at time 0, every lane on rail 0.
 pub fn simulate(
     topology: &Topology,
     lanes: Arc<[Lane]>,
+    root: usize,
+    msize: u64,
+    segment: u64,
+    timing: &Timing,
+) -> Result<Report, SimError> {
+    simulate_on_rails(topology, lanes, &[], root, msize, segment, timing)
+}
+
+/// [`simulate`] with lane l on rail `rails[l]` (a plan's `Plan::rails`; empty: rail 0):
+/// each lane's messages cross its rail's NICs and switches ([`SimNet::rails`]).
+pub fn simulate_on_rails(
+    topology: &Topology,
+    lanes: Arc<[Lane]>,
+    rails: &[usize],
     root: usize,
     msize: u64,
     segment: u64,
@@ -153,6 +167,7 @@ pub fn simulate(
         .saturating_mul(size as u64)
         .saturating_mul(lanes.len() as u64);
     net.engine_config(config)
+        .rails(rails.to_vec())
         .shared_port(SHARED_PORT_QUANTUM)
         .without_payloads()
         .max_events(hops.saturating_mul(64).saturating_add(10_000_000));

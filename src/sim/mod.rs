@@ -16,6 +16,8 @@ mod net;
 #[cfg(test)]
 pub(crate) mod tests;
 
-pub use broadcast::{simulate, Contention, EdgeUse, Report, SimError, Timing, EDGE_LATENCY_NS};
+pub use broadcast::{
+    simulate, simulate_on_rails, Contention, EdgeUse, Report, SimError, Timing, EDGE_LATENCY_NS,
+};
 pub use link::{ps_per_byte, LinkModel, LinkStats, Sent, SimLink, Through};
 pub use net::{Flow, Outcome, SimNet, Stats};

@@ -3,7 +3,8 @@
 //! ([`engine::reliable`](crate::engine::reliable)), as raw Ethernet runs them.
 //!
 //! A message from rank a to rank b crosses the directed edges of `Topology::path(a, b)`, one
-//! [`SimLink`] each (store and forward: each edge delays, loses, duplicates and reorders on its
+//! [`SimLink`] each (on a topology with rails, `Topology::path_on` of the rail its lane runs
+//! on, [`SimNet::rails`]: rails are edges like any other) (store and forward: each edge delays, loses, duplicates and reorders on its
 //! own). Each engine message is one reliable item; acknowledgements are messages of their own
 //! on the way back. Broadcasts are posted at chosen virtual times, several per rank, so ranks
 //! can be late and broadcasts overlap. Everything is seeded and ordered (`BTreeMap`), so a run
@@ -224,8 +225,11 @@ struct Rank {
     timer_at: Option<u64>,
     /// Paths to the first few peers this rank sent to (a tree's rank talks to its parent and
     /// children): found beside the rank, without hashing into the network's table.
-    routes: Vec<(usize, Arc<[DirEdge]>)>,
+    routes: Vec<(PeerRail, Arc<[DirEdge]>)>,
 }
+
+/// A route's destination rank and rail.
+type PeerRail = (usize, usize);
 
 impl Rank {
     fn runs(&self) -> bool {
@@ -313,8 +317,10 @@ pub struct SimNet {
     /// (time, order, event), earliest first.
     events: BinaryHeap<Reverse<(u64, u64, Event)>>,
     order: u64,
-    /// Paths between the pairs of ranks that talked, computed once.
-    paths: HashMap<(usize, usize), Arc<[DirEdge]>>,
+    /// Paths between the pairs of ranks that talked, per rail, computed once.
+    paths: HashMap<(usize, usize, usize), Arc<[DirEdge]>>,
+    /// The rail of each lane (`Plan::rails`); empty: every lane on rail 0.
+    rails: Vec<usize>,
     /// Per edge: sender → (start of its first data message there, end of its last).
     flows: Vec<EdgeFlows>,
     /// Ranks that run and have broadcasts open.
@@ -378,6 +384,7 @@ impl SimNet {
             events: BinaryHeap::new(),
             order: 0,
             paths: HashMap::new(),
+            rails: Vec::new(),
             flows: vec![EdgeFlows::default(); edges],
             busy_ranks: 0,
             lossy_links: if model.is_lossy() { edges } else { 0 },
@@ -385,6 +392,16 @@ impl SimNet {
             batch: Vec::new(),
             batching: false,
         }
+    }
+
+    /// Lane l of every broadcast on rail `rails[l]` (the plan's `Plan::rails`): its data,
+    /// credits and done messages cross `Topology::path_on(rail, …)`, as the TCP link sends
+    /// them through NIC `rail`. Messages numbered for reliability (lossy paths) and their
+    /// acknowledgements stay on rail 0, one ordered path per pair, as raw Ethernet's
+    /// reliability runs per peer. A rail the topology lacks falls back to rail 0.
+    pub fn rails(&mut self, rails: Vec<usize>) -> &mut SimNet {
+        self.rails = rails;
+        self
     }
 
     /// Prices messages with seed 003 §4.2's extended LogP model (`profile`): a data message
@@ -734,7 +751,9 @@ impl SimNet {
         } else {
             vec![0xEE; setup.msize as usize]
         };
+        let rails = self.rails.clone();
         let posted = Bcast::new(post.rank, &post.lanes, setup, self.engine, now)
+            .map(|b| b.with_rails(rails))
             .and_then(|b| rank.endpoint.post(b, &mut buf, now));
         rank.bufs.insert(setup.seq, buf);
         if setup.root == post.rank || setup.msize == 0 {
@@ -753,7 +772,7 @@ impl SimNet {
         if self.lossy_links == 0 {
             return false;
         }
-        let path = self.path(a, b);
+        let path = self.path(a, b, 0);
         path.iter()
             .any(|e| self.links[e.0 as usize].model().is_lossy())
     }
@@ -768,7 +787,12 @@ impl SimNet {
     }
 
     fn transmit(&mut self, from: usize, to: usize, packet: Packet) {
-        let path = self.path(from, to);
+        self.transmit_on(from, to, 0, packet);
+    }
+
+    /// [`SimNet::transmit`] through NIC `rail` of both ranks.
+    fn transmit_on(&mut self, from: usize, to: usize, rail: usize, packet: Packet) {
+        let path = self.path(from, to, rail);
         if path.is_empty() {
             return;
         }
@@ -850,22 +874,28 @@ impl SimNet {
         }
     }
 
-    /// The path from `from` to `to`, computed once per pair.
-    fn path(&mut self, from: usize, to: usize) -> Arc<[DirEdge]> {
+    /// The path from `from` to `to` on `rail` (rail 0 if the topology lacks it), computed once
+    /// per pair and rail.
+    fn path(&mut self, from: usize, to: usize, rail: usize) -> Arc<[DirEdge]> {
         const ROUTES: usize = 8;
+        let rail = if rail < self.topology.rails() {
+            rail
+        } else {
+            0
+        };
         let routes = &self.ranks[from].routes;
-        if let Some((_, path)) = routes.iter().find(|(peer, _)| *peer == to) {
+        if let Some((_, path)) = routes.iter().find(|(key, _)| *key == (to, rail)) {
             return path.clone();
         }
         let topology = &self.topology;
         let path = self
             .paths
-            .entry((from, to))
-            .or_insert_with(|| topology.path(from, to).into())
+            .entry((from, to, rail))
+            .or_insert_with(|| topology.path_on(rail, from, to).into())
             .clone();
         let routes = &mut self.ranks[from].routes;
         if routes.len() < ROUTES {
-            routes.push((to, path.clone()));
+            routes.push(((to, rail), path.clone()));
         }
         path
     }
@@ -1030,7 +1060,8 @@ impl SimNet {
                 self.peer(r, t.to).queue.push_back(item);
             } else {
                 self.stats.sends += 1;
-                self.transmit(r, t.to, bare(item));
+                let rail = self.ranks[r].endpoint.rail_of(&item.message);
+                self.transmit_on(r, t.to, rail, bare(item));
             }
         }
         if self.batching {

@@ -4,10 +4,10 @@
 
 use crate::bench::parse_sizes;
 use crate::CliResult;
-use pipecast::comm::{lanes, resolve, Algorithm};
+use pipecast::comm::{resolve, schedule, Algorithm};
 use pipecast::input::read_topology;
 use pipecast::model::Profile;
-use pipecast::sim::{simulate, Report, Timing};
+use pipecast::sim::{simulate_on_rails, Report, Timing};
 use pipecast::topology::{hosts, Topology};
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -162,8 +162,9 @@ fn one(
 ) -> Result<Row, Box<dyn std::error::Error>> {
     let (ran, seg) = resolve(topology, root, tree, bytes, segment, profile)?;
     let segments = bytes.div_ceil(seg.max(1)).max(1);
-    let lanes: Arc<[_]> = lanes(topology, root, &ran, segments)?.into();
-    let report = simulate(topology, lanes.clone(), root, bytes, seg, timing)
+    let (lanes, rails) = schedule(topology, root, &ran, segments)?;
+    let lanes: Arc<[_]> = lanes.into();
+    let report = simulate_on_rails(topology, lanes.clone(), &rails, root, bytes, seg, timing)
         .map_err(|e| format!("{tree} at {bytes} B: {e}"))?;
     let name = if ran.to_string() == tree.to_string() {
         tree.to_string()
@@ -176,7 +177,7 @@ fn one(
                 tree: kind.clone(),
                 root,
                 lanes: lanes.to_vec(),
-                rails: Vec::new(),
+                rails,
             };
             pipecast::model::predict(&plan, profile, bytes, seg)
         }

@@ -5,7 +5,9 @@
 use crate::engine::{Config, Setup};
 use crate::model::{self, Profile};
 use crate::plan::{self, TreeKind};
-use crate::sim::{simulate, LinkModel, Outcome, SimNet, Timing, EDGE_LATENCY_NS};
+use crate::sim::{
+    simulate, simulate_on_rails, LinkModel, Outcome, SimNet, Timing, EDGE_LATENCY_NS,
+};
 use crate::topology::{gen, Topology};
 use std::sync::Arc;
 
@@ -81,6 +83,50 @@ fn contention_free_trees_simulate_near_the_model() {
             assert!(r.contention.is_empty(), "{tree}: {:?}", r.contention);
         }
     }
+}
+
+/// Rails are edges like any other (issue 16): multilane on two rails, each lane on its own
+/// NICs and switches, finishes in about half the time of `linear` on one rail; the same lanes
+/// all on rail 0 share the NICs and take about linear's time. Every rail-1 edge carries the
+/// second lane, no rail-0 edge does.
+#[test]
+fn multilane_on_two_rails_takes_half_of_one_rail() {
+    let topo = gen::rails(2, 3, 4, false);
+    let timing = Timing::Rate { gbps: 1.0 };
+    let (msize, seg) = (8u64 << 20, 65536u64);
+    let multi = plan::build(&topo, 0, &TreeKind::Multilane, None).unwrap();
+    assert_eq!(multi.rails, [0, 1]);
+    let linear = plan::build(&topo, 0, &TreeKind::Linear, None).unwrap();
+    let run = |plan: &plan::Plan, rails: &[usize]| {
+        simulate_on_rails(
+            &topo,
+            plan.lanes.clone().into(),
+            rails,
+            0,
+            msize,
+            seg,
+            &timing,
+        )
+        .unwrap()
+    };
+    let one = run(&linear, &[]).completion_ns as f64;
+    let two = run(&multi, &multi.rails);
+    let ratio = two.completion_ns as f64 / one;
+    assert!((0.45..0.6).contains(&ratio), "multilane/linear {ratio}");
+    assert!(two.contention.is_empty(), "{:?}", two.contention);
+    // Both NICs of the root send half the message each.
+    let up = |rail| {
+        two.edges
+            .iter()
+            .find(|e| e.edge == topo.nic_up(0, rail))
+            .map_or(0, |e| e.busy_ns)
+    };
+    let (a, b) = (up(0), up(1));
+    assert!(a > 0 && a == b, "root's NICs busy {a} and {b} ns");
+    // On rail 0 alone the lanes share the NICs: no faster than linear.
+    let shared = run(&multi, &[0, 0]).completion_ns as f64;
+    assert!(shared / one > 0.9, "both lanes on rail 0: {}", shared / one);
+    assert_eq!(run(&multi, &[]).completion_ns as f64, shared);
 }
 
 /// A topology-unaware chain on interleaved switches sends different senders' data over the

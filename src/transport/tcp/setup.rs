@@ -6,8 +6,8 @@ use super::{Conn, Rx, TcpTransport, HEADER};
 use crate::transport::TransportError;
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
-use std::net::TcpStream;
-use std::os::fd::AsRawFd;
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use crate::wire::hello;
@@ -46,7 +46,18 @@ impl TcpTransport {
                 },
                 error: e.to_string(),
             };
-            let mut stream = TcpStream::connect_timeout(&addr, timeout).map_err(setup)?;
+            // On rails, from this rank's own address on the rail (its NIC `rail`), so that a
+            // connection's source is the NIC it belongs to, not whatever the route picks.
+            let local = (self.rails > 1)
+                .then(|| self.listeners[rail].local_addr().ok())
+                .flatten()
+                .map(|a| a.ip())
+                .filter(|ip| !ip.is_unspecified() && ip.is_ipv4() == addr.is_ipv4());
+            let mut stream = match local {
+                Some(ip) => connect_from(ip, addr, timeout),
+                None => TcpStream::connect_timeout(&addr, timeout),
+            }
+            .map_err(setup)?;
             let first = hello::emit(hello::TCP_LINK, self.cookie, self.me as u64);
             stream.write_all(&first).map_err(setup)?;
             self.add((p, rail), stream).map_err(setup)?;
@@ -181,4 +192,101 @@ fn keepalive(stream: &TcpStream, within: Duration) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// [`TcpStream::connect_timeout`] from source address `local` (any port): the socket is bound
+/// to `local` before it connects, as a NIC's connections must leave from that NIC's address
+/// (issue 16: one connection per rail, each from and to its rail's addresses).
+pub(super) fn connect_from(
+    local: IpAddr,
+    addr: SocketAddr,
+    timeout: Duration,
+) -> io::Result<TcpStream> {
+    let err = |rc: libc::c_int| {
+        if rc < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(rc)
+        }
+    };
+    let domain = if addr.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    let kind = libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK;
+    // SAFETY: socket(2) takes no pointers; the new descriptor is owned at once below.
+    let fd = err(unsafe { libc::socket(domain, kind, 0) })?;
+    // SAFETY: `fd` was just created and nothing else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let (sa, len) = sockaddr(SocketAddr::new(local, 0));
+    // SAFETY: `sa` is a sockaddr_storage holding a sockaddr of `len` bytes, alive for the call.
+    err(unsafe { libc::bind(fd.as_raw_fd(), (&raw const sa).cast(), len) })?;
+    let (sa, len) = sockaddr(addr);
+    // SAFETY: as above.
+    let rc = unsafe { libc::connect(fd.as_raw_fd(), (&raw const sa).cast(), len) };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINPROGRESS) {
+            return Err(e);
+        }
+        let mut pfd = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLOUT,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().clamp(1, libc::c_int::MAX as u128) as libc::c_int;
+        // SAFETY: one valid pollfd, alive for the call.
+        if err(unsafe { libc::poll(&mut pfd, 1, ms) })? == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "connection timed out",
+            ));
+        }
+        let stream = TcpStream::from(fd);
+        if let Some(e) = stream.take_error()? {
+            return Err(e);
+        }
+        stream.set_nonblocking(false)?;
+        return Ok(stream);
+    }
+    let stream = TcpStream::from(fd);
+    stream.set_nonblocking(false)?;
+    Ok(stream)
+}
+
+/// `addr` as a sockaddr_in or sockaddr_in6 in a sockaddr_storage, and its length.
+fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: sockaddr_storage is plain old data; all zeroes is a valid (unspecified) value.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in.
+            unsafe { (&raw mut storage).cast::<libc::sockaddr_in>().write(sin) };
+            std::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: sockaddr_storage is larger than and aligned for sockaddr_in6.
+            unsafe { (&raw mut storage).cast::<libc::sockaddr_in6>().write(sin6) };
+            std::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (storage, len as libc::socklen_t)
 }
