@@ -199,6 +199,9 @@ pub struct VerbsLink<V: Verbs> {
     connect_timeout: Duration,
     /// Peers whose handshake failed, and why (final: a broadcast needing them fails).
     failed: BTreeMap<usize, String>,
+    /// Peers this link serves (every `connect` adds its peers): under a router, the
+    /// broadcasts' other peers (same host: shared memory) get no queue pair here.
+    routed: BTreeSet<usize>,
     /// Registered edge regions (ring block, receive slots) not in use (`edges::SPARE`).
     spare: Vec<(Region, Region)>,
     stage: Region,
@@ -258,6 +261,7 @@ impl<V: Verbs> VerbsLink<V> {
             leaving: Vec::new(),
             connect_timeout: Duration::from_secs(60),
             failed: BTreeMap::new(),
+            routed: BTreeSet::new(),
             free_stage: (0..cfg.stage_slots).rev().collect(),
             stage,
             verbs,
@@ -876,6 +880,7 @@ impl<V: Verbs> Transport for VerbsLink<V> {
             return Err(TransportError::UnknownPeer { peer });
         }
         self.connect_timeout = timeout;
+        self.routed.extend(peers);
         Ok(())
     }
 
@@ -965,7 +970,11 @@ impl<V: Verbs> Transport for VerbsLink<V> {
         self.poll_all(bufs, endpoint, now)?;
         // The edges the broadcasts in flight use: asked for when new, handshakes advanced,
         // idle ones over the bound closed.
-        let busy: BTreeSet<usize> = endpoint.peers().into_iter().collect();
+        let busy: BTreeSet<usize> = endpoint
+            .peers()
+            .into_iter()
+            .filter(|p| self.routed.contains(p))
+            .collect();
         self.edges(&busy)?;
         if let Some((&peer, why)) = self.failed.iter().find(|(p, _)| busy.contains(p)) {
             return Err(io(peer, why.clone()).into());
@@ -1081,6 +1090,12 @@ impl<V: Verbs> Transport for VerbsLink<V> {
 
     fn set_wake(&mut self, fd: std::os::fd::RawFd) {
         self.wake = Some(fd);
+    }
+
+    /// Peers ask for edges (and to close idle ones) whenever their broadcasts start, so the
+    /// side channel is served between broadcasts too.
+    fn serves_idle(&self) -> bool {
+        true
     }
 
     fn wait_fd(&self) -> Option<std::os::fd::RawFd> {

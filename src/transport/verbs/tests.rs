@@ -446,6 +446,48 @@ fn a_rank_makes_queue_pairs_only_for_its_tree_edges() {
     }
 }
 
+/// Under a router (peers on the same host served by shared memory), the link makes queue
+/// pairs only to the peers it was given (`connect`), though the broadcast's other peers
+/// are in the endpoint too; and it asks to be served between broadcasts, to answer
+/// handshakes.
+#[test]
+fn queue_pairs_only_to_the_peers_routed_to_the_link() {
+    let fabric = Fabric::new(7);
+    let ip = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+    let mut link =
+        VerbsLink::new(0, 3, fabric.node(), LinkConfig::default(), "m".into(), ip).unwrap();
+    let other = VerbsLink::new(1, 3, fabric.node(), LinkConfig::default(), "m".into(), ip).unwrap();
+    let third = VerbsLink::new(2, 3, fabric.node(), LinkConfig::default(), "m".into(), ip).unwrap();
+    let addrs = [link.local_addr(), other.local_addr(), third.local_addr()];
+    link.set_peers(&addrs, COOKIE).unwrap();
+    link.connect(&[2], Duration::from_secs(10)).unwrap();
+    assert!(link.serves_idle());
+    let topo = Topology::single_switch(3);
+    let plan = plan::build(&topo, 0, &"flat".parse().unwrap(), None).unwrap();
+    let setup = Setup {
+        seq: 1,
+        root: 0,
+        msize: 10,
+        segment: 64,
+        deep: false,
+    };
+    let mut ep = Endpoint::new();
+    let mut bufs = Buffers::new();
+    bufs.insert(1, Buffer::Owned(message(1, 10)));
+    let buf = bufs.get_mut(&1).unwrap();
+    ep.post(
+        Bcast::new(0, &plan.lanes, setup, config(), 0).unwrap(),
+        buf.as_mut_slice(),
+        0,
+    )
+    .unwrap();
+    link.register(1, buf).unwrap();
+    link.progress(&mut bufs, &mut ep, &|| 0, Duration::ZERO)
+        .unwrap();
+    assert_eq!(fabric.qps_of(0), (1, 0), "a queue pair to rank 2 only");
+    link.deregister(1);
+}
+
 /// Broadcasts whose root changes: the first one from a root makes the queue pairs of its
 /// edges that are new, later ones reuse them; all byte-exact.
 #[test]
