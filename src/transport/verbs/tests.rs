@@ -32,12 +32,8 @@ fn links(fabric: &Fabric, n: usize, cfg: LinkConfig) -> Vec<VerbsLink<ModelVerbs
     let addrs: Vec<_> = links.iter().map(VerbsLink::local_addr).collect();
     links
         .into_iter()
-        .enumerate()
-        .map(|(r, mut link)| {
+        .map(|mut link| {
             link.set_peers(&addrs, COOKIE).unwrap();
-            // What the communicator does at creation: it connects nothing here.
-            let others: Vec<usize> = (0..n).filter(|&p| p != r).collect();
-            link.connect(&others, Duration::from_secs(10)).unwrap();
             link
         })
         .collect()
@@ -47,12 +43,29 @@ fn links(fabric: &Fabric, n: usize, cfg: LinkConfig) -> Vec<VerbsLink<ModelVerbs
 fn ranks(fabric: &Fabric, n: usize, cfg: LinkConfig) -> Vec<Rank> {
     links(fabric, n, cfg)
         .into_iter()
-        .map(|link| Rank {
-            ep: Endpoint::new(),
-            link,
-            bufs: Buffers::new(),
+        .enumerate()
+        .map(|(r, mut link)| {
+            // What the communicator does at creation: it connects nothing here.
+            let others: Vec<usize> = (0..n).filter(|&p| p != r).collect();
+            link.connect(&others, Duration::from_secs(10)).unwrap();
+            Rank {
+                ep: Endpoint::new(),
+                link,
+                bufs: Buffers::new(),
+            }
         })
         .collect()
+}
+
+/// Broadcast `seq` from `root` of `msize` bytes in `segment`-byte segments.
+fn setup_of(seq: u64, root: usize, msize: u64, segment: u64) -> Setup {
+    Setup {
+        seq,
+        root,
+        msize,
+        segment,
+        deep: false,
+    }
 }
 
 /// The seeded message of broadcast `seq`.
@@ -65,19 +78,24 @@ fn message(seq: u64, len: usize) -> Vec<u8> {
 /// Posts broadcast `setup` over `lanes` at every rank (the root holds the message) and
 /// registers its buffers.
 fn post(ranks: &mut [Rank], lanes: &[Lane], setup: Setup, config: Config) {
-    let len = setup.msize as usize;
     for (r, rank) in ranks.iter_mut().enumerate() {
-        let b = Bcast::new(r, lanes, setup, config, 0).unwrap();
-        let bytes = if r == setup.root {
-            message(setup.seq, len)
-        } else {
-            vec![0xee; len]
-        };
-        rank.bufs.insert(setup.seq, Buffer::Owned(bytes));
-        let buf = rank.bufs.get_mut(&setup.seq).unwrap();
-        rank.ep.post(b, buf.as_mut_slice(), 0).unwrap();
-        rank.link.register(setup.seq, buf).unwrap();
+        post_at(rank, r, lanes, setup, config);
     }
+}
+
+/// Posts broadcast `setup` at rank `r` alone.
+fn post_at(rank: &mut Rank, r: usize, lanes: &[Lane], setup: Setup, config: Config) {
+    let len = setup.msize as usize;
+    let b = Bcast::new(r, lanes, setup, config, 0).unwrap();
+    let bytes = if r == setup.root {
+        message(setup.seq, len)
+    } else {
+        vec![0xee; len]
+    };
+    rank.bufs.insert(setup.seq, Buffer::Owned(bytes));
+    let buf = rank.bufs.get_mut(&setup.seq).unwrap();
+    rank.ep.post(b, buf.as_mut_slice(), 0).unwrap();
+    rank.link.register(setup.seq, buf).unwrap();
 }
 
 /// Rounds of every rank's progress until broadcasts `seqs` are done everywhere (each then
@@ -211,13 +229,7 @@ fn unregistrable_buffers_go_through_the_rings_byte_exact() {
                 let plan = plan::build(&topo, root, &tree.parse().unwrap(), Some(4)).unwrap();
                 for msize in [0, 1, 23, 24, 25, 100, 1001] {
                     seq += 1;
-                    let setup = Setup {
-                        seq,
-                        root,
-                        msize,
-                        segment: 50,
-                        deep: false,
-                    };
+                    let setup = setup_of(seq, root, msize, 50);
                     post(&mut rs, &plan.lanes, setup, config());
                     run(&mut rs, &[seq]).unwrap_or_else(|(r, e)| {
                         panic!(
@@ -269,13 +281,7 @@ fn broadcasts_in_flight_together_are_byte_exact() {
         .enumerate()
     {
         let plan = plan::build(&topo, root, &tree.parse().unwrap(), Some(4)).unwrap();
-        let setup = Setup {
-            seq: seq as u64 + 1,
-            root,
-            msize,
-            segment: 128,
-            deep: false,
-        };
+        let setup = setup_of(seq as u64 + 1, root, msize, 128);
         post(&mut rs, &plan.lanes, setup, config());
     }
     run(&mut rs, &[1, 2, 3]).unwrap_or_else(|(r, e)| panic!("rank {r}: {e}"));
@@ -293,13 +299,7 @@ fn a_peer_that_disappears_fails_the_broadcast_without_a_hang() {
     let fabric = Fabric::new(7);
     let mut rs = ranks(&fabric, size, LinkConfig::default());
     let plan = plan::build(&topo, 0, &"naive-linear".parse().unwrap(), None).unwrap();
-    let setup = Setup {
-        seq: 1,
-        root: 0,
-        msize: 100_000,
-        segment: 1000,
-        deep: false,
-    };
+    let setup = setup_of(1, 0, 100_000, 1000);
     post(&mut rs, &plan.lanes, setup, config());
     // A few rounds, then rank 1 (the middle of the chain) dies.
     let now = Cell::new(0u64);
@@ -347,13 +347,7 @@ fn connect_all(rs: &mut [Rank], topo: &Topology) {
     for root in 0..rs.len() {
         let plan = plan::build(topo, root, &"flat".parse().unwrap(), None).unwrap();
         let seq = 1 + root as u64;
-        let setup = Setup {
-            seq,
-            root,
-            msize: 1,
-            segment: 64,
-            deep: false,
-        };
+        let setup = setup_of(seq, root, 1, 64);
         post(rs, &plan.lanes, setup, config());
         run(rs, &[seq]).unwrap_or_else(|(r, e)| panic!("connecting: rank {r}: {e}"));
         for r in rs.iter_mut() {
@@ -372,13 +366,7 @@ fn an_edge_that_cannot_register_its_rings_names_the_limit() {
     let mut rs = ranks(&fabric, size, LinkConfig::default());
     fabric.limit_registration(0, 0);
     let plan = plan::build(&topo, 0, &"flat".parse().unwrap(), None).unwrap();
-    let setup = Setup {
-        seq: 1,
-        root: 0,
-        msize: 10,
-        segment: 64,
-        deep: false,
-    };
+    let setup = setup_of(1, 0, 10, 64);
     post(&mut rs, &plan.lanes, setup, config());
     let (r, e) = run(&mut rs, &[1]).unwrap_err();
     let e = e.to_string();
@@ -391,13 +379,7 @@ fn an_edge_that_cannot_register_its_rings_names_the_limit() {
 
 /// The distinct peers (parents and children, every lane) of `rank` in `lanes`.
 fn edges_of(rank: usize, lanes: &[Lane], root: usize) -> usize {
-    let setup = Setup {
-        seq: 1,
-        root,
-        msize: 1,
-        segment: 64,
-        deep: false,
-    };
+    let setup = setup_of(1, root, 1, 64);
     Bcast::new(rank, lanes, setup, config(), 0)
         .unwrap()
         .peers()
@@ -416,13 +398,7 @@ fn a_rank_makes_queue_pairs_only_for_its_tree_edges() {
         let mut rs = ranks(&fabric, size, LinkConfig::default());
         let plan = plan::build(&topo, 0, &tree.parse().unwrap(), Some(4)).unwrap();
         for (seq, msize) in [(1, 70_001), (2, 1)] {
-            let setup = Setup {
-                seq,
-                root: 0,
-                msize,
-                segment: 1000,
-                deep: false,
-            };
+            let setup = setup_of(seq, 0, msize, 1000);
             post(&mut rs, &plan.lanes, setup, config());
             run(&mut rs, &[seq]).unwrap_or_else(|(r, e)| panic!("{tree}: rank {r}: {e}"));
             check(&rs, seq, tree);
@@ -453,39 +429,22 @@ fn a_rank_makes_queue_pairs_only_for_its_tree_edges() {
 #[test]
 fn queue_pairs_only_to_the_peers_routed_to_the_link() {
     let fabric = Fabric::new(7);
-    let ip = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
-    let mut link =
-        VerbsLink::new(0, 3, fabric.node(), LinkConfig::default(), "m".into(), ip).unwrap();
-    let other = VerbsLink::new(1, 3, fabric.node(), LinkConfig::default(), "m".into(), ip).unwrap();
-    let third = VerbsLink::new(2, 3, fabric.node(), LinkConfig::default(), "m".into(), ip).unwrap();
-    let addrs = [link.local_addr(), other.local_addr(), third.local_addr()];
-    link.set_peers(&addrs, COOKIE).unwrap();
-    link.connect(&[2], Duration::from_secs(10)).unwrap();
-    assert!(link.serves_idle());
+    let mut ls = links(&fabric, 3, LinkConfig::default());
+    let mut r0 = Rank {
+        ep: Endpoint::new(),
+        link: ls.remove(0),
+        bufs: Buffers::new(),
+    };
+    r0.link.connect(&[2], Duration::from_secs(10)).unwrap();
+    assert!(r0.link.serves_idle());
     let topo = Topology::single_switch(3);
     let plan = plan::build(&topo, 0, &"flat".parse().unwrap(), None).unwrap();
-    let setup = Setup {
-        seq: 1,
-        root: 0,
-        msize: 10,
-        segment: 64,
-        deep: false,
-    };
-    let mut ep = Endpoint::new();
-    let mut bufs = Buffers::new();
-    bufs.insert(1, Buffer::Owned(message(1, 10)));
-    let buf = bufs.get_mut(&1).unwrap();
-    ep.post(
-        Bcast::new(0, &plan.lanes, setup, config(), 0).unwrap(),
-        buf.as_mut_slice(),
-        0,
-    )
-    .unwrap();
-    link.register(1, buf).unwrap();
-    link.progress(&mut bufs, &mut ep, &|| 0, Duration::ZERO)
+    post_at(&mut r0, 0, &plan.lanes, setup_of(1, 0, 10, 64), config());
+    r0.link
+        .progress(&mut r0.bufs, &mut r0.ep, &|| 0, Duration::ZERO)
         .unwrap();
     assert_eq!(fabric.qps_of(0), (1, 0), "a queue pair to rank 2 only");
-    link.deregister(1);
+    r0.link.deregister(1);
 }
 
 /// Broadcasts whose root changes: the first one from a root makes the queue pairs of its
@@ -503,13 +462,7 @@ fn changing_roots_make_queue_pairs_on_first_use_and_reuse_them() {
         let plan = plan::build(&topo, root, &"binomial".parse().unwrap(), None).unwrap();
         let before = made(&fabric);
         seq += 1;
-        let setup = Setup {
-            seq,
-            root,
-            msize: 3001,
-            segment: 256,
-            deep: false,
-        };
+        let setup = setup_of(seq, root, 3001, 256);
         post(&mut rs, &plan.lanes, setup, config());
         run(&mut rs, &[seq]).unwrap_or_else(|(r, e)| panic!("root {root}: rank {r}: {e}"));
         check(&rs, seq, &format!("root {root}"));
@@ -555,13 +508,7 @@ fn the_queue_pair_cache_is_bounded_and_closes_idle_edges_safely() {
         let plan = plan::build(&topo, root, &tree.parse().unwrap(), None).unwrap();
         for msize in [1, 5000] {
             seq += 1;
-            let setup = Setup {
-                seq,
-                root,
-                msize,
-                segment: 512,
-                deep: false,
-            };
+            let setup = setup_of(seq, root, msize, 512);
             post(&mut rs, &plan.lanes, setup, config());
             run(&mut rs, &[seq]).unwrap_or_else(|(r, e)| panic!("{tree} {root}: rank {r}: {e}"));
             check(&rs, seq, &format!("{tree} root {root}"));
@@ -603,13 +550,7 @@ fn the_queue_pair_cache_is_bounded_and_closes_idle_edges_safely() {
 fn a_peer_gone_mid_connect_is_an_error_not_a_hang() {
     let topo = Topology::single_switch(2);
     let plan = plan::build(&topo, 0, &"linear".parse().unwrap(), None).unwrap();
-    let setup = Setup {
-        seq: 1,
-        root: 0,
-        msize: 1000,
-        segment: 100,
-        deep: false,
-    };
+    let setup = setup_of(1, 0, 1000, 100);
     let clock = || 0u64;
     // How rank 0 fares while rank 1 does nothing (`before` runs once, after its first round).
     let fails = |before: &dyn Fn(&mut Vec<Rank>), timeout: Duration| -> String {
@@ -649,11 +590,8 @@ fn a_peer_gone_mid_connect_is_an_error_not_a_hang() {
         link: ls.remove(0),
         bufs: Buffers::new(),
     };
-    let b = Bcast::new(0, &plan.lanes, setup, config(), 0).unwrap();
-    r0.bufs.insert(1, Buffer::Owned(message(1, 1000)));
-    let buf = r0.bufs.get_mut(&1).unwrap();
-    r0.ep.post(b, buf.as_mut_slice(), 0).unwrap();
-    r0.link.register(1, buf).unwrap();
+    r0.link.connect(&[1], Duration::from_secs(10)).unwrap();
+    post_at(&mut r0, 0, &plan.lanes, setup, config());
     let e = r0
         .link
         .progress(&mut r0.bufs, &mut r0.ep, &clock, Duration::ZERO)
@@ -671,13 +609,7 @@ fn ranks_that_disagree_on_the_size_fail_instead_of_writing_past_a_buffer() {
     let mut rs = ranks(&fabric, 2, LinkConfig::default());
     let plan = plan::build(&topo, 0, &"linear".parse().unwrap(), None).unwrap();
     for (r, msize) in [(0usize, 1000u64), (1, 100)] {
-        let setup = Setup {
-            seq: 1,
-            root: 0,
-            msize,
-            segment: 64,
-            deep: false,
-        };
+        let setup = setup_of(1, 0, msize, 64);
         let b = Bcast::new(r, &plan.lanes, setup, config(), 0).unwrap();
         let rank = &mut rs[r];
         rank.bufs
