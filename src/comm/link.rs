@@ -150,7 +150,13 @@ pub fn open_verbs(
         Transport::Auto => false,
         _ => return Ok(None),
     };
-    match verbs::open(rank, size, &config.verbs) {
+    // Queue pair handshakes listen where the TCP link does (`Local::open` set the address).
+    let ip = config
+        .ip
+        .as_deref()
+        .and_then(|ip| ip.parse().ok())
+        .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+    match verbs::open(rank, size, &config.verbs, ip) {
         Ok(link) => Ok(Some(link)),
         Err(e) if required => Err(TransportError::Setup {
             what: "transport verbs".into(),
@@ -186,10 +192,11 @@ pub fn choose(
         .collect();
     match (verbs, transport) {
         (Some(mut v), _) if without.is_empty() => {
-            // Every rank has the others' addresses: each connects its queue pairs. A failure
-            // here is local; the second agreement round fails every rank with it.
+            // Every rank has the others' addresses; queue pairs are connected per tree edge
+            // when first used. A failure here is local; the second agreement round fails
+            // every rank with it.
             let addrs: Vec<_> = peers.verbs.iter().flatten().cloned().collect();
-            v.set_peers(&addrs)
+            v.set_peers(&addrs, peers.cookie)
                 .map_err(|e| CommError::Bootstrap(e.to_string()))?;
             return Ok(Box::new(v));
         }

@@ -31,12 +31,13 @@
 //! ```
 //!
 //! **Version 2** (issue 17, RDMA verbs): bytes 50..54 give the length of a verbs section
-//! after the rail NICs:
+//! after the rail NICs, 48 bytes whatever the number of ranks (queue pairs are connected per
+//! tree edge when first used, through the listener named here: `transport/verbs/handshake.rs`):
 //!
 //! ```text
 //! 0  port u8   1 GID index u8   2 LID u16   4 GID: 16 bytes   20 path MTU u8 (enum ibv_mtu)
-//! 21 reserved: 3 bytes   24 ring address u64   32 ring rkey u32   36 ring slot bytes u32
-//! 40 ring slots u32   44 queue pairs u32 (n)   48 n queue pair numbers u32 (one per rank)
+//! 21 handshake listener's address family u8 (4 or 6)   22 its TCP port u16
+//! 24 its address: 16 bytes (IPv4 in the first 4)   40 ring slot bytes u32   44 ring slots u32
 //! ```
 //!
 //! A blob with neither rail NICs nor verbs is written as version 1, which every version-1
@@ -55,7 +56,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 pub const VERSION: u8 = 2;
 /// The version of a blob with neither.
 pub const VERSION_PLAIN: u8 = 1;
-/// Bytes of the verbs section before its queue pair numbers.
+/// Bytes of the verbs section.
 pub const VERBS_HEAD: usize = 48;
 /// Most NICs beyond the first a blob carries (`topology::MAX_NICS` − 1).
 pub const MAX_RAIL_NICS: usize = 15;
@@ -155,8 +156,9 @@ pub struct Repr<'a> {
     pub cpus: Option<CpuRange>,
 }
 
-/// Where a rank's RDMA port, queue pairs and fallback ring are (the verbs section).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+/// Where a rank's RDMA port is, and where it listens for queue pair handshakes (the verbs
+/// section).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerbsAddr {
     pub port: u8,
     /// The GID table index (RoCE v2: the entry of the wanted address and version).
@@ -165,20 +167,18 @@ pub struct VerbsAddr {
     pub gid: [u8; 16],
     /// Active path MTU, `enum ibv_mtu` (1: 256 bytes … 5: 4096).
     pub mtu: u8,
-    /// This rank's registered ring: peer p writes its pieces into block p of `ring_slots`
-    /// slots of `ring_slot` bytes from `ring_addr`, under key `ring_rkey`.
-    pub ring_addr: u64,
-    pub ring_rkey: u32,
+    /// Where the rank accepts queue pair handshakes (TCP).
+    pub listen: SocketAddr,
+    /// The rank's fallback rings: `ring_slots` slots of `ring_slot` bytes per edge (every
+    /// rank must agree; each ring's address and key travel in the edge's handshake).
     pub ring_slot: u32,
     pub ring_slots: u32,
-    /// `qpns[p]`: the number of this rank's queue pair to rank p (its own entry unused).
-    pub qpns: Vec<u32>,
 }
 
 impl VerbsAddr {
     /// Bytes of the section.
     pub fn buffer_len(&self) -> usize {
-        VERBS_HEAD + 4 * self.qpns.len()
+        VERBS_HEAD
     }
 
     fn emit(&self, b: &mut [u8]) {
@@ -187,14 +187,12 @@ impl VerbsAddr {
         b[2..4].copy_from_slice(&self.lid.to_le_bytes());
         b[4..20].copy_from_slice(&self.gid);
         b[20] = self.mtu;
-        b[24..32].copy_from_slice(&self.ring_addr.to_le_bytes());
-        b[32..36].copy_from_slice(&self.ring_rkey.to_le_bytes());
-        b[36..40].copy_from_slice(&self.ring_slot.to_le_bytes());
-        b[40..44].copy_from_slice(&self.ring_slots.to_le_bytes());
-        b[44..48].copy_from_slice(&(self.qpns.len() as u32).to_le_bytes());
-        for (i, q) in self.qpns.iter().enumerate() {
-            b[VERBS_HEAD + 4 * i..VERBS_HEAD + 4 * i + 4].copy_from_slice(&q.to_le_bytes());
-        }
+        let mut family = 0;
+        put_address(self.listen, &mut family, &mut b[24..40]);
+        b[21] = family;
+        b[22..24].copy_from_slice(&self.listen.port().to_le_bytes());
+        b[40..44].copy_from_slice(&self.ring_slot.to_le_bytes());
+        b[44..48].copy_from_slice(&self.ring_slots.to_le_bytes());
     }
 
     fn parse(b: &[u8]) -> Result<VerbsAddr, WireError> {
@@ -202,32 +200,22 @@ impl VerbsAddr {
             what: "bootstrap blob's verbs section",
             detail,
         };
-        if b.len() < VERBS_HEAD {
+        if b.len() != VERBS_HEAD {
             return Err(bad(format!(
-                "{} bytes, at least {VERBS_HEAD} needed",
+                "{} bytes, {VERBS_HEAD} expected (a rank runs another pipecast?)",
                 b.len()
             )));
         }
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
-        let n = u32_at(44) as usize;
-        if b.len() != VERBS_HEAD + 4 * n {
-            return Err(bad(format!(
-                "{} bytes for {n} queue pairs ({} expected)",
-                b.len(),
-                VERBS_HEAD + 4 * n
-            )));
-        }
         Ok(VerbsAddr {
             port: b[0],
             gid_index: b[1],
             lid: u16_at(b, 2),
             gid: b[4..20].try_into().expect("16 bytes"),
             mtu: b[20],
-            ring_addr: u64::from_le_bytes(b[24..32].try_into().expect("8 bytes")),
-            ring_rkey: u32_at(32),
-            ring_slot: u32_at(36),
-            ring_slots: u32_at(40),
-            qpns: (0..n).map(|i| u32_at(VERBS_HEAD + 4 * i)).collect(),
+            listen: address(b[21], u16_at(b, 22), &b[24..40])?,
+            ring_slot: u32_at(40),
+            ring_slots: u32_at(44),
         })
     }
 }
@@ -493,11 +481,9 @@ mod tests {
             lid: 0,
             gid: [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0xff, 0xfe, 0, 0, 7],
             mtu: 3,
-            ring_addr: 0x7f12_3456_7000,
-            ring_rkey: 0xabcd,
+            listen: "10.1.2.3:45678".parse().unwrap(),
             ring_slot: 32768,
             ring_slots: 4,
-            qpns: vec![0, 0x11, 0x22],
         }
     }
 
@@ -513,19 +499,28 @@ mod tests {
         };
         let bytes = with.to_vec().unwrap();
         assert_eq!(bytes[3], 2);
-        assert_eq!(bytes.len(), plain.len() + VERBS_HEAD + 12);
+        assert_eq!(bytes.len(), plain.len() + VERBS_HEAD);
         assert_eq!(Repr::parse(&bytes).unwrap(), with);
         let mut cut = bytes.clone();
         cut.pop();
         assert!(Repr::parse(&cut).is_err());
-        // A section whose queue pair count disagrees with its length.
+        // A listener of an unknown address family.
         let mut b = bytes;
-        let at = b.len() - 12 - VERBS_HEAD + 44;
+        let at = b.len() - VERBS_HEAD + 21;
         b[at] = 9;
         assert!(Repr::parse(&b)
             .unwrap_err()
             .to_string()
-            .contains("queue pairs"));
+            .contains("address family"));
+        // An IPv6 listener round-trips too.
+        let v6 = Repr {
+            verbs: Some(VerbsAddr {
+                listen: "[fd00::7]:9".parse().unwrap(),
+                ..verbs()
+            }),
+            ..sample()
+        };
+        assert_eq!(Repr::parse(&v6.to_vec().unwrap()).unwrap(), v6);
     }
 
     #[test]

@@ -1,7 +1,10 @@
 //! The verbs link's protocol, over any [`Verbs`] backend (the device, or the model in tests).
 //!
-//! - One reliable-connected queue pair per pair of ranks, created before the bootstrap and
-//!   connected from everybody's blobs: every tree edge of every broadcast has its own.
+//! - One reliable-connected queue pair per tree edge, created and connected when a broadcast
+//!   first uses the edge, through a handshake on a TCP side channel
+//!   (`handshake.rs`; the edges' cache: `link/edges.rs`): a rank has queue pairs only to the
+//!   parents and children of the broadcasts it ran, at most [`LinkConfig::max_qps`] of them
+//!   idle.
 //! - A child registers its user buffer when its broadcast is posted
 //!   ([`Transport::register`]) and tells each of its parents where it is (an advert, with the
 //!   broadcast's shape so that ranks that disagree fail instead of writing past a buffer).
@@ -22,16 +25,21 @@
 //!   is noticed too.
 
 use super::control::{self, Control, Target, MAX_SEGMENTS};
+use super::handshake::{Conn, Listener};
 use super::mr_cache::MrCache;
 use super::ops::{
-    Completion, Local, Mr, Op, QpId, RecvWr, Remote, SendWr, Verbs, VerbsError, WcKind, WcStatus,
+    Completion, Local, Mr, Op, QpId, RecvWr, SendWr, Verbs, VerbsError, WcKind, WcStatus,
 };
 use crate::engine::{DataHeader, Endpoint, Message, Route};
 use crate::transport::{Buffer, Buffers, Capabilities, Transport, TransportError};
 use crate::wire::bootstrap::VerbsAddr;
+use edges::Edge;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::net::SocketAddr;
 use std::ops::Range;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+mod edges;
 
 /// Sizes of the link's queues and rings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +59,10 @@ pub struct LinkConfig {
     /// A peer a broadcast waits for gets a heartbeat this often (ns) when nothing else goes
     /// to it, so that a dead one fails the send.
     pub heartbeat: u64,
+    /// Queue pairs kept: above this many, idle ones (no broadcast in flight uses them) are
+    /// closed, least recently used first. Busy ones are never closed, so a rank holds at most
+    /// this many or the edges of its broadcasts in flight, whichever is more.
+    pub max_qps: usize,
 }
 
 impl Default for LinkConfig {
@@ -63,6 +75,7 @@ impl Default for LinkConfig {
             ring_slot: 32 << 10,
             stage_slots: 8,
             heartbeat: 500_000_000,
+            max_qps: 64,
         }
     }
 }
@@ -133,9 +146,16 @@ struct Assembling {
     offset: usize,
 }
 
-/// One peer's queue pair and traffic.
+/// One peer's queue pair (one tree edge) and traffic.
 struct Peer {
     qp: QpId,
+    /// Where the handshake is (only `Ready` edges carry traffic).
+    edge: Edge,
+    /// The far end's queue pair number (once known).
+    remote_qpn: u32,
+    /// This rank's ring block for the peer, and its control receive slots.
+    ring: Region,
+    recv: Region,
     /// Its ring block for this rank.
     ring_addr: u64,
     ring_rkey: u32,
@@ -153,6 +173,10 @@ struct Peer {
     assembling: Option<Assembling>,
     heartbeat_out: bool,
     last_sent: u64,
+    /// When the edge last carried anything (the cache closes the least recently used).
+    last_used: u64,
+    /// The peer refused to close it (it uses it): not asked again before then.
+    close_after: Option<Instant>,
 }
 
 /// The RDMA verbs link over backend `V`.
@@ -161,12 +185,27 @@ pub struct VerbsLink<V: Verbs> {
     size: usize,
     cfg: LinkConfig,
     verbs: V,
-    qps: Vec<Option<QpId>>,
+    /// The edges: a queue pair per peer this rank's broadcasts used (or that asked).
     peers: BTreeMap<usize, Peer>,
-    ring: Region,
+    by_qp: BTreeMap<QpId, usize>,
+    /// The side channel: this rank's listener, the peers' ones (after `set_peers`), the job
+    /// cookie, connections not yet matched to an edge (with a deadline), answers being
+    /// flushed before they close.
+    listener: Listener,
+    listen: Vec<SocketAddr>,
+    cookie: u64,
+    incoming: Vec<(Conn, Instant)>,
+    leaving: Vec<Conn>,
+    connect_timeout: Duration,
+    /// Peers whose handshake failed, and why (final: a broadcast needing them fails).
+    failed: BTreeMap<usize, String>,
+    /// Peers this link serves (every `connect` adds its peers): under a router, the
+    /// broadcasts' other peers (same host: shared memory) get no queue pair here.
+    routed: BTreeSet<usize>,
+    /// Registered edge regions (ring block, receive slots) not in use (`edges::SPARE`).
+    spare: Vec<(Region, Region)>,
     stage: Region,
     free_stage: Vec<u32>,
-    control: Region,
     cache: MrCache,
     regs: BTreeMap<u64, Reg>,
     tokens: BTreeMap<u8, u64>,
@@ -183,40 +222,48 @@ pub struct VerbsLink<V: Verbs> {
 }
 
 impl<V: Verbs> VerbsLink<V> {
-    /// Rank `rank` of `size`: a queue pair per peer (moved to INIT), the ring, staging and
-    /// control regions registered. [`VerbsLink::local_addr`] is what goes into the blob.
+    /// Rank `rank` of `size`: the staging region registered and the handshake listener bound
+    /// on `ip`; no queue pair yet. [`VerbsLink::local_addr`] is what goes into the blob.
     pub fn new(
         rank: usize,
         size: usize,
         mut verbs: V,
         cfg: LinkConfig,
         describe: String,
+        ip: std::net::IpAddr,
     ) -> Result<VerbsLink<V>, VerbsError> {
-        let mut qps = vec![None; size];
-        for (p, slot) in qps.iter_mut().enumerate() {
-            if p != rank {
-                let qp = verbs.create_qp()?;
-                verbs.to_init(qp)?;
-                *slot = Some(qp);
-            }
-        }
-        let ring_block = cfg.ring_slots as usize * cfg.ring_slot as usize;
-        let ring = Region::new(&mut verbs, ring_block * size)?;
+        let listener = Listener::bind(ip).map_err(|e| VerbsError::Call {
+            call: "listening for queue pair handshakes",
+            detail: format!("{ip}: {e}"),
+        })?;
         let stage = Region::new(
             &mut verbs,
             cfg.stage_slots as usize * cfg.ring_slot as usize,
         )?;
-        let control = Region::new(&mut verbs, cfg.recv_depth as usize * SLOT * size)?;
+        let spare = match edges::edge_regions(&mut verbs, &cfg) {
+            Ok(r) => vec![r],
+            Err(e) => {
+                verbs.deregister(stage.mr.id);
+                return Err(e);
+            }
+        };
         Ok(VerbsLink {
+            spare,
             rank,
             size,
             cfg,
-            qps,
             peers: BTreeMap::new(),
+            by_qp: BTreeMap::new(),
+            listener,
+            listen: Vec::new(),
+            cookie: 0,
+            incoming: Vec::new(),
+            leaving: Vec::new(),
+            connect_timeout: Duration::from_secs(60),
+            failed: BTreeMap::new(),
+            routed: BTreeSet::new(),
             free_stage: (0..cfg.stage_slots).rev().collect(),
-            ring,
             stage,
-            control,
             verbs,
             cache: MrCache::new(),
             regs: BTreeMap::new(),
@@ -231,7 +278,8 @@ impl<V: Verbs> VerbsLink<V> {
         })
     }
 
-    /// What the other ranks need to reach this one (the bootstrap blob's verbs section).
+    /// What the other ranks need to reach this one (the bootstrap blob's verbs section): its
+    /// port and where it takes queue pair handshakes; the same size at any number of ranks.
     pub fn local_addr(&self) -> VerbsAddr {
         let port = self.verbs.port();
         VerbsAddr {
@@ -240,22 +288,15 @@ impl<V: Verbs> VerbsLink<V> {
             lid: port.lid,
             gid: port.gid,
             mtu: port.mtu,
-            ring_addr: self.ring.addr(0),
-            ring_rkey: self.ring.mr.rkey,
+            listen: self.listener.addr(),
             ring_slot: self.cfg.ring_slot,
             ring_slots: self.cfg.ring_slots,
-            qpns: self
-                .qps
-                .iter()
-                .map(|q| q.map_or(0, |q| self.verbs.qp_num(q)))
-                .collect(),
         }
     }
 
-    /// Connects the queue pair to every other rank from everybody's addresses (INIT → RTR →
-    /// RTS) and posts its receives. Nothing is sent: a broadcast starts only once every
-    /// rank got here (the communicator's second agreement round).
-    pub fn set_peers(&mut self, addrs: &[VerbsAddr]) -> Result<(), TransportError> {
+    /// Takes everybody's addresses (and the job's cookie, which every handshake carries).
+    /// Connects nothing: an edge's queue pair is made when a broadcast first uses it.
+    pub fn set_peers(&mut self, addrs: &[VerbsAddr], cookie: u64) -> Result<(), TransportError> {
         if addrs.len() != self.size {
             return Err(setup(format!(
                 "{} verbs addresses for {} ranks",
@@ -264,55 +305,15 @@ impl<V: Verbs> VerbsLink<V> {
             )));
         }
         for (p, a) in addrs.iter().enumerate() {
-            let Some(qp) = self.qps[p] else { continue };
-            let Some(&qpn) = a.qpns.get(self.rank) else {
-                return Err(setup(format!(
-                    "rank {p} published {} queue pairs for {} ranks",
-                    a.qpns.len(),
-                    self.size
-                )));
-            };
             if a.ring_slots != self.cfg.ring_slots || a.ring_slot != self.cfg.ring_slot {
                 return Err(setup(format!(
-                    "rank {p} has a ring of {} × {} bytes, this rank {} × {}: run the same pipecast everywhere",
+                    "rank {p} has rings of {} × {} bytes, this rank {} × {}: run the same pipecast everywhere",
                     a.ring_slots, a.ring_slot, self.cfg.ring_slots, self.cfg.ring_slot
                 )));
             }
-            let remote = Remote {
-                qpn,
-                port: super::ops::PortAddr {
-                    port: a.port,
-                    gid_index: a.gid_index,
-                    lid: a.lid,
-                    gid: a.gid,
-                    mtu: a.mtu,
-                },
-            };
-            let v = |e: VerbsError| setup(format!("queue pair to rank {p}: {e}"));
-            self.verbs.to_rtr(qp, &remote).map_err(v)?;
-            self.verbs.to_rts(qp).map_err(v)?;
-            let block = u64::from(self.cfg.ring_slots) * u64::from(self.cfg.ring_slot);
-            self.peers.insert(
-                p,
-                Peer {
-                    qp,
-                    ring_addr: a.ring_addr + self.rank as u64 * block,
-                    ring_rkey: a.ring_rkey,
-                    sq_used: 0,
-                    free_recvs: (0..self.cfg.recv_depth).rev().collect(),
-                    control_out: VecDeque::new(),
-                    data_out: VecDeque::new(),
-                    ring_sent: 0,
-                    ring_released: 0,
-                    ring_arrived: 0,
-                    ring_release_sent: 0,
-                    assembling: None,
-                    heartbeat_out: false,
-                    last_sent: 0,
-                },
-            );
-            self.post_recvs(p, self.cfg.control_recvs)?;
         }
+        self.listen = addrs.iter().map(|a| a.listen).collect();
+        self.cookie = cookie;
         Ok(())
     }
 
@@ -329,21 +330,20 @@ impl<V: Verbs> VerbsLink<V> {
     /// Keeps `want` receives posted to `peer` (at most the queue's depth).
     fn post_recvs(&mut self, peer: usize, want: u32) -> Result<(), TransportError> {
         let want = want.min(self.cfg.recv_depth);
-        let base = peer * self.cfg.recv_depth as usize * SLOT;
         let Some(p) = self.peers.get_mut(&peer) else {
             return Ok(());
         };
         while self.cfg.recv_depth - (p.free_recvs.len() as u32) < want {
             let slot = p.free_recvs.pop().expect("below depth");
-            let at = base + slot as usize * SLOT;
             let wr = RecvWr {
-                wr_id: WR_RECV | (peer as u64) << 20 | u64::from(slot),
-                addr: self.control.addr(at),
+                wr_id: WR_RECV | u64::from(slot),
+                addr: p.recv.addr(slot as usize * SLOT),
                 len: SLOT as u32,
-                lkey: self.control.mr.lkey,
+                lkey: p.recv.mr.lkey,
             };
-            // SAFETY: the slot lies in the control region, registered for the link's life,
-            // and nothing touches it until its completion (then it is read and reused).
+            // SAFETY: the slot lies in the peer's receive region, registered until its queue
+            // pair is destroyed (`drop_peer`, which destroys the queue pair first), and nothing
+            // touches it until its completion (then it is read and reused).
             unsafe { self.verbs.post_recv(p.qp, &wr) }
                 .map_err(|e| io(peer, format!("posting a receive: {e}")))?;
         }
@@ -373,6 +373,7 @@ impl<V: Verbs> VerbsLink<V> {
                 .map_err(|e| io(peer, format!("posting a send: {e}")))?;
             p.sq_used += 1;
             p.last_sent = now;
+            p.last_used = now;
             if c == Control::Heartbeat {
                 p.heartbeat_out = true;
             }
@@ -486,6 +487,7 @@ impl<V: Verbs> VerbsLink<V> {
             .map_err(|e| io(peer, format!("posting an RDMA write: {e}")))?;
         p.sq_used += 1;
         p.last_sent = now;
+        p.last_used = now;
         if ring {
             p.ring_sent += 1;
         }
@@ -542,11 +544,13 @@ impl<V: Verbs> VerbsLink<V> {
         if c.wr_id & KIND != WR_RECV {
             return Ok(self.send_done(&c)?);
         }
-        let peer = ((c.wr_id >> 20) & 0xffff_ffff) as usize;
-        let slot = (c.wr_id & 0xf_ffff) as u32;
-        if let Some(p) = self.peers.get_mut(&peer) {
-            p.free_recvs.push(slot);
-        }
+        let peer = self.peer_of(c.qp);
+        let slot = (c.wr_id & 0xf_ffff) as usize;
+        let Some(p) = self.peers.get_mut(&peer) else {
+            return Ok(()); // of a queue pair since destroyed (an idle edge closed)
+        };
+        p.free_recvs.push(slot as u32);
+        p.last_used = now;
         if c.status != WcStatus::Success {
             return Ok(self.check(peer, c.status)?);
         }
@@ -558,19 +562,16 @@ impl<V: Verbs> VerbsLink<V> {
                 self.landed(peer, imm, c.byte_len as usize, bufs, endpoint, now)
             }
             _ => {
-                let at = (peer * self.cfg.recv_depth as usize + slot as usize) * SLOT;
+                let at = slot * SLOT;
                 let len = (c.byte_len as usize).min(SLOT);
-                let msg = Control::parse(peer, &self.control.bytes[at..at + len])?;
+                let msg = Control::parse(peer, &p.recv.bytes[at..at + len])?;
                 self.control_in(peer, msg, endpoint, now)
             }
         }
     }
 
     fn peer_of(&self, qp: QpId) -> usize {
-        self.qps
-            .iter()
-            .position(|q| *q == Some(qp))
-            .unwrap_or(usize::MAX)
+        self.by_qp.get(&qp).copied().unwrap_or(usize::MAX)
     }
 
     /// A failed work request marks its peer gone (its queue pair is in the error state).
@@ -674,13 +675,13 @@ impl<V: Verbs> VerbsLink<V> {
                 )
                 .into());
             }
-            let at = (peer * cfg.ring_slots as usize + slot) * cfg.ring_slot as usize;
+            let at = slot * cfg.ring_slot as usize;
             let buf = bufs
                 .get_mut(&seq)
                 .map(Buffer::as_mut_slice)
                 .ok_or_else(|| crate::transport::gone_buffer(peer, seq))?;
             let to = range.start + offset;
-            buf[to..to + len].copy_from_slice(&self.ring.bytes[at..at + len]);
+            buf[to..to + len].copy_from_slice(&p.ring.bytes[at..at + len]);
             if offset + len < range.len() {
                 p.assembling = Some(Assembling {
                     seq,
@@ -748,7 +749,9 @@ impl<V: Verbs> VerbsLink<V> {
             self.backlog.extend(peek);
             return Ok(());
         }
-        wait_readable(&[Some(fd), self.wake], wait)
+        let mut fds = vec![Some(fd), self.wake];
+        fds.extend(self.side_fds().into_iter().map(Some));
+        wait_readable(&fds, wait)
             .map_err(|e| io(self.rank, format!("waiting for completions: {e}")))
     }
 }
@@ -867,14 +870,18 @@ impl<V: Verbs> Transport for VerbsLink<V> {
         }
     }
 
-    fn connect(&mut self, peers: &[usize], _timeout: Duration) -> Result<(), TransportError> {
-        match peers.iter().find(|p| !self.peers.contains_key(p)) {
-            Some(&p) => Err(TransportError::UnknownPeer { peer: p }),
-            None => {
-                self.peers.retain(|p, _| peers.contains(p));
-                Ok(())
-            }
+    /// Connects nothing yet: the queue pair of an edge is made when a broadcast in flight
+    /// first uses it (`progress`), and its handshake must end within `timeout`.
+    fn connect(&mut self, peers: &[usize], timeout: Duration) -> Result<(), TransportError> {
+        if let Some(&peer) = peers
+            .iter()
+            .find(|&&p| p == self.rank || p >= self.listen.len())
+        {
+            return Err(TransportError::UnknownPeer { peer });
         }
+        self.connect_timeout = timeout;
+        self.routed.extend(peers);
+        Ok(())
     }
 
     fn register(&mut self, seq: u64, buf: &Buffer) -> Result<(), TransportError> {
@@ -961,7 +968,23 @@ impl<V: Verbs> Transport for VerbsLink<V> {
     ) -> crate::Result<()> {
         let now = clock();
         self.poll_all(bufs, endpoint, now)?;
-        let served: BTreeSet<usize> = self.peers.keys().copied().collect();
+        // The edges the broadcasts in flight use: asked for when new, handshakes advanced,
+        // idle ones over the bound closed.
+        let busy: BTreeSet<usize> = endpoint
+            .peers()
+            .into_iter()
+            .filter(|p| self.routed.contains(p))
+            .collect();
+        self.edges(&busy)?;
+        if let Some((&peer, why)) = self.failed.iter().find(|(p, _)| busy.contains(p)) {
+            return Err(io(peer, why.clone()).into());
+        }
+        let served: BTreeSet<usize> = self
+            .peers
+            .iter()
+            .filter(|(_, p)| matches!(p.edge, Edge::Ready))
+            .map(|(&r, _)| r)
+            .collect();
         while let Some((seq, t)) = endpoint.poll_transmit_to(now, &|p| served.contains(&p)) {
             let p = self.peers.get_mut(&t.to).expect("served");
             match t.message {
@@ -1019,7 +1042,7 @@ impl<V: Verbs> Transport for VerbsLink<V> {
                 });
             }
         }
-        let peers: Vec<usize> = self.peers.keys().copied().collect();
+        let peers: Vec<usize> = served.iter().copied().collect();
         for &peer in &peers {
             let want = self.cfg.control_recvs + per_peer.get(&peer).copied().unwrap_or(0);
             self.post_recvs(peer, want)?;
@@ -1069,6 +1092,12 @@ impl<V: Verbs> Transport for VerbsLink<V> {
         self.wake = Some(fd);
     }
 
+    /// Peers ask for edges (and to close idle ones) whenever their broadcasts start, so the
+    /// side channel is served between broadcasts too.
+    fn serves_idle(&self) -> bool {
+        true
+    }
+
     fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
         self.verbs.wait_fd()
     }
@@ -1081,17 +1110,27 @@ impl<V: Verbs> Transport for VerbsLink<V> {
             .collect();
         c.insert("verbs_registrations".into(), self.cache.registered);
         c.insert("verbs_registrations_reused".into(), self.cache.reused);
+        c.insert("verbs_qps".into(), self.peers.len() as u64);
         c
     }
 
     fn describe_state(&self, _now: u64) -> String {
         let mut s = format!(
-            "{}: {} buffers registered ({} regions), {} peers gone",
+            "{}: {} buffers registered ({} regions), {} queue pairs ({} connecting), {} peers gone, {} failed",
             self.describe,
             self.regs.len(),
             self.cache.len(),
-            self.gone.len()
+            self.peers.len(),
+            self.peers
+                .values()
+                .filter(|p| !matches!(p.edge, Edge::Ready))
+                .count(),
+            self.gone.len(),
+            self.failed.len(),
         );
+        for (peer, why) in &self.failed {
+            s += &format!("\n  rank {peer}: {why}");
+        }
         for (peer, p) in &self.peers {
             if !p.data_out.is_empty() || !p.control_out.is_empty() || p.sq_used > 0 {
                 s += &format!(
@@ -1118,8 +1157,14 @@ impl<V: Verbs> Transport for VerbsLink<V> {
 impl<V: Verbs> Drop for VerbsLink<V> {
     fn drop(&mut self) {
         self.shutdown();
-        for mr in [self.ring.mr.id, self.stage.mr.id, self.control.mr.id] {
-            self.verbs.deregister(mr);
+        let peers: Vec<usize> = self.peers.keys().copied().collect();
+        for peer in peers {
+            self.drop_peer(peer);
+        }
+        self.verbs.deregister(self.stage.mr.id);
+        for (ring, recv) in std::mem::take(&mut self.spare) {
+            self.verbs.deregister(ring.mr.id);
+            self.verbs.deregister(recv.mr.id);
         }
     }
 }

@@ -3,7 +3,9 @@
 //! docs/verbs.md).
 //!
 //! - [`ops`]: the verbs operations the link relies on, as a trait ([`ops::Verbs`]).
-//! - [`link`]: the protocol ([`VerbsLink`]), over any backend of that trait.
+//! - [`link`]: the protocol ([`VerbsLink`]), over any backend of that trait, with a queue
+//!   pair per tree edge made when a broadcast first uses the edge.
+//! - [`handshake`]: the side channel on which two ranks connect an edge's queue pair.
 //! - [`control`]: its small messages (adverts, credits, ring releases) and immediates.
 //! - [`mr_cache`]: memory registrations by address range.
 //! - `model` (tests only): an in-memory MODEL of the verbs semantics, on which the protocol is
@@ -12,6 +14,7 @@
 //!   verbs object. It builds here; it has not run on hardware.
 
 pub mod control;
+pub mod handshake;
 pub mod link;
 pub mod mr_cache;
 pub mod ops;
@@ -40,16 +43,18 @@ pub struct DeviceConfig {
     pub gid_index: u8,
 }
 
-/// The link a communicator of `size` ranks uses at `rank`, on the device of `config`: fails
-/// when this build has no verbs (feature off) or the host no usable device.
+/// The link a communicator of `size` ranks uses at `rank`, on the device of `config`, taking
+/// queue pair handshakes on `ip` (the address of the rank's TCP link): fails when this build
+/// has no verbs (feature off) or the host no usable device.
 pub fn open(
     rank: usize,
     size: usize,
     config: &DeviceConfig,
+    ip: std::net::IpAddr,
 ) -> Result<VerbsLink<Box<dyn Verbs>>, VerbsError> {
     let cfg = LinkConfig::default();
     let (verbs, describe) = device(config, size, &cfg)?;
-    VerbsLink::new(rank, size, verbs, cfg, describe)
+    VerbsLink::new(rank, size, verbs, cfg, describe, ip)
 }
 
 #[cfg(feature = "verbs")]

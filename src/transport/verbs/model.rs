@@ -53,6 +53,7 @@ struct ModelQp {
     sq: VecDeque<Pending>,
     rq: VecDeque<RecvWr>,
     rnr_tries: u32,
+    destroyed: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -137,6 +138,14 @@ impl Fabric {
 
     pub fn stats(&self) -> Stats {
         self.lock().stats
+    }
+
+    /// Queue pairs `node` ever created, and how many of them it destroyed.
+    pub fn qps_of(&self, node: usize) -> (usize, usize) {
+        let s = self.lock();
+        let mine = s.qps.iter().filter(|q| q.node == node);
+        let destroyed = mine.clone().filter(|q| q.destroyed).count();
+        (mine.count(), destroyed)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -487,9 +496,21 @@ impl Verbs for ModelVerbs {
             sq: VecDeque::new(),
             rq: VecDeque::new(),
             rnr_tries: 0,
+            destroyed: false,
         });
         self.qps.push(s.qps.len() - 1);
         Ok(local)
+    }
+
+    fn destroy_qp(&mut self, qp: QpId) {
+        let q = self.qps[qp.0];
+        let mut s = self.fabric.lock();
+        let x = &mut s.qps[q];
+        // Gone: the peer's sends to it fail ("retry exceeded"); nothing of it completes.
+        x.state = QpState::Error;
+        x.sq.clear();
+        x.rq.clear();
+        x.destroyed = true;
     }
 
     fn qp_num(&self, qp: QpId) -> u32 {

@@ -186,6 +186,12 @@ pub trait Verbs: Send {
     /// A reliable-connected queue pair in state RESET, on the one completion queue.
     fn create_qp(&mut self) -> Result<QpId, VerbsError>;
 
+    /// Destroys a queue pair (`ibv_destroy_qp`): what it had queued is dropped without
+    /// completions, and its peer's sends to it fail from now on. The link destroys only idle
+    /// queue pairs (nothing of its own in flight), and afterwards ignores completions of it
+    /// still in the completion queue. Its id is never reused.
+    fn destroy_qp(&mut self, qp: QpId);
+
     /// The queue pair's number on the wire (what the peer puts in its RTR transition).
     fn qp_num(&self, qp: QpId) -> u32;
 
@@ -248,6 +254,9 @@ impl Verbs for Box<dyn Verbs> {
     }
     fn create_qp(&mut self) -> Result<QpId, VerbsError> {
         (**self).create_qp()
+    }
+    fn destroy_qp(&mut self, qp: QpId) {
+        (**self).destroy_qp(qp)
     }
     fn qp_num(&self, qp: QpId) -> u32 {
         (**self).qp_num(qp)

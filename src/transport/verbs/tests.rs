@@ -19,19 +19,35 @@ struct Rank {
     bufs: Buffers,
 }
 
-/// `n` ranks on one model fabric, connected.
-fn ranks(fabric: &Fabric, n: usize, cfg: LinkConfig) -> Vec<Rank> {
+/// The job cookie of the tests' ranks.
+const COOKIE: u64 = 0x5eed_c0de;
+
+/// `n` links on one model fabric, with each other's addresses: no queue pair yet (a
+/// broadcast makes those of its edges). Their handshakes go over real TCP on the loopback.
+fn links(fabric: &Fabric, n: usize, cfg: LinkConfig) -> Vec<VerbsLink<ModelVerbs>> {
+    let ip = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
     let links: Vec<VerbsLink<ModelVerbs>> = (0..n)
-        .map(|r| VerbsLink::new(r, n, fabric.node(), cfg, "verbs:model".into()).unwrap())
+        .map(|r| VerbsLink::new(r, n, fabric.node(), cfg, "verbs:model".into(), ip).unwrap())
         .collect();
     let addrs: Vec<_> = links.iter().map(VerbsLink::local_addr).collect();
     links
         .into_iter()
+        .map(|mut link| {
+            link.set_peers(&addrs, COOKIE).unwrap();
+            link
+        })
+        .collect()
+}
+
+/// `n` ranks on one model fabric.
+fn ranks(fabric: &Fabric, n: usize, cfg: LinkConfig) -> Vec<Rank> {
+    links(fabric, n, cfg)
+        .into_iter()
         .enumerate()
         .map(|(r, mut link)| {
-            link.set_peers(&addrs).unwrap();
+            // What the communicator does at creation: it connects nothing here.
             let others: Vec<usize> = (0..n).filter(|&p| p != r).collect();
-            link.connect(&others, Duration::from_secs(1)).unwrap();
+            link.connect(&others, Duration::from_secs(10)).unwrap();
             Rank {
                 ep: Endpoint::new(),
                 link,
@@ -39,6 +55,17 @@ fn ranks(fabric: &Fabric, n: usize, cfg: LinkConfig) -> Vec<Rank> {
             }
         })
         .collect()
+}
+
+/// Broadcast `seq` from `root` of `msize` bytes in `segment`-byte segments.
+fn setup_of(seq: u64, root: usize, msize: u64, segment: u64) -> Setup {
+    Setup {
+        seq,
+        root,
+        msize,
+        segment,
+        deep: false,
+    }
 }
 
 /// The seeded message of broadcast `seq`.
@@ -51,19 +78,24 @@ fn message(seq: u64, len: usize) -> Vec<u8> {
 /// Posts broadcast `setup` over `lanes` at every rank (the root holds the message) and
 /// registers its buffers.
 fn post(ranks: &mut [Rank], lanes: &[Lane], setup: Setup, config: Config) {
-    let len = setup.msize as usize;
     for (r, rank) in ranks.iter_mut().enumerate() {
-        let b = Bcast::new(r, lanes, setup, config, 0).unwrap();
-        let bytes = if r == setup.root {
-            message(setup.seq, len)
-        } else {
-            vec![0xee; len]
-        };
-        rank.bufs.insert(setup.seq, Buffer::Owned(bytes));
-        let buf = rank.bufs.get_mut(&setup.seq).unwrap();
-        rank.ep.post(b, buf.as_mut_slice(), 0).unwrap();
-        rank.link.register(setup.seq, buf).unwrap();
+        post_at(rank, r, lanes, setup, config);
     }
+}
+
+/// Posts broadcast `setup` at rank `r` alone.
+fn post_at(rank: &mut Rank, r: usize, lanes: &[Lane], setup: Setup, config: Config) {
+    let len = setup.msize as usize;
+    let b = Bcast::new(r, lanes, setup, config, 0).unwrap();
+    let bytes = if r == setup.root {
+        message(setup.seq, len)
+    } else {
+        vec![0xee; len]
+    };
+    rank.bufs.insert(setup.seq, Buffer::Owned(bytes));
+    let buf = rank.bufs.get_mut(&setup.seq).unwrap();
+    rank.ep.post(b, buf.as_mut_slice(), 0).unwrap();
+    rank.link.register(setup.seq, buf).unwrap();
 }
 
 /// Rounds of every rank's progress until broadcasts `seqs` are done everywhere (each then
@@ -185,22 +217,19 @@ fn unregistrable_buffers_go_through_the_rings_byte_exact() {
     for limited in [vec![0, 1, 2, 3, 4], vec![1, 3], vec![0]] {
         let fabric = Fabric::new(7);
         let mut rs = ranks(&fabric, size, cfg);
+        // Every edge connected first (a queue pair's own regions need registering too: with
+        // a limit of 0 bytes, an edge made later fails, naming the limit).
+        connect_all(&mut rs, &topo);
         for &r in &limited {
             fabric.limit_registration(r, 0);
         }
-        let mut seq = 0;
+        let mut seq = size as u64;
         for tree in ["binary", "linear", "multilane"] {
             for root in [0, 3] {
                 let plan = plan::build(&topo, root, &tree.parse().unwrap(), Some(4)).unwrap();
                 for msize in [0, 1, 23, 24, 25, 100, 1001] {
                     seq += 1;
-                    let setup = Setup {
-                        seq,
-                        root,
-                        msize,
-                        segment: 50,
-                        deep: false,
-                    };
+                    let setup = setup_of(seq, root, msize, 50);
                     post(&mut rs, &plan.lanes, setup, config());
                     run(&mut rs, &[seq]).unwrap_or_else(|(r, e)| {
                         panic!(
@@ -252,13 +281,7 @@ fn broadcasts_in_flight_together_are_byte_exact() {
         .enumerate()
     {
         let plan = plan::build(&topo, root, &tree.parse().unwrap(), Some(4)).unwrap();
-        let setup = Setup {
-            seq: seq as u64 + 1,
-            root,
-            msize,
-            segment: 128,
-            deep: false,
-        };
+        let setup = setup_of(seq as u64 + 1, root, msize, 128);
         post(&mut rs, &plan.lanes, setup, config());
     }
     run(&mut rs, &[1, 2, 3]).unwrap_or_else(|(r, e)| panic!("rank {r}: {e}"));
@@ -276,13 +299,7 @@ fn a_peer_that_disappears_fails_the_broadcast_without_a_hang() {
     let fabric = Fabric::new(7);
     let mut rs = ranks(&fabric, size, LinkConfig::default());
     let plan = plan::build(&topo, 0, &"naive-linear".parse().unwrap(), None).unwrap();
-    let setup = Setup {
-        seq: 1,
-        root: 0,
-        msize: 100_000,
-        segment: 1000,
-        deep: false,
-    };
+    let setup = setup_of(1, 0, 100_000, 1000);
     post(&mut rs, &plan.lanes, setup, config());
     // A few rounds, then rank 1 (the middle of the chain) dies.
     let now = Cell::new(0u64);
@@ -324,6 +341,265 @@ fn a_peer_that_disappears_fails_the_broadcast_without_a_hang() {
     assert!(fabric.stats().retry_exceeded > 0);
 }
 
+/// A one-byte flat broadcast from every root (sequence numbers 1 to the number of ranks):
+/// every edge connected.
+fn connect_all(rs: &mut [Rank], topo: &Topology) {
+    for root in 0..rs.len() {
+        let plan = plan::build(topo, root, &"flat".parse().unwrap(), None).unwrap();
+        let seq = 1 + root as u64;
+        let setup = setup_of(seq, root, 1, 64);
+        post(rs, &plan.lanes, setup, config());
+        run(rs, &[seq]).unwrap_or_else(|(r, e)| panic!("connecting: rank {r}: {e}"));
+        for r in rs.iter_mut() {
+            r.bufs.remove(&seq);
+        }
+    }
+}
+
+/// A queue pair made under a locked-memory limit too low for its own regions fails with an
+/// error naming the limit (the first edge uses the regions registered at creation).
+#[test]
+fn an_edge_that_cannot_register_its_rings_names_the_limit() {
+    let size = 3;
+    let topo = Topology::single_switch(size);
+    let fabric = Fabric::new(7);
+    let mut rs = ranks(&fabric, size, LinkConfig::default());
+    fabric.limit_registration(0, 0);
+    let plan = plan::build(&topo, 0, &"flat".parse().unwrap(), None).unwrap();
+    let setup = setup_of(1, 0, 10, 64);
+    post(&mut rs, &plan.lanes, setup, config());
+    let (r, e) = run(&mut rs, &[1]).unwrap_err();
+    let e = e.to_string();
+    assert_eq!(r, 0, "{e}");
+    assert!(
+        e.contains("cannot register") && e.contains("ulimit -l"),
+        "{e}"
+    );
+}
+
+/// The distinct peers (parents and children, every lane) of `rank` in `lanes`.
+fn edges_of(rank: usize, lanes: &[Lane], root: usize) -> usize {
+    let setup = setup_of(1, root, 1, 64);
+    Bcast::new(rank, lanes, setup, config(), 0)
+        .unwrap()
+        .peers()
+        .len()
+}
+
+/// Queue pairs per tree edge: a rank makes queue pairs only to its parents and children
+/// (linear: at most 2; binomial: its children and parent), one pair per edge even though both
+/// ends ask at once (crossing requests), and byte-exact.
+#[test]
+fn a_rank_makes_queue_pairs_only_for_its_tree_edges() {
+    let size = 8;
+    let topo = Topology::single_switch(size);
+    for tree in ["linear", "binomial", "binary", "flat"] {
+        let fabric = Fabric::new(7);
+        let mut rs = ranks(&fabric, size, LinkConfig::default());
+        let plan = plan::build(&topo, 0, &tree.parse().unwrap(), Some(4)).unwrap();
+        for (seq, msize) in [(1, 70_001), (2, 1)] {
+            let setup = setup_of(seq, 0, msize, 1000);
+            post(&mut rs, &plan.lanes, setup, config());
+            run(&mut rs, &[seq]).unwrap_or_else(|(r, e)| panic!("{tree}: rank {r}: {e}"));
+            check(&rs, seq, tree);
+        }
+        let mut total = 0;
+        for r in 0..size {
+            let (made, destroyed) = fabric.qps_of(r);
+            let want = edges_of(r, &plan.lanes, 0);
+            assert_eq!((made, destroyed), (want, 0), "{tree}: rank {r}");
+            if tree == "linear" {
+                assert!(made <= 2, "linear: rank {r} has {made} queue pairs");
+            }
+            total += made;
+        }
+        let edges: usize = (0..size).map(|r| edges_of(r, &plan.lanes, 0)).sum();
+        assert_eq!(
+            total, edges,
+            "{tree}: one queue pair at each end of each edge"
+        );
+        assert!(total < size * (size - 1) || tree == "flat");
+    }
+}
+
+/// Under a router (peers on the same host served by shared memory), the link makes queue
+/// pairs only to the peers it was given (`connect`), though the broadcast's other peers
+/// are in the endpoint too; and it asks to be served between broadcasts, to answer
+/// handshakes.
+#[test]
+fn queue_pairs_only_to_the_peers_routed_to_the_link() {
+    let fabric = Fabric::new(7);
+    let mut ls = links(&fabric, 3, LinkConfig::default());
+    let mut r0 = Rank {
+        ep: Endpoint::new(),
+        link: ls.remove(0),
+        bufs: Buffers::new(),
+    };
+    r0.link.connect(&[2], Duration::from_secs(10)).unwrap();
+    assert!(r0.link.serves_idle());
+    let topo = Topology::single_switch(3);
+    let plan = plan::build(&topo, 0, &"flat".parse().unwrap(), None).unwrap();
+    post_at(&mut r0, 0, &plan.lanes, setup_of(1, 0, 10, 64), config());
+    r0.link
+        .progress(&mut r0.bufs, &mut r0.ep, &|| 0, Duration::ZERO)
+        .unwrap();
+    assert_eq!(fabric.qps_of(0), (1, 0), "a queue pair to rank 2 only");
+    r0.link.deregister(1);
+}
+
+/// Broadcasts whose root changes: the first one from a root makes the queue pairs of its
+/// edges that are new, later ones reuse them; all byte-exact.
+#[test]
+fn changing_roots_make_queue_pairs_on_first_use_and_reuse_them() {
+    let size = 6;
+    let topo = Topology::single_switch(size);
+    let fabric = Fabric::new(7);
+    let mut rs = ranks(&fabric, size, LinkConfig::default());
+    let made = |f: &Fabric| (0..size).map(|r| f.qps_of(r).0).collect::<Vec<_>>();
+    let mut seq = 0;
+    let mut seen: Vec<Vec<usize>> = vec![Vec::new(); size];
+    for root in [0, 0, 3, 3, 0, 5, 3, 5] {
+        let plan = plan::build(&topo, root, &"binomial".parse().unwrap(), None).unwrap();
+        let before = made(&fabric);
+        seq += 1;
+        let setup = setup_of(seq, root, 3001, 256);
+        post(&mut rs, &plan.lanes, setup, config());
+        run(&mut rs, &[seq]).unwrap_or_else(|(r, e)| panic!("root {root}: rank {r}: {e}"));
+        check(&rs, seq, &format!("root {root}"));
+        let after = made(&fabric);
+        for r in 0..size {
+            let b = Bcast::new(r, &plan.lanes, setup, config(), 0).unwrap();
+            let new: Vec<usize> = b
+                .peers()
+                .into_iter()
+                .filter(|p| !seen[r].contains(p))
+                .collect();
+            assert_eq!(
+                after[r] - before[r],
+                new.len(),
+                "root {root}: rank {r} makes queue pairs for its new edges {new:?} only"
+            );
+            seen[r].extend(new);
+            assert_eq!(fabric.qps_of(r).1, 0, "nothing closed under the bound");
+        }
+    }
+}
+
+/// A small bound: idle edges over it are closed (both ends agree), later broadcasts connect
+/// them again, every byte stays right, and once idle each rank holds at most the bound.
+#[test]
+fn the_queue_pair_cache_is_bounded_and_closes_idle_edges_safely() {
+    let size = 5;
+    let topo = Topology::single_switch(size);
+    let fabric = Fabric::new(7);
+    let cfg = LinkConfig {
+        max_qps: 1,
+        ..LinkConfig::default()
+    };
+    let mut rs = ranks(&fabric, size, cfg);
+    let mut seq = 0;
+    for (tree, root) in [
+        ("binomial", 0),
+        ("linear", 2),
+        ("binomial", 4),
+        ("flat", 1),
+        ("binomial", 0),
+    ] {
+        let plan = plan::build(&topo, root, &tree.parse().unwrap(), None).unwrap();
+        for msize in [1, 5000] {
+            seq += 1;
+            let setup = setup_of(seq, root, msize, 512);
+            post(&mut rs, &plan.lanes, setup, config());
+            run(&mut rs, &[seq]).unwrap_or_else(|(r, e)| panic!("{tree} {root}: rank {r}: {e}"));
+            check(&rs, seq, &format!("{tree} root {root}"));
+        }
+    }
+    // Idle rounds: the closes finish.
+    let clock = || 0u64;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        for rank in rs.iter_mut() {
+            rank.link
+                .progress(&mut rank.bufs, &mut rank.ep, &clock, Duration::ZERO)
+                .unwrap();
+        }
+        let live: Vec<usize> = (0..size)
+            .map(|r| fabric.qps_of(r))
+            .map(|(m, d)| m - d)
+            .collect();
+        if live.iter().all(|&n| n <= 1) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "idle edges not closed: {live:?}"
+        );
+    }
+    let closed: usize = (0..size).map(|r| fabric.qps_of(r).1).sum();
+    assert!(closed > 0);
+    assert_eq!(
+        fabric.stats().retry_exceeded,
+        0,
+        "no send met a closed queue pair"
+    );
+}
+
+/// Rank 0 needs an edge to rank 1, which is gone before the handshake, goes away in the
+/// middle of it, or never answers: rank 0's broadcast fails naming rank 1, never hangs.
+#[test]
+fn a_peer_gone_mid_connect_is_an_error_not_a_hang() {
+    let topo = Topology::single_switch(2);
+    let plan = plan::build(&topo, 0, &"linear".parse().unwrap(), None).unwrap();
+    let setup = setup_of(1, 0, 1000, 100);
+    let clock = || 0u64;
+    // How rank 0 fares while rank 1 does nothing (`before` runs once, after its first round).
+    let fails = |before: &dyn Fn(&mut Vec<Rank>), timeout: Duration| -> String {
+        let fabric = Fabric::new(7);
+        let mut rs = ranks(&fabric, 2, LinkConfig::default());
+        rs[0].link.connect(&[1], timeout).unwrap();
+        post(&mut rs, &plan.lanes, setup, config());
+        let r0 = &mut rs[0];
+        let first = r0
+            .link
+            .progress(&mut r0.bufs, &mut r0.ep, &clock, Duration::ZERO);
+        before(&mut rs);
+        let give_up = std::time::Instant::now() + Duration::from_secs(60);
+        let mut result = first;
+        while result.is_ok() {
+            assert!(std::time::Instant::now() < give_up, "rank 0 hangs");
+            let r0 = &mut rs[0];
+            result = r0
+                .link
+                .progress(&mut r0.bufs, &mut r0.ep, &clock, Duration::ZERO);
+        }
+        result.unwrap_err().to_string()
+    };
+    // Gone in the middle: it took the request's connection (queued at its listener) and
+    // went away without answering.
+    let e = fails(&|rs| drop(rs.remove(1)), Duration::from_secs(10));
+    assert!(e.contains("rank 1") && e.contains("handshake"), "{e}");
+    // Alive but silent: the deadline.
+    let e = fails(&|_| {}, Duration::from_millis(200));
+    assert!(e.contains("rank 1") && e.contains("did not answer"), "{e}");
+    // Gone before: its listener is closed.
+    let fabric = Fabric::new(7);
+    let mut ls = links(&fabric, 2, LinkConfig::default());
+    drop(ls.remove(1));
+    let mut r0 = Rank {
+        ep: Endpoint::new(),
+        link: ls.remove(0),
+        bufs: Buffers::new(),
+    };
+    r0.link.connect(&[1], Duration::from_secs(10)).unwrap();
+    post_at(&mut r0, 0, &plan.lanes, setup, config());
+    let e = r0
+        .link
+        .progress(&mut r0.bufs, &mut r0.ep, &clock, Duration::ZERO)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("rank 1") && e.contains("still running"), "{e}");
+}
+
 /// Ranks that disagree on the message size fail with an error naming both shapes (the
 /// child's advert carries its own) instead of writing past a buffer.
 #[test]
@@ -333,13 +609,7 @@ fn ranks_that_disagree_on_the_size_fail_instead_of_writing_past_a_buffer() {
     let mut rs = ranks(&fabric, 2, LinkConfig::default());
     let plan = plan::build(&topo, 0, &"linear".parse().unwrap(), None).unwrap();
     for (r, msize) in [(0usize, 1000u64), (1, 100)] {
-        let setup = Setup {
-            seq: 1,
-            root: 0,
-            msize,
-            segment: 64,
-            deep: false,
-        };
+        let setup = setup_of(1, 0, msize, 64);
         let b = Bcast::new(r, &plan.lanes, setup, config(), 0).unwrap();
         let rank = &mut rs[r];
         rank.bufs

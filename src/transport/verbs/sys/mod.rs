@@ -30,7 +30,8 @@ use std::sync::Arc;
 /// One process's verbs on one device port.
 pub struct DeviceVerbs {
     // Children before parents (fields drop in order; the `Arc`s keep it right anyway).
-    qps: Vec<(Qp, QpState)>,
+    /// `None` once destroyed (ids are never reused).
+    qps: Vec<Option<(Qp, QpState)>>,
     by_num: BTreeMap<u32, QpId>,
     mrs: BTreeMap<u64, MemoryRegion>,
     next_mr: u64,
@@ -82,8 +83,15 @@ impl DeviceVerbs {
         )
     }
 
-    fn qp(&mut self, qp: QpId) -> &mut (Qp, QpState) {
-        &mut self.qps[qp.0]
+    fn qp(&mut self, qp: QpId) -> Result<&mut (Qp, QpState), VerbsError> {
+        self.qps
+            .get_mut(qp.0)
+            .and_then(Option::as_mut)
+            .ok_or(VerbsError::BadState {
+                qp,
+                state: QpState::Error,
+                what: "the queue pair was destroyed",
+            })
     }
 }
 
@@ -134,17 +142,28 @@ impl Verbs for DeviceVerbs {
         let qp = Qp::new(&self.pd, &self.cq, self.send_depth, self.recv_depth)?;
         let id = QpId(self.qps.len());
         self.by_num.insert(qp.num(), id);
-        self.qps.push((qp, QpState::Reset));
+        self.qps.push(Some((qp, QpState::Reset)));
         Ok(id)
     }
 
+    fn destroy_qp(&mut self, qp: QpId) {
+        // Dropping the `Qp` calls ibv_destroy_qp; completions of it still in the completion
+        // queue then name an unknown queue pair number, which the link ignores.
+        if let Some((q, _)) = self.qps.get_mut(qp.0).and_then(Option::take) {
+            self.by_num.remove(&q.num());
+        }
+    }
+
     fn qp_num(&self, qp: QpId) -> u32 {
-        self.qps[qp.0].0.num()
+        match self.qps.get(qp.0) {
+            Some(Some((q, _))) => q.num(),
+            _ => 0,
+        }
     }
 
     fn to_init(&mut self, qp: QpId) -> Result<(), VerbsError> {
         let port = self.port.port;
-        let q = self.qp(qp);
+        let q = self.qp(qp)?;
         q.0.to_init(port)?;
         q.1 = QpState::Init;
         Ok(())
@@ -152,31 +171,34 @@ impl Verbs for DeviceVerbs {
 
     fn to_rtr(&mut self, qp: QpId, remote: &Remote) -> Result<(), VerbsError> {
         let (port, gid_index) = (self.port.port, self.port.gid_index);
-        let q = self.qp(qp);
+        let q = self.qp(qp)?;
         q.0.to_rtr(remote, port, gid_index)?;
         q.1 = QpState::Rtr;
         Ok(())
     }
 
     fn to_rts(&mut self, qp: QpId) -> Result<(), VerbsError> {
-        let q = self.qp(qp);
+        let q = self.qp(qp)?;
         q.0.to_rts()?;
         q.1 = QpState::Rts;
         Ok(())
     }
 
     fn state(&self, qp: QpId) -> QpState {
-        self.qps[qp.0].1
+        match self.qps.get(qp.0) {
+            Some(Some((_, s))) => *s,
+            _ => QpState::Error,
+        }
     }
 
     unsafe fn post_send(&mut self, qp: QpId, wr: &SendWr<'_>) -> Result<(), VerbsError> {
         // SAFETY: the caller's contract is the queue pair's (same protection domain).
-        unsafe { self.qp(qp).0.post_send(wr) }
+        unsafe { self.qp(qp)?.0.post_send(wr) }
     }
 
     unsafe fn post_recv(&mut self, qp: QpId, wr: &RecvWr) -> Result<(), VerbsError> {
         // SAFETY: the caller's contract is the queue pair's (same protection domain).
-        unsafe { self.qp(qp).0.post_recv(wr) }
+        unsafe { self.qp(qp)?.0.post_recv(wr) }
     }
 
     fn poll(&mut self, out: &mut Vec<Completion>, max: usize) -> Result<usize, VerbsError> {
@@ -202,7 +224,7 @@ impl Verbs for DeviceVerbs {
                 .get(&wc.qp_num)
                 .copied()
                 .unwrap_or(QpId(usize::MAX));
-            if let Some(q) = self.qps.get_mut(qp.0) {
+            if let Some(Some(q)) = self.qps.get_mut(qp.0) {
                 if wc.status != ib::ibv_wc_status::IBV_WC_SUCCESS {
                     q.1 = QpState::Error;
                 }
