@@ -135,7 +135,10 @@ fn shim_carries_broadcasts_between_lab_hosts_under_mpich() {
 /// suite: in the fresh-clone CI run of session 8 every byte was right and all 8 ranks passed
 /// the shim's PMI barrier, then Debian's MPICH 4.0.2 hung in its own `MPI_Finalize` until the
 /// test's timeout (the UCX close race of docs/results-mpich.md, which the barrier narrows but
-/// does not close with two ranks per machine; it passed in the helper's runs). Run it with
+/// does not close with two ranks per machine; it passed in the helper's runs). Its other hang,
+/// mid-job (a rank that had just finished a point-to-point broadcast entered pipecast's while
+/// MPICH still held its sends, and stopped progressing MPICH), is fixed in the shim
+/// (`bcast_progressing`; `tests/ompi.rs` has the deterministic case). Run it with
 /// `cargo test --test mpich_lab -- --ignored`.
 #[test]
 #[ignore]
