@@ -139,14 +139,14 @@ fn shim_carries_broadcasts_between_lab_hosts_under_mpich() {
 
 /// The shim's defaults with two ranks per machine: the mid sizes follow pipecast's tree over
 /// MPI point-to-point, the largest its own transport (tcp + shared memory). Not in the default
-/// suite, because it still hangs now and then, and not in MPICH: in 6 of 54 jobs on this lab
-/// (old shim and new, `PIPECAST_SHM` cma and ring) one rank of a machine never completed a
-/// 1 MiB + 3 broadcast on an 8-rank communicator (`tcp+shm`) while the other rank of its
-/// machine, its parent or child in pipecast's tree, and every other rank went on, and
-/// pipecast waits for a late rank without an idle timeout (docs/results-mpich.md, "Two ranks
-/// per machine"). MPICH's own finalize race (the job hanging after every byte was right, in
-/// the fresh-clone CI run of session 8) is worked around in the shim: its verbose lines must
-/// show the PMI barrier and the UCX progress at all 8 ranks. Run it with
+/// suite yet. Its mid-job hang (6 of 54 jobs; a rank that had just finished a point-to-point
+/// broadcast entered pipecast's while MPICH still held its sends, and stopped progressing
+/// MPICH) is fixed in the shim (`bcast_progressing`; `tests/ompi.rs` has the deterministic
+/// case): 0 of 77 jobs after the fix. Debian's MPICH 4.0.2 can still hang in its own
+/// `MPI_Finalize` (the UCX close race of docs/results-mpich.md; 2 of 77 jobs before the shim
+/// kept UCX progressing while MPICH waits on PMI, which is merged now but not yet repeated
+/// with the mid-job fix): its verbose lines must show the PMI barrier and the UCX progress at
+/// all 8 ranks. Run it with
 /// `cargo test --test mpich_lab -- --ignored`.
 #[test]
 #[ignore]

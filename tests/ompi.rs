@@ -381,6 +381,40 @@ fn preload_under_mpich() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A send still pending at its sender while pipecast carries a broadcast
+/// (`tests/c/mpi_pending_send.c`): rank 0 starts `MPI_Isend` of 4 MiB to rank 1 and enters
+/// `MPI_Bcast`; rank 1 receives first. MPICH moves a rendezvous send only from the sender's
+/// progress engine, so this ends only because the shim keeps the MPI progressing while its
+/// broadcast runs; before, every such job hung (the 2-ranks-per-machine hang of
+/// `tests/mpich_lab.rs`, deterministic here). Bounded by `timeout`: a hang fails the test.
+#[test]
+fn a_send_pending_across_a_shim_broadcast_under_mpich() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !have("mpicc.mpich", &["--version"]) {
+        eprintln!("SKIPPED: MPICH not installed (apt-get install mpich libmpich-dev)");
+        return;
+    }
+    let Some(dir) = build() else { return };
+    let program = compile("mpicc.mpich", &dir, "mpi_pending_send", "mpi_pending_send");
+    let out = Command::new("timeout")
+        .args(["60", "mpiexec.mpich", "-np", "2", "-env", "LD_PRELOAD"])
+        .arg(dir.join("libpipecast_preload_mpich.so"))
+        .args(["-env", "PIPECAST_VERBOSE", "1"])
+        .args(["-env", "PIPECAST_HOST_MIN_BYTES", "0"])
+        .arg(&program)
+        .output()
+        .expect("run mpiexec.mpich");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("mpi_pending_send: ok"),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    // The three 1 MiB + 3 broadcasts at each rank went through pipecast's transport.
+    assert_eq!(carried(&stderr, "pipecast-preload"), 2 * 3, "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `mpicc` (or `mpicc.mpich`) of `tests/c/<name>.c` into `dir/<output>`.
 fn compile(mpicc: &str, dir: &Path, name: &str, output: &str) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));

@@ -42,6 +42,9 @@ typedef struct {
 } comm_state;
 
 static int keyval = MPI_KEYVAL_INVALID;
+/* A private duplicate of MPI_COMM_WORLD that carries no message: probing it drives the MPI's
+ * progress (see let_mpi_progress). */
+static MPI_Comm progress_comm = MPI_COMM_NULL;
 static long min_bytes = 65536;
 static long pml_below = 524288;
 static long pml_segment = 16384;
@@ -96,6 +99,7 @@ static void setup(void)
     /* The PIPECAST_* settings of pipecast itself are read by pipecast_comm_create, which
      * reports a bad one to every rank (all fall back together). */
     PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_state, &keyval, NULL);
+    if (PMPI_Comm_dup(MPI_COMM_WORLD, &progress_comm) != MPI_SUCCESS) progress_comm = MPI_COMM_NULL;
     if (verbose >= 1) fprintf(stderr, "pipecast-preload: active (pipecast %s)\n", pipecast_version());
 }
 
@@ -282,6 +286,7 @@ int MPI_Finalize(void)
         PMPI_Comm_delete_attr(MPI_COMM_WORLD, keyval);
         PMPI_Comm_free_keyval(&keyval);
     }
+    if (progress_comm != MPI_COMM_NULL) PMPI_Comm_free(&progress_comm);
     int fd = finalize_pmi_fd();
     if (fd < 0) return PMPI_Finalize();
     pmi_barrier_before_finalize(fd);
@@ -538,6 +543,26 @@ static char *contiguous_bytes(void *buffer, int count, MPI_Datatype datatype, si
     return p;
 }
 
+static void let_mpi_progress(unsigned spins);
+
+/* A broadcast over pipecast's own transport that keeps the MPI progressing until it ends.
+ * Sends this rank completed just before (MPI_Wait returned: the buffer is free) may still sit
+ * in the MPI's own queues — MPICH over UCX's TCP transport keeps what the socket did not take
+ * and writes it from its progress engine — and a peer waiting for them would never join this
+ * broadcast if this rank stopped calling the MPI meanwhile: each would wait for the other. */
+static pipecast_result bcast_progressing(pipecast_comm *pc, char *data, size_t bytes, int root)
+{
+    pipecast_request *pr = NULL;
+    pipecast_result rc = pipecast_ibcast_bytes(pc, data, bytes, root, &pr);
+    for (unsigned spins = 0; rc == PIPECAST_OK; spins++) {
+        int done = 0;
+        rc = pipecast_test(pr, &done);
+        if (done) break;
+        let_mpi_progress(spins);
+    }
+    return rc;
+}
+
 int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm)
 {
     int type_size = 0, rank = 0, err = 0;
@@ -559,7 +584,7 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
         rc = bcast_p2p(s, data, bytes, root, size, &mpi_rc);
         if (rc == PIPECAST_OK) s->over_p2p++;
     } else {
-        rc = pipecast_bcast_bytes(s->pc, data, bytes, root);
+        rc = bcast_progressing(s->pc, data, bytes, root);
     }
     if (rc != PIPECAST_OK) {
         free(packed);
@@ -649,11 +674,16 @@ static void unclaim(pending_ibcast *ib)
 }
 
 /* Lets the MPI progress (its own requests, and the ones other ranks wait on) while this rank
- * waits for pipecast, without taking the CPU from pipecast's progress thread. */
+ * waits for pipecast, without taking the CPU from pipecast's progress thread. A probe that
+ * finds nothing runs the MPI's progress engine; on MPI_COMM_SELF MPICH's ch4 does not
+ * (MPID_Iprobe answers from its self queue alone), hence the private communicator where
+ * nothing is ever sent. */
 static void let_mpi_progress(unsigned spins)
 {
     int flag = 0;
-    PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_SELF, &flag, MPI_STATUS_IGNORE);
+    PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG,
+                progress_comm != MPI_COMM_NULL ? progress_comm : MPI_COMM_SELF, &flag,
+                MPI_STATUS_IGNORE);
     if (spins < 64) {
         sched_yield();
     } else {

@@ -50,6 +50,8 @@ struct Run {
     jobs: VecDeque<Job>,
     reply: Sender<Outcome>,
     started: u64,
+    /// Whether this run's state was logged as stalled ([`STALL_REPORT`]).
+    reported: bool,
 }
 
 /// The longest a round waits for the link while broadcasts run (a newly posted broadcast
@@ -57,6 +59,9 @@ struct Run {
 const ROUND: Duration = Duration::from_millis(50);
 /// Between broadcasts, on a link that must keep answering peers.
 const IDLE_ROUND: Duration = Duration::from_millis(50);
+/// A run still going after this long logs the engine's and the link's state once (at warn):
+/// a late rank is waited for without limit, and this says for what.
+const STALL_REPORT: Duration = Duration::from_secs(30);
 
 struct Driver {
     me: usize,
@@ -129,6 +134,7 @@ impl Driver {
             jobs: jobs.into(),
             reply,
             started: self.now(),
+            reported: false,
         };
         let Some(job) = run.jobs.pop_front() else {
             run.reply
@@ -218,6 +224,7 @@ impl Driver {
             self.fail(e);
             return;
         }
+        self.report_stalls();
         let done: Vec<u64> = self
             .runs
             .keys()
@@ -249,6 +256,32 @@ impl Driver {
                 }
             }
         }
+    }
+
+    /// Logs the state once for each run going on for longer than [`STALL_REPORT`].
+    fn report_stalls(&mut self) {
+        let now = self.now();
+        let stalled: Vec<u64> = self
+            .runs
+            .iter()
+            .filter(|(_, r)| {
+                !r.reported && now.saturating_sub(r.started) > STALL_REPORT.as_nanos() as u64
+            })
+            .map(|(&seq, _)| seq)
+            .collect();
+        if stalled.is_empty() {
+            return;
+        }
+        for seq in &stalled {
+            self.runs.get_mut(seq).expect("listed").reported = true;
+        }
+        tracing::warn!(
+            rank = self.me,
+            "broadcasts {stalled:?} still running after {STALL_REPORT:?}, waiting for ranks {:?}: {}\n{}",
+            self.endpoint.waiting_for(),
+            self.endpoint.describe(),
+            self.link.describe_state(now)
+        );
     }
 
     /// A broadcast failed: report the state, close the link so that peers fail too, and fail

@@ -553,9 +553,12 @@ impl Bcast {
     /// The lanes' state for a failure report.
     pub fn describe(&self) -> String {
         let mut out = format!(
-            "bcast {} at rank {}: control queued {}",
+            "bcast {} at rank {} (root {}, {} bytes in {}-byte segments): control queued {}",
             self.setup.seq,
             self.me,
+            self.setup.root,
+            self.setup.msize,
+            self.layout.segment(),
             self.control.len()
         );
         for (l, s) in self.lanes.iter().enumerate() {
