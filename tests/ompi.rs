@@ -341,25 +341,15 @@ fn preload_under_open_mpi() {
 #[test]
 fn preload_under_mpich() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !have("mpicc.mpich", &["--version"]) {
-        eprintln!("SKIPPED: MPICH not installed (apt-get install mpich libmpich-dev)");
+    let Some((dir, preload)) = build_mpich() else {
         return;
-    }
-    let Some(dir) = build() else { return };
-    let preload = dir.join("libpipecast_preload_mpich.so");
-    assert!(
-        preload.exists(),
-        "make -C ffi built no MPICH shim although mpicc.mpich exists"
+    };
+    let test = compile(
+        "mpicc.mpich",
+        &dir,
+        "mpi_bcast_test",
+        "mpi_bcast_test_mpich",
     );
-    let test = dir.join("mpi_bcast_test_mpich");
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let cc = Command::new("mpicc.mpich")
-        .args(["-O1", "-Wall", "-Werror", "-o"])
-        .arg(&test)
-        .arg(root.join("tests/c/mpi_bcast_test.c"))
-        .status()
-        .unwrap();
-    assert!(cc.success());
     let out = Command::new("timeout")
         .args(["300", "mpirun.mpich", "-np", "4", "-env", "LD_PRELOAD"])
         .arg(&preload)
@@ -390,15 +380,13 @@ fn preload_under_mpich() {
 #[test]
 fn a_send_pending_across_a_shim_broadcast_under_mpich() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    if !have("mpicc.mpich", &["--version"]) {
-        eprintln!("SKIPPED: MPICH not installed (apt-get install mpich libmpich-dev)");
+    let Some((dir, preload)) = build_mpich() else {
         return;
-    }
-    let Some(dir) = build() else { return };
+    };
     let program = compile("mpicc.mpich", &dir, "mpi_pending_send", "mpi_pending_send");
     let out = Command::new("timeout")
         .args(["60", "mpiexec.mpich", "-np", "2", "-env", "LD_PRELOAD"])
-        .arg(dir.join("libpipecast_preload_mpich.so"))
+        .arg(&preload)
         .args(["-env", "PIPECAST_VERBOSE", "1"])
         .args(["-env", "PIPECAST_HOST_MIN_BYTES", "0"])
         .arg(&program)
@@ -413,6 +401,22 @@ fn a_send_pending_across_a_shim_broadcast_under_mpich() {
     // The three 1 MiB + 3 broadcasts at each rank went through pipecast's transport.
     assert_eq!(carried(&stderr, "pipecast-preload"), 2 * 3, "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// [`build`] with the MPICH shim: the directory and the shim; `None` (skipped, said why) where
+/// MPICH or Open MPI is missing.
+fn build_mpich() -> Option<(PathBuf, PathBuf)> {
+    if !have("mpicc.mpich", &["--version"]) {
+        eprintln!("SKIPPED: MPICH not installed (apt-get install mpich libmpich-dev)");
+        return None;
+    }
+    let dir = build()?;
+    let preload = dir.join("libpipecast_preload_mpich.so");
+    assert!(
+        preload.exists(),
+        "make -C ffi built no MPICH shim although mpicc.mpich exists"
+    );
+    Some((dir, preload))
 }
 
 /// `mpicc` (or `mpicc.mpich`) of `tests/c/<name>.c` into `dir/<output>`.

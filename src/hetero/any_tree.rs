@@ -38,12 +38,7 @@ pub fn build_plan(
             name: name.clone(),
             reason: e.to_string(),
         })?;
-    Ok(Plan {
-        tree: tree.clone(),
-        root,
-        lanes: vec![lane],
-        rails: Vec::new(),
-    })
+    Ok(Plan::one_lane(tree.clone(), root, lane))
 }
 
 /// [`model::plan_for`] for every tree: `hetero:NAME` is built by [`build_plan`] and priced by

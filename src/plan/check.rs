@@ -239,12 +239,7 @@ mod tests {
     use crate::topology::gen;
 
     fn plan(lane: Lane, root: usize) -> Plan {
-        Plan {
-            tree: TreeKind::Linear,
-            root,
-            lanes: vec![lane],
-            rails: Vec::new(),
-        }
+        Plan::one_lane(TreeKind::Linear, root, lane)
     }
 
     #[test]

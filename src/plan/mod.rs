@@ -243,6 +243,16 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// A plan of one lane, on rail 0: what every tree but `multilane` builds.
+    pub fn one_lane(tree: TreeKind, root: MachineId, lane: Lane) -> Plan {
+        Plan {
+            tree,
+            root,
+            lanes: vec![lane],
+            rails: Vec::new(),
+        }
+    }
+
     /// The rail lane `lane` runs on (0 unless [`Plan::rails`] says otherwise).
     pub fn rail(&self, lane: usize) -> usize {
         self.rails.get(lane).copied().unwrap_or(0)
@@ -277,12 +287,7 @@ pub fn build(
     if let Some(hosts) = topology.hosts() {
         return two_level::build(hosts, root, tree, segments);
     }
-    let single = |lane: Lane, tree: TreeKind| Plan {
-        tree,
-        root,
-        lanes: vec![lane],
-        rails: Vec::new(),
-    };
+    let single = |lane: Lane, tree: TreeKind| Plan::one_lane(tree, root, lane);
     Ok(match tree {
         TreeKind::Linear => single(linear::build(topology, root), TreeKind::Linear),
         TreeKind::Binary => single(binary::build(topology, root)?, TreeKind::Binary),

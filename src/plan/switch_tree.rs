@@ -285,15 +285,6 @@ mod tests {
     use crate::plan::{check, Plan, TreeKind};
     use crate::topology::gen;
 
-    fn plan_of(lane: Lane, root: MachineId) -> Plan {
-        Plan {
-            tree: TreeKind::Binary,
-            root,
-            lanes: vec![lane],
-            rails: Vec::new(),
-        }
-    }
-
     #[test]
     fn one_switch_gives_the_complete_tree() {
         for (n, k, h) in [
@@ -322,7 +313,7 @@ mod tests {
                             continue;
                         };
                         assert!(lane.max_degree() <= k);
-                        let report = check(&plan_of(lane, root), &t);
+                        let report = check(&Plan::one_lane(TreeKind::Binary, root, lane), &t);
                         assert!(report.ok(), "seed {seed} root {root} k {k}: {report:?}");
                     }
                 }
