@@ -74,6 +74,10 @@ typedef struct {
 // `size × len` bytes, rank r's at offset `r × len`. Returns 0 on success.
 typedef int (*pipecast_allgather_fn)(void *user, const void *mine, void *all, size_t len);
 
+// A progress function of the caller's MPI (`opal_progress`, an `MPI_Iprobe`), called with
+// its argument.
+typedef void (*pipecast_progress_fn)(void *arg);
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -267,6 +271,21 @@ pipecast_result pipecast_test(pipecast_request *req, int *done);
 // # Safety
 // `req` must be a live request from `pipecast_ibcast_bytes`, not used again afterwards.
 pipecast_result pipecast_wait(pipecast_request *req);
+
+// Waits until `req` completes, calling `progress(arg)` between polls, then frees it and
+// returns the broadcast's result. The way for an MPI layer to block in a broadcast: MPI has
+// no timeouts and a rank inside `MPI_Bcast` is inside MPI, so its own pending traffic must
+// keep moving (a rendezvous send of Open MPI's `btl tcp` or of MPICH over UCX moves only from
+// the sender's progress engine; a peer waiting for it would otherwise never join this
+// broadcast). Between polls the thread yields the CPU, and after 64 polls it naps 20 µs, so
+// that ranks sharing a core leave it to the threads moving the bytes. `progress` may be NULL.
+//
+// # Safety
+// `req` must be a live request from `pipecast_ibcast_bytes`, not used again afterwards;
+// `progress`, when not NULL, must be safe to call with `arg` from this thread.
+pipecast_result pipecast_wait_progressing(pipecast_request *req,
+                                          pipecast_progress_fn progress,
+                                          void *arg);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -403,6 +403,29 @@ fn a_send_pending_across_a_shim_broadcast_under_mpich() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The same pending send under Open MPI, through the component: over `btl tcp` a rendezvous
+/// send moves only from the sender's progress (`opal_progress`), so rank 0, inside a broadcast
+/// that pipecast carries, must keep Open MPI progressing while it waits, or rank 1 (still in
+/// `MPI_Recv`) never joins and each waits for the other. Bounded by `timeout`: a hang fails
+/// the test.
+#[test]
+fn a_send_pending_across_a_component_broadcast() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(dir) = build() else { return };
+    let program = compile("mpicc", &dir, "mpi_pending_send", "mpi_pending_send");
+    // mpirun's own bound: it ends the job after 90 s.
+    let args = component_args(&dir, &["--timeout", "90"]);
+    let out = mpirun(2, &strs(&args), &[program.to_str().unwrap()]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("mpi_pending_send: ok"),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    // The three 1 MiB + 3 broadcasts at each rank went through pipecast's transport.
+    assert_eq!(carried(&stderr, "coll:pipecast"), 2 * 3, "{stderr}");
+}
+
 /// [`build`] with the MPICH shim: the directory and the shim; `None` (skipped, said why) where
 /// MPICH or Open MPI is missing.
 fn build_mpich() -> Option<(PathBuf, PathBuf)> {

@@ -482,6 +482,17 @@ static void agree_on_settings(mca_coll_pipecast_module_t *m)
     free(all);
 }
 
+/* Open MPI's progress, for pipecast_wait_progressing. MPI has no timeouts and a rank inside
+ * MPI_Bcast is inside MPI: its pending point-to-point traffic must move. Over btl tcp a
+ * rendezvous send moves only from the sender's opal_progress, so a rank that blocked in
+ * pipecast's broadcast while its peer still waited in MPI_Recv for that send would never see
+ * the peer join: each would wait for the other (tests/c/mpi_pending_send.c). */
+static void drive_opal_progress(void *arg)
+{
+    (void)arg;
+    opal_progress();
+}
+
 static int pipecast_bcast(void *buff, int count, struct ompi_datatype_t *datatype, int root,
                           struct ompi_communicator_t *comm, mca_coll_base_module_t *module)
 {
@@ -550,7 +561,9 @@ static int pipecast_bcast(void *buff, int count, struct ompi_datatype_t *datatyp
                 ompi_comm_rank(comm), comm->c_name, bytes, root);
         }
     } else {
-        rc = pipecast_bcast_bytes(m->pc, data, bytes, root);
+        pipecast_request *pr = NULL;
+        rc = pipecast_ibcast_bytes(m->pc, data, bytes, root, &pr);
+        if (rc == PIPECAST_OK) rc = pipecast_wait_progressing(pr, drive_opal_progress, NULL);
         if (rc == PIPECAST_OK) {
             m->handled++;
             say(2, "rank %d comm %s: bcast %zu bytes from %d by pipecast", ompi_comm_rank(comm),

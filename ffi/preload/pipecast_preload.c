@@ -543,7 +543,7 @@ static char *contiguous_bytes(void *buffer, int count, MPI_Datatype datatype, si
     return p;
 }
 
-static void let_mpi_progress(unsigned spins);
+static void probe_mpi_progress(void *arg);
 
 /* A broadcast over pipecast's own transport that keeps the MPI progressing until it ends.
  * Sends this rank completed just before (MPI_Wait returned: the buffer is free) may still sit
@@ -554,13 +554,7 @@ static pipecast_result bcast_progressing(pipecast_comm *pc, char *data, size_t b
 {
     pipecast_request *pr = NULL;
     pipecast_result rc = pipecast_ibcast_bytes(pc, data, bytes, root, &pr);
-    for (unsigned spins = 0; rc == PIPECAST_OK; spins++) {
-        int done = 0;
-        rc = pipecast_test(pr, &done);
-        if (done) break;
-        let_mpi_progress(spins);
-    }
-    return rc;
+    return rc == PIPECAST_OK ? pipecast_wait_progressing(pr, probe_mpi_progress, NULL) : rc;
 }
 
 int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm)
@@ -673,17 +667,23 @@ static void unclaim(pending_ibcast *ib)
     pthread_mutex_unlock(&pending_lock);
 }
 
-/* Lets the MPI progress (its own requests, and the ones other ranks wait on) while this rank
- * waits for pipecast, without taking the CPU from pipecast's progress thread. A probe that
- * finds nothing runs the MPI's progress engine; on MPI_COMM_SELF MPICH's ch4 does not
- * (MPID_Iprobe answers from its self queue alone), hence the private communicator where
- * nothing is ever sent. */
-static void let_mpi_progress(unsigned spins)
+/* Runs the MPI's progress engine once (its own requests, and the ones other ranks wait on):
+ * a probe that finds nothing does. On MPI_COMM_SELF MPICH's ch4 does not (MPID_Iprobe answers
+ * from its self queue alone), hence the private communicator where nothing is ever sent. */
+static void probe_mpi_progress(void *arg)
 {
+    (void)arg;
     int flag = 0;
     PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG,
                 progress_comm != MPI_COMM_NULL ? progress_comm : MPI_COMM_SELF, &flag,
                 MPI_STATUS_IGNORE);
+}
+
+/* Lets the MPI progress while this rank waits for pipecast, without taking the CPU from
+ * pipecast's progress thread: as pipecast_wait_progressing paces its polls. */
+static void let_mpi_progress(unsigned spins)
+{
+    probe_mpi_progress(NULL);
     if (spins < 64) {
         sched_yield();
     } else {

@@ -19,7 +19,10 @@ pub use handle::{
     pipecast_allgather_fn, pipecast_bcast_bytes, pipecast_comm, pipecast_comm_create,
     pipecast_comm_free, pipecast_comm_link, pipecast_plan_json,
 };
-pub use request::{pipecast_ibcast_bytes, pipecast_request, pipecast_test, pipecast_wait};
+pub use request::{
+    pipecast_ibcast_bytes, pipecast_progress_fn, pipecast_request, pipecast_test, pipecast_wait,
+    pipecast_wait_progressing,
+};
 
 use std::cell::RefCell;
 use std::ffi::c_char;

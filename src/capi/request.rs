@@ -1,5 +1,5 @@
 //! Nonblocking broadcasts of the C ABI: `pipecast_ibcast_bytes`, `pipecast_test`,
-//! `pipecast_wait`.
+//! `pipecast_wait`, `pipecast_wait_progressing`.
 
 use super::handle::{check_root, code_of, pipecast_comm};
 use super::{boundary, fail, pipecast_result};
@@ -103,6 +103,56 @@ pub unsafe extern "C" fn pipecast_wait(req: *mut pipecast_request) -> pipecast_r
             return fail(PIPECAST_ERR_NULL_ARGUMENT, "req is NULL");
         }
         // SAFETY: from Box::into_raw in pipecast_ibcast_bytes, freed once here (contract).
+        finish(*unsafe { Box::from_raw(req) })
+    })
+}
+
+/// A progress function of the caller's MPI (`opal_progress`, an `MPI_Iprobe`), called with
+/// its argument.
+pub type pipecast_progress_fn = Option<unsafe extern "C" fn(arg: *mut c_void)>;
+
+/// Polls that yield the CPU before `pipecast_wait_progressing` naps between polls.
+const YIELDING_POLLS: u32 = 64;
+/// Its nap between polls after that: short against a broadcast pipecast carries (≥ 1 ms).
+const NAP: std::time::Duration = std::time::Duration::from_micros(20);
+
+/// Waits until `req` completes, calling `progress(arg)` between polls, then frees it and
+/// returns the broadcast's result. The way for an MPI layer to block in a broadcast: MPI has
+/// no timeouts and a rank inside `MPI_Bcast` is inside MPI, so its own pending traffic must
+/// keep moving (a rendezvous send of Open MPI's `btl tcp` or of MPICH over UCX moves only from
+/// the sender's progress engine; a peer waiting for it would otherwise never join this
+/// broadcast). Between polls the thread yields the CPU, and after 64 polls it naps 20 µs, so
+/// that ranks sharing a core leave it to the threads moving the bytes. `progress` may be NULL.
+///
+/// # Safety
+/// `req` must be a live request from `pipecast_ibcast_bytes`, not used again afterwards;
+/// `progress`, when not NULL, must be safe to call with `arg` from this thread.
+#[no_mangle]
+pub unsafe extern "C" fn pipecast_wait_progressing(
+    req: *mut pipecast_request,
+    progress: pipecast_progress_fn,
+    arg: *mut c_void,
+) -> pipecast_result {
+    boundary(|| {
+        // SAFETY: a live request (caller contract), used by this thread only until freed.
+        let Some(r) = (unsafe { req.as_mut() }) else {
+            return fail(PIPECAST_ERR_NULL_ARGUMENT, "req is NULL");
+        };
+        let mut polls = 0u32;
+        while !r.request.test() {
+            if let Some(f) = progress {
+                // SAFETY: callable with `arg` from this thread (caller contract).
+                unsafe { f(arg) };
+            }
+            if polls < YIELDING_POLLS {
+                polls += 1;
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(NAP);
+            }
+        }
+        // SAFETY: from Box::into_raw in pipecast_ibcast_bytes; completed requests are freed
+        // here once (the caller must not use it again).
         finish(*unsafe { Box::from_raw(req) })
     })
 }

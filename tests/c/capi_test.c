@@ -63,6 +63,12 @@ static unsigned char pattern(size_t i, unsigned seed)
     return (unsigned char)(x * 0xBF58476D1CE4E5B9ull >> 56);
 }
 
+/* A stand-in for an MPI's progress engine: counts the calls. */
+static void count_progress(void *arg)
+{
+    ++*(unsigned long *)arg;
+}
+
 static void *rank_main(void *arg)
 {
     rank_ctx *ctx = arg;
@@ -91,6 +97,38 @@ static void *rank_main(void *arg)
             free(buf);
         }
     }
+
+    /* Nonblocking broadcasts, completed the three ways: pipecast_wait, a pipecast_test loop,
+     * and pipecast_wait_progressing calling a progress function (an MPI's) between polls. */
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        for (int way = 0; way < 3; way++, seed++) {
+            size_t n = sizes[s];
+            int root = (int)(s + (size_t)way) % RANKS;
+            unsigned char *buf = malloc(n + 1);
+            for (size_t i = 0; i < n; i++) buf[i] = ctx->rank == root ? pattern(i, seed) : 0xEE;
+            pipecast_request *req = NULL;
+            rc = pipecast_ibcast_bytes(comm, n ? buf : NULL, n, root, &req);
+            CHECK(rc == PIPECAST_OK && req != NULL, "rank %d: ibcast %zu: %s", ctx->rank, n,
+                  pipecast_strerror(rc));
+            unsigned long progressed = 0; /* how often is timing: not checked */
+            if (way == 0) {
+                rc = pipecast_wait(req);
+            } else if (way == 1) {
+                for (int done = 0; rc == PIPECAST_OK && !done;) rc = pipecast_test(req, &done);
+            } else {
+                rc = pipecast_wait_progressing(req, count_progress, &progressed);
+            }
+            CHECK(rc == PIPECAST_OK, "rank %d: ibcast %zu from %d (way %d): %s", ctx->rank, n,
+                  root, way, pipecast_strerror(rc));
+            size_t bad = 0;
+            for (size_t i = 0; i < n; i++) bad += buf[i] != pattern(i, seed);
+            CHECK(bad == 0, "rank %d: %zu of %zu bytes wrong (root %d, way %d)", ctx->rank, bad,
+                  n, root, way);
+            free(buf);
+        }
+    }
+    CHECK(pipecast_wait_progressing(NULL, count_progress, NULL) == PIPECAST_ERR_NULL_ARGUMENT,
+          "NULL request");
 
     /* Errors that are local, so every rank can try them without breaking the collective. */
     unsigned char byte = 0;
