@@ -138,18 +138,15 @@ fn shim_carries_broadcasts_between_lab_hosts_under_mpich() {
 }
 
 /// The shim's defaults with two ranks per machine: the mid sizes follow pipecast's tree over
-/// MPI point-to-point, the largest its own transport (tcp + shared memory). Not in the default
-/// suite yet. Its mid-job hang (6 of 54 jobs; a rank that had just finished a point-to-point
-/// broadcast entered pipecast's while MPICH still held its sends, and stopped progressing
-/// MPICH) is fixed in the shim (`bcast_progressing`; `tests/ompi.rs` has the deterministic
-/// case): 0 of 77 jobs after the fix. Debian's MPICH 4.0.2 can still hang in its own
-/// `MPI_Finalize` (the UCX close race of docs/results-mpich.md; 2 of 77 jobs before the shim
-/// kept UCX progressing while MPICH waits on PMI, which is merged now but not yet repeated
-/// with the mid-job fix): its verbose lines must show the PMI barrier and the UCX progress at
-/// all 8 ranks. Run it with
-/// `cargo test --test mpich_lab -- --ignored`.
+/// MPI point-to-point, the largest its own transport (tcp + shared memory). Its mid-job hang
+/// (6 of 54 jobs: a rank that had just finished a point-to-point broadcast entered pipecast's
+/// while MPICH still held its sends, and stopped progressing MPICH) is fixed in the shim
+/// (`pipecast_wait_progressing`; `tests/ompi.rs` has the deterministic case), and Debian's
+/// MPICH 4.0.2 no longer hangs in its own `MPI_Finalize` (the UCX close race of
+/// docs/results-mpich.md) since the shim keeps UCX progressing while MPICH waits on PMI: its
+/// verbose lines must show the PMI barrier and the UCX progress at all 8 ranks. 65 jobs of
+/// both fixes together on a busy machine: all ended well.
 #[test]
-#[ignore]
 fn two_ranks_per_machine_under_mpich() {
     require_lab!(mpich_missing());
     let lab = lab_up(User::Me, "m2");
