@@ -953,7 +953,7 @@ mod tests {
             let lanes = [crate::plan::baseline::flat(2, 0)];
             let start = std::time::Instant::now();
             let clock = move || start.elapsed().as_nanos() as u64;
-            let mut post = |me: usize, endpoints: &mut [Endpoint; 2], bufs: &mut [Buffers; 2]| {
+            let post = |me: usize, endpoints: &mut [Endpoint; 2], bufs: &mut [Buffers; 2]| {
                 let b = Bcast::new(me, &lanes, setup, Config::default(), 0).unwrap();
                 let buf = if me == 0 { data.clone() } else { vec![0; n] };
                 bufs[me].insert(1, Buffer::Owned(buf));
