@@ -152,7 +152,7 @@ impl Ring {
             if streaming {
                 super::stream::copy(src, dst);
             } else {
-                std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len());
+                super::stream::copy_plain(src, dst);
             }
         }
         Ok(())
