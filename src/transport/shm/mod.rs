@@ -132,7 +132,7 @@ struct Peer {
     /// Ring chunks of the peer's copied out here in all.
     consumed: u64,
     /// Segments by address of broadcasts not posted here yet, in arrival order: handled
-    /// once their broadcast is ([`ShmLink::replay`]).
+    /// once their broadcast is ([`ShmLink::receive`]).
     deferred: VecDeque<Record>,
     closed: bool,
 }
@@ -352,20 +352,17 @@ impl ShmLink {
         write_out(rank, p)
     }
 
-    /// Handles the deferred segments of peer `rank` whose broadcast was posted since, in
-    /// their order; those still early wait again.
-    fn replay(
+    /// Handles what peer `rank` sent: first its deferred segments whose broadcast was posted
+    /// since, in their order (those still early wait again), then the records it wrote since.
+    fn receive(
         &mut self,
         rank: usize,
         bufs: &mut Buffers,
         endpoint: &mut Endpoint,
         now: u64,
     ) -> crate::Result<()> {
-        let p = self.peers.get_mut(&rank).expect("a peer");
-        if p.deferred.is_empty() {
-            return Ok(());
-        }
-        for record in std::mem::take(&mut p.deferred) {
+        let deferred = std::mem::take(&mut self.peers.get_mut(&rank).expect("a peer").deferred);
+        for record in deferred {
             if let Record::Message { head, .. } = &record {
                 if let Message::Data(h) = frame::decode(rank, head)? {
                     if endpoint.route_data(rank, &h)? == Route::Hold {
@@ -377,17 +374,6 @@ impl ShmLink {
             }
             self.handle(rank, record, bufs, endpoint, now)?;
         }
-        Ok(())
-    }
-
-    /// Reads and handles what peer `rank` sent.
-    fn receive(
-        &mut self,
-        rank: usize,
-        bufs: &mut Buffers,
-        endpoint: &mut Endpoint,
-        now: u64,
-    ) -> crate::Result<()> {
         let p = self.peers.get_mut(&rank).expect("a peer");
         let mut chunk = [0u8; RECORD * 64];
         let mut read = 0;
@@ -670,7 +656,6 @@ impl Transport for ShmLink {
             self.wait(&ranks, wait)?;
         }
         for &r in &ranks {
-            self.replay(r, bufs, endpoint, clock())?;
             self.receive(r, bufs, endpoint, clock())?;
         }
         self.queue(endpoint, clock())?;
