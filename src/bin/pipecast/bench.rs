@@ -2,12 +2,15 @@
 //! barrier, then iterations of broadcast + barrier), verify the data at every rank, and
 //! compare with the point-to-point time of the whole message measured in the same run.
 
+mod usage;
+
 use crate::CliResult;
 use pipecast::comm::{Algorithm, Comm, Config, Transport};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
+use usage::Usage;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -100,6 +103,16 @@ struct Row {
     /// Extension: every iteration's time (the slowest rank's, µs), in order: medians and
     /// spreads for scripts (bench/sim_vs_lab.py).
     times_us: Vec<f64>,
+    /// Extension: the CPU time of that memcpy (rank 0's thread, µs): the reference for
+    /// `cpu_us`, which a busy machine inflates far less than wall time.
+    memcpy_cpu_us: f64,
+    /// Extension: what one broadcast (+ the closing barrier) cost all ranks together, per
+    /// iteration: CPU time (every thread, µs), page faults, context switches.
+    cpu_us: f64,
+    minflt: f64,
+    majflt: f64,
+    vcsw: f64,
+    ivcsw: f64,
 }
 
 #[derive(Serialize)]
@@ -178,13 +191,12 @@ pub fn run(args: Args) -> CliResult {
         let mut buf = vec![0u8; bytes as usize];
         let p2p = Algorithm::PointToPoint { to: 1 };
         // The whole message in one segment (see `comm::segment_for`).
-        let (p2p_times, p2p_ok, _, _) =
-            measure(&mut comm, &mut buf, &p2p, None, iters, Some(0), args.seed)?;
-        let (p2p_us, p2p_min_us, _, _, _) = summarize(&mut comm, &p2p_times, p2p_ok)?;
-        let memcpy_us = if me == 0 {
+        let p2p_run = measure(&mut comm, &mut buf, &p2p, None, iters, Some(0), args.seed)?;
+        let (p2p_us, p2p_min_us, _, _, _) = summarize(&mut comm, &p2p_run.times, p2p_run.ok)?;
+        let (memcpy_us, memcpy_cpu_us) = if me == 0 {
             memcpy_time(&buf, iters)
         } else {
-            0.0
+            (0.0, 0.0)
         };
         for tree in &trees {
             if progress && terminal {
@@ -193,15 +205,18 @@ pub fn run(args: Args) -> CliResult {
                 eprintln!("  {} … {tree}", size_name(bytes));
             }
             let before = comm.transport_counters()?;
-            let (times, ok, seg, ran) = measure(
+            let run = measure(
                 &mut comm, &mut buf, tree, segment, iters, args.root, args.seed,
             )?;
-            let (avg_us, min_us, max_us, verified, times_us) = summarize(&mut comm, &times, ok)?;
+            let (avg_us, min_us, max_us, verified, times_us) =
+                summarize(&mut comm, &run.times, run.ok)?;
+            let spent = usage_sum(&mut comm, run.usage)?;
+            let per_iter = |n: u64| n as f64 / iters as f64;
             let transport_counters = counters_delta(&mut comm, &before)?;
             all_ok &= verified;
             let overlap_pct = if args.overlap {
                 let (pct, ok) = overlap(
-                    &mut comm, &buf, tree, segment, iters, args.root, args.seed, &times,
+                    &mut comm, &buf, tree, segment, iters, args.root, args.seed, &run.times,
                 )?;
                 all_ok &= ok;
                 Some(pct)
@@ -211,18 +226,24 @@ pub fn run(args: Args) -> CliResult {
             rows.push(Row {
                 bytes,
                 tree: tree.to_string(),
-                segment_bytes: seg,
+                segment_bytes: run.segment,
                 avg_us,
                 min_us,
                 max_us,
                 p2p_us,
                 verified,
                 p2p_min_us,
-                ran,
+                ran: run.ran,
                 transport_counters,
                 overlap_pct,
                 memcpy_us,
                 times_us,
+                memcpy_cpu_us,
+                cpu_us: per_iter(spent.cpu_ns).round() / 1000.0,
+                minflt: per_iter(spent.minflt),
+                majflt: per_iter(spent.majflt),
+                vcsw: per_iter(spent.vcsw),
+                ivcsw: per_iter(spent.ivcsw),
             });
         }
     }
@@ -253,8 +274,20 @@ pub fn run(args: Args) -> CliResult {
     Ok(())
 }
 
-/// Times `iters` broadcasts of `buf`; returns per-iteration times (µs) at this rank, whether
-/// every iteration delivered the right bytes here, and the segment size used.
+/// What [`measure`] saw at this rank.
+struct Measured {
+    /// Every iteration's time, µs.
+    times: Vec<f64>,
+    /// Every iteration delivered the right bytes here.
+    ok: bool,
+    segment: u64,
+    /// The schedule that ran.
+    ran: String,
+    /// This process's CPU time, faults and switches during the timed part of all iterations.
+    usage: Usage,
+}
+
+/// Times `iters` broadcasts of `buf` (each followed by a barrier) at this rank.
 fn measure(
     comm: &mut Comm,
     buf: &mut [u8],
@@ -263,13 +296,14 @@ fn measure(
     iters: usize,
     root: Option<usize>,
     seed: u64,
-) -> pipecast::Result<(Vec<f64>, bool, u64, String)> {
+) -> pipecast::Result<Measured> {
     let n = comm.size();
     let me = comm.rank();
     let mut times = Vec::with_capacity(iters);
     let mut ok = true;
     let mut seg = 0;
     let mut ran = tree.to_string();
+    let mut usage = Usage::default();
     for it in 0..iters {
         let root = root.unwrap_or(it % n);
         let receives = match tree {
@@ -284,10 +318,12 @@ fn measure(
             buf.fill(0);
         }
         comm.barrier()?;
+        let u0 = Usage::now();
         let t0 = Instant::now();
         let info = comm.bcast_with(buf, root, tree, segment)?;
         comm.barrier()?;
         times.push(t0.elapsed().as_secs_f64() * 1e6);
+        usage += Usage::now() - u0;
         seg = info.segment;
         ran = info.tree.to_string();
         if receives && !matches(buf, pattern_seed) {
@@ -295,7 +331,23 @@ fn measure(
             ok = false;
         }
     }
-    Ok((times, ok, seg, ran))
+    Ok(Measured {
+        times,
+        ok,
+        segment: seg,
+        ran,
+        usage,
+    })
+}
+
+/// Every rank's `mine`, summed.
+fn usage_sum(comm: &mut Comm, mine: Usage) -> pipecast::Result<Usage> {
+    let all = comm.allgather(&serde_json::to_vec(&mine).expect("serializable"))?;
+    let mut sum = Usage::default();
+    for blob in all {
+        sum += serde_json::from_slice(&blob).unwrap_or_default();
+    }
+    Ok(sum)
 }
 
 /// OSU `osu_ibcast`'s overlap: each iteration posts a nonblocking broadcast, computes for this
@@ -353,16 +405,21 @@ fn overlap(
     Ok(((mean / all.len().max(1) as f64 * 10.0).round() / 10.0, ok))
 }
 
-/// One memcpy of `src` into a buffer already touched, averaged over `iters` copies (µs).
-fn memcpy_time(src: &[u8], iters: usize) -> f64 {
+/// One memcpy of `src` into a buffer already touched, averaged over `iters` copies: its wall
+/// time and the CPU time of this thread (µs).
+fn memcpy_time(src: &[u8], iters: usize) -> (f64, f64) {
     let mut dst = src.to_vec();
     let iters = iters.max(1);
+    let cpu0 = Usage::thread_cpu_ns();
     let t0 = Instant::now();
     for _ in 0..iters {
         dst.copy_from_slice(std::hint::black_box(src));
         std::hint::black_box(&mut dst);
     }
-    ((t0.elapsed().as_secs_f64() * 1e6 / iters as f64) * 1000.0).round() / 1000.0
+    let wall = t0.elapsed().as_secs_f64() * 1e6;
+    let cpu = Usage::thread_cpu_ns().saturating_sub(cpu0) as f64 / 1000.0;
+    let us = |t: f64| ((t / iters as f64) * 1000.0).round() / 1000.0;
+    (us(wall), us(cpu))
 }
 
 /// Busy computation for `d` (what an application does while its broadcast progresses);
@@ -431,11 +488,21 @@ fn counters_delta(
 
 fn print_table(n: usize, transport: &str, rows: &[Row]) {
     println!(
-        "# pipecast bench: {n} ranks, {transport}; time per iteration = broadcast + barrier, slowest rank; /T(m): to the point-to-point time of the message, /memcpy: to one memcpy of it (the limit on one host)"
+        "# pipecast bench: {n} ranks, {transport}; time per iteration = broadcast + barrier, slowest rank; /T(m): to the point-to-point time of the message, /memcpy: to one memcpy of it (the limit on one host); cpu/mc: CPU time of all ranks per broadcast over the CPU time of that memcpy"
     );
     println!(
-        "{:>10} {:>18} {:>9} {:>11} {:>11} {:>11} {:>9} {:>8} {:>8} {:>3}",
-        "bytes", "tree", "segment", "avg_us", "min_us", "max_us", "MB/s", "/T(m)", "/memcpy", "ok"
+        "{:>10} {:>18} {:>9} {:>11} {:>11} {:>11} {:>9} {:>8} {:>8} {:>7} {:>3}",
+        "bytes",
+        "tree",
+        "segment",
+        "avg_us",
+        "min_us",
+        "max_us",
+        "MB/s",
+        "/T(m)",
+        "/memcpy",
+        "cpu/mc",
+        "ok"
     );
     for r in rows {
         let mbps = if r.avg_us > 0.0 {
@@ -449,7 +516,7 @@ fn print_table(n: usize, transport: &str, rows: &[Row]) {
             format!("{}={}", r.tree, r.ran)
         };
         println!(
-            "{:>10} {:>18} {:>9} {:>11.1} {:>11.1} {:>11.1} {:>9.1} {:>8.2} {:>8.1} {:>3}",
+            "{:>10} {:>18} {:>9} {:>11.1} {:>11.1} {:>11.1} {:>9.1} {:>8.2} {:>8.1} {:>7.1} {:>3}",
             r.bytes,
             tree,
             r.segment_bytes,
@@ -459,6 +526,7 @@ fn print_table(n: usize, transport: &str, rows: &[Row]) {
             mbps,
             r.avg_us / r.p2p_us.max(1e-9),
             r.avg_us / r.memcpy_us.max(1e-3),
+            r.cpu_us / r.memcpy_cpu_us.max(1e-3),
             if r.verified { "yes" } else { "NO" }
         );
         if let Some(pct) = r.overlap_pct {

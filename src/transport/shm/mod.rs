@@ -19,6 +19,7 @@ pub mod probe;
 mod ring;
 mod setup;
 mod stage;
+mod stream;
 
 pub use setup::socket_name;
 
@@ -130,6 +131,9 @@ struct Peer {
     released: u64,
     /// Ring chunks of the peer's copied out here in all.
     consumed: u64,
+    /// Segments by address of broadcasts not posted here yet, in arrival order: handled
+    /// once their broadcast is ([`ShmLink::receive`]).
+    deferred: VecDeque<Record>,
     closed: bool,
 }
 
@@ -148,6 +152,7 @@ impl Peer {
             announced: VecDeque::new(),
             released: 0,
             consumed: 0,
+            deferred: VecDeque::new(),
             closed: false,
         }
     }
@@ -171,6 +176,12 @@ pub struct ShmLink {
     epoll: Option<OwnedFd>,
     cma_bytes: u64,
     ring_bytes: u64,
+    /// Bytes of segments by address that arrived before their broadcast was posted here
+    /// (read once it was, still by one copy).
+    deferred_bytes: u64,
+    /// Bytes of ring chunks that arrived before their broadcast was posted here (copied
+    /// aside, then once more into the buffer).
+    held_bytes: u64,
     /// How long a wait polls before it sleeps.
     poll: Duration,
 }
@@ -203,6 +214,8 @@ impl ShmLink {
             epoll: None,
             cma_bytes: 0,
             ring_bytes: 0,
+            deferred_bytes: 0,
+            held_bytes: 0,
             poll,
         })
     }
@@ -339,7 +352,8 @@ impl ShmLink {
         write_out(rank, p)
     }
 
-    /// Reads and handles what peer `rank` sent.
+    /// Handles what peer `rank` sent: first its deferred segments whose broadcast was posted
+    /// since, in their order (those still early wait again), then the records it wrote since.
     fn receive(
         &mut self,
         rank: usize,
@@ -347,6 +361,19 @@ impl ShmLink {
         endpoint: &mut Endpoint,
         now: u64,
     ) -> crate::Result<()> {
+        let deferred = std::mem::take(&mut self.peers.get_mut(&rank).expect("a peer").deferred);
+        for record in deferred {
+            if let Record::Message { head, .. } = &record {
+                if let Message::Data(h) = frame::decode(rank, head)? {
+                    if endpoint.route_data(rank, &h)? == Route::Hold {
+                        let p = self.peers.get_mut(&rank).expect("a peer");
+                        p.deferred.push_back(record);
+                        continue;
+                    }
+                }
+            }
+            self.handle(rank, record, bufs, endpoint, now)?;
+        }
         let p = self.peers.get_mut(&rank).expect("a peer");
         let mut chunk = [0u8; RECORD * 64];
         let mut read = 0;
@@ -416,9 +443,12 @@ impl ShmLink {
                         endpoint.handle_data(now, &h);
                     }
                     Route::Hold => {
-                        let mut v = vec![0u8; len];
-                        attach(rank, pid, addr, &mut v)?;
-                        endpoint.hold(rank, message, v);
+                        // Of a broadcast not posted here yet: its bytes stay in the writer's
+                        // buffer until this rank acknowledges them, so the record waits
+                        // rather than a copy (a whole message, often, on a host of more ranks
+                        // than cores: a 64 MiB allocation, its page faults and a second copy).
+                        self.deferred_bytes += len as u64;
+                        p.deferred.push_back(Record::Message { head, addr });
                     }
                     Route::Discard => {}
                 }
@@ -431,12 +461,14 @@ impl ShmLink {
                         "a ring chunk of a control message".into(),
                     )));
                 };
-                let Some(rx) = &p.rx else {
+                let Some(rx) = &mut p.rx else {
                     return Err(crate::Error::from(bad(
                         rank,
                         "a ring chunk, but it has no ring here (PIPECAST_SHM=cma)".into(),
                     )));
                 };
+                rx.populate();
+                let rx = &*rx;
                 let (at, len, total) = (at as usize, len as usize, h.len as usize);
                 if at == 0 && p.partial.is_none() {
                     let dest = match endpoint.route_data(rank, &h)? {
@@ -452,7 +484,7 @@ impl ShmLink {
                             }
                             Dest::Buffer { seq, range }
                         }
-                        Route::Hold => Dest::Hold(vec![0; total]),
+                        Route::Hold => Dest::Hold(Vec::new()),
                         Route::Discard => Dest::Discard,
                     };
                     p.partial = Some(Partial {
@@ -474,6 +506,30 @@ impl ShmLink {
                         format!("chunk {at}+{len} out of order for a segment of {total} bytes"),
                     )));
                 }
+                if let Dest::Hold(v) = &part.dest {
+                    // Its broadcast was posted since the segment began: the rest goes straight
+                    // into the buffer, and only what came before is copied once more.
+                    if let Route::Into { seq, range } = endpoint.route_data(rank, &h)? {
+                        let buf = bufs
+                            .get_mut(&seq)
+                            .ok_or_else(|| gone_buffer(rank, seq))?
+                            .as_mut_slice();
+                        let early = buf
+                            .get_mut(range.start..range.start + v.len())
+                            .filter(|_| range.len() == total)
+                            .ok_or_else(|| {
+                                bad(
+                                    rank,
+                                    format!(
+                                        "segment {} of {total} bytes does not fit {range:?}",
+                                        h.index
+                                    ),
+                                )
+                            })?;
+                        early.copy_from_slice(v);
+                        part.dest = Dest::Buffer { seq, range };
+                    }
+                }
                 let off = pos % rx.size() as u64;
                 match &mut part.dest {
                     Dest::Buffer { seq, range } => {
@@ -481,14 +537,19 @@ impl ShmLink {
                             .get_mut(seq)
                             .ok_or_else(|| gone_buffer(rank, *seq))?
                             .as_mut_slice();
+                        let streaming = buf.len() >= stream::STREAM_FROM;
                         let dst = buf
                             .get_mut(range.start + at..range.start + at + len)
                             .ok_or_else(|| bad(rank, "a chunk beyond the buffer".into()))?;
-                        rx.read(off, dst).map_err(|e| bad(rank, e))?;
+                        rx.read(off, dst, streaming).map_err(|e| bad(rank, e))?;
                     }
-                    Dest::Hold(v) => rx
-                        .read(off, &mut v[at..at + len])
-                        .map_err(|e| bad(rank, e))?,
+                    Dest::Hold(v) => {
+                        // Grown chunk by chunk: a segment is often the whole message.
+                        v.resize(at + len, 0);
+                        rx.read(off, &mut v[at..], false)
+                            .map_err(|e| bad(rank, e))?;
+                        self.held_bytes += len as u64;
+                    }
                     Dest::Discard => {}
                 }
                 part.got += len;
@@ -617,6 +678,8 @@ impl Transport for ShmLink {
         BTreeMap::from([
             ("shm_cma_bytes".to_string(), self.cma_bytes),
             ("shm_ring_bytes".to_string(), self.ring_bytes),
+            ("shm_deferred_bytes".to_string(), self.deferred_bytes),
+            ("shm_held_bytes".to_string(), self.held_bytes),
             (
                 "shm_staged_bytes".to_string(),
                 self.stage.as_ref().map_or(0, Stage::written),
@@ -627,14 +690,20 @@ impl Transport for ShmLink {
     fn describe_state(&self, _now: u64) -> String {
         let mut out = format!("shm ({})", self.modes());
         for (r, p) in &self.peers {
-            if p.out.is_empty() && p.wbuf.is_empty() && p.partial.is_none() && !p.closed {
+            if p.out.is_empty()
+                && p.wbuf.is_empty()
+                && p.partial.is_none()
+                && p.deferred.is_empty()
+                && !p.closed
+            {
                 continue;
             }
             out += &format!(
-                "\n  peer {r}: {} messages queued, {} record bytes unwritten, mid-segment {}, closed {}",
+                "\n  peer {r}: {} messages queued, {} record bytes unwritten, mid-segment {}, {} segments of later broadcasts waiting, closed {}",
                 p.out.len(),
                 p.wbuf.len(),
                 p.partial.is_some(),
+                p.deferred.len(),
                 p.closed
             );
         }
@@ -843,6 +912,69 @@ mod tests {
         let (a, _b) = pair(ShmMode::Ring);
         assert_eq!(a.describe(), "shm:ring");
         assert!(!a.capabilities().one_sided);
+    }
+
+    /// Rank 1 posts the broadcast only after rank 0's first records came: by address, the
+    /// records wait for it and no byte is copied aside; through the ring, only the chunks that
+    /// came before the posting are (a full ring's worth), the rest go straight into the buffer.
+    #[test]
+    fn a_late_reader_copies_nothing_or_only_what_came_early() {
+        use crate::engine::{Bcast, Config, Setup};
+        use crate::transport::Buffer;
+        let n = (RING_BYTES + RING_BYTES / 2) * 2 + 5;
+        let data: Vec<u8> = (0..n).map(|i| (i * 31 + 7) as u8).collect();
+        for mode in [ShmMode::Auto, ShmMode::Ring] {
+            let (a, b) = pair(mode);
+            let mut links = [a, b];
+            let mut endpoints = [Endpoint::new(), Endpoint::new()];
+            let mut bufs = [Buffers::new(), Buffers::new()];
+            let setup = Setup {
+                seq: 1,
+                root: 0,
+                msize: n as u64,
+                segment: n as u64,
+                deep: false,
+            };
+            let lanes = [crate::plan::baseline::flat(2, 0)];
+            let start = std::time::Instant::now();
+            let clock = move || start.elapsed().as_nanos() as u64;
+            let post = |me: usize, endpoints: &mut [Endpoint; 2], bufs: &mut [Buffers; 2]| {
+                let b = Bcast::new(me, &lanes, setup, Config::default(), 0).unwrap();
+                let buf = if me == 0 { data.clone() } else { vec![0; n] };
+                bufs[me].insert(1, Buffer::Owned(buf));
+                let buf = bufs[me].get_mut(&1).unwrap().as_mut_slice();
+                endpoints[me].post(b, buf, clock()).unwrap();
+            };
+            post(0, &mut endpoints, &mut bufs);
+            let mut rounds = 0;
+            while !(endpoints[0].is_done(1) && endpoints[1].is_done(1)) {
+                rounds += 1;
+                assert!(rounds < 100_000, "{mode}: no end");
+                if rounds == 2 {
+                    post(1, &mut endpoints, &mut bufs);
+                }
+                for me in 0..2 {
+                    links[me]
+                        .progress(&mut bufs[me], &mut endpoints[me], &clock, Duration::ZERO)
+                        .unwrap();
+                }
+            }
+            let Some(Buffer::Owned(got)) = bufs[1].remove(&1) else {
+                panic!("the buffer is there")
+            };
+            assert!(got == data, "{mode}: wrong bytes");
+            let c = links[1].counters();
+            if mode == ShmMode::Ring {
+                assert_eq!(c["shm_deferred_bytes"], 0);
+                assert!(c["shm_held_bytes"] > 0, "{mode}: {c:?}");
+                assert!(c["shm_held_bytes"] <= RING_BYTES as u64, "{mode}: {c:?}");
+                assert_eq!(c["shm_ring_bytes"], n as u64, "{mode}: {c:?}");
+            } else {
+                assert_eq!(c["shm_deferred_bytes"], n as u64, "{mode}: {c:?}");
+                assert_eq!(c["shm_held_bytes"], 0, "{mode}: {c:?}");
+                assert_eq!(c["shm_cma_bytes"], n as u64, "{mode}: {c:?}");
+            }
+        }
     }
 
     #[test]

@@ -105,6 +105,7 @@ impl Stage {
             self.by_key.remove(&oldest.key);
             self.chunks.pop_front();
         }
+        self.ring.populate();
         self.ring.write((pos % size) as usize, bytes);
         self.written += len;
         self.head = pos + len;
@@ -168,7 +169,7 @@ mod tests {
         assert!(s.release(p).is_err(), "released more often than announced");
         assert_eq!(s.place(key(1, 3000, 1500), &a), Some(4096));
         let mut out = [0u8; 1500];
-        s.ring().read(0, &mut out).unwrap();
+        s.ring().read(0, &mut out, true).unwrap();
         assert_eq!(out, a);
         assert!(s.release(77).is_err());
         // A chunk nobody holds stays available until its room is needed.
