@@ -31,6 +31,11 @@ pub struct Args {
     /// least 2).
     #[arg(long, value_parser = at_least_one)]
     iters: Option<usize>,
+    /// Untimed broadcasts before the timed ones, per size and schedule (OSU's skip
+    /// iterations): the first broadcast of a schedule sets things up (connections, rings,
+    /// first-touch pages). Their bytes are verified too.
+    #[arg(long, default_value_t = 1)]
+    warmup: usize,
     /// Root of every broadcast (default: iteration i uses root i mod N).
     #[arg(long)]
     root: Option<usize>,
@@ -191,7 +196,17 @@ pub fn run(args: Args) -> CliResult {
         let mut buf = vec![0u8; bytes as usize];
         let p2p = Algorithm::PointToPoint { to: 1 };
         // The whole message in one segment (see `comm::segment_for`).
-        let p2p_run = measure(&mut comm, &mut buf, &p2p, None, iters, Some(0), args.seed)?;
+        let warm = measure(
+            &mut comm,
+            &mut buf,
+            &p2p,
+            None,
+            args.warmup,
+            Some(0),
+            args.seed,
+        )?;
+        let mut p2p_run = measure(&mut comm, &mut buf, &p2p, None, iters, Some(0), args.seed)?;
+        p2p_run.ok &= warm.ok;
         let (p2p_us, p2p_min_us, _, _, _) = summarize(&mut comm, &p2p_run.times, p2p_run.ok)?;
         let (memcpy_us, memcpy_cpu_us) = if me == 0 {
             memcpy_time(&buf, iters)
@@ -204,10 +219,20 @@ pub fn run(args: Args) -> CliResult {
             } else if progress {
                 eprintln!("  {} … {tree}", size_name(bytes));
             }
+            let warm = measure(
+                &mut comm,
+                &mut buf,
+                tree,
+                segment,
+                args.warmup,
+                args.root,
+                args.seed,
+            )?;
             let before = comm.transport_counters()?;
-            let run = measure(
+            let mut run = measure(
                 &mut comm, &mut buf, tree, segment, iters, args.root, args.seed,
             )?;
+            run.ok &= warm.ok;
             let (avg_us, min_us, max_us, verified, times_us) =
                 summarize(&mut comm, &run.times, run.ok)?;
             let spent = usage_sum(&mut comm, run.usage)?;

@@ -55,8 +55,8 @@ pub struct Args {
     /// Message sizes (K/M suffixes, binary units).
     #[arg(long, default_value = "1M,4M,16M")]
     sizes: String,
-    /// Broadcasts per size and schedule.
-    #[arg(long, default_value_t = 2)]
+    /// Timed broadcasts per size and schedule, after one untimed warm-up broadcast.
+    #[arg(long, default_value_t = 1)]
     iters: usize,
     /// Where to write the plan as SVG (Graphviz `dot`; skipped with a note when missing).
     #[arg(long, default_value = "pipecast-demo-plan.svg")]
@@ -178,6 +178,8 @@ fn in_lab(
         TREES,
         "--iters",
         &iters,
+        "--warmup",
+        "1",
         "--root",
         "0",
         "--timeout-ms",
@@ -192,7 +194,7 @@ fn in_lab(
         cmd.push("--progress".into());
     }
     say!(
-        "\nbroadcasting {} from rank 0 with {TREES}, {} times each, every byte checked at every rank:",
+        "\nbroadcasting {} from rank 0 with {TREES}, {} times each after a warm-up, every byte checked at every rank:",
         sizes
             .iter()
             .map(|&b| crate::bench::size_name(b))
@@ -379,6 +381,8 @@ fn local(exe: &Path, args: &Args) -> CliResult {
             TREES,
             "--iters",
             &args.iters.max(1).to_string(),
+            "--warmup",
+            "1",
             "--root",
             "0",
         ])
