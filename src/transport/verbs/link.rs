@@ -749,10 +749,13 @@ impl<V: Verbs> VerbsLink<V> {
             self.backlog.extend(peek);
             return Ok(());
         }
-        let mut fds = vec![Some(fd), self.wake];
-        fds.extend(self.side_fds().into_iter().map(Some));
-        wait_readable(&fds, wait)
-            .map_err(|e| io(self.rank, format!("waiting for completions: {e}")))
+        let mut fds: Vec<(std::os::fd::RawFd, i16)> = [Some(fd), self.wake]
+            .into_iter()
+            .flatten()
+            .map(|fd| (fd, libc::POLLIN))
+            .collect();
+        fds.extend(self.side_fds());
+        wait_for(&fds, wait).map_err(|e| io(self.rank, format!("waiting for completions: {e}")))
     }
 }
 
@@ -812,14 +815,13 @@ fn bump(counters: &mut BTreeMap<&'static str, u64>, what: &'static str, n: u64) 
     *counters.entry(what).or_default() += n;
 }
 
-/// Waits until one of `fds` is readable, or `wait` passed.
-fn wait_readable(fds: &[Option<std::os::fd::RawFd>], wait: Duration) -> std::io::Result<()> {
+/// Waits until one of `fds` has its events (`POLLIN`, `POLLOUT`), or `wait` passed.
+fn wait_for(fds: &[(std::os::fd::RawFd, i16)], wait: Duration) -> std::io::Result<()> {
     let mut polls: Vec<libc::pollfd> = fds
         .iter()
-        .flatten()
-        .map(|&fd| libc::pollfd {
+        .map(|&(fd, events)| libc::pollfd {
             fd,
-            events: libc::POLLIN,
+            events,
             revents: 0,
         })
         .collect();
