@@ -38,7 +38,11 @@ fn links_told(
 ) -> Vec<VerbsLink<ModelVerbs>> {
     let ip = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
     let links: Vec<VerbsLink<ModelVerbs>> = (0..n)
-        .map(|r| VerbsLink::new(r, n, fabric.node(), cfg, "verbs:model".into(), ip).unwrap())
+        .map(|r| {
+            // The completion queue a device would be opened with (`verbs::open`).
+            let node = fabric.node_with_cq(cfg.cq_entries());
+            VerbsLink::new(r, n, node, cfg, "verbs:model".into(), ip).unwrap()
+        })
         .collect();
     let mut addrs: Vec<_> = links.iter().map(VerbsLink::local_addr).collect();
     tell(&mut addrs);
@@ -562,6 +566,59 @@ fn the_queue_pair_cache_is_bounded_and_closes_idle_edges_safely() {
     );
 }
 
+/// The completion queue is sized for `max_qps` queue pairs, and the model checks that it
+/// never overruns: with shallow queues and a bound of 2, flat trees whose root has 5
+/// children grow it first, and roots changing close idle edges and connect others (the
+/// destroyed ones' completions count until the queue is polled empty); all byte-exact.
+#[test]
+fn the_completion_queue_never_overruns_and_grows_for_wide_trees() {
+    let size = 6;
+    let topo = Topology::single_switch(size);
+    let fabric = Fabric::new(7);
+    let cfg = LinkConfig {
+        max_qps: 2,
+        send_depth: 4,
+        recv_depth: 12,
+        control_recvs: 4,
+        ..LinkConfig::default()
+    };
+    assert_eq!(cfg.cq_entries(), 2 * (4 + 12));
+    let mut rs = ranks(&fabric, size, cfg);
+    let mut seq = 0;
+    for (tree, root) in [
+        ("flat", 0),
+        ("binomial", 3),
+        ("flat", 5),
+        ("linear", 1),
+        ("flat", 0),
+    ] {
+        let plan = plan::build(&topo, root, &tree.parse().unwrap(), None).unwrap();
+        for msize in [1, 9000] {
+            seq += 1;
+            post(
+                &mut rs,
+                &plan.lanes,
+                setup_of(seq, root, msize, 512),
+                config(),
+            );
+            run(&mut rs, &[seq]).unwrap_or_else(|(r, e)| panic!("{tree} {root}: rank {r}: {e}"));
+            check(&rs, seq, &format!("{tree} root {root}"));
+        }
+    }
+    assert_eq!(fabric.stats().cq_overruns, 0);
+    for r in [0, 5] {
+        let c = rs[r].link.counters();
+        assert!(
+            c.get("verbs_cq_resizes").is_some_and(|&n| n > 0),
+            "rank {r}: {c:?}"
+        );
+    }
+    assert!(
+        (0..size).map(|r| fabric.qps_of(r).1).sum::<usize>() > 0,
+        "edges closed"
+    );
+}
+
 /// Rank 0 needs an edge to rank 1, which is gone before the handshake, goes away in the
 /// middle of it, or never answers: rank 0's broadcast fails naming rank 1, never hangs.
 #[test]
@@ -935,6 +992,25 @@ fn model_remote_access_errors_for_a_bad_key_or_range() {
         assert_eq!(polled(&mut p.b)[0].status, WcStatus::Flushed);
         assert_eq!(p.mem_b, vec![0u8; 64], "nothing written");
     }
+}
+
+/// One completion more than the queue holds is an overrun: every later poll fails (on a
+/// device the queue and its queue pairs go to the error state); a resize makes room.
+#[test]
+fn model_completion_queue_overruns_are_fatal() {
+    let mut p = pair(7);
+    p.a.resize_cq(2).unwrap();
+    assert_eq!(p.a.cq_entries(), 2);
+    write(&mut p, 1, 0, 4, None, false);
+    write(&mut p, 2, 0, 4, None, false);
+    assert!(p.a.resize_cq(1).is_err(), "it holds 2");
+    p.a.resize_cq(3).unwrap();
+    write(&mut p, 3, 0, 4, None, false);
+    assert_eq!(p.fabric.stats().cq_overruns, 0);
+    write(&mut p, 4, 0, 4, None, false);
+    assert_eq!(p.fabric.stats().cq_overruns, 1);
+    let e = p.a.poll(&mut Vec::new(), 10).unwrap_err().to_string();
+    assert!(e.contains("overran its 3 entries"), "{e}");
 }
 
 #[test]

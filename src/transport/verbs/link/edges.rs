@@ -125,6 +125,7 @@ impl<V: Verbs> VerbsLink<V> {
     pub(super) fn drop_peer(&mut self, peer: usize) {
         if let Some(p) = self.peers.remove(&peer) {
             self.verbs.destroy_qp(p.qp);
+            self.retiring += 1;
             self.by_qp.remove(&p.qp);
             if self.spare.len() < SPARE {
                 self.spare.push((p.ring, p.recv));
@@ -146,6 +147,7 @@ impl<V: Verbs> VerbsLink<V> {
     /// A queue pair to `peer` in INIT, its receive slots posted, and its rings.
     fn new_peer(&mut self, peer: usize, edge: Edge) -> Result<(), TransportError> {
         let v = |e: VerbsError| io(peer, format!("a queue pair for rank {peer}: {e}"));
+        self.cq_room(peer)?;
         let qp = self.verbs.create_qp().map_err(v)?;
         let made = self
             .verbs
