@@ -318,6 +318,10 @@ fn step(s: &mut State, q: usize) -> Step {
     }
     s.qps[q].rnr_tries = 0;
     let rlocal = s.qps[r].local;
+    // A receive of the peer's completes.
+    let received = |s: &mut State, wr_id, status, kind, len: usize, imm| {
+        complete(s, rnode, done(wr_id, rlocal, status, kind, len as u32, imm));
+    };
     match head.op {
         Op::Write {
             remote_addr,
@@ -340,18 +344,8 @@ fn step(s: &mut State, q: usize) -> Step {
             s.stats.writes += 1;
             if let Some(imm) = imm {
                 let recv = s.qps[r].rq.pop_front().expect("checked");
-                complete(
-                    s,
-                    rnode,
-                    done(
-                        recv.wr_id,
-                        rlocal,
-                        WcStatus::Success,
-                        WcKind::RecvWriteImm,
-                        len as u32,
-                        Some(imm),
-                    ),
-                );
+                let (ok, kind) = (WcStatus::Success, WcKind::RecvWriteImm);
+                received(s, recv.wr_id, ok, kind, len as usize, Some(imm));
             }
         }
         Op::Send => {
@@ -366,18 +360,7 @@ fn step(s: &mut State, q: usize) -> Step {
                 )
                 .is_some();
             if !fits {
-                complete(
-                    s,
-                    rnode,
-                    done(
-                        recv.wr_id,
-                        rlocal,
-                        WcStatus::LocalError,
-                        WcKind::Recv,
-                        0,
-                        None,
-                    ),
-                );
+                received(s, recv.wr_id, WcStatus::LocalError, WcKind::Recv, 0, None);
                 fail(s, r);
                 complete_sender(s, WcStatus::RemoteAccess);
                 return Step::Done;
@@ -388,17 +371,13 @@ fn step(s: &mut State, q: usize) -> Step {
                 std::ptr::copy_nonoverlapping(bytes.as_ptr(), recv.addr as *mut u8, bytes.len())
             };
             s.stats.sends += 1;
-            complete(
+            received(
                 s,
-                rnode,
-                done(
-                    recv.wr_id,
-                    rlocal,
-                    WcStatus::Success,
-                    WcKind::Recv,
-                    bytes.len() as u32,
-                    None,
-                ),
+                recv.wr_id,
+                WcStatus::Success,
+                WcKind::Recv,
+                bytes.len(),
+                None,
             );
         }
     }

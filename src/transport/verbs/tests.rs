@@ -399,6 +399,21 @@ fn an_edge_that_cannot_register_its_rings_names_the_limit() {
     );
 }
 
+/// Broadcasts of each of `msizes` bytes over each (tree, root) of `trees`, one after another
+/// (512-byte segments), each byte-exact at every rank.
+fn one_after_another(rs: &mut [Rank], topo: &Topology, trees: &[(&str, usize)], msizes: &[u64]) {
+    let mut seq = 0;
+    for &(tree, root) in trees {
+        let plan = plan::build(topo, root, &tree.parse().unwrap(), None).unwrap();
+        for &msize in msizes {
+            seq += 1;
+            post(rs, &plan.lanes, setup_of(seq, root, msize, 512), config());
+            run(rs, &[seq]).unwrap_or_else(|(r, e)| panic!("{tree} {root}: rank {r}: {e}"));
+            check(rs, seq, &format!("{tree} root {root}"));
+        }
+    }
+}
+
 /// The distinct peers (parents and children, every lane) of `rank` in `lanes`.
 fn edges_of(rank: usize, lanes: &[Lane], root: usize) -> usize {
     let setup = setup_of(1, root, 1, 64);
@@ -519,23 +534,14 @@ fn the_queue_pair_cache_is_bounded_and_closes_idle_edges_safely() {
         ..LinkConfig::default()
     };
     let mut rs = ranks(&fabric, size, cfg);
-    let mut seq = 0;
-    for (tree, root) in [
+    let trees = [
         ("binomial", 0),
         ("linear", 2),
         ("binomial", 4),
         ("flat", 1),
         ("binomial", 0),
-    ] {
-        let plan = plan::build(&topo, root, &tree.parse().unwrap(), None).unwrap();
-        for msize in [1, 5000] {
-            seq += 1;
-            let setup = setup_of(seq, root, msize, 512);
-            post(&mut rs, &plan.lanes, setup, config());
-            run(&mut rs, &[seq]).unwrap_or_else(|(r, e)| panic!("{tree} {root}: rank {r}: {e}"));
-            check(&rs, seq, &format!("{tree} root {root}"));
-        }
-    }
+    ];
+    one_after_another(&mut rs, &topo, &trees, &[1, 5000]);
     // Idle rounds: the closes finish.
     let clock = || 0u64;
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -584,27 +590,14 @@ fn the_completion_queue_never_overruns_and_grows_for_wide_trees() {
     };
     assert_eq!(cfg.cq_entries(), 2 * (4 + 12));
     let mut rs = ranks(&fabric, size, cfg);
-    let mut seq = 0;
-    for (tree, root) in [
+    let trees = [
         ("flat", 0),
         ("binomial", 3),
         ("flat", 5),
         ("linear", 1),
         ("flat", 0),
-    ] {
-        let plan = plan::build(&topo, root, &tree.parse().unwrap(), None).unwrap();
-        for msize in [1, 9000] {
-            seq += 1;
-            post(
-                &mut rs,
-                &plan.lanes,
-                setup_of(seq, root, msize, 512),
-                config(),
-            );
-            run(&mut rs, &[seq]).unwrap_or_else(|(r, e)| panic!("{tree} {root}: rank {r}: {e}"));
-            check(&rs, seq, &format!("{tree} root {root}"));
-        }
-    }
+    ];
+    one_after_another(&mut rs, &topo, &trees, &[1, 9000]);
     assert_eq!(fabric.stats().cq_overruns, 0);
     for r in [0, 5] {
         let c = rs[r].link.counters();
