@@ -238,7 +238,8 @@ fn component_under_mpirun() {
 
 /// Issue 17, on these machines without an RDMA device: `coll_pipecast_transport auto` runs
 /// pipecast over TCP (shared memory off), byte-exact, and says at verbose 1 why not verbs;
-/// the device, port and GID index are MCA parameters, a bad one declined at every rank;
+/// the device, port, GID index and queue pair bound are MCA parameters, a bad one declined
+/// at every rank;
 /// `verbs` makes pipecast decline at every rank, naming the problem, and Open MPI's own
 /// broadcast runs, byte-exact.
 #[test]
@@ -247,7 +248,7 @@ fn component_transport_auto_and_verbs_without_a_device() {
     let Some(dir) = build() else { return };
     let test = dir.join("mpi_bcast_test");
     let test = test.to_str().unwrap();
-    let run_with = |transport: &str, gid_index: &str| {
+    let run_with = |transport: &str, gid_index: &str, max_qps: &str| {
         let args = component_args(
             &dir,
             &[
@@ -263,13 +264,16 @@ fn component_transport_auto_and_verbs_without_a_device() {
                 "--mca",
                 "coll_pipecast_verbs_gid_index",
                 gid_index,
+                "--mca",
+                "coll_pipecast_verbs_max_qps",
+                max_qps,
                 "-x",
                 "PIPECAST_SHM=off",
             ],
         );
         mpirun(2, &strs(&args), &[test])
     };
-    let run = |transport: &str| run_with(transport, "3");
+    let run = |transport: &str| run_with(transport, "3", "16");
     let out = run("auto");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -299,19 +303,25 @@ fn component_transport_auto_and_verbs_without_a_device() {
             "{stderr}"
         );
     }
-    // A GID index past the table: a bad setting at every rank, declined everywhere.
-    let out = run_with("auto", "300");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("mpi_bcast_test: ok"),
-        "{stderr}"
-    );
-    assert!(
-        stderr.contains("pipecast declined at every rank")
-            && stderr.contains("PIPECAST_VERBS_GID_INDEX"),
-        "{stderr}"
-    );
-    assert_eq!(carried(&stderr, "coll:pipecast"), 0, "{stderr}");
+    // A GID index past the table, or a queue pair bound below 1: a bad setting at every
+    // rank, declined everywhere.
+    for (gid_index, max_qps, names) in [
+        ("300", "16", "PIPECAST_VERBS_GID_INDEX"),
+        ("3", "-1", "PIPECAST_VERBS_MAX_QPS"),
+    ] {
+        let out = run_with("auto", gid_index, max_qps);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success()
+                && String::from_utf8_lossy(&out.stdout).contains("mpi_bcast_test: ok"),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains("pipecast declined at every rank") && stderr.contains(names),
+            "{stderr}"
+        );
+        assert_eq!(carried(&stderr, "coll:pipecast"), 0, "{stderr}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

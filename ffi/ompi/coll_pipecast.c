@@ -63,6 +63,7 @@ typedef struct {
     char *verbs_device;
     int verbs_port;
     int verbs_gid_index;
+    int verbs_max_qps;
     int timeout_ms;
     int verbose;
     int output; /* opal_output stream for verbose messages */
@@ -176,6 +177,10 @@ static int pipecast_register(void)
     reg_int("verbs_gid_index", "GID table index of the RDMA port: on RoCE v2 the entry of the wanted "
             "address and RoCE version, see show_gids (-1: PIPECAST_VERBS_GID_INDEX, else 0)",
             &C->verbs_gid_index, -1);
+    reg_int("verbs_max_qps", "Queue pairs a rank of the verbs transport keeps before it closes idle "
+            "ones, 1-2048; sizes its completion queue; the same at every rank "
+            "(0: PIPECAST_VERBS_MAX_QPS, else 64)",
+            &C->verbs_max_qps, 0);
     reg_str("tree", "Tree: auto, linear, binary, kary:K, kbinomial, multilane, flat, binomial, ...",
             &C->tree, "auto");
     reg_int("segment_bytes", "Segment size in bytes (0: chosen by the cost model)", &C->segment_bytes, 0);
@@ -336,6 +341,9 @@ static pipecast_result ensure_pipecast(mca_coll_pipecast_module_t *m)
     if (C->verbs_gid_index >= 0 && n >= 0 && (size_t)n < sizeof settings)
         n += snprintf(settings + n, sizeof settings - (size_t)n, "PIPECAST_VERBS_GID_INDEX=%d\n",
                       C->verbs_gid_index);
+    if (C->verbs_max_qps != 0 && n >= 0 && (size_t)n < sizeof settings)
+        n += snprintf(settings + n, sizeof settings - (size_t)n, "PIPECAST_VERBS_MAX_QPS=%d\n",
+                      C->verbs_max_qps);
     if (n < 0 || (size_t)n >= sizeof settings) settings[0] = '\0';
     /* Collective and agreed: every rank gets the same result. */
     pipecast_result rc =

@@ -87,6 +87,14 @@ pub fn settings_text(config: &Config) -> String {
     ) {
         write!(s, " raweth_frame={}", crate::wire::frame::VERSION).ok();
     }
+    // A rank with another queue pair bound would size its completion queue and close edges
+    // differently: agreed on whenever verbs may run, so it fails here, at every rank.
+    if matches!(
+        config.transport,
+        super::Transport::Verbs | super::Transport::Auto
+    ) {
+        write!(s, " verbs_max_qps={}", config.verbs_max_qps).ok();
+    }
     // Debug output of these Vec-based values is deterministic.
     let profile = format!("{:?}", config.profile);
     write!(s, " profile={:016x}", fnv1a(profile.as_bytes())).ok();
@@ -319,6 +327,32 @@ mod tests {
                 ..Config::default()
             };
             assert_eq!(settings_text(&config).contains(&want), has);
+        }
+    }
+
+    /// The verbs link's queue pair bound is agreed on whenever verbs may run: a rank with
+    /// another one fails every rank at creation (never a hang in a broadcast).
+    #[test]
+    fn the_verbs_queue_pair_bound_is_part_of_the_settings() {
+        for (transport, has) in [
+            (super::super::Transport::Tcp, false),
+            (super::super::Transport::RawEth { iface: None }, false),
+            (super::super::Transport::Verbs, true),
+            (super::super::Transport::Auto, true),
+        ] {
+            let text = |max_qps| {
+                settings_text(&Config {
+                    transport: transport.clone(),
+                    verbs_max_qps: max_qps,
+                    ..Config::default()
+                })
+            };
+            assert_eq!(text(64).contains(" verbs_max_qps=64"), has);
+            assert_eq!(text(64) != text(8), has, "{transport}");
+            if has {
+                let err = decide(&[ready(&text(64), 1), ready(&text(8), 2)]).unwrap_err();
+                assert!(err.to_string().contains("verbs_max_qps=8"), "{err}");
+            }
         }
     }
 

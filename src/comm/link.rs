@@ -156,7 +156,7 @@ pub fn open_verbs(
         .as_deref()
         .and_then(|ip| ip.parse().ok())
         .unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
-    match verbs::open(rank, size, &config.verbs, ip) {
+    match verbs::open(rank, size, &config.verbs, config.verbs_max_qps, ip) {
         Ok(link) => Ok(Some(link)),
         Err(e) if required => Err(TransportError::Setup {
             what: "transport verbs".into(),

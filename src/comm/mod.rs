@@ -122,6 +122,10 @@ pub struct Config {
     /// The RDMA device, port and GID index of the verbs link (env PIPECAST_VERBS_DEVICE,
     /// _PORT, _GID_INDEX). Local: ranks may differ.
     pub verbs: crate::transport::verbs::DeviceConfig,
+    /// Queue pairs the verbs link keeps: above this many, idle ones are closed (env
+    /// PIPECAST_VERBS_MAX_QPS; default 64). Its completion queue is sized from it. Every
+    /// rank must have the same (the agreement checks it when verbs may run).
+    pub verbs_max_qps: usize,
 }
 
 /// The default of [`Config::poll`]. Measured with `pipecast bench --local` (docs/shm.md).
@@ -154,6 +158,7 @@ impl Default for Config {
             poll: POLL,
             tree_dump: None,
             verbs: Default::default(),
+            verbs_max_qps: crate::transport::verbs::LinkConfig::default().max_qps,
         }
     }
 }

@@ -47,10 +47,13 @@ pub struct Settings {
     pub verbs_port: Option<String>,
     /// `PIPECAST_VERBS_GID_INDEX`: its GID table index (RoCE v2: see `show_gids`; default 0).
     pub verbs_gid_index: Option<String>,
+    /// `PIPECAST_VERBS_MAX_QPS`: queue pairs the verbs link keeps before it closes idle ones
+    /// (default 64; every rank the same).
+    pub verbs_max_qps: Option<String>,
 }
 
 /// The variables, in the order errors and documentation list them.
-pub const VARIABLES: [&str; 17] = [
+pub const VARIABLES: [&str; 18] = [
     "PIPECAST_TRANSPORT",
     "PIPECAST_TREE",
     "PIPECAST_SEGMENT",
@@ -68,6 +71,7 @@ pub const VARIABLES: [&str; 17] = [
     "PIPECAST_VERBS_DEVICE",
     "PIPECAST_VERBS_PORT",
     "PIPECAST_VERBS_GID_INDEX",
+    "PIPECAST_VERBS_MAX_QPS",
 ];
 
 /// Longest text [`Settings::parse_assignments`] reads.
@@ -122,7 +126,7 @@ impl Settings {
         Ok(s)
     }
 
-    fn slots(&mut self) -> [&mut Option<String>; 17] {
+    fn slots(&mut self) -> [&mut Option<String>; 18] {
         [
             &mut self.transport,
             &mut self.tree,
@@ -141,6 +145,7 @@ impl Settings {
             &mut self.verbs_device,
             &mut self.verbs_port,
             &mut self.verbs_gid_index,
+            &mut self.verbs_max_qps,
         ]
     }
 
@@ -260,6 +265,20 @@ impl Settings {
                 })?;
             }
         }
+        if let Some(v) = &self.verbs_max_qps {
+            let most = crate::transport::verbs::MAX_QPS_LIMIT;
+            config.verbs_max_qps = v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|n| (1..=most).contains(n))
+                .ok_or_else(|| {
+                    bad(
+                        "PIPECAST_VERBS_MAX_QPS",
+                        format!("{v:?}: expected a whole number of queue pairs from 1 to {most}"),
+                    )
+                })?;
+        }
         if let Some(v) = &self.tree_dump {
             config.tree_dump = Some(v.into());
         }
@@ -284,7 +303,7 @@ mod tests {
     #[test]
     fn assignments_as_the_glue_writes_them() {
         let s = Settings::parse_assignments(
-            "PIPECAST_VERBS_DEVICE=mlx5_0\nPIPECAST_VERBS_PORT = 2; PIPECAST_VERBS_GID_INDEX=3;;\n PIPECAST_TREE=",
+            "PIPECAST_VERBS_DEVICE=mlx5_0\nPIPECAST_VERBS_PORT = 2; PIPECAST_VERBS_GID_INDEX=3;;\n PIPECAST_TREE=;PIPECAST_VERBS_MAX_QPS=8",
         )
         .unwrap();
         assert_eq!(s.verbs_device.as_deref(), Some("mlx5_0"));
@@ -295,6 +314,11 @@ mod tests {
         s.apply(&mut c).unwrap();
         assert_eq!(c.verbs.device.as_deref(), Some("mlx5_0"));
         assert_eq!((c.verbs.port, c.verbs.gid_index), (2, 3));
+        assert_eq!(c.verbs_max_qps, 8);
+        assert_eq!(
+            Config::default().verbs_max_qps,
+            crate::transport::verbs::LinkConfig::default().max_qps
+        );
         assert_eq!(
             Settings::parse_assignments("").unwrap(),
             Settings::default()
@@ -375,7 +399,17 @@ mod tests {
                 },
                 "PIPECAST_VERBS_GID_INDEX",
             ),
-        ] {
+        ]
+        .into_iter()
+        .chain(["0", "-1", "many", "1000000"].map(|v| {
+            (
+                Settings {
+                    verbs_max_qps: Some(v.into()),
+                    ..Settings::default()
+                },
+                "PIPECAST_VERBS_MAX_QPS",
+            )
+        })) {
             let e = s.apply(&mut Config::default()).unwrap_err().to_string();
             assert!(e.contains(name), "{e}");
         }

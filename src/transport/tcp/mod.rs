@@ -16,6 +16,7 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 mod setup;
+pub(crate) use setup::connect_started;
 #[cfg(test)]
 mod tests;
 

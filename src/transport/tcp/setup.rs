@@ -202,6 +202,36 @@ pub(super) fn connect_from(
     addr: SocketAddr,
     timeout: Duration,
 ) -> io::Result<TcpStream> {
+    let stream = connect_started(Some(local), addr)?;
+    let mut pfd = libc::pollfd {
+        fd: stream.as_raw_fd(),
+        events: libc::POLLOUT,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().clamp(1, libc::c_int::MAX as u128) as libc::c_int;
+    // SAFETY: one valid pollfd, alive for the call.
+    let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if n == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "connection timed out",
+        ));
+    }
+    if let Some(e) = stream.take_error()? {
+        return Err(e);
+    }
+    stream.set_nonblocking(false)?;
+    Ok(stream)
+}
+
+/// A non-blocking TCP socket (from `local`, any port, when given) whose connection to `addr`
+/// has started and may not be established yet: it is when the socket turns writable with no
+/// pending error (`take_error`). Never waits, so a host that is down (its SYNs unanswered)
+/// blocks nobody.
+pub(crate) fn connect_started(local: Option<IpAddr>, addr: SocketAddr) -> io::Result<TcpStream> {
     let err = |rc: libc::c_int| {
         if rc < 0 {
             Err(io::Error::last_os_error())
@@ -219,9 +249,12 @@ pub(super) fn connect_from(
     let fd = err(unsafe { libc::socket(domain, kind, 0) })?;
     // SAFETY: `fd` was just created and nothing else owns it.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let (sa, len) = sockaddr(SocketAddr::new(local, 0));
-    // SAFETY: `sa` is a sockaddr_storage holding a sockaddr of `len` bytes, alive for the call.
-    err(unsafe { libc::bind(fd.as_raw_fd(), (&raw const sa).cast(), len) })?;
+    if let Some(local) = local {
+        let (sa, len) = sockaddr(SocketAddr::new(local, 0));
+        // SAFETY: `sa` is a sockaddr_storage holding a sockaddr of `len` bytes, alive for
+        // the call.
+        err(unsafe { libc::bind(fd.as_raw_fd(), (&raw const sa).cast(), len) })?;
+    }
     let (sa, len) = sockaddr(addr);
     // SAFETY: as above.
     let rc = unsafe { libc::connect(fd.as_raw_fd(), (&raw const sa).cast(), len) };
@@ -230,29 +263,8 @@ pub(super) fn connect_from(
         if e.raw_os_error() != Some(libc::EINPROGRESS) {
             return Err(e);
         }
-        let mut pfd = libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLOUT,
-            revents: 0,
-        };
-        let ms = timeout.as_millis().clamp(1, libc::c_int::MAX as u128) as libc::c_int;
-        // SAFETY: one valid pollfd, alive for the call.
-        if err(unsafe { libc::poll(&mut pfd, 1, ms) })? == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "connection timed out",
-            ));
-        }
-        let stream = TcpStream::from(fd);
-        if let Some(e) = stream.take_error()? {
-            return Err(e);
-        }
-        stream.set_nonblocking(false)?;
-        return Ok(stream);
     }
-    let stream = TcpStream::from(fd);
-    stream.set_nonblocking(false)?;
-    Ok(stream)
+    Ok(TcpStream::from(fd))
 }
 
 /// `addr` as a sockaddr_in or sockaddr_in6 in a sockaddr_storage, and its length.

@@ -29,7 +29,6 @@ use super::ops::PortAddr;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, RawFd};
-use std::time::Duration;
 
 /// Bytes of a frame.
 pub const FRAME: usize = 72;
@@ -176,14 +175,24 @@ pub struct Conn {
     stream: TcpStream,
     rx: Vec<u8>,
     tx: Vec<u8>,
+    /// Where this rank connects to while the TCP handshake is under way (`None` once it is
+    /// established, and for accepted connections).
+    connecting: Option<SocketAddr>,
 }
 
 impl Conn {
-    /// Connects to a peer's listener (waiting at most `timeout`: the kernel completes the
-    /// TCP handshake without the peer's process, so a live host answers at once).
-    pub fn open(addr: SocketAddr, timeout: Duration) -> std::io::Result<Conn> {
-        let stream = TcpStream::connect_timeout(&addr, timeout.max(Duration::from_millis(1)))?;
-        Conn::new(stream)
+    /// Starts connecting to a peer's listener, without waiting: frames sent meanwhile are
+    /// queued, and a host that is down (its SYNs unanswered) holds up no other edge. The
+    /// caller's deadline bounds how long it may stay unconnected ([`Conn::connected`]).
+    pub fn open(addr: SocketAddr) -> std::io::Result<Conn> {
+        let stream = crate::transport::tcp::connect_started(None, addr)?;
+        stream.set_nodelay(true)?;
+        Ok(Conn {
+            stream,
+            rx: Vec::new(),
+            tx: Vec::new(),
+            connecting: Some(addr),
+        })
     }
 
     fn new(stream: TcpStream) -> std::io::Result<Conn> {
@@ -193,7 +202,51 @@ impl Conn {
             stream,
             rx: Vec::new(),
             tx: Vec::new(),
+            connecting: None,
         })
+    }
+
+    /// The address being connected to, while the connection is under way.
+    pub fn peer(&self) -> Option<SocketAddr> {
+        self.connecting
+    }
+
+    /// Whether the TCP connection is established (a connection that failed to establish
+    /// reports that through [`Conn::recv`] or [`Conn::flush`]).
+    pub fn connected(&self) -> bool {
+        self.connecting.is_none()
+    }
+
+    /// Whether a connection under way got established: `Ok(false)` while it is not yet, an
+    /// error naming the address when it failed (refused: nobody listens there any more;
+    /// unreachable: its host is down).
+    fn established(&mut self) -> Result<bool, String> {
+        let Some(addr) = self.connecting else {
+            return Ok(true);
+        };
+        let mut pfd = libc::pollfd {
+            fd: self.stream.as_raw_fd(),
+            events: libc::POLLOUT,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, alive for the call; a zero timeout never waits.
+        let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+        if n <= 0 {
+            return Ok(false); // not yet (or interrupted: asked again next round)
+        }
+        let refused = |e: std::io::Error| {
+            format!(
+                "cannot reach its queue pair handshake listener {addr}: {e} (is it still running?)"
+            )
+        };
+        if let Some(e) = self.stream.take_error().map_err(refused)? {
+            return Err(refused(e));
+        }
+        if pfd.revents & (libc::POLLERR | libc::POLLHUP) != 0 {
+            return Err(refused(std::io::Error::from(ErrorKind::ConnectionRefused)));
+        }
+        self.connecting = None;
+        Ok(true)
     }
 
     /// Queues a frame and sends what the socket takes.
@@ -204,6 +257,9 @@ impl Conn {
 
     /// Sends what is queued, as far as the socket takes it.
     pub fn flush(&mut self) -> Result<(), String> {
+        if !self.established()? {
+            return Ok(());
+        }
         while !self.tx.is_empty() {
             match self.stream.write(&self.tx) {
                 Ok(0) => return Err("the connection closed".into()),
@@ -220,13 +276,16 @@ impl Conn {
 
     /// Whether everything queued went out.
     pub fn flushed(&self) -> bool {
-        self.tx.is_empty()
+        self.connected() && self.tx.is_empty()
     }
 
     /// The next frame, if a whole one arrived.
     pub fn recv(&mut self) -> Got {
         if let Err(e) = self.flush() {
             return Got::Closed(e);
+        }
+        if !self.connected() {
+            return Got::Nothing;
         }
         let mut buf = [0u8; FRAME];
         while self.rx.len() < FRAME {
@@ -323,7 +382,7 @@ mod tests {
     #[test]
     fn a_connection_carries_frames_and_reports_the_peer_closing() {
         let l = Listener::bind("127.0.0.1".parse().unwrap()).unwrap();
-        let mut a = Conn::open(l.addr(), Duration::from_secs(5)).unwrap();
+        let mut a = Conn::open(l.addr()).unwrap();
         let mut b = loop {
             if let Some(c) = l.accept().unwrap() {
                 break c;

@@ -59,9 +59,10 @@ pub struct LinkConfig {
     /// A peer a broadcast waits for gets a heartbeat this often (ns) when nothing else goes
     /// to it, so that a dead one fails the send.
     pub heartbeat: u64,
-    /// Queue pairs kept: above this many, idle ones (no broadcast in flight uses them) are
-    /// closed, least recently used first. Busy ones are never closed, so a rank holds at most
-    /// this many or the edges of its broadcasts in flight, whichever is more.
+    /// Queue pairs kept (`PIPECAST_VERBS_MAX_QPS`): above this many, idle ones (no broadcast
+    /// in flight uses them) are closed, least recently used first. Busy ones are never
+    /// closed, so a rank holds at most this many or the edges of its broadcasts in flight,
+    /// whichever is more. The completion queue is sized from it ([`LinkConfig::cq_entries`]).
     pub max_qps: usize,
 }
 
@@ -77,6 +78,27 @@ impl Default for LinkConfig {
             heartbeat: 500_000_000,
             max_qps: 64,
         }
+    }
+}
+
+impl LinkConfig {
+    /// Completions one queue pair may have outstanding: every work request the link posts
+    /// completes exactly once (sends are all signaled; a flushed one completes too), and
+    /// it posts at most `send_depth` sends and `recv_depth` receives on a queue pair whose
+    /// completions it has not polled.
+    pub fn completions_per_qp(&self) -> usize {
+        self.send_depth as usize + self.recv_depth as usize
+    }
+
+    /// The completion queue's size: room for [`LinkConfig::max_qps`] queue pairs'
+    /// outstanding completions. Not from the communicator's size: a rank connects only its
+    /// tree edges. Not from the engine's window either: the window bounds segments per child
+    /// and lane of one broadcast, but lanes and broadcasts in flight multiply it, while the
+    /// per-queue-pair depths bound everything the link posts. A rank holding more queue
+    /// pairs at once (busy edges are never closed: a flat tree's root) grows the queue
+    /// first (`VerbsLink`'s `cq_room`), so it cannot overrun.
+    pub fn cq_entries(&self) -> usize {
+        self.max_qps.max(1) * self.completions_per_qp()
     }
 }
 
@@ -202,6 +224,11 @@ pub struct VerbsLink<V: Verbs> {
     /// Peers this link serves (every `connect` adds its peers): under a router, the
     /// broadcasts' other peers (same host: shared memory) get no queue pair here.
     routed: BTreeSet<usize>,
+    /// Queue pairs whose outstanding completions the completion queue has room for, and
+    /// queue pairs destroyed since it was last polled empty (completions of theirs may
+    /// still be in it: they take room until a poll finds it empty).
+    cq_qps: usize,
+    retiring: usize,
     /// Registered edge regions (ring block, receive slots) not in use (`edges::SPARE`).
     spare: Vec<(Region, Region)>,
     stage: Region,
@@ -236,6 +263,17 @@ impl<V: Verbs> VerbsLink<V> {
             call: "listening for queue pair handshakes",
             detail: format!("{ip}: {e}"),
         })?;
+        let cq_qps = verbs.cq_entries() / cfg.completions_per_qp();
+        if cq_qps == 0 {
+            return Err(VerbsError::Call {
+                call: "ibv_create_cq",
+                detail: format!(
+                    "a completion queue of {} entries has no room for one queue pair's {}",
+                    verbs.cq_entries(),
+                    cfg.completions_per_qp()
+                ),
+            });
+        }
         let stage = Region::new(
             &mut verbs,
             cfg.stage_slots as usize * cfg.ring_slot as usize,
@@ -249,6 +287,8 @@ impl<V: Verbs> VerbsLink<V> {
         };
         Ok(VerbsLink {
             spare,
+            cq_qps,
+            retiring: 0,
             rank,
             size,
             cfg,
@@ -718,8 +758,7 @@ impl<V: Verbs> VerbsLink<V> {
             batch.clear();
             batch.extend(self.backlog.drain(..));
             if batch.is_empty() {
-                self.verbs
-                    .poll(&mut batch, 64)
+                self.poll_cq(&mut batch, 64)
                     .map_err(|e| io(self.rank, format!("polling the completion queue: {e}")))?;
             }
             if batch.is_empty() {
@@ -732,6 +771,55 @@ impl<V: Verbs> VerbsLink<V> {
         }
     }
 
+    /// Takes up to `max` completions into `out`. A poll that finds fewer emptied the queue,
+    /// so no completion of a queue pair destroyed before it is left there: their room is
+    /// free again.
+    fn poll_cq(&mut self, out: &mut Vec<Completion>, max: usize) -> Result<usize, VerbsError> {
+        let n = self.verbs.poll(out, max)?;
+        if n < max {
+            self.retiring = 0;
+        }
+        Ok(n)
+    }
+
+    /// Makes room in the completion queue for one more queue pair (to `peer`): what the
+    /// queue holds is moved to the backlog when queue pairs destroyed since it was last
+    /// empty are in the way, and it grows when more queue pairs than it was sized for are
+    /// in use at once (more busy edges than `max_qps`). The queue then has room for every
+    /// completion the link may have outstanding (`LinkConfig::cq_entries`): it never
+    /// overruns.
+    fn cq_room(&mut self, peer: usize) -> Result<(), TransportError> {
+        let need = |l: &Self| l.peers.len() + l.retiring + 1;
+        if need(self) > self.cq_qps && self.retiring > 0 {
+            let mut batch = Vec::new();
+            loop {
+                let n = self
+                    .poll_cq(&mut batch, 64)
+                    .map_err(|e| io(self.rank, format!("polling the completion queue: {e}")))?;
+                self.backlog.extend(batch.drain(..));
+                if n < 64 {
+                    break;
+                }
+            }
+        }
+        if need(self) <= self.cq_qps {
+            return Ok(());
+        }
+        let per = self.cfg.completions_per_qp();
+        let qps = need(self) + need(self) / 4;
+        self.verbs.resize_cq(qps * per).map_err(|e| {
+            io(
+                peer,
+                format!(
+                    "a queue pair for rank {peer}: the completion queue cannot grow for {qps} queue pairs ({e}); set PIPECAST_VERBS_MAX_QPS to the most tree edges a rank uses at once"
+                ),
+            )
+        })?;
+        self.cq_qps = self.verbs.cq_entries() / per;
+        bump(&mut self.counters, "verbs_cq_resizes", 1);
+        Ok(())
+    }
+
     /// Waits up to `wait` for a completion or the wake descriptor.
     fn wait(&mut self, wait: Duration) -> Result<(), TransportError> {
         let Some(fd) = self.verbs.wait_fd() else {
@@ -742,17 +830,19 @@ impl<V: Verbs> VerbsLink<V> {
             .map_err(|e| io(self.rank, format!("arming the completion channel: {e}")))?;
         // Something may have completed before the arming.
         let mut peek = Vec::new();
-        self.verbs
-            .poll(&mut peek, 64)
+        self.poll_cq(&mut peek, 64)
             .map_err(|e| io(self.rank, format!("polling the completion queue: {e}")))?;
         if !peek.is_empty() {
             self.backlog.extend(peek);
             return Ok(());
         }
-        let mut fds = vec![Some(fd), self.wake];
-        fds.extend(self.side_fds().into_iter().map(Some));
-        wait_readable(&fds, wait)
-            .map_err(|e| io(self.rank, format!("waiting for completions: {e}")))
+        let mut fds: Vec<(std::os::fd::RawFd, i16)> = [Some(fd), self.wake]
+            .into_iter()
+            .flatten()
+            .map(|fd| (fd, libc::POLLIN))
+            .collect();
+        fds.extend(self.side_fds());
+        wait_for(&fds, wait).map_err(|e| io(self.rank, format!("waiting for completions: {e}")))
     }
 }
 
@@ -812,14 +902,13 @@ fn bump(counters: &mut BTreeMap<&'static str, u64>, what: &'static str, n: u64) 
     *counters.entry(what).or_default() += n;
 }
 
-/// Waits until one of `fds` is readable, or `wait` passed.
-fn wait_readable(fds: &[Option<std::os::fd::RawFd>], wait: Duration) -> std::io::Result<()> {
+/// Waits until one of `fds` has its events (`POLLIN`, `POLLOUT`), or `wait` passed.
+fn wait_for(fds: &[(std::os::fd::RawFd, i16)], wait: Duration) -> std::io::Result<()> {
     let mut polls: Vec<libc::pollfd> = fds
         .iter()
-        .flatten()
-        .map(|&fd| libc::pollfd {
+        .map(|&(fd, events)| libc::pollfd {
             fd,
-            events: libc::POLLIN,
+            events,
             revents: 0,
         })
         .collect();
@@ -933,7 +1022,7 @@ impl<V: Verbs> Transport for VerbsLink<V> {
         let mut batch = Vec::new();
         while self.writing.contains_key(&(seq & SEQ_MASK)) && std::time::Instant::now() < deadline {
             batch.clear();
-            if self.verbs.poll(&mut batch, 64).is_err() {
+            if self.poll_cq(&mut batch, 64).is_err() {
                 break;
             }
             for c in batch.drain(..) {

@@ -43,27 +43,32 @@ pub struct DeviceConfig {
     pub gid_index: u8,
 }
 
-/// The link a communicator of `size` ranks uses at `rank`, on the device of `config`, taking
-/// queue pair handshakes on `ip` (the address of the rank's TCP link): fails when this build
-/// has no verbs (feature off) or the host no usable device.
+/// Most queue pairs `PIPECAST_VERBS_MAX_QPS` may keep: the completion queue then holds
+/// 2048 × (128 + 256) = 786,432 completions, within what devices offer (mlx5: 4M).
+pub const MAX_QPS_LIMIT: usize = 2048;
+
+/// The link a communicator of `size` ranks uses at `rank`, on the device of `config`,
+/// keeping up to `max_qps` queue pairs (its completion queue sized for them), taking queue
+/// pair handshakes on `ip` (the address of the rank's TCP link): fails when this build has
+/// no verbs (feature off) or the host no usable device.
 pub fn open(
     rank: usize,
     size: usize,
     config: &DeviceConfig,
+    max_qps: usize,
     ip: std::net::IpAddr,
 ) -> Result<VerbsLink<Box<dyn Verbs>>, VerbsError> {
-    let cfg = LinkConfig::default();
-    let (verbs, describe) = device(config, size, &cfg)?;
+    let cfg = LinkConfig {
+        max_qps,
+        ..LinkConfig::default()
+    };
+    let (verbs, describe) = device(config, &cfg)?;
     VerbsLink::new(rank, size, verbs, cfg, describe, ip)
 }
 
 #[cfg(feature = "verbs")]
-fn device(
-    config: &DeviceConfig,
-    size: usize,
-    cfg: &LinkConfig,
-) -> Result<(Box<dyn Verbs>, String), VerbsError> {
-    let v = sys::DeviceVerbs::open(config, size, cfg.send_depth, cfg.recv_depth)?;
+fn device(config: &DeviceConfig, cfg: &LinkConfig) -> Result<(Box<dyn Verbs>, String), VerbsError> {
+    let v = sys::DeviceVerbs::open(config, cfg.cq_entries(), cfg.send_depth, cfg.recv_depth)?;
     let describe = v.describe();
     Ok((Box::new(v), describe))
 }
@@ -71,7 +76,6 @@ fn device(
 #[cfg(not(feature = "verbs"))]
 fn device(
     _config: &DeviceConfig,
-    _size: usize,
     _cfg: &LinkConfig,
 ) -> Result<(Box<dyn Verbs>, String), VerbsError> {
     Err(VerbsError::NotBuilt)

@@ -14,6 +14,10 @@
 //!   nothing); WRITE with immediate and
 //!   SEND consume the peer's next posted receive, and wait (RNR) while it has none, for ever
 //!   with `rnr_retry` 7 or failing after that many retries otherwise;
+//! - the completion queue holds a fixed number of completions (as created or resized): one
+//!   more is an overrun, fatal on a device (the queue and its queue pairs go to the error
+//!   state); the model records it and every later poll fails, so a protocol that can
+//!   overrun its queue is caught;
 //! - a peer whose process is gone (its [`ModelVerbs`] dropped, or [`Fabric::kill`]) makes
 //!   every send to it fail with "retry exceeded"; nothing tells a receiver.
 //!
@@ -69,6 +73,9 @@ struct Node {
     alive: bool,
     mrs: BTreeMap<u64, Region>,
     cq: VecDeque<Completion>,
+    /// Completions the queue holds, and whether it overran.
+    cq_entries: usize,
+    cq_overrun: bool,
     /// Bytes this node may still register (a locked-memory limit); `None`: no limit.
     budget: Option<u64>,
 }
@@ -81,6 +88,7 @@ pub struct Stats {
     pub rnr_naks: u64,
     pub remote_access_errors: u64,
     pub retry_exceeded: u64,
+    pub cq_overruns: u64,
 }
 
 #[derive(Debug)]
@@ -111,11 +119,18 @@ impl Fabric {
         })))
     }
 
-    /// A new node (a process with a port) on the fabric.
+    /// A new node (a process with a port) on the fabric, its completion queue of 65536
+    /// entries.
     pub fn node(&self) -> ModelVerbs {
+        self.node_with_cq(1 << 16)
+    }
+
+    /// A new node whose completion queue holds `entries` completions.
+    pub fn node_with_cq(&self, entries: usize) -> ModelVerbs {
         let mut s = self.lock();
         s.nodes.push(Node {
             alive: true,
+            cq_entries: entries,
             ..Node::default()
         });
         ModelVerbs {
@@ -186,27 +201,25 @@ fn fail(s: &mut State, q: usize) {
     let (node, local) = (qp.node, qp.local);
     let sq: Vec<Pending> = qp.sq.drain(..).collect();
     let rq: Vec<RecvWr> = qp.rq.drain(..).collect();
-    let cq = &mut s.nodes[node].cq;
     for p in sq {
-        cq.push_back(done(
-            p.wr_id,
-            local,
-            WcStatus::Flushed,
-            WcKind::Send,
-            0,
-            None,
-        ));
+        let c = done(p.wr_id, local, WcStatus::Flushed, WcKind::Send, 0, None);
+        complete(s, node, c);
     }
     for r in rq {
-        cq.push_back(done(
-            r.wr_id,
-            local,
-            WcStatus::Flushed,
-            WcKind::Recv,
-            0,
-            None,
-        ));
+        let c = done(r.wr_id, local, WcStatus::Flushed, WcKind::Recv, 0, None);
+        complete(s, node, c);
     }
+}
+
+/// Puts a completion on `node`'s queue, unless it is full: then the queue overran.
+fn complete(s: &mut State, node: usize, c: Completion) {
+    let n = &mut s.nodes[node];
+    if n.cq.len() >= n.cq_entries {
+        n.cq_overrun = true;
+        s.stats.cq_overruns += 1;
+        return;
+    }
+    n.cq.push_back(c);
 }
 
 fn done(
@@ -250,9 +263,11 @@ fn step(s: &mut State, q: usize) -> Step {
     };
     let complete_sender = |s: &mut State, status: WcStatus| {
         s.qps[q].sq.pop_front();
-        s.nodes[node]
-            .cq
-            .push_back(done(head.wr_id, local, status, WcKind::Send, 0, None));
+        complete(
+            s,
+            node,
+            done(head.wr_id, local, status, WcKind::Send, 0, None),
+        );
         if status != WcStatus::Success {
             fail(s, q);
         }
@@ -303,6 +318,10 @@ fn step(s: &mut State, q: usize) -> Step {
     }
     s.qps[q].rnr_tries = 0;
     let rlocal = s.qps[r].local;
+    // A receive of the peer's completes.
+    let received = |s: &mut State, wr_id, status, kind, len: usize, imm| {
+        complete(s, rnode, done(wr_id, rlocal, status, kind, len as u32, imm));
+    };
     match head.op {
         Op::Write {
             remote_addr,
@@ -325,14 +344,8 @@ fn step(s: &mut State, q: usize) -> Step {
             s.stats.writes += 1;
             if let Some(imm) = imm {
                 let recv = s.qps[r].rq.pop_front().expect("checked");
-                s.nodes[rnode].cq.push_back(done(
-                    recv.wr_id,
-                    rlocal,
-                    WcStatus::Success,
-                    WcKind::RecvWriteImm,
-                    len as u32,
-                    Some(imm),
-                ));
+                let (ok, kind) = (WcStatus::Success, WcKind::RecvWriteImm);
+                received(s, recv.wr_id, ok, kind, len as usize, Some(imm));
             }
         }
         Op::Send => {
@@ -347,14 +360,7 @@ fn step(s: &mut State, q: usize) -> Step {
                 )
                 .is_some();
             if !fits {
-                s.nodes[rnode].cq.push_back(done(
-                    recv.wr_id,
-                    rlocal,
-                    WcStatus::LocalError,
-                    WcKind::Recv,
-                    0,
-                    None,
-                ));
+                received(s, recv.wr_id, WcStatus::LocalError, WcKind::Recv, 0, None);
                 fail(s, r);
                 complete_sender(s, WcStatus::RemoteAccess);
                 return Step::Done;
@@ -365,14 +371,14 @@ fn step(s: &mut State, q: usize) -> Step {
                 std::ptr::copy_nonoverlapping(bytes.as_ptr(), recv.addr as *mut u8, bytes.len())
             };
             s.stats.sends += 1;
-            s.nodes[rnode].cq.push_back(done(
+            received(
+                s,
                 recv.wr_id,
-                rlocal,
                 WcStatus::Success,
                 WcKind::Recv,
-                bytes.len() as u32,
+                bytes.len(),
                 None,
-            ));
+            );
         }
     }
     complete_sender(s, WcStatus::Success);
@@ -546,14 +552,11 @@ impl Verbs for ModelVerbs {
         if state == QpState::Error {
             // Accepted, and flushed at once.
             let node = self.node;
-            s.nodes[node].cq.push_back(done(
-                wr.wr_id,
-                qp,
-                WcStatus::Flushed,
-                WcKind::Send,
-                0,
-                None,
-            ));
+            complete(
+                &mut s,
+                node,
+                done(wr.wr_id, qp, WcStatus::Flushed, WcKind::Send, 0, None),
+            );
             return Ok(());
         }
         if state != QpState::Rts {
@@ -602,14 +605,11 @@ impl Verbs for ModelVerbs {
             QpState::Error => {
                 let local = s.qps[q].local;
                 let node = self.node;
-                s.nodes[node].cq.push_back(done(
-                    wr.wr_id,
-                    local,
-                    WcStatus::Flushed,
-                    WcKind::Recv,
-                    0,
-                    None,
-                ));
+                complete(
+                    &mut s,
+                    node,
+                    done(wr.wr_id, local, WcStatus::Flushed, WcKind::Recv, 0, None),
+                );
             }
             _ => s.qps[q].rq.push_back(*wr),
         }
@@ -620,9 +620,35 @@ impl Verbs for ModelVerbs {
     fn poll(&mut self, out: &mut Vec<Completion>, max: usize) -> Result<usize, VerbsError> {
         let mut s = self.fabric.lock();
         pump(&mut s);
-        let cq = &mut s.nodes[self.node].cq;
-        let n = max.min(cq.len());
-        out.extend(cq.drain(..n));
-        Ok(n)
+        let n = &mut s.nodes[self.node];
+        if n.cq_overrun {
+            return Err(VerbsError::Call {
+                call: "ibv_poll_cq",
+                detail: format!(
+                    "the completion queue overran its {} entries (on a device: IBV_EVENT_CQ_ERR, every queue pair on it in error)",
+                    n.cq_entries
+                ),
+            });
+        }
+        let k = max.min(n.cq.len());
+        out.extend(n.cq.drain(..k));
+        Ok(k)
+    }
+
+    fn cq_entries(&self) -> usize {
+        self.fabric.lock().nodes[self.node].cq_entries
+    }
+
+    fn resize_cq(&mut self, entries: usize) -> Result<(), VerbsError> {
+        let mut s = self.fabric.lock();
+        let n = &mut s.nodes[self.node];
+        if entries < n.cq.len() {
+            return Err(VerbsError::Call {
+                call: "ibv_resize_cq",
+                detail: format!("{entries} entries, fewer than the {} it holds", n.cq.len()),
+            });
+        }
+        n.cq_entries = entries;
+        Ok(())
     }
 }

@@ -224,6 +224,15 @@ pub trait Verbs: Send {
     /// Appends up to `max` completions to `out`; how many.
     fn poll(&mut self, out: &mut Vec<Completion>, max: usize) -> Result<usize, VerbsError>;
 
+    /// How many completions the completion queue holds. One more is an overrun, fatal on a
+    /// device (`IBV_EVENT_CQ_ERR`: the queue and every queue pair on it fail): the link keeps
+    /// the completions it may have outstanding within this (`LinkConfig::cq_entries`).
+    fn cq_entries(&self) -> usize;
+
+    /// Grows the completion queue to at least `entries` (`ibv_resize_cq`), keeping what it
+    /// holds.
+    fn resize_cq(&mut self, entries: usize) -> Result<(), VerbsError>;
+
     /// A descriptor that becomes readable when a completion arrives after [`Verbs::arm`]
     /// (a completion channel); `None` when the backend has none (the model).
     fn wait_fd(&self) -> Option<RawFd> {
@@ -283,6 +292,12 @@ impl Verbs for Box<dyn Verbs> {
     }
     fn poll(&mut self, out: &mut Vec<Completion>, max: usize) -> Result<usize, VerbsError> {
         (**self).poll(out, max)
+    }
+    fn cq_entries(&self) -> usize {
+        (**self).cq_entries()
+    }
+    fn resize_cq(&mut self, entries: usize) -> Result<(), VerbsError> {
+        (**self).resize_cq(entries)
     }
     fn wait_fd(&self) -> Option<RawFd> {
         (**self).wait_fd()

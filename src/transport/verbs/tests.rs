@@ -9,6 +9,7 @@ use crate::engine::{Bcast, Config, Endpoint, Setup};
 use crate::plan::{self, Lane};
 use crate::topology::{gen, Topology};
 use crate::transport::{Buffer, Buffers, Transport};
+use crate::wire::bootstrap::VerbsAddr;
 use std::cell::Cell;
 use std::time::Duration;
 
@@ -25,11 +26,26 @@ const COOKIE: u64 = 0x5eed_c0de;
 /// `n` links on one model fabric, with each other's addresses: no queue pair yet (a
 /// broadcast makes those of its edges). Their handshakes go over real TCP on the loopback.
 fn links(fabric: &Fabric, n: usize, cfg: LinkConfig) -> Vec<VerbsLink<ModelVerbs>> {
+    links_told(fabric, n, cfg, &|_| {})
+}
+
+/// [`links`], each told the addresses as `tell` leaves them (a listener moved elsewhere).
+fn links_told(
+    fabric: &Fabric,
+    n: usize,
+    cfg: LinkConfig,
+    tell: &dyn Fn(&mut Vec<VerbsAddr>),
+) -> Vec<VerbsLink<ModelVerbs>> {
     let ip = std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
     let links: Vec<VerbsLink<ModelVerbs>> = (0..n)
-        .map(|r| VerbsLink::new(r, n, fabric.node(), cfg, "verbs:model".into(), ip).unwrap())
+        .map(|r| {
+            // The completion queue a device would be opened with (`verbs::open`).
+            let node = fabric.node_with_cq(cfg.cq_entries());
+            VerbsLink::new(r, n, node, cfg, "verbs:model".into(), ip).unwrap()
+        })
         .collect();
-    let addrs: Vec<_> = links.iter().map(VerbsLink::local_addr).collect();
+    let mut addrs: Vec<_> = links.iter().map(VerbsLink::local_addr).collect();
+    tell(&mut addrs);
     links
         .into_iter()
         .map(|mut link| {
@@ -41,7 +57,13 @@ fn links(fabric: &Fabric, n: usize, cfg: LinkConfig) -> Vec<VerbsLink<ModelVerbs
 
 /// `n` ranks on one model fabric.
 fn ranks(fabric: &Fabric, n: usize, cfg: LinkConfig) -> Vec<Rank> {
-    links(fabric, n, cfg)
+    ranks_of(links(fabric, n, cfg))
+}
+
+/// Ranks over `links`.
+fn ranks_of(links: Vec<VerbsLink<ModelVerbs>>) -> Vec<Rank> {
+    let n = links.len();
+    links
         .into_iter()
         .enumerate()
         .map(|(r, mut link)| {
@@ -377,6 +399,21 @@ fn an_edge_that_cannot_register_its_rings_names_the_limit() {
     );
 }
 
+/// Broadcasts of each of `msizes` bytes over each (tree, root) of `trees`, one after another
+/// (512-byte segments), each byte-exact at every rank.
+fn one_after_another(rs: &mut [Rank], topo: &Topology, trees: &[(&str, usize)], msizes: &[u64]) {
+    let mut seq = 0;
+    for &(tree, root) in trees {
+        let plan = plan::build(topo, root, &tree.parse().unwrap(), None).unwrap();
+        for &msize in msizes {
+            seq += 1;
+            post(rs, &plan.lanes, setup_of(seq, root, msize, 512), config());
+            run(rs, &[seq]).unwrap_or_else(|(r, e)| panic!("{tree} {root}: rank {r}: {e}"));
+            check(rs, seq, &format!("{tree} root {root}"));
+        }
+    }
+}
+
 /// The distinct peers (parents and children, every lane) of `rank` in `lanes`.
 fn edges_of(rank: usize, lanes: &[Lane], root: usize) -> usize {
     let setup = setup_of(1, root, 1, 64);
@@ -497,23 +534,14 @@ fn the_queue_pair_cache_is_bounded_and_closes_idle_edges_safely() {
         ..LinkConfig::default()
     };
     let mut rs = ranks(&fabric, size, cfg);
-    let mut seq = 0;
-    for (tree, root) in [
+    let trees = [
         ("binomial", 0),
         ("linear", 2),
         ("binomial", 4),
         ("flat", 1),
         ("binomial", 0),
-    ] {
-        let plan = plan::build(&topo, root, &tree.parse().unwrap(), None).unwrap();
-        for msize in [1, 5000] {
-            seq += 1;
-            let setup = setup_of(seq, root, msize, 512);
-            post(&mut rs, &plan.lanes, setup, config());
-            run(&mut rs, &[seq]).unwrap_or_else(|(r, e)| panic!("{tree} {root}: rank {r}: {e}"));
-            check(&rs, seq, &format!("{tree} root {root}"));
-        }
-    }
+    ];
+    one_after_another(&mut rs, &topo, &trees, &[1, 5000]);
     // Idle rounds: the closes finish.
     let clock = || 0u64;
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -541,6 +569,46 @@ fn the_queue_pair_cache_is_bounded_and_closes_idle_edges_safely() {
         fabric.stats().retry_exceeded,
         0,
         "no send met a closed queue pair"
+    );
+}
+
+/// The completion queue is sized for `max_qps` queue pairs, and the model checks that it
+/// never overruns: with shallow queues and a bound of 2, flat trees whose root has 5
+/// children grow it first, and roots changing close idle edges and connect others (the
+/// destroyed ones' completions count until the queue is polled empty); all byte-exact.
+#[test]
+fn the_completion_queue_never_overruns_and_grows_for_wide_trees() {
+    let size = 6;
+    let topo = Topology::single_switch(size);
+    let fabric = Fabric::new(7);
+    let cfg = LinkConfig {
+        max_qps: 2,
+        send_depth: 4,
+        recv_depth: 12,
+        control_recvs: 4,
+        ..LinkConfig::default()
+    };
+    assert_eq!(cfg.cq_entries(), 2 * (4 + 12));
+    let mut rs = ranks(&fabric, size, cfg);
+    let trees = [
+        ("flat", 0),
+        ("binomial", 3),
+        ("flat", 5),
+        ("linear", 1),
+        ("flat", 0),
+    ];
+    one_after_another(&mut rs, &topo, &trees, &[1, 9000]);
+    assert_eq!(fabric.stats().cq_overruns, 0);
+    for r in [0, 5] {
+        let c = rs[r].link.counters();
+        assert!(
+            c.get("verbs_cq_resizes").is_some_and(|&n| n > 0),
+            "rank {r}: {c:?}"
+        );
+    }
+    assert!(
+        (0..size).map(|r| fabric.qps_of(r).1).sum::<usize>() > 0,
+        "edges closed"
     );
 }
 
@@ -598,6 +666,83 @@ fn a_peer_gone_mid_connect_is_an_error_not_a_hang() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("rank 1") && e.contains("still running"), "{e}");
+}
+
+/// Rank 0 needs edges to ranks 1, 2 and 3 (a flat tree), and rank 1's host does not answer:
+/// its listener's accept queue is full, so the kernel drops the SYNs, as for a host that is
+/// down. The edges to 2 and 3 connect and their broadcast completes there, byte-exact, while
+/// the connection to rank 1 is still under way (a connect that waited would hold up rank 0's
+/// whole link meanwhile). Then nobody listens there any more (a retransmitted SYN is
+/// refused): rank 0's broadcast fails naming rank 1, never hangs.
+#[test]
+fn a_peer_whose_host_does_not_answer_holds_up_no_other_edge() {
+    use std::os::fd::AsRawFd;
+    let down = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    // SAFETY: listen(2) on a listening socket this test owns only shrinks its backlog.
+    assert_eq!(unsafe { libc::listen(down.as_raw_fd(), 0) }, 0);
+    let down_at = down.local_addr().unwrap();
+    let filler = std::net::TcpStream::connect(down_at).unwrap(); // the queue is full now
+    let size = 4;
+    let fabric = Fabric::new(7);
+    let mut rs = ranks_of(links_told(&fabric, size, LinkConfig::default(), &|a| {
+        a[1].listen = down_at
+    }));
+    rs[0]
+        .link
+        .connect(&[1, 2, 3], Duration::from_secs(600))
+        .unwrap();
+    let topo = Topology::single_switch(size);
+    let plan = plan::build(&topo, 0, &"flat".parse().unwrap(), None).unwrap();
+    let setup = setup_of(1, 0, 70_001, 1000);
+    for r in [0, 2, 3] {
+        post_at(&mut rs[r], r, &plan.lanes, setup, config());
+    }
+    let clock = || 0u64;
+    let give_up = std::time::Instant::now() + Duration::from_secs(60);
+    let mut done = [false; 4];
+    while !(done[2] && done[3]) {
+        assert!(std::time::Instant::now() < give_up, "ranks 2 and 3 hang");
+        for r in [0, 2, 3] {
+            let rank = &mut rs[r];
+            rank.link
+                .progress(&mut rank.bufs, &mut rank.ep, &clock, Duration::ZERO)
+                .unwrap_or_else(|e| panic!("rank {r}: {e}"));
+            if r != 0 && !done[r] && rank.ep.is_done(1) {
+                rank.ep.finish(1);
+                rank.link.deregister(1);
+                done[r] = true;
+            }
+        }
+    }
+    for r in [2, 3] {
+        assert!(
+            rs[r].bufs[&1].as_slice() == message(1, 70_001).as_slice(),
+            "rank {r} holds wrong bytes"
+        );
+    }
+    let state = rs[0].link.describe_state(0);
+    assert!(
+        state.contains("3 queue pairs (1 connecting)") && state.contains("0 failed"),
+        "{state}"
+    );
+    // Its host is gone for good.
+    drop((down, filler));
+    let r0 = &mut rs[0];
+    let e = loop {
+        assert!(std::time::Instant::now() < give_up, "rank 0 hangs");
+        if let Err(e) = r0
+            .link
+            .progress(&mut r0.bufs, &mut r0.ep, &clock, Duration::ZERO)
+        {
+            break e.to_string();
+        }
+        std::thread::sleep(Duration::from_millis(10)); // the SYN is retransmitted in ~1 s
+    };
+    assert!(
+        e.contains("rank 1") && e.contains(&down_at.to_string()) && e.contains("still running"),
+        "{e}"
+    );
+    r0.link.deregister(1);
 }
 
 /// Ranks that disagree on the message size fail with an error naming both shapes (the
@@ -840,6 +985,25 @@ fn model_remote_access_errors_for_a_bad_key_or_range() {
         assert_eq!(polled(&mut p.b)[0].status, WcStatus::Flushed);
         assert_eq!(p.mem_b, vec![0u8; 64], "nothing written");
     }
+}
+
+/// One completion more than the queue holds is an overrun: every later poll fails (on a
+/// device the queue and its queue pairs go to the error state); a resize makes room.
+#[test]
+fn model_completion_queue_overruns_are_fatal() {
+    let mut p = pair(7);
+    p.a.resize_cq(2).unwrap();
+    assert_eq!(p.a.cq_entries(), 2);
+    write(&mut p, 1, 0, 4, None, false);
+    write(&mut p, 2, 0, 4, None, false);
+    assert!(p.a.resize_cq(1).is_err(), "it holds 2");
+    p.a.resize_cq(3).unwrap();
+    write(&mut p, 3, 0, 4, None, false);
+    assert_eq!(p.fabric.stats().cq_overruns, 0);
+    write(&mut p, 4, 0, 4, None, false);
+    assert_eq!(p.fabric.stats().cq_overruns, 1);
+    let e = p.a.poll(&mut Vec::new(), 10).unwrap_err().to_string();
+    assert!(e.contains("overran its 3 entries"), "{e}");
 }
 
 #[test]

@@ -17,10 +17,6 @@ use std::collections::{BTreeSet, VecDeque};
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
-/// Longest a connect to a peer's listener may block the link (the kernel answers for a live
-/// host at once; a dead host is what this bounds).
-const DIAL: Duration = Duration::from_secs(5);
-
 /// After a peer refused to close an idle edge (it uses it), this rank asks again no sooner.
 const CLOSE_BACKOFF: Duration = Duration::from_millis(500);
 
@@ -100,15 +96,24 @@ impl<V: Verbs> VerbsLink<V> {
         Ok(())
     }
 
-    /// The side channel's descriptors, to wake the link when a frame arrives.
-    pub(super) fn side_fds(&self) -> Vec<RawFd> {
-        let mut fds = vec![self.listener.fd()];
-        fds.extend(self.incoming.iter().map(|(c, _)| c.fd()));
+    /// The side channel's descriptors and what to wait for on each: a frame arriving, or a
+    /// connection under way getting established (its queued frame then goes out).
+    pub(super) fn side_fds(&self) -> Vec<(RawFd, i16)> {
+        let mut fds = vec![(self.listener.fd(), libc::POLLIN)];
+        fds.extend(self.incoming.iter().map(|(c, _)| (c.fd(), libc::POLLIN)));
+        let mut conn_fd = |c: &Conn| {
+            let events = if c.connected() {
+                libc::POLLIN
+            } else {
+                libc::POLLOUT
+            };
+            fds.push((c.fd(), events));
+        };
         for p in self.peers.values() {
             match &p.edge {
                 Edge::Asking { conn, .. }
                 | Edge::Answered { conn, .. }
-                | Edge::Closing { conn, .. } => fds.push(conn.fd()),
+                | Edge::Closing { conn, .. } => conn_fd(conn),
                 Edge::Yielded { .. } | Edge::Ready => {}
             }
         }
@@ -120,6 +125,7 @@ impl<V: Verbs> VerbsLink<V> {
     pub(super) fn drop_peer(&mut self, peer: usize) {
         if let Some(p) = self.peers.remove(&peer) {
             self.verbs.destroy_qp(p.qp);
+            self.retiring += 1;
             self.by_qp.remove(&p.qp);
             if self.spare.len() < SPARE {
                 self.spare.push((p.ring, p.recv));
@@ -141,6 +147,7 @@ impl<V: Verbs> VerbsLink<V> {
     /// A queue pair to `peer` in INIT, its receive slots posted, and its rings.
     fn new_peer(&mut self, peer: usize, edge: Edge) -> Result<(), TransportError> {
         let v = |e: VerbsError| io(peer, format!("a queue pair for rank {peer}: {e}"));
+        self.cq_room(peer)?;
         let qp = self.verbs.create_qp().map_err(v)?;
         let made = self
             .verbs
@@ -207,10 +214,13 @@ impl<V: Verbs> VerbsLink<V> {
         }
     }
 
-    /// Opens a side-channel connection to `peer`'s listener.
+    /// Starts a side-channel connection to `peer`'s listener. It does not wait for the
+    /// connection: the kernel of a live host answers at once, but a host that is down never
+    /// does, and the other edges must move meanwhile; the edge's deadline bounds the wait
+    /// ([`unreachable`]).
     fn dial(&self, peer: usize) -> Result<Conn, String> {
         let addr = self.listen[peer];
-        Conn::open(addr, self.connect_timeout.min(DIAL)).map_err(|e| {
+        Conn::open(addr).map_err(|e| {
             format!(
                 "cannot reach its queue pair handshake listener {addr}: {e} (is it still running?)"
             )
@@ -407,10 +417,12 @@ impl<V: Verbs> VerbsLink<V> {
                     format!("it answered a queue pair request with {:?}", h.kind),
                 ),
                 Got::Nothing if at < deadline => self.set_edge(peer, Edge::Asking { conn, deadline }),
+                Got::Nothing if !conn.connected() => self.fail(peer, unreachable(&conn, timeout)),
                 Got::Nothing => self.fail(
                     peer,
                     format!("it did not answer a queue pair request within {timeout:?}"),
                 ),
+                Got::Closed(e) if !conn.connected() => self.fail(peer, e),
                 Got::Closed(e) => self.fail(
                     peer,
                     format!("it closed the queue pair handshake before replying ({e}): is it still running?"),
@@ -447,9 +459,11 @@ impl<V: Verbs> VerbsLink<V> {
                 Got::Nothing if at < deadline => {
                     self.set_edge(peer, Edge::Closing { conn, deadline })
                 }
+                Got::Nothing if !conn.connected() => self.fail(peer, unreachable(&conn, timeout)),
                 Got::Frame(_) | Got::Nothing => {
                     self.fail(peer, "it did not answer closing the idle queue pair".into())
                 }
+                Got::Closed(e) if !conn.connected() => self.fail(peer, e),
                 Got::Closed(e) => self.fail(
                     peer,
                     format!("it closed the connection while closing the idle queue pair ({e}): is it still running?"),
@@ -514,4 +528,13 @@ impl<V: Verbs> VerbsLink<V> {
             }
         }
     }
+}
+
+/// Why an edge failed whose side-channel connection was never established by its deadline:
+/// the peer's host does not answer (down, or cut off).
+fn unreachable(conn: &Conn, timeout: Duration) -> String {
+    format!(
+        "cannot reach its queue pair handshake listener{} within {timeout:?}: is its host up?",
+        conn.peer().map(|a| format!(" {a}")).unwrap_or_default()
+    )
 }

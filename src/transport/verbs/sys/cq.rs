@@ -47,7 +47,7 @@ impl Cq {
             unsafe { ib::ibv_destroy_comp_channel(channel) };
             return Err(VerbsError::Call {
                 call: "ibv_create_cq",
-                detail,
+                detail: format!("{entries} entries: {detail}"),
             });
         }
         Ok(Cq {
@@ -55,6 +55,29 @@ impl Cq {
             channel,
             _ctx: ctx.clone(),
         })
+    }
+
+    /// How many completions it holds (at least what was asked: devices round up).
+    pub fn entries(&self) -> usize {
+        // SAFETY: a live completion queue; `cqe` is its current capacity.
+        unsafe { (*self.ptr).cqe }.max(0) as usize
+    }
+
+    /// Grows it to at least `entries` completions, keeping those it holds.
+    pub fn resize(&self, entries: i32) -> Result<(), VerbsError> {
+        // SAFETY: a live completion queue, polled only by this link's thread (which is
+        // the caller), so no poll runs concurrently.
+        let rc = unsafe { ib::ibv_resize_cq(self.ptr, entries) };
+        if rc != 0 {
+            return Err(VerbsError::Call {
+                call: "ibv_resize_cq",
+                detail: format!(
+                    "{entries} entries: {}",
+                    std::io::Error::from_raw_os_error(rc)
+                ),
+            });
+        }
+        Ok(())
     }
 
     pub fn fd(&self) -> RawFd {

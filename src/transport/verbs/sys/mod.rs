@@ -46,19 +46,18 @@ pub struct DeviceVerbs {
 }
 
 impl DeviceVerbs {
-    /// Opens the device and port of `config`, with a completion queue for `qps` queue pairs
-    /// of `send_depth` sends and `recv_depth` receives.
+    /// Opens the device and port of `config`, with a completion queue of `cq_entries`
+    /// completions and queue pairs of `send_depth` sends and `recv_depth` receives.
     pub fn open(
         config: &DeviceConfig,
-        qps: usize,
+        cq_entries: usize,
         send_depth: u32,
         recv_depth: u32,
     ) -> Result<DeviceVerbs, VerbsError> {
         let ctx = Arc::new(Context::open(config)?);
         let (port, max_msg) = ctx.port(config)?;
         let pd = Arc::new(Pd::new(&ctx)?);
-        let entries = (qps.max(1) as u64 * u64::from(send_depth + recv_depth)).min(1 << 20);
-        let cq = Arc::new(Cq::new(&ctx, entries as i32)?);
+        let cq = Arc::new(Cq::new(&ctx, entries(cq_entries))?);
         Ok(DeviceVerbs {
             qps: Vec::new(),
             by_num: BTreeMap::new(),
@@ -93,6 +92,11 @@ impl DeviceVerbs {
                 what: "the queue pair was destroyed",
             })
     }
+}
+
+/// A completion queue size as libibverbs takes it.
+fn entries(n: usize) -> i32 {
+    n.clamp(1, i32::MAX as usize) as i32
 }
 
 fn status(s: ib::ibv_wc_status::Type) -> WcStatus {
@@ -241,6 +245,14 @@ impl Verbs for DeviceVerbs {
         Ok(n)
     }
 
+    fn cq_entries(&self) -> usize {
+        self.cq.entries()
+    }
+
+    fn resize_cq(&mut self, entries: usize) -> Result<(), VerbsError> {
+        self.cq.resize(self::entries(entries))
+    }
+
     fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
         Some(self.cq.fd())
     }
@@ -258,7 +270,7 @@ mod tests {
     /// problem (run it on a host with a device and it opens instead).
     #[test]
     fn without_a_device_the_error_names_the_problem() {
-        match DeviceVerbs::open(&DeviceConfig::default(), 1, 8, 8) {
+        match DeviceVerbs::open(&DeviceConfig::default(), 16, 8, 8) {
             Ok(v) => eprintln!("an RDMA device is present here: {}", v.describe()),
             Err(e) => {
                 let text = e.to_string();
