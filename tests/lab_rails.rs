@@ -47,33 +47,42 @@ impl Lab {
     /// `pipecast bench --json` over TCP with `tree` on every machine; checks that every row
     /// is verified and returns rank 0's report.
     fn bench(&self, tree: &str, sizes: &str) -> serde_json::Value {
-        self.bench_on("tcp", "tcp:2rails", tree, sizes)
+        self.bench_on("tcp", "tcp:2rails", tree, sizes, &[])
     }
 
-    /// [`Lab::bench`] over `transport`, which the report must name `describe`.
+    /// [`Lab::bench`] over `transport`, which the report must name `describe`, with `env`
+    /// set for every rank (`lab run` passes its environment on).
     fn bench_on(
         &self,
         transport: &str,
         describe: &str,
         tree: &str,
         sizes: &str,
+        env: &[(&str, &str)],
     ) -> serde_json::Value {
         let topology = self.topology_file();
-        let out = self.run(&[
-            EXE,
-            "bench",
-            "--json",
-            "--transport",
-            transport,
-            "--topology",
-            topology.to_str().unwrap(),
-            "--tree",
-            tree,
-            "--sizes",
-            sizes,
-            "--iters",
-            "2",
-        ]);
+        let out = self
+            .user()
+            .command(EXE)
+            .envs(env.iter().copied())
+            .args(["lab", "run", "--name", self.name(), "--timeout", "30", "--"])
+            .args([
+                EXE,
+                "bench",
+                "--json",
+                "--transport",
+                transport,
+                "--topology",
+                topology.to_str().unwrap(),
+                "--tree",
+                tree,
+                "--sizes",
+                sizes,
+                "--iters",
+                "2",
+            ])
+            .output()
+            .expect("runs pipecast");
         assert!(out.status.success(), "bench failed: {}", text(&out));
         let report = lab::rank0_json(&out);
         assert_eq!(report["transport"], describe, "{report}");
@@ -150,7 +159,13 @@ fn raw_frames_take_both_nics(user: User) {
     let lab = Lab::up_as(user, "rr", TOPOLOGY, &["--rate", "100mbit"]);
     let sizes = [0u64, 1, 7, 100_003, 4 << 20];
     let (e0, e1) = (lab.tx_bytes("eth0"), lab.tx_bytes("eth1"));
-    let report = lab.bench_on("raweth", "raweth:eth0,eth1", "multilane", "0,1,7,100003,4M");
+    let report = lab.bench_on(
+        "raweth",
+        "raweth:eth0,eth1",
+        "multilane",
+        "0,1,7,100003,4M",
+        &[],
+    );
     let (d0, d1) = (lab.tx_bytes("eth0") - e0, lab.tx_bytes("eth1") - e1);
     let moved: u64 = sizes.iter().map(|s| 2 * 3 * s).sum();
     for (dev, d) in [("eth0", d0), ("eth1", d1)] {
@@ -168,9 +183,24 @@ fn raw_frames_take_both_nics(user: User) {
     }
     // One lane (linear) over raw Ethernet stays on NIC 0: NIC 1 carries only heartbeats.
     let e1 = lab.tx_bytes("eth1");
-    lab.bench_on("raweth", "raweth:eth0,eth1", "linear", "1M");
+    lab.bench_on("raweth", "raweth:eth0,eth1", "linear", "1M", &[]);
     let d1 = lab.tx_bytes("eth1") - e1;
     assert!(d1 < 64 << 10, "eth1 sent {d1} bytes for a one-lane tree");
+    // Through a PACKET_MMAP receive ring per NIC, and with the rails' interfaces named.
+    let report = lab.bench_on(
+        "raweth:eth0,eth1",
+        "raweth:eth0,eth1",
+        "multilane",
+        "1,100003,1M",
+        &[("PIPECAST_RAWETH_RING", "4M")],
+    );
+    let counters = &report["results"][2]["transport_counters"];
+    for rail in ["rail0.bytes_sent", "rail1.bytes_sent"] {
+        assert!(
+            counters[rail].as_u64().is_some_and(|b| b > 1 << 18),
+            "{rail}: {report}"
+        );
+    }
 }
 
 #[test]

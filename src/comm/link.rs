@@ -342,6 +342,37 @@ mod tests {
         }
     }
 
+    /// Raw Ethernet runs on as many rails as every rank published NIC MACs for, in order.
+    #[test]
+    fn raw_rails_are_those_every_rank_has() {
+        let m = |rank: u8, nic: u8| [2, 0, 0, 0, nic, rank];
+        let peers = |rail_macs: Vec<Vec<Option<socket::Mac>>>| Peers {
+            addrs: Vec::new(),
+            macs: vec![Some(m(0, 0)), Some(m(1, 0))],
+            hosts: Vec::new(),
+            verbs: Vec::new(),
+            rails: Vec::new(),
+            rail_macs,
+            cpus: Vec::new(),
+            cookie: 1,
+        };
+        let both = peers(vec![vec![Some(m(0, 1))], vec![Some(m(1, 1))]]);
+        assert_eq!(
+            rail_macs(&both),
+            vec![vec![m(0, 0), m(1, 0)], vec![m(0, 1), m(1, 1)]]
+        );
+        // Rank 1 has no raw socket on NIC 1 (or no NIC 1): one rail, at every rank.
+        for short in [vec![None], Vec::new()] {
+            let one = peers(vec![vec![Some(m(0, 1))], short]);
+            assert_eq!(rail_macs(&one), vec![vec![m(0, 0), m(1, 0)]]);
+        }
+        // NIC 2's MACs without NIC 1's do not make a rail 2.
+        let gap = peers(vec![vec![None, Some(m(0, 2))], vec![None, Some(m(1, 2))]]);
+        assert_eq!(rail_macs(&gap).len(), 1);
+        assert_eq!(iface_list(Some(" eth0, eth1 ,")), ["eth0", "eth1"]);
+        assert!(iface_list(None).is_empty());
+    }
+
     #[test]
     fn tcp_stays_tcp_and_auto_without_raw_endpoint_is_tcp() {
         let tcp = TcpTransport::bind(0, "127.0.0.1").unwrap();

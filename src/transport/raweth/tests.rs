@@ -198,14 +198,21 @@ fn two_lanes(n: usize, root: usize) -> Vec<Lane> {
 
 /// Broadcasts `msize` bytes from `root` over `n` ranks with two NICs each, lane i on rail i,
 /// over an in-memory wire that delivers each round's rail 1 frames before its rail 0 frames
-/// (the two NICs' queues drain at their own pace). Checks that every frame went from a NIC
-/// of its rail to the peer's NIC of the same rail, and every byte at every rank; returns
-/// each rank's counters and bytes sent per rail.
-fn run_rails(n: usize, root: usize, msize: usize) -> Vec<(Counters, Vec<u64>)> {
+/// (the two NICs' queues drain at their own pace), and loses one rail-1 frame in `lose`
+/// (none when 0). Checks that every frame went from a NIC of its rail to the peer's NIC of
+/// the same rail, and every byte at every rank; returns each rank's counters and bytes sent
+/// per rail.
+fn run_rails(n: usize, root: usize, msize: usize, lose: usize) -> Vec<(Counters, Vec<u64>)> {
     let config = Config {
         max_payload: Some(1000),
+        reliable: crate::engine::reliable::Config {
+            rto_initial: 3_000_000,
+            rto_min: 1_000_000,
+            ..Default::default()
+        },
         ..Config::default()
     };
+    let mut sent = 0usize;
     let lanes = two_lanes(n, root);
     let setup = Setup {
         seq: 1,
@@ -257,6 +264,10 @@ fn run_rails(n: usize, root: usize, msize: usize) -> Vec<(Counters, Vec<u64>)> {
                             .unwrap_or_else(|| panic!("rail {rail}: {to:?} is no NIC of it"));
                         let mut bytes = head.to_vec();
                         bytes.extend_from_slice(body);
+                        sent += usize::from(rail == 1);
+                        if rail == 1 && lose > 0 && sent % lose == 0 {
+                            continue;
+                        }
                         wire[rail].push((dest, nics[rail](r), bytes));
                     }
                     Ok::<usize, TransportError>(frames.len())
@@ -304,7 +315,7 @@ fn run_rails(n: usize, root: usize, msize: usize) -> Vec<(Counters, Vec<u64>)> {
 #[test]
 fn two_rails_carry_the_two_lanes_and_reordering_between_them_is_no_loss() {
     for (root, msize) in [(0, 0), (1, 1), (2, 999), (0, 4097), (3, 100_003)] {
-        let c = run_rails(4, root, msize);
+        let c = run_rails(4, root, msize, 0);
         for (r, (c, sent)) in c.iter().enumerate() {
             assert_eq!(
                 c.retransmits + c.timeouts,
@@ -319,6 +330,16 @@ fn two_rails_carry_the_two_lanes_and_reordering_between_them_is_no_loss() {
             root_sent.iter().all(|&b| msize < 2 || b > msize as u64 / 3),
             "{msize} bytes: the root sent {root_sent:?} per rail"
         );
+    }
+}
+
+/// Frames lost on rail 1 are resent on rail 1 (its own reliability) and every byte arrives.
+#[test]
+fn frames_lost_on_one_rail_are_recovered_on_it() {
+    for (root, msize) in [(1, 4097), (2, 100_003)] {
+        let c = run_rails(4, root, msize, 7);
+        let retransmits: u64 = c.iter().map(|(c, _)| c.retransmits).sum();
+        assert!(retransmits > 0, "{msize} bytes: {c:?}");
     }
 }
 
