@@ -50,6 +50,29 @@ impl Lab {
         self.bench_on("tcp", "tcp:2rails", tree, sizes, &[])
     }
 
+    /// After a 2-iteration `multilane` bench of `sizes` (`report`) that started with the
+    /// NICs' counters at `before`: each NIC sent at least 40 % of the bytes moved, and in the
+    /// link's own count, row `row`, rank 0 sent more than `least` bytes on each rail.
+    fn each_nic_carried_its_lane(
+        &self,
+        before: (u64, u64),
+        sizes: &[u64],
+        report: &serde_json::Value,
+        row: usize,
+        least: u64,
+    ) {
+        let d0 = self.tx_bytes("eth0") - before.0;
+        let d1 = self.tx_bytes("eth1") - before.1;
+        let moved: u64 = sizes.iter().map(|s| 2 * 3 * s).sum();
+        for (dev, d) in [("eth0", d0), ("eth1", d1)] {
+            assert!(
+                d * 10 >= moved * 4,
+                "{dev} sent {d} bytes of the {moved} moved: a lane is not on its NIC"
+            );
+        }
+        both_rails_sent(report, row, least);
+    }
+
     /// [`Lab::bench`] over `transport`, which the report must name `describe`, with `env`
     /// set for every rank (`lab run` passes its environment on).
     fn bench_on(
@@ -133,22 +156,7 @@ fn two_nics_carry_the_two_lanes(user: User) {
     let sizes = [0u64, 1, 7, 100_003, 4 << 20];
     let (e0, e1) = (lab.tx_bytes("eth0"), lab.tx_bytes("eth1"));
     let report = lab.bench("multilane", "0,1,7,100003,4M");
-    let (d0, d1) = (lab.tx_bytes("eth0") - e0, lab.tx_bytes("eth1") - e1);
-    let moved: u64 = sizes.iter().map(|s| 2 * 3 * s).sum();
-    for (dev, d) in [("eth0", d0), ("eth1", d1)] {
-        assert!(
-            d * 10 >= moved * 4,
-            "{dev} sent {d} bytes of the {moved} moved: a lane is not on its NIC"
-        );
-    }
-    // The link's own count agrees: rank 0 sent on both rails.
-    let counters = &report["results"][4]["transport_counters"];
-    for rail in ["rail0.bytes_sent", "rail1.bytes_sent"] {
-        assert!(
-            counters[rail].as_u64().is_some_and(|b| b > 0),
-            "{rail}: {report}"
-        );
-    }
+    lab.each_nic_carried_its_lane((e0, e1), &sizes, &report, 4, 0);
 }
 
 /// Raw Ethernet on two NICs: one socket per NIC, lane i's frames through NIC i, byte-exact
@@ -166,21 +174,7 @@ fn raw_frames_take_both_nics(user: User) {
         "0,1,7,100003,4M",
         &[],
     );
-    let (d0, d1) = (lab.tx_bytes("eth0") - e0, lab.tx_bytes("eth1") - e1);
-    let moved: u64 = sizes.iter().map(|s| 2 * 3 * s).sum();
-    for (dev, d) in [("eth0", d0), ("eth1", d1)] {
-        assert!(
-            d * 10 >= moved * 4,
-            "{dev} sent {d} bytes of the {moved} moved: a lane is not on its NIC"
-        );
-    }
-    let counters = &report["results"][4]["transport_counters"];
-    for rail in ["rail0.bytes_sent", "rail1.bytes_sent"] {
-        assert!(
-            counters[rail].as_u64().is_some_and(|b| b > 1 << 20),
-            "{rail}: {report}"
-        );
-    }
+    lab.each_nic_carried_its_lane((e0, e1), &sizes, &report, 4, 1 << 20);
     // One lane (linear) over raw Ethernet stays on NIC 0: NIC 1 carries only heartbeats.
     let e1 = lab.tx_bytes("eth1");
     lab.bench_on("raweth", "raweth:eth0,eth1", "linear", "1M", &[]);
@@ -194,10 +188,16 @@ fn raw_frames_take_both_nics(user: User) {
         "1,100003,1M",
         &[("PIPECAST_RAWETH_RING", "4M")],
     );
-    let counters = &report["results"][2]["transport_counters"];
+    both_rails_sent(&report, 2, 1 << 18);
+}
+
+/// In the link's own count (`rail{i}.bytes_sent`), row `row` of `report`: rank 0 sent more
+/// than `least` bytes on each rail.
+fn both_rails_sent(report: &serde_json::Value, row: usize, least: u64) {
+    let counters = &report["results"][row]["transport_counters"];
     for rail in ["rail0.bytes_sent", "rail1.bytes_sent"] {
         assert!(
-            counters[rail].as_u64().is_some_and(|b| b > 1 << 18),
+            counters[rail].as_u64().is_some_and(|b| b > least),
             "{rail}: {report}"
         );
     }

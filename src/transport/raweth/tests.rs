@@ -43,24 +43,12 @@ fn run(
     every: usize,
 ) -> Vec<Counters> {
     let config = Config {
-        max_payload: Some(1000),
         checksum,
-        reliable: crate::engine::reliable::Config {
-            rto_initial: 3_000_000,
-            rto_min: 1_000_000,
-            ..Default::default()
-        },
-        ..Config::default()
+        ..wire_config()
     };
     let order: Vec<usize> = (0..n).map(|i| (root + i) % n).collect();
     let lanes = vec![Lane::chain(n, &order)];
-    let setup = Setup {
-        seq: 1,
-        root,
-        msize: msize as u64,
-        segment: 4096,
-        deep: false,
-    };
+    let setup = setup_of(root, msize);
     let want = pattern(msize);
     let mut links: Vec<FrameLink> = (0..n)
         .map(|r| FrameLink::new(r, mac(r), config, 1000))
@@ -132,7 +120,43 @@ fn run(
                 .unwrap_or_else(|e| panic!("rank {to}: {e}"));
         }
     }
-    for r in 0..n {
+    check_every_byte(&links, &mut endpoints, &mut bufs, &want, now);
+    links.iter().map(FrameLink::counters).collect()
+}
+
+/// The links' tuning on the in-memory wire: 1000-byte frames, a 1 ms round, so a short RTO.
+fn wire_config() -> Config {
+    Config {
+        max_payload: Some(1000),
+        reliable: crate::engine::reliable::Config {
+            rto_initial: 3_000_000,
+            rto_min: 1_000_000,
+            ..Default::default()
+        },
+        ..Config::default()
+    }
+}
+
+/// Broadcast 1: `msize` bytes from `root` in 4096-byte segments.
+fn setup_of(root: usize, msize: usize) -> Setup {
+    Setup {
+        seq: 1,
+        root,
+        msize: msize as u64,
+        segment: 4096,
+        deep: false,
+    }
+}
+
+/// Panics unless every rank finished broadcast 1 with `want` in its buffer.
+fn check_every_byte(
+    links: &[FrameLink],
+    endpoints: &mut [Endpoint],
+    bufs: &mut [Buffers],
+    want: &[u8],
+    now: u64,
+) {
+    for r in 0..links.len() {
         assert!(
             endpoints[r].is_done(1),
             "rank {r} did not finish: {}",
@@ -140,11 +164,10 @@ fn run(
         );
         endpoints[r].finish(1);
         let got = bufs[r].remove(&1).and_then(Buffer::into_owned).unwrap();
-        if let Some(i) = (0..msize).find(|&i| got[i] != want[i]) {
+        if let Some(i) = (0..want.len()).find(|&i| got[i] != want[i]) {
             panic!("rank {r}: byte {i} is {:#x}, not {:#x}", got[i], want[i]);
         }
     }
-    links.iter().map(FrameLink::counters).collect()
 }
 
 #[test]
@@ -203,24 +226,10 @@ fn two_lanes(n: usize, root: usize) -> Vec<Lane> {
 /// the same rail, and every byte at every rank; returns each rank's counters and bytes sent
 /// per rail.
 fn run_rails(n: usize, root: usize, msize: usize, lose: usize) -> Vec<(Counters, Vec<u64>)> {
-    let config = Config {
-        max_payload: Some(1000),
-        reliable: crate::engine::reliable::Config {
-            rto_initial: 3_000_000,
-            rto_min: 1_000_000,
-            ..Default::default()
-        },
-        ..Config::default()
-    };
+    let config = wire_config();
     let mut sent = 0usize;
     let lanes = two_lanes(n, root);
-    let setup = Setup {
-        seq: 1,
-        root,
-        msize: msize as u64,
-        segment: 4096,
-        deep: false,
-    };
+    let setup = setup_of(root, msize);
     let want = pattern(msize);
     let nics = [mac, mac1];
     let mut links: Vec<FrameLink> = (0..n)
@@ -291,18 +300,7 @@ fn run_rails(n: usize, root: usize, msize: usize, lose: usize) -> Vec<(Counters,
             }
         }
     }
-    for r in 0..n {
-        assert!(
-            endpoints[r].is_done(1),
-            "rank {r} did not finish: {}",
-            links[r].describe(now)
-        );
-        endpoints[r].finish(1);
-        let got = bufs[r].remove(&1).and_then(Buffer::into_owned).unwrap();
-        if let Some(i) = (0..msize).find(|&i| got[i] != want[i]) {
-            panic!("rank {r}: byte {i} is {:#x}, not {:#x}", got[i], want[i]);
-        }
-    }
+    check_every_byte(&links, &mut endpoints, &mut bufs, &want, now);
     links
         .iter()
         .map(|l| (l.counters(), l.rail_bytes_sent().to_vec()))
