@@ -7,7 +7,9 @@
 #   bench/lab_rails.sh [PIPECAST_BINARY] [OUT_DIR]   (default: target/release/pipecast, a temp dir)
 # Environment: RATE (100mbit), SIZES (1M,4M,16M), ITERS (3), PIPECAST_PROFILE
 # (profiles/lab16-100mbit.json),
-# TOPOLOGY (examples/rails2x4.json), BENCH_ARGS (more bench options), OMPI (1: also Open MPI's
+# TOPOLOGY (examples/rails2x4.json), BENCH_ARGS (more bench options), TRANSPORTS (tcp; a
+# comma-separated list, e.g. tcp,raweth: raweth opens one raw socket per NIC and needs
+# CAP_NET_RAW, which root and the rootless lab's user namespace have), OMPI (1: also Open MPI's
 # own MPI_Bcast, default and pipeline 64K, with both NICs in btl_tcp_if_include, which
 # `pipecast lab mpirun` sets on a lab with rails; needs root, mpicc and mpirun).
 set -eu
@@ -28,13 +30,18 @@ trap '"$P" lab down --name $NAME >/dev/null 2>&1 || true' EXIT INT TERM
 echo "# pipecast on two rails: rate $RATE per NIC, profile $PIPECAST_PROFILE, binary $P, results in $OUT"
 echo "# $(date -u +%FT%TZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 "$P" lab up --name $NAME --topology "$TOPOLOGY" --rate "$RATE" >/dev/null
-# Every rank listens on eth0 and eth1 (lab run sets PIPECAST_IFACE=eth0,eth1); root 0.
+# Every rank listens on eth0 and eth1 (lab run sets PIPECAST_IFACE=eth0,eth1); root 0. Each
+# transport is its own bench run (T(m) measured in that run); the first one's feeds Open MPI's
+# table below.
+FIRST=
+for T in $(echo "${TRANSPORTS:-tcp}" | tr ',' ' '); do
+FIRST=${FIRST:-$T}
 "$P" lab run --name $NAME --timeout 1800 -- "$P" bench --json --topology "$TOPOLOGY" \
-  --transport tcp --timeout-ms 30000 --tree multilane,linear --sizes "$SIZES" \
-  --iters "$ITERS" --root 0 ${BENCH_ARGS:-} > "$OUT/rails.log" 2> "$OUT/rails.err" || {
-  echo "bench failed: see $OUT/rails.err" >&2; tail -5 "$OUT/rails.err" >&2; exit 1; }
-sed -n 's/^\[r0\] \({.*\)$/\1/p' "$OUT/rails.log" > "$OUT/rails.json"
-python3 - "$OUT/rails.json" <<'PY'
+  --transport "$T" --timeout-ms 30000 --tree multilane,linear --sizes "$SIZES" \
+  --iters "$ITERS" --root 0 ${BENCH_ARGS:-} > "$OUT/rails-$T.log" 2> "$OUT/rails-$T.err" || {
+  echo "bench failed: see $OUT/rails-$T.err" >&2; tail -5 "$OUT/rails-$T.err" >&2; exit 1; }
+sed -n 's/^\[r0\] \({.*\)$/\1/p' "$OUT/rails-$T.log" > "$OUT/rails-$T.json"
+python3 - "$OUT/rails-$T.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 print(f"\n## multilane on 2 rails vs linear (rail 0) vs T(m) (one NIC), {r['ranks']} ranks, {r['transport']}")
@@ -50,7 +57,17 @@ for b in sorted(by):
     print(f"{b:>9} {t/1e3:8.1f} {m['avg_us']/1e3:12.1f} {m['avg_us']/t:8.3f} {l['avg_us']/1e3:9.1f} "
           f"{l['avg_us']/l['p2p_us']:8.3f} {l['avg_us']/m['avg_us']:7.2f} "
           f"{str(m['segment_bytes']) + '/' + str(l['segment_bytes']):>15} {ok}")
+c = {}
+for x in r["results"]:
+    if x["tree"] == "multilane":
+        for k, v in x.get("transport_counters", {}).items():
+            if k.startswith("rail"):
+                c[k] = c.get(k, 0) + v
+if c:
+    print("multilane bytes per rail (all sizes, summed over ranks): " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())))
 PY
+done
+cp "$OUT/rails-$FIRST.json" "$OUT/rails.json"
 
 if [ "${OMPI:-1}" = 1 ] && [ "$(id -u)" = 0 ] && command -v mpicc >/dev/null && command -v mpirun >/dev/null; then
   mpicc -O2 -o "$OUT/mpi_bcast" "$HERE/bench/mpi_bcast.c"

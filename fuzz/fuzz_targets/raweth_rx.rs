@@ -99,7 +99,7 @@ fuzz_target!(|data: &[u8]| {
         if link.check_liveness(now, &endpoint).is_err() {
             return;
         }
-        let sent = link.send(&bufs, now, &mut |frames| {
+        let sent = link.send(&bufs, now, &mut |_rail, frames| {
             Ok::<usize, TransportError>(frames.len())
         });
         if sent.is_err() {

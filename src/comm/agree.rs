@@ -132,6 +132,9 @@ pub struct Peers {
     pub verbs: Vec<Option<crate::wire::bootstrap::VerbsAddr>>,
     /// Each rank's NICs beyond the first (rails 1, 2, …): where it listens on each.
     pub rails: Vec<Vec<SocketAddr>>,
+    /// Each rank's NICs beyond the first: the MAC of the raw socket it opened on each (`None`
+    /// where it opened none).
+    pub rail_macs: Vec<Vec<Option<[u8; 6]>>>,
     /// The CPUs each rank may run on, when it said ([`super::cpus`]).
     pub cpus: Vec<Option<crate::wire::bootstrap::CpuRange>>,
     /// Rank 0's cookie: the job's.
@@ -181,6 +184,10 @@ pub fn decide(blobs: &[Vec<u8>]) -> Result<Peers, CommError> {
         rails: parsed
             .iter()
             .map(|p| p.rails.iter().map(|n| n.addr).collect())
+            .collect(),
+        rail_macs: parsed
+            .iter()
+            .map(|p| p.rails.iter().map(|n| n.mac).collect())
             .collect(),
         cpus: parsed.iter().map(|p| p.cpus).collect(),
         cookie: parsed.first().map_or(0, |p| p.cookie),

@@ -4,7 +4,8 @@
 //!
 //! Every rank binds a TCP listener (its address goes into the bootstrap blob). With `verbs`
 //! or `auto` it also opens its RDMA device and puts its port, queue pair numbers and ring in
-//! the blob; with `raweth` or `auto` it opens a raw Ethernet socket and puts its MAC there.
+//! the blob; with `raweth` or `auto` it opens a raw Ethernet socket and puts its MAC there
+//! (on a topology with rails, one socket per NIC, each NIC's MAC in its rail entry).
 //! After the allgather every rank decides the same way from the same blobs: verbs when every
 //! rank published a verbs endpoint; else raw Ethernet when every rank published a MAC and no
 //! two are equal; otherwise `auto` falls back to TCP (logging why at info level, verbose 1)
@@ -28,7 +29,9 @@ pub enum Transport {
     Tcp,
     /// Raw Ethernet frames (EtherType 0x88B5) on `iface`, or when `None` on PIPECAST_IFACE,
     /// else the interface holding the address that reaches the rendezvous, else the first
-    /// non-loopback interface with an address. Needs CAP_NET_RAW.
+    /// non-loopback interface with an address. Needs CAP_NET_RAW. On a topology with rails,
+    /// one socket per NIC: `iface` may list them (`eth0,eth1`, NIC 0 first), else each
+    /// rail's is the interface holding its PIPECAST_IFACE address ([`open_raw`]).
     RawEth { iface: Option<String> },
     /// RDMA verbs (RoCE v2 or InfiniBand): segments written straight into the children's
     /// buffers. Needs a build with the `verbs` feature and an RDMA device at every rank.
@@ -41,7 +44,8 @@ pub enum Transport {
 
 impl FromStr for Transport {
     type Err = String;
-    /// `tcp`, `raweth`, `raweth:IFACE`, `verbs`, `auto`.
+    /// `tcp`, `raweth`, `raweth:IFACE`, `raweth:IFACE0,IFACE1` (one per rail), `verbs`,
+    /// `auto`.
     fn from_str(s: &str) -> Result<Transport, String> {
         match s.trim() {
             "tcp" => Ok(Transport::Tcp),
@@ -79,11 +83,15 @@ pub type Link = Box<dyn crate::transport::Transport>;
 
 /// Opens the raw Ethernet side for `config.transport` (`None` for `tcp`, and for `auto` when
 /// it is not possible, logging why and adding it to `why`). `ip` is the address this rank
-/// listens on.
+/// listens on; `rail_ips` the address of each of its NICs on a topology with rails
+/// ([`hosts::rail_ips`](super::hosts::rail_ips)). On rails it opens one socket per NIC: rail
+/// r's interface is item r of `raweth:IFACE0,IFACE1,…`, else the interface holding
+/// `rail_ips[r]` (so `PIPECAST_IFACE=eth0,eth1`, names or subnets, serves both links).
 pub fn open_raw(
     rank: usize,
     config: &Config,
     ip: Option<IpAddr>,
+    rail_ips: Option<&[std::net::Ipv4Addr]>,
     why_not: &mut Vec<String>,
 ) -> Result<Option<RawEthTransport>, TransportError> {
     let (iface, required) = match &config.transport {
@@ -96,42 +104,85 @@ pub fn open_raw(
         why_not.push(format!("not raweth at rank {rank}: {why}"));
         Ok(None)
     };
-    if !socket::has_cap_net_raw() {
-        let why = "raw Ethernet needs the CAP_NET_RAW capability (run as root or `setcap cap_net_raw+ep` the binary)";
-        return if required {
-            Err(TransportError::Setup {
+    let names = match raw_interfaces(rank, config, iface.as_deref(), ip, rail_ips) {
+        Ok(names) => names,
+        Err(why) if required => {
+            return Err(TransportError::Setup {
                 what: "transport raweth".into(),
-                error: format!("{why}; or use PIPECAST_TRANSPORT=tcp"),
+                error: why,
             })
-        } else {
-            fallback(why.into())
-        };
-    }
-    // PIPECAST_IFACE may list subnets for TCP; only a plain interface name names a raw one.
-    let iface = iface
-        .or_else(|| config.iface.clone().filter(|i| !i.contains(['/', ','])))
-        .or_else(|| socket::default_interface(ip));
-    let Some(iface) = iface else {
-        let why = "no non-loopback interface with an address: name one with raweth:IFACE or PIPECAST_IFACE";
-        return if required {
-            Err(TransportError::Setup {
-                what: "transport raweth".into(),
-                error: why.into(),
-            })
-        } else {
-            fallback(why.into())
-        };
+        }
+        Err(why) => return fallback(why),
     };
     let raw_config = raweth::Config {
         rx_ring: config.raweth_ring,
         liveness: config.timeout.as_nanos() as u64,
         ..raweth::Config::default()
     };
-    match RawEthTransport::bind(rank, &iface, raw_config) {
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    match RawEthTransport::bind_rails(rank, &names, raw_config) {
         Ok(t) => Ok(Some(t)),
         Err(e) if !required => fallback(e.to_string()),
         Err(e) => Err(e),
     }
+}
+
+/// The interfaces raw Ethernet opens, NIC 0's first ([`open_raw`]), or why it cannot.
+fn raw_interfaces(
+    rank: usize,
+    config: &Config,
+    iface: Option<&str>,
+    ip: Option<IpAddr>,
+    rail_ips: Option<&[std::net::Ipv4Addr]>,
+) -> Result<Vec<String>, String> {
+    if !socket::has_cap_net_raw() {
+        let why = "raw Ethernet needs the CAP_NET_RAW capability (run as root or `setcap cap_net_raw+ep` the binary)";
+        return Err(match config.transport {
+            Transport::Auto => why.into(),
+            _ => format!("{why}; or use PIPECAST_TRANSPORT=tcp"),
+        });
+    }
+    let listed = iface_list(iface);
+    // PIPECAST_IFACE may list subnets for TCP; only a plain interface name names a raw one.
+    let first = listed
+        .first()
+        .cloned()
+        .or_else(|| config.iface.clone().filter(|i| !i.contains(['/', ','])))
+        .or_else(|| socket::default_interface(ip))
+        .ok_or("no non-loopback interface with an address: name one with raweth:IFACE or PIPECAST_IFACE")?;
+    let mut names = vec![first];
+    match rail_ips {
+        Some(ips) => {
+            for (rail, &nic) in ips.iter().enumerate().skip(1) {
+                let name = listed
+                    .get(rail)
+                    .cloned()
+                    .or_else(|| socket::interface_with(nic));
+                names.push(name.ok_or_else(|| {
+                    format!("no interface holds {nic}, rail {rail}'s address: name the rails' interfaces with raweth:IFACE0,IFACE1")
+                })?);
+            }
+        }
+        None if listed.len() > 1 => tracing::info!(
+            rank,
+            "transport raweth: {} interfaces named but the topology has no rails: using {}",
+            listed.len(),
+            names[0]
+        ),
+        None => {}
+    }
+    Ok(names)
+}
+
+/// The interfaces of `raweth:IFACE0,IFACE1,…` (empty for `raweth`).
+pub fn iface_list(iface: Option<&str>) -> Vec<String> {
+    iface
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect()
 }
 
 /// The verbs link of a communicator: on whichever backend this build and host have.
@@ -228,8 +279,9 @@ pub fn choose(
             "ranks {missing:?} have no raw Ethernet endpoint (they run with transport tcp, or lack CAP_NET_RAW or an interface: see their logs)"
         ))
     } else {
-        let macs: Vec<socket::Mac> = macs.iter().flatten().copied().collect();
-        raw.set_peers(macs, job_cookie).err().map(|e| e.to_string())
+        raw.set_rail_peers(rail_macs(peers), job_cookie)
+            .err()
+            .map(|e| e.to_string())
     };
     match problem {
         None => Ok(Box::new(raw)),
@@ -242,6 +294,31 @@ pub fn choose(
             "transport raweth: {why}; use PIPECAST_TRANSPORT=tcp or auto"
         ))),
     }
+}
+
+/// Every rank's raw Ethernet MAC on each rail the whole job has (`macs[rail][rank]`): rail
+/// 0 is every rank's NIC 0, and rail r ≥ 1 is there when every rank published a raw socket's
+/// MAC for its NIC r (and for every NIC before it). The same answer at every rank: it reads
+/// the same blobs. Fewer rails than lanes is right data at one NIC's speed for the lanes
+/// beyond (they go on rail 0), as with TCP. `peers.macs` must all be present.
+pub fn rail_macs(peers: &Peers) -> Vec<Vec<socket::Mac>> {
+    let mut rails = vec![peers.macs.iter().flatten().copied().collect::<Vec<_>>()];
+    let common = peers
+        .rail_macs
+        .iter()
+        .map(|nics| nics.iter().take_while(|m| m.is_some()).count())
+        .min()
+        .unwrap_or(0);
+    for rail in 1..=common {
+        rails.push(
+            peers
+                .rail_macs
+                .iter()
+                .map(|nics| nics[rail - 1].expect("counted above"))
+                .collect(),
+        );
+    }
+    rails
 }
 
 #[cfg(test)]
@@ -265,6 +342,37 @@ mod tests {
         }
     }
 
+    /// Raw Ethernet runs on as many rails as every rank published NIC MACs for, in order.
+    #[test]
+    fn raw_rails_are_those_every_rank_has() {
+        let m = |rank: u8, nic: u8| [2, 0, 0, 0, nic, rank];
+        let peers = |rail_macs: Vec<Vec<Option<socket::Mac>>>| Peers {
+            addrs: Vec::new(),
+            macs: vec![Some(m(0, 0)), Some(m(1, 0))],
+            hosts: Vec::new(),
+            verbs: Vec::new(),
+            rails: Vec::new(),
+            rail_macs,
+            cpus: Vec::new(),
+            cookie: 1,
+        };
+        let both = peers(vec![vec![Some(m(0, 1))], vec![Some(m(1, 1))]]);
+        assert_eq!(
+            rail_macs(&both),
+            vec![vec![m(0, 0), m(1, 0)], vec![m(0, 1), m(1, 1)]]
+        );
+        // Rank 1 has no raw socket on NIC 1 (or no NIC 1): one rail, at every rank.
+        for short in [vec![None], Vec::new()] {
+            let one = peers(vec![vec![Some(m(0, 1))], short]);
+            assert_eq!(rail_macs(&one), vec![vec![m(0, 0), m(1, 0)]]);
+        }
+        // NIC 2's MACs without NIC 1's do not make a rail 2.
+        let gap = peers(vec![vec![None, Some(m(0, 2))], vec![None, Some(m(1, 2))]]);
+        assert_eq!(rail_macs(&gap).len(), 1);
+        assert_eq!(iface_list(Some(" eth0, eth1 ,")), ["eth0", "eth1"]);
+        assert!(iface_list(None).is_empty());
+    }
+
     #[test]
     fn tcp_stays_tcp_and_auto_without_raw_endpoint_is_tcp() {
         let tcp = TcpTransport::bind(0, "127.0.0.1").unwrap();
@@ -274,6 +382,7 @@ mod tests {
             hosts: vec!["h".into(); 2],
             verbs: vec![None, None],
             rails: vec![Vec::new(); 2],
+            rail_macs: vec![Vec::new(); 2],
             cpus: vec![None, None],
             cookie: 5,
         };

@@ -66,9 +66,14 @@ impl Local {
         if let Some(t) = &config.topology {
             hosts::check_file(t, size, &hosts::host_name())?;
         }
-        // On a topology with rails, one address per NIC (PIPECAST_IFACE=eth0,eth1).
+        // On a topology with rails, one address per NIC (PIPECAST_IFACE=eth0,eth1, or the
+        // interfaces of PIPECAST_TRANSPORT=raweth:eth0,eth1).
+        let raw_list = match &config.transport {
+            link::Transport::RawEth { iface: Some(i) } if i.contains(',') => Some(i.as_str()),
+            _ => None,
+        };
         let rail_ips = match config.topology.as_ref().map(Topology::rails) {
-            Some(k) if k > 1 => hosts::rail_ips(config.iface.as_deref(), k)?,
+            Some(k) if k > 1 => hosts::rail_ips(config.iface.as_deref().or(raw_list), k)?,
             _ => None,
         };
         let ip = match (&config.ip, &rail_ips) {
@@ -85,7 +90,13 @@ impl Local {
         let rails = tcp.bind_rails(&extra)?;
         let mut why_not = Vec::new();
         let verbs = link::open_verbs(rank, size, &config, &mut why_not)?;
-        let raw = link::open_raw(rank, &config, ip.parse().ok(), &mut why_not)?;
+        let raw = link::open_raw(
+            rank,
+            &config,
+            ip.parse().ok(),
+            rail_ips.as_deref(),
+            &mut why_not,
+        )?;
         let shm = match config.shm {
             ShmMode::Off => None,
             mode => Some(ShmLink::bind(
@@ -120,7 +131,14 @@ impl Local {
             settings: &self.settings,
             reason: "",
             verbs: self.verbs.as_ref().map(|v| v.local_addr()),
-            rails: rail_nics(&self.rails),
+            rails: rail_nics(
+                &self.rails,
+                &self
+                    .raw
+                    .as_ref()
+                    .map(|r| r.local_macs())
+                    .unwrap_or_default(),
+            ),
             cpus: cpus::this_thread(),
         }
         .to_vec()
@@ -228,12 +246,18 @@ fn on_host(
     Box::new(Router::new(links, route))
 }
 
-/// The bootstrap entries of this rank's NICs 1, 2, … (none with one NIC: blob version 1).
-fn rail_nics(addrs: &[std::net::SocketAddr]) -> crate::wire::bootstrap::RailNics {
+/// The bootstrap entries of this rank's NICs 1, 2, … (none with one NIC: blob version 1):
+/// where each listens, and the MAC of its raw socket (`macs[i]` is NIC i's, NIC 0's
+/// included; absent without raw Ethernet).
+fn rail_nics(addrs: &[std::net::SocketAddr], macs: &[[u8; 6]]) -> crate::wire::bootstrap::RailNics {
     let nics: Vec<NicAddr> = addrs
         .iter()
         .take(crate::wire::bootstrap::MAX_RAIL_NICS)
-        .map(|&addr| NicAddr { addr, mac: None })
+        .enumerate()
+        .map(|(i, &addr)| NicAddr {
+            addr,
+            mac: macs.get(i + 1).copied(),
+        })
         .collect();
     crate::wire::bootstrap::RailNics::new(&nics).expect("at most MAX_RAIL_NICS")
 }

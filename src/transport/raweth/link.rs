@@ -1,5 +1,17 @@
 //! The raw Ethernet link without its socket: peers' MAC addresses, the job's cookie and
-//! communicator, the per-peer reliability, segment reassembly and the counters. Frames come
+//! communicator, the per-peer reliability, segment reassembly and the counters.
+//!
+//! **Rails** (issue 16, machines with several NICs): the link may have one NIC per rail,
+//! each with its own MAC address and, in [`RawEthTransport`](super::RawEthTransport), its own
+//! socket. Rail r has its own table of the peers' MACs on rail r and its own
+//! [`Peers`] reliability: sequence numbers, acknowledgements, RTO, credit, pacing and
+//! heartbeats run per (peer, rail), and an acknowledgement travels on the rail of what it
+//! acknowledges. So frames of two rails that overtake each other (each NIC has its own queue)
+//! never look like a loss (no spurious fast retransmit), a full NIC blocks only its own rail,
+//! and each NIC is paced on its own. A frame is the lane's to the end: a lane's frames, their
+//! retransmissions and the credits and done of that lane all go on the lane's rail, so a
+//! segment is assembled from one rail's frames. With one rail (one NIC, the default) the
+//! link is exactly the single-NIC one. Frames come
 //! in as bytes ([`FrameLink::receive_frame`], rx.rs) and go out through a function given the
 //! batch ([`FrameLink::send`], tx.rs), so the whole receive path — checks, checksum,
 //! reliability, reassembly, delivery into the broadcast's buffer — runs without a socket: in
@@ -17,17 +29,22 @@ use std::collections::BTreeMap;
 /// Everything of one rank's raw Ethernet link but its socket.
 pub struct FrameLink {
     pub(super) me: usize,
-    /// This rank's MAC address (the destination of what it receives, the source of what it
-    /// sends: both are in every frame's checksum).
-    pub(super) mac: Mac,
+    /// This rank's MAC address on each rail (the destination of what it receives there, the
+    /// source of what it sends there: both are in every frame's checksum). `own[0]` is NIC 0.
+    pub(super) own: Vec<Mac>,
     pub(super) config: Config,
     pub(super) max_payload: usize,
     pub(super) cookie: u64,
-    /// Every peer's MAC address, by rank.
-    pub(super) macs: BTreeMap<usize, Mac>,
-    pub(super) by_mac: BTreeMap<Mac, usize>,
-    /// The per-peer reliability of every frame.
-    pub(super) reliable: Peers<Item>,
+    /// Every peer's MAC address on each rail, by rank: `macs[rail][rank]`. As many rails as
+    /// [`FrameLink::set_rail_peers`] was given (at most `own.len()`).
+    pub(super) macs: Vec<BTreeMap<usize, Mac>>,
+    pub(super) by_mac: Vec<BTreeMap<Mac, usize>>,
+    /// The per-peer reliability of every frame, one per rail (per (peer, rail), see above).
+    pub(super) reliable: Vec<Peers<Item>>,
+    /// Rails whose socket refused frames since [`FrameLink::unblock`]: they wait for POLLOUT.
+    pub(super) blocked: Vec<bool>,
+    /// Bytes sent on each rail (Ethernet payload: header and data).
+    pub(super) rail_bytes: Vec<u64>,
     pub(super) assembly: BTreeMap<(usize, u64, u16, u32), Assembly>,
     pub(super) counters: Counters,
 }
@@ -36,25 +53,73 @@ impl FrameLink {
     /// Rank `me`'s link at MAC `mac`, with at most `max_payload` bytes per frame (at least
     /// 1, at most 65535).
     pub fn new(me: usize, mac: Mac, config: Config, max_payload: usize) -> FrameLink {
+        FrameLink::on_rails(me, vec![mac], config, max_payload)
+    }
+
+    /// Rank `me`'s link with one NIC per rail, at MAC addresses `own` (`own[r]` on rail r; at
+    /// least one: an empty list is taken as one NIC at the zero address).
+    pub fn on_rails(me: usize, own: Vec<Mac>, config: Config, max_payload: usize) -> FrameLink {
         let max_payload = max_payload.clamp(1, 0xffff);
         let frame_bytes = (HEADER_LEN + max_payload + 14) as u64;
+        let own = if own.is_empty() { vec![[0; 6]] } else { own };
         FrameLink {
             me,
-            mac,
             max_payload,
             cookie: 0,
-            macs: BTreeMap::new(),
-            by_mac: BTreeMap::new(),
-            reliable: Peers::new(config.reliable, config.liveness, frame_bytes),
+            macs: vec![BTreeMap::new()],
+            by_mac: vec![BTreeMap::new()],
+            reliable: own
+                .iter()
+                .map(|_| Peers::new(config.reliable, config.liveness, frame_bytes))
+                .collect(),
+            blocked: vec![false; own.len()],
+            rail_bytes: vec![0; own.len()],
+            own,
             assembly: BTreeMap::new(),
             counters: Counters::default(),
             config,
         }
     }
 
-    /// This rank's MAC address.
+    /// This rank's MAC address (NIC 0's).
     pub fn mac(&self) -> Mac {
-        self.mac
+        self.own[0]
+    }
+
+    /// How many rails the peers were given on (1 until [`FrameLink::set_rail_peers`] gives
+    /// more).
+    pub fn rails(&self) -> usize {
+        self.macs.len()
+    }
+
+    /// The rail a lane's message goes on: `rail` when the link has it, else rail 0 (right
+    /// data at one NIC's speed, as the TCP link does).
+    pub(super) fn rail(&self, rail: usize) -> usize {
+        if rail < self.macs.len() {
+            rail
+        } else {
+            0
+        }
+    }
+
+    /// Bytes sent on each rail so far.
+    pub fn rail_bytes_sent(&self) -> &[u64] {
+        &self.rail_bytes[..self.rails()]
+    }
+
+    /// Whether rail `rail`'s socket refused frames since the last [`FrameLink::unblock`].
+    pub fn blocked(&self, rail: usize) -> bool {
+        self.blocked.get(rail).copied().unwrap_or(false)
+    }
+
+    /// Whether any rail's socket refused frames since the last [`FrameLink::unblock`].
+    pub fn any_blocked(&self) -> bool {
+        self.blocked.iter().any(|&b| b)
+    }
+
+    /// Forgets that sockets were full (after a poll said which may take frames again).
+    pub fn unblock(&mut self) {
+        self.blocked.iter_mut().for_each(|b| *b = false);
     }
 
     /// Payload bytes per frame.
@@ -64,48 +129,85 @@ impl FrameLink {
 
     /// Every rank's MAC address (from the bootstrap, indexed by rank) and the job cookie.
     pub fn set_peers(&mut self, macs: Vec<Mac>, cookie: u64) -> Result<(), TransportError> {
+        self.set_rail_peers(vec![macs], cookie)
+    }
+
+    /// Every rank's MAC address on each rail (`macs[rail][rank]`, from the bootstrap) and the
+    /// job cookie. The link then runs on `macs.len()` rails (1 when empty; more than this
+    /// link has NICs is an error). Every MAC address must be distinct, over all rails.
+    pub fn set_rail_peers(
+        &mut self,
+        macs: Vec<Vec<Mac>>,
+        cookie: u64,
+    ) -> Result<(), TransportError> {
+        let setup = |error: String| TransportError::Setup {
+            what: "raw Ethernet peers".into(),
+            error,
+        };
+        if macs.len() > self.own.len() {
+            return Err(setup(format!(
+                "{} rails of peers for {} NICs",
+                macs.len(),
+                self.own.len()
+            )));
+        }
         self.cookie = cookie;
-        self.macs.clear();
-        self.reliable.clear();
-        self.by_mac.clear();
-        for (rank, mac) in macs.into_iter().enumerate() {
-            if rank == self.me {
-                continue;
+        self.macs = vec![BTreeMap::new(); macs.len().max(1)];
+        self.by_mac = vec![BTreeMap::new(); macs.len().max(1)];
+        self.reliable.iter_mut().for_each(Peers::clear);
+        // Whose each MAC is (over every rail: one NIC, one rank).
+        let mut seen: BTreeMap<Mac, usize> = self.own[..macs.len().max(1)]
+            .iter()
+            .map(|&m| (m, self.me))
+            .collect();
+        if seen.len() < macs.len() {
+            return Err(setup("two of this rank's rails share a MAC address".into()));
+        }
+        for (rail, list) in macs.into_iter().enumerate() {
+            for (rank, mac) in list.into_iter().enumerate() {
+                if rank == self.me {
+                    continue;
+                }
+                match seen.insert(mac, rank) {
+                    Some(other) if other == rank => {
+                        return Err(setup(format!(
+                            "rank {rank} has MAC {} on two rails: each rail needs its own NIC",
+                            mac_to_string(&mac)
+                        )))
+                    }
+                    Some(other) => {
+                        return Err(setup(format!(
+                            "ranks {} and {} share MAC {}: run one rank per interface",
+                            other.min(rank),
+                            other.max(rank),
+                            mac_to_string(&mac)
+                        )))
+                    }
+                    None => {}
+                }
+                self.macs[rail].insert(rank, mac);
+                self.by_mac[rail].insert(mac, rank);
+                self.reliable[rail].add(rank);
             }
-            let clash = if mac == self.mac {
-                Some(self.me)
-            } else {
-                self.by_mac.insert(mac, rank)
-            };
-            if let Some(other) = clash {
-                return Err(TransportError::Setup {
-                    what: "raw Ethernet peers".into(),
-                    error: format!(
-                        "ranks {} and {} share MAC {}: run one rank per interface",
-                        other.min(rank),
-                        other.max(rank),
-                        mac_to_string(&mac)
-                    ),
-                });
-            }
-            self.macs.insert(rank, mac);
-            self.reliable.add(rank);
         }
         Ok(())
     }
 
-    /// Whether `peer` has a MAC address.
+    /// Whether `peer` has a MAC address (on every rail).
     pub fn knows(&self, peer: usize) -> bool {
-        self.reliable.contains(peer)
+        self.macs.iter().all(|m| m.contains_key(&peer))
     }
 
-    /// The counters, with the reliability's totals (the kernel's drops are the socket's).
+    /// The counters, with the reliability's totals over every rail (the kernel's drops are
+    /// the socket's).
     pub fn counters(&self) -> Counters {
         let mut c = self.counters;
-        let t = self.reliable.totals();
-        c.retransmits = t.retransmits;
-        c.timeouts = t.timeouts;
-        c.duplicates = t.duplicates;
+        for r in &self.reliable {
+            let t = r.totals();
+            c.retransmits += t.retransmits;
+            c.timeouts += t.timeouts;
+            c.duplicates += t.duplicates;
+        }
         c
     }
 
@@ -127,9 +229,14 @@ impl FrameLink {
         });
     }
 
-    /// When the reliability next needs a call (a retransmission, an ack, pacing), in ns.
-    pub fn next_timeout(&self, now: u64, blocked: bool) -> Option<u64> {
-        self.reliable.poll_timeout(now, blocked)
+    /// When the reliability next needs a call (a retransmission, an ack, pacing), in ns. A
+    /// rail whose socket is full waits for POLLOUT, not for a timer.
+    pub fn next_timeout(&self, now: u64) -> Option<u64> {
+        self.reliable
+            .iter()
+            .zip(&self.blocked)
+            .filter_map(|(r, &blocked)| r.poll_timeout(now, blocked))
+            .min()
     }
 
     /// Fails when a peer that `endpoint` waits for stayed silent too long; queues heartbeats
@@ -139,12 +246,16 @@ impl FrameLink {
             head: self.head(Kind::Nop),
             payload: 0..0,
         };
-        self.reliable
-            .check_liveness(now, &endpoint.waiting_for(), || heartbeat.clone())
-            .map_err(|g| TransportError::PeerGone {
-                peer: g.peer,
-                ms: g.silent / 1_000_000,
-            })
+        let waiting = endpoint.waiting_for();
+        let rails = self.rails();
+        for r in &mut self.reliable[..rails] {
+            r.check_liveness(now, &waiting, || heartbeat.clone())
+                .map_err(|g| TransportError::PeerGone {
+                    peer: g.peer,
+                    ms: g.silent / 1_000_000,
+                })?;
+        }
+        Ok(())
     }
 
     /// The per-peer state for a failure report (peers with nothing outstanding are left out).
@@ -160,13 +271,18 @@ impl FrameLink {
                 a.got, a.len
             );
         }
-        out += &self.reliable.describe(now);
+        for (rail, r) in self.reliable[..self.macs.len()].iter().enumerate() {
+            if self.macs.len() > 1 {
+                out += &format!("\n  rail {rail}: {} bytes sent", self.rail_bytes[rail]);
+            }
+            out += &r.describe(now);
+        }
         out
     }
 
     /// Forgets everything in flight.
     pub fn reset(&mut self) {
-        self.reliable.reset();
+        self.reliable.iter_mut().for_each(Peers::reset);
         self.assembly.clear();
     }
 }

@@ -24,6 +24,12 @@
 //!
 //! Everything but the socket is a [`FrameLink`] (link.rs): bytes in, frames out, so that the
 //! receive path runs without a socket in tests and under the fuzzer.
+//!
+//! On machines with several NICs (issue 16, seed 002's multi-lane NICs) the transport opens
+//! one socket per NIC ([`RawEthTransport::bind_rails`]): rail r's frames leave and enter
+//! through NIC r's socket, to and from the peers' NIC r MACs, and every socket is polled.
+//! Reliability runs per (peer, rail) (link.rs says why). `rail{r}.bytes_sent` counts each
+//! rail's bytes, as the TCP link does.
 
 mod link;
 pub mod ring;
@@ -151,14 +157,15 @@ impl Assembly {
     }
 }
 
-/// This rank's raw Ethernet endpoint: a [`FrameLink`] on an `AF_PACKET` socket.
+/// This rank's raw Ethernet endpoint: a [`FrameLink`] on an `AF_PACKET` socket, or on one
+/// socket per NIC (rail) on machines with several NICs ([`RawEthTransport::bind_rails`]).
 pub struct RawEthTransport {
-    sock: RawSocket,
+    /// One per rail: `socks[r]` is NIC r's.
+    socks: Vec<RawSocket>,
     recv: RecvBatch,
-    ring: Option<ring::RxRing>,
-    /// The last send hit a full socket buffer: wait for POLLOUT.
-    blocked: bool,
-    /// The progress thread's wake descriptor, polled beside the socket.
+    /// One per socket when receiving through PACKET_MMAP rings.
+    rings: Vec<ring::RxRing>,
+    /// The progress thread's wake descriptor, polled beside the sockets.
     wake: Option<std::os::fd::RawFd>,
     kernel_drops: std::cell::Cell<u64>,
     link: FrameLink,
@@ -171,7 +178,21 @@ impl RawEthTransport {
         ifname: &str,
         config: Config,
     ) -> Result<RawEthTransport, TransportError> {
-        Self::with_socket(me, RawSocket::open(ifname)?, config)
+        Self::with_sockets(me, vec![RawSocket::open(ifname)?], config)
+    }
+
+    /// Opens one socket on each of `ifnames`, NIC r (rail r) first to last (in this thread's
+    /// network namespace). One name is [`RawEthTransport::bind`]; none is an error.
+    pub fn bind_rails(
+        me: usize,
+        ifnames: &[&str],
+        config: Config,
+    ) -> Result<RawEthTransport, TransportError> {
+        let socks = ifnames
+            .iter()
+            .map(|i| RawSocket::open(i))
+            .collect::<Result<Vec<_>, _>>()?;
+        Self::with_sockets(me, socks, config)
     }
 
     /// Opens interface `ifname` inside network namespace `netns` (see
@@ -182,15 +203,24 @@ impl RawEthTransport {
         ifname: &str,
         config: Config,
     ) -> Result<RawEthTransport, TransportError> {
-        Self::with_socket(me, RawSocket::open_in_netns(netns, ifname)?, config)
+        Self::with_sockets(me, vec![RawSocket::open_in_netns(netns, ifname)?], config)
     }
 
-    fn with_socket(
+    /// The link on `socks` (NIC r's socket at r). Frames carry as much payload as the
+    /// smallest MTU allows.
+    pub fn with_sockets(
         me: usize,
-        sock: RawSocket,
+        socks: Vec<RawSocket>,
         config: Config,
     ) -> Result<RawEthTransport, TransportError> {
-        if let Some(bytes) = config.sndbuf {
+        let Some(mtu) = socks.iter().map(RawSocket::mtu).min() else {
+            return Err(TransportError::Setup {
+                what: "raw Ethernet".into(),
+                error: "no interface to open".into(),
+            });
+        };
+        for sock in &socks {
+            let Some(bytes) = config.sndbuf else { break };
             let bytes = bytes.min(i32::MAX as usize) as i32;
             if sock.set_int(libc::SO_SNDBUFFORCE, bytes).is_err() {
                 sock.set_int(libc::SO_SNDBUF, bytes)
@@ -200,39 +230,47 @@ impl RawEthTransport {
                     })?;
             }
         }
-        let fits = sock.mtu().saturating_sub(HEADER_LEN);
+        let fits = mtu.saturating_sub(HEADER_LEN);
         let max_payload = config.max_payload.unwrap_or(fits).min(fits).min(0xffff);
         if max_payload == 0 {
             return Err(TransportError::Setup {
-                what: format!("raw Ethernet on {}", sock.ifname()),
+                what: format!("raw Ethernet on {}", names(&socks)),
                 error: format!(
-                    "MTU {} leaves no room for payload after the {HEADER_LEN}-byte header",
-                    sock.mtu()
+                    "MTU {mtu} leaves no room for payload after the {HEADER_LEN}-byte header"
                 ),
             });
         }
-        let ring = match config.rx_ring {
-            Some(bytes) => Some(ring::RxRing::new(&sock, bytes)?),
-            None => None,
+        let rings = match config.rx_ring {
+            Some(bytes) => socks
+                .iter()
+                .map(|s| ring::RxRing::new(s, bytes))
+                .collect::<Result<Vec<_>, _>>()?,
+            None => Vec::new(),
         };
+        let most = socks.iter().map(RawSocket::mtu).max().unwrap_or(mtu);
+        let macs = socks.iter().map(RawSocket::mac).collect();
         Ok(RawEthTransport {
-            ring,
-            recv: RecvBatch::new(config.batch, sock.mtu() + 64),
-            link: FrameLink::new(me, sock.mac(), config, max_payload),
-            sock,
-            blocked: false,
+            rings,
+            recv: RecvBatch::new(config.batch, most + 64),
+            link: FrameLink::on_rails(me, macs, config, max_payload),
+            socks,
             wake: None,
             kernel_drops: std::cell::Cell::new(0),
         })
     }
 
-    /// This endpoint's MAC address (goes into the bootstrap blob).
+    /// This endpoint's MAC address (NIC 0's; goes into the bootstrap blob).
     pub fn local_mac(&self) -> Mac {
-        self.sock.mac()
+        self.socks[0].mac()
+    }
+
+    /// The MAC address of each NIC this endpoint opened (rail r's at r).
+    pub fn local_macs(&self) -> Vec<Mac> {
+        self.socks.iter().map(RawSocket::mac).collect()
     }
 
     pub fn mtu(&self) -> usize {
-        self.sock.mtu()
+        self.socks[0].mtu()
     }
 
     /// Payload bytes per frame.
@@ -240,14 +278,26 @@ impl RawEthTransport {
         self.link.max_payload()
     }
 
+    /// NIC 0's socket.
     pub fn socket(&self) -> &RawSocket {
-        &self.sock
+        &self.socks[0]
+    }
+
+    /// How many rails the link runs on (1 until [`RawEthTransport::set_rail_peers`] gives
+    /// more).
+    pub fn rails(&self) -> usize {
+        self.link.rails()
     }
 
     pub fn counters(&self) -> Counters {
         let mut c = self.link.counters();
         // PACKET_STATISTICS resets on read: keep the running total.
-        let total = self.kernel_drops.get() + self.sock.take_kernel_drops().unwrap_or(0);
+        let new: u64 = self
+            .socks
+            .iter()
+            .map(|s| s.take_kernel_drops().unwrap_or(0))
+            .sum();
+        let total = self.kernel_drops.get() + new;
         self.kernel_drops.set(total);
         c.kernel_drops = total;
         c
@@ -257,13 +307,33 @@ impl RawEthTransport {
     pub fn set_peers(&mut self, macs: Vec<Mac>, cookie: u64) -> Result<(), TransportError> {
         self.link.set_peers(macs, cookie)
     }
+
+    /// Every rank's MAC address on each rail (`macs[rail][rank]`) and the job cookie: the
+    /// link runs on `macs.len()` rails, at most as many as it opened NICs.
+    pub fn set_rail_peers(
+        &mut self,
+        macs: Vec<Vec<Mac>>,
+        cookie: u64,
+    ) -> Result<(), TransportError> {
+        self.link.set_rail_peers(macs, cookie)
+    }
+}
+
+/// The interfaces of `socks`, comma-separated.
+fn names(socks: &[RawSocket]) -> String {
+    socks
+        .iter()
+        .map(RawSocket::ifname)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 // `counters` stays inherent: it returns the typed `Counters`; the trait's `counters`
 // turns them into a map.
 impl Transport for RawEthTransport {
+    /// `raweth:IFACE`, or with several rails `raweth:IFACE0,IFACE1,…` (NIC r first to last).
     fn describe(&self) -> String {
-        format!("raweth:{}", self.sock.ifname())
+        format!("raweth:{}", names(&self.socks[..self.link.rails()]))
     }
 
     fn capabilities(&self) -> super::Capabilities {
@@ -287,9 +357,10 @@ impl Transport for RawEthTransport {
     }
 
     /// One round: queue what the endpoint wants sent, send what credit and pacing allow,
-    /// wait up to `wait` for frames, and deliver arrivals to the endpoint. Between
-    /// broadcasts (nothing in flight) it keeps acknowledging and retransmitting: peers may
-    /// still need its acks, and a late peer's heartbeats its answers.
+    /// wait up to `wait` for frames on every rail's socket, and deliver arrivals to the
+    /// endpoint. Between broadcasts (nothing in flight) it keeps acknowledging and
+    /// retransmitting: peers may still need its acks, and a late peer's heartbeats its
+    /// answers.
     fn progress(
         &mut self,
         bufs: &mut Buffers,
@@ -306,16 +377,22 @@ impl Transport for RawEthTransport {
         } else {
             wait.as_millis().min(i32::MAX as u128) as u64
         };
-        if let Some(t) = self.link.next_timeout(now, self.blocked) {
+        if let Some(t) = self.link.next_timeout(now) {
             ms = ms.min(t.saturating_sub(now).div_ceil(1_000_000));
         }
-        let (readable, _) = self
-            .sock
-            .poll(self.blocked, ms as i32, self.wake)
-            .map_err(|e| io_err(None, e))?;
-        self.blocked = false;
-        if readable {
-            self.receive(bufs, endpoint, clock)?;
+        let rails = self.link.rails();
+        let polled: Vec<(&RawSocket, bool)> = self.socks[..rails]
+            .iter()
+            .enumerate()
+            .map(|(r, s)| (s, self.link.blocked(r)))
+            .collect();
+        let ready =
+            socket::poll_sockets(&polled, ms as i32, self.wake).map_err(|e| io_err(None, e))?;
+        self.link.unblock();
+        for (rail, &(readable, _)) in ready.iter().enumerate() {
+            if readable {
+                self.receive(rail, bufs, endpoint, clock)?;
+            }
         }
         self.link.queue(endpoint)?;
         self.link.check_liveness(clock(), endpoint)?;
@@ -331,18 +408,28 @@ impl Transport for RawEthTransport {
         self.wake = Some(fd);
     }
 
+    /// The typed [`Counters`], and with several rails the bytes sent through each NIC
+    /// (`rail0.bytes_sent`, …, as the TCP link counts them): how a test proves that each
+    /// lane used its NIC.
     fn counters(&self) -> BTreeMap<String, u64> {
-        serde_json::to_value(RawEthTransport::counters(self))
+        let mut out: BTreeMap<String, u64> = serde_json::to_value(RawEthTransport::counters(self))
             .ok()
             .and_then(|v| serde_json::from_value(v).ok())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        let sent = self.link.rail_bytes_sent();
+        if sent.len() > 1 {
+            for (rail, &b) in sent.iter().enumerate() {
+                out.insert(format!("rail{rail}.bytes_sent"), b);
+            }
+        }
+        out
     }
 
     /// The per-peer state for a failure report (peers with nothing outstanding are left out).
     fn describe_state(&self, now: u64) -> String {
         format!(
             "raweth blocked {} kernel drops {}; {}",
-            self.blocked,
+            self.link.any_blocked(),
             RawEthTransport::counters(self).kernel_drops,
             self.link.describe(now)
         )

@@ -14,22 +14,25 @@ use crate::wire::WireError;
 use std::io;
 
 impl RawEthTransport {
-    /// Receives what is there (bounded), checking every frame before use.
+    /// Receives what is there on rail `rail`'s socket (bounded), checking every frame before
+    /// use.
     pub(super) fn receive(
         &mut self,
+        rail: usize,
         bufs: &mut Buffers,
         endpoint: &mut Endpoint,
         clock: &dyn Fn() -> u64,
     ) -> Result<(), crate::Error> {
-        if let Some(mut ring) = self.ring.take() {
-            let result = self.receive_ring(&mut ring, bufs, endpoint, clock);
-            self.ring = Some(ring);
+        if !self.rings.is_empty() {
+            let mut rings = std::mem::take(&mut self.rings);
+            let result = self.receive_ring(rail, &mut rings[rail], bufs, endpoint, clock);
+            self.rings = rings;
             return result;
         }
         let mut recv = std::mem::replace(&mut self.recv, RecvBatch::new(1, 1));
         let mut result = Ok(());
         for _ in 0..16 {
-            match self.sock.recv_batch(&mut recv) {
+            match self.socks[rail].recv_batch(&mut recv) {
                 Ok(0) => break,
                 Ok(_) => {}
                 Err(e)
@@ -51,7 +54,7 @@ impl RawEthTransport {
                 }
                 if let Err(e) = self
                     .link
-                    .receive_frame(bufs, endpoint, now, mac, truncated, bytes)
+                    .receive_frame_on(rail, bufs, endpoint, now, mac, truncated, bytes)
                 {
                     result = Err(e);
                     break;
@@ -69,6 +72,7 @@ impl RawEthTransport {
 
     fn receive_ring(
         &mut self,
+        rail: usize,
         ring: &mut ring::RxRing,
         bufs: &mut Buffers,
         endpoint: &mut Endpoint,
@@ -87,7 +91,7 @@ impl RawEthTransport {
                 }
                 result = self
                     .link
-                    .receive_frame(bufs, endpoint, now, mac, cut, bytes);
+                    .receive_frame_on(rail, bufs, endpoint, now, mac, cut, bytes);
             });
             result?;
             if taken == 0 {
@@ -118,9 +122,27 @@ impl FrameLink {
         truncated: bool,
         bytes: &[u8],
     ) -> Result<(), crate::Error> {
+        self.receive_frame_on(0, bufs, endpoint, now, mac, truncated, bytes)
+    }
+
+    /// [`FrameLink::receive_frame`] for a frame that arrived on rail `rail`'s NIC: its
+    /// sender must be a peer's NIC on that rail (a frame from another rail's MAC, or on a
+    /// rail the link does not run, is dropped as from an unknown peer), it is checked against
+    /// this rank's MAC on that rail, and it goes through that rail's reliability.
+    #[allow(clippy::too_many_arguments)] // receive_frame's, and the rail
+    pub fn receive_frame_on(
+        &mut self,
+        rail: usize,
+        bufs: &mut Buffers,
+        endpoint: &mut Endpoint,
+        now: u64,
+        mac: Mac,
+        truncated: bool,
+        bytes: &[u8],
+    ) -> Result<(), crate::Error> {
         self.counters.rx_frames += 1;
         self.counters.rx_bytes += bytes.len() as u64;
-        let Some(&rank) = self.by_mac.get(&mac) else {
+        let Some(&rank) = self.by_mac.get(rail).and_then(|m| m.get(&mac)) else {
             self.counters.dropped_unknown_peer += 1;
             return Ok(());
         };
@@ -140,7 +162,7 @@ impl FrameLink {
                 return Ok(());
             }
         };
-        if self.config.checksum && !frame.checksum_ok(&self.mac, &mac) {
+        if self.config.checksum && !frame.checksum_ok(&self.own[rail], &mac) {
             self.counters.dropped_checksum += 1;
             return Ok(());
         }
@@ -160,13 +182,12 @@ impl FrameLink {
         let copy = (head.flags >> flags::COPY_SHIFT) as u8;
         let repaired = (head.kind() == Kind::Ack && head.flags & flags::REPAIRED != 0)
             .then_some((head.peer_seq, copy));
-        self.reliable
-            .handle_ack(now, rank, head.ack, head.sack, head.credit, repaired);
+        self.reliable[rail].handle_ack(now, rank, head.ack, head.sack, head.credit, repaired);
         if head.kind() == Kind::Ack {
             return Ok(());
         }
         let retransmit = (head.flags & flags::RETRANSMIT != 0).then_some(copy);
-        match self.reliable.handle_seq(rank, head.peer_seq, retransmit) {
+        match self.reliable[rail].handle_seq(rank, head.peer_seq, retransmit) {
             Accept::Fresh => self.content(bufs, endpoint, now, rank, &head, frame.payload()),
             Accept::Duplicate => Ok(()),
             Accept::OutOfWindow => {

@@ -60,6 +60,15 @@ pub fn default_interface(ip: Option<std::net::IpAddr>) -> Option<String> {
         .map(|i| i.name.clone())
 }
 
+/// The non-loopback interface holding address `ip` (a rail's NIC, found by the address its
+/// TCP side listens on), if any.
+pub fn interface_with(ip: std::net::Ipv4Addr) -> Option<String> {
+    let all = crate::transport::ifaddrs::ipv4_interfaces().ok()?;
+    all.into_iter()
+        .find(|i| !i.loopback && i.addr == ip)
+        .map(|i| i.name)
+}
+
 /// One packet socket bound to an interface and [`ETHERTYPE`].
 #[derive(Debug)]
 pub struct RawSocket {
@@ -399,33 +408,51 @@ impl RawSocket {
 
     /// Waits up to `ms` for the socket to become readable (or writable, if asked).
     pub fn poll(&self, writable: bool, ms: i32, wake: Option<RawFd>) -> io::Result<(bool, bool)> {
-        let mut fds = [
-            libc::pollfd {
-                fd: self.fd.as_raw_fd(),
-                events: libc::POLLIN | if writable { libc::POLLOUT } else { 0 },
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: wake.unwrap_or(-1),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        // SAFETY: two live pollfds; the socket is open and the wake descriptor (if any)
-        // outlives the call (the progress thread owns it); -1 is ignored by poll.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                return Ok((false, false));
-            }
-            return Err(e);
-        }
-        Ok((
-            fds[0].revents & (libc::POLLIN | libc::POLLERR) != 0,
-            fds[0].revents & libc::POLLOUT != 0,
-        ))
+        let ready = poll_sockets(&[(self, writable)], ms, wake)?;
+        Ok(ready[0])
     }
+}
+
+/// Waits up to `ms` for any of `socks` to become readable (or writable, for those asked
+/// with `true`), or for `wake`; returns (readable, writable) for each socket, in order.
+pub fn poll_sockets(
+    socks: &[(&RawSocket, bool)],
+    ms: i32,
+    wake: Option<RawFd>,
+) -> io::Result<Vec<(bool, bool)>> {
+    let mut fds: Vec<libc::pollfd> = socks
+        .iter()
+        .map(|&(s, writable)| libc::pollfd {
+            fd: s.fd.as_raw_fd(),
+            events: libc::POLLIN | if writable { libc::POLLOUT } else { 0 },
+            revents: 0,
+        })
+        .collect();
+    fds.push(libc::pollfd {
+        fd: wake.unwrap_or(-1),
+        events: libc::POLLIN,
+        revents: 0,
+    });
+    // SAFETY: `fds.len()` live pollfds; the sockets are open (borrowed for the call) and the
+    // wake descriptor (if any) outlives the call (the progress thread owns it); -1 is
+    // ignored by poll.
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(vec![(false, false); socks.len()]);
+        }
+        return Err(e);
+    }
+    Ok(fds[..socks.len()]
+        .iter()
+        .map(|f| {
+            (
+                f.revents & (libc::POLLIN | libc::POLLERR) != 0,
+                f.revents & libc::POLLOUT != 0,
+            )
+        })
+        .collect())
 }
 
 /// Buffers for one `recvmmsg`.

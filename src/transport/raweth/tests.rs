@@ -43,24 +43,12 @@ fn run(
     every: usize,
 ) -> Vec<Counters> {
     let config = Config {
-        max_payload: Some(1000),
         checksum,
-        reliable: crate::engine::reliable::Config {
-            rto_initial: 3_000_000,
-            rto_min: 1_000_000,
-            ..Default::default()
-        },
-        ..Config::default()
+        ..wire_config()
     };
     let order: Vec<usize> = (0..n).map(|i| (root + i) % n).collect();
     let lanes = vec![Lane::chain(n, &order)];
-    let setup = Setup {
-        seq: 1,
-        root,
-        msize: msize as u64,
-        segment: 4096,
-        deep: false,
-    };
+    let setup = setup_of(root, msize);
     let want = pattern(msize);
     let mut links: Vec<FrameLink> = (0..n)
         .map(|r| FrameLink::new(r, mac(r), config, 1000))
@@ -97,7 +85,7 @@ fn run(
             links[r].queue(&mut endpoints[r]).unwrap();
             links[r].check_liveness(now, &endpoints[r]).unwrap();
             links[r]
-                .send(&bufs[r], now, &mut |frames| {
+                .send(&bufs[r], now, &mut |_rail, frames| {
                     for (to, [head, body]) in frames {
                         let mut bytes = head.to_vec();
                         bytes.extend_from_slice(body);
@@ -132,7 +120,43 @@ fn run(
                 .unwrap_or_else(|e| panic!("rank {to}: {e}"));
         }
     }
-    for r in 0..n {
+    check_every_byte(&links, &mut endpoints, &mut bufs, &want, now);
+    links.iter().map(FrameLink::counters).collect()
+}
+
+/// The links' tuning on the in-memory wire: 1000-byte frames, a 1 ms round, so a short RTO.
+fn wire_config() -> Config {
+    Config {
+        max_payload: Some(1000),
+        reliable: crate::engine::reliable::Config {
+            rto_initial: 3_000_000,
+            rto_min: 1_000_000,
+            ..Default::default()
+        },
+        ..Config::default()
+    }
+}
+
+/// Broadcast 1: `msize` bytes from `root` in 4096-byte segments.
+fn setup_of(root: usize, msize: usize) -> Setup {
+    Setup {
+        seq: 1,
+        root,
+        msize: msize as u64,
+        segment: 4096,
+        deep: false,
+    }
+}
+
+/// Panics unless every rank finished broadcast 1 with `want` in its buffer.
+fn check_every_byte(
+    links: &[FrameLink],
+    endpoints: &mut [Endpoint],
+    bufs: &mut [Buffers],
+    want: &[u8],
+    now: u64,
+) {
+    for r in 0..links.len() {
         assert!(
             endpoints[r].is_done(1),
             "rank {r} did not finish: {}",
@@ -140,11 +164,10 @@ fn run(
         );
         endpoints[r].finish(1);
         let got = bufs[r].remove(&1).and_then(Buffer::into_owned).unwrap();
-        if let Some(i) = (0..msize).find(|&i| got[i] != want[i]) {
+        if let Some(i) = (0..want.len()).find(|&i| got[i] != want[i]) {
             panic!("rank {r}: byte {i} is {:#x}, not {:#x}", got[i], want[i]);
         }
     }
-    links.iter().map(FrameLink::counters).collect()
 }
 
 #[test]
@@ -180,4 +203,167 @@ fn a_frame_from_a_corrupted_source_address_is_dropped() {
 fn without_the_checksum_a_clean_wire_still_works() {
     let c = run(2, 0, 10_001, false, Spoil::Nothing, 1);
     assert!(c.iter().all(|c| c.dropped_checksum == 0), "{c:?}");
+}
+
+/// Rank `rank`'s NIC 1 (rail 1).
+fn mac1(rank: usize) -> Mac {
+    [2, 0, 0, 0, 1, rank as u8 + 1]
+}
+
+/// Two chains from `root` over `n` ranks in opposite orders, lane i on rail i (as multilane
+/// puts them on a topology with rails).
+fn two_lanes(n: usize, root: usize) -> Vec<Lane> {
+    let order: Vec<usize> = (0..n).map(|i| (root + i) % n).collect();
+    let mut back = vec![root];
+    back.extend(order[1..].iter().rev());
+    vec![Lane::chain(n, &order), Lane::chain(n, &back)]
+}
+
+/// Broadcasts `msize` bytes from `root` over `n` ranks with two NICs each, lane i on rail i,
+/// over an in-memory wire that delivers each round's rail 1 frames before its rail 0 frames
+/// (the two NICs' queues drain at their own pace), and loses one rail-1 frame in `lose`
+/// (none when 0). Checks that every frame went from a NIC of its rail to the peer's NIC of
+/// the same rail, and every byte at every rank; returns each rank's counters and bytes sent
+/// per rail.
+fn run_rails(n: usize, root: usize, msize: usize, lose: usize) -> Vec<(Counters, Vec<u64>)> {
+    let config = wire_config();
+    let mut sent = 0usize;
+    let lanes = two_lanes(n, root);
+    let setup = setup_of(root, msize);
+    let want = pattern(msize);
+    let nics = [mac, mac1];
+    let mut links: Vec<FrameLink> = (0..n)
+        .map(|r| FrameLink::on_rails(r, vec![mac(r), mac1(r)], config, 1000))
+        .collect();
+    let mut endpoints: Vec<Endpoint> = (0..n).map(|_| Endpoint::new()).collect();
+    let mut bufs: Vec<Buffers> = (0..n).map(|_| Buffers::new()).collect();
+    for r in 0..n {
+        let rails = nics.iter().map(|m| (0..n).map(m).collect()).collect();
+        links[r].set_rail_peers(rails, 0xc0ffee).unwrap();
+        assert_eq!(links[r].rails(), 2);
+        let data = if r == root {
+            want.clone()
+        } else {
+            vec![0; msize]
+        };
+        bufs[r].insert(1, Buffer::Owned(data));
+        let bcast = Bcast::new(r, &lanes, setup, EngineConfig::default(), 0)
+            .unwrap()
+            .with_rails(vec![0, 1]);
+        let buf = bufs[r].get_mut(&1).unwrap().as_mut_slice();
+        endpoints[r].post(bcast, buf, 0).unwrap();
+    }
+    let mut now = 0u64;
+    for _ in 0..20_000 {
+        if endpoints.iter().all(|e| e.is_done(1)) {
+            break;
+        }
+        now += 1_000_000;
+        // Per rail: (to rank, from MAC, bytes).
+        let mut wire: [Wire; 2] = [Vec::new(), Vec::new()];
+        for r in 0..n {
+            endpoints[r].handle_timeout(now).unwrap();
+            links[r].queue(&mut endpoints[r]).unwrap();
+            links[r].check_liveness(now, &endpoints[r]).unwrap();
+            links[r]
+                .send(&bufs[r], now, &mut |rail, frames| {
+                    for (to, [head, body]) in frames {
+                        let dest = (0..n)
+                            .find(|&d| nics[rail](d) == *to)
+                            .unwrap_or_else(|| panic!("rail {rail}: {to:?} is no NIC of it"));
+                        let mut bytes = head.to_vec();
+                        bytes.extend_from_slice(body);
+                        sent += usize::from(rail == 1);
+                        if rail == 1 && lose > 0 && sent % lose == 0 {
+                            continue;
+                        }
+                        wire[rail].push((dest, nics[rail](r), bytes));
+                    }
+                    Ok::<usize, TransportError>(frames.len())
+                })
+                .unwrap();
+        }
+        let [rail0, rail1] = wire;
+        for (rail, frames) in [(1, rail1), (0, rail0)] {
+            for (to, from, bytes) in frames {
+                links[to]
+                    .receive_frame_on(
+                        rail,
+                        &mut bufs[to],
+                        &mut endpoints[to],
+                        now,
+                        from,
+                        false,
+                        &bytes,
+                    )
+                    .unwrap_or_else(|e| panic!("rank {to}: {e}"));
+            }
+        }
+    }
+    check_every_byte(&links, &mut endpoints, &mut bufs, &want, now);
+    links
+        .iter()
+        .map(|l| (l.counters(), l.rail_bytes_sent().to_vec()))
+        .collect()
+}
+
+/// Each lane on its rail: both rails carry data, every byte is right, and frames of one rail
+/// overtaking the other's never look lost (reliability is per peer and rail: no
+/// retransmission on a clean wire).
+#[test]
+fn two_rails_carry_the_two_lanes_and_reordering_between_them_is_no_loss() {
+    for (root, msize) in [(0, 0), (1, 1), (2, 999), (0, 4097), (3, 100_003)] {
+        let c = run_rails(4, root, msize, 0);
+        for (r, (c, sent)) in c.iter().enumerate() {
+            assert_eq!(
+                c.retransmits + c.timeouts,
+                0,
+                "rank {r}, {msize} bytes: {c:?}"
+            );
+            assert_eq!(c.dropped_unknown_peer + c.dropped_checksum, 0, "{c:?}");
+            assert_eq!(sent.iter().sum::<u64>(), c.tx_bytes, "{sent:?} {c:?}");
+        }
+        let root_sent = &c[root].1;
+        assert!(
+            root_sent.iter().all(|&b| msize < 2 || b > msize as u64 / 3),
+            "{msize} bytes: the root sent {root_sent:?} per rail"
+        );
+    }
+}
+
+/// Frames lost on rail 1 are resent on rail 1 (its own reliability) and every byte arrives.
+#[test]
+fn frames_lost_on_one_rail_are_recovered_on_it() {
+    for (root, msize) in [(1, 4097), (2, 100_003)] {
+        let c = run_rails(4, root, msize, 7);
+        let retransmits: u64 = c.iter().map(|(c, _)| c.retransmits).sum();
+        assert!(retransmits > 0, "{msize} bytes: {c:?}");
+    }
+}
+
+/// A frame is a rail's only: from a peer's NIC 0 MAC but arriving on rail 1, it is dropped
+/// as from an unknown peer before anything in it is read; a MAC on two rails is refused.
+#[test]
+fn a_frame_on_the_wrong_rail_is_dropped_and_macs_are_distinct_over_rails() {
+    let config = Config::default();
+    let mut link = FrameLink::on_rails(0, vec![mac(0), mac1(0)], config, 1000);
+    let rails = vec![(0..3).map(mac).collect(), (0..3).map(mac1).collect()];
+    link.set_rail_peers(rails, 7).unwrap();
+    let mut endpoint = Endpoint::new();
+    let mut bufs = Buffers::new();
+    let frame = vec![0u8; 200];
+    link.receive_frame_on(1, &mut bufs, &mut endpoint, 0, mac(1), false, &frame)
+        .unwrap();
+    link.receive_frame_on(5, &mut bufs, &mut endpoint, 0, mac1(1), false, &frame)
+        .unwrap();
+    assert_eq!(link.counters().dropped_unknown_peer, 2);
+
+    let clash = vec![(0..3).map(mac).collect(), vec![mac1(0), mac(1), mac1(2)]];
+    let e = link.set_rail_peers(clash, 7).unwrap_err().to_string();
+    assert!(
+        e.contains("rank 1 has MAC") && e.contains("two rails"),
+        "{e}"
+    );
+    let three = vec![(0..3).map(mac).collect::<Vec<_>>(); 3];
+    assert!(link.set_rail_peers(three, 7).is_err());
 }

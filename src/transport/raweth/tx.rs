@@ -2,6 +2,8 @@
 //! the per-peer reliability ([`Peers`](crate::engine::reliable::Peers)), which says what to
 //! send next; frames, sealed with their checksum, leave in `sendmmsg` batches,
 //! acknowledgements piggybacked. Up to the batch, it is [`FrameLink::send`]: no socket.
+//! With several rails, a lane's frames go on its rail (`Endpoint::rail_of`), each rail's
+//! reliability hands out its own frames, and each batch goes to its rail's socket.
 
 use super::{io_err, FrameLink, Item, RawEthTransport};
 use crate::engine::reliable::Outgoing;
@@ -16,12 +18,14 @@ use std::io::{self, IoSlice};
 pub type Batch<'a> = [(Mac, [IoSlice<'a>; 2])];
 
 impl RawEthTransport {
-    /// Sends what the link has to send through the socket; remembers a full socket buffer.
+    /// Sends what the link has to send, each rail through its own socket; a full socket
+    /// buffer marks its rail blocked (until a poll).
     pub(super) fn send(&mut self, bufs: &Buffers, now: u64) -> Result<(), TransportError> {
-        let sock = &self.sock;
-        let full = self
-            .link
-            .send(bufs, now, &mut |frames| match sock.send_batch(frames) {
+        let socks = &self.socks;
+        self.link.send(
+            bufs,
+            now,
+            &mut |rail, frames| match socks[rail].send_batch(frames) {
                 Ok(n) => Ok(n),
                 Err(e)
                     if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::ENOBUFS))
@@ -30,8 +34,8 @@ impl RawEthTransport {
                     Ok(0)
                 }
                 Err(e) => Err(io_err(None, e)),
-            })?;
-        self.blocked |= full;
+            },
+        )?;
         Ok(())
     }
 }
@@ -41,10 +45,14 @@ impl FrameLink {
     pub fn queue(&mut self, endpoint: &mut Endpoint) -> Result<(), TransportError> {
         // The engine ignores the time here.
         while let Some((_, t)) = endpoint.poll_transmit(0) {
-            if !self.reliable.contains(t.to) {
+            if !self.knows(t.to) {
                 return Err(TransportError::UnknownPeer { peer: t.to });
             }
+            // Lane i of a plan on rails leaves through NIC i (its data, and its credits back).
+            let rail = self.rail(endpoint.rail_of(&t.message));
             let mut head = self.head(Kind::Data);
+            let max_payload = self.max_payload;
+            let reliable = &mut self.reliable[rail];
             match t.message {
                 Message::Data(h) => {
                     head.bcast_seq = h.seq;
@@ -57,9 +65,9 @@ impl FrameLink {
                     head.segment_len = h.len;
                     let mut off = 0usize;
                     loop {
-                        let len = (t.payload.len() - off).min(self.max_payload);
+                        let len = (t.payload.len() - off).min(max_payload);
                         let start = t.payload.start + off;
-                        self.reliable.enqueue(
+                        reliable.enqueue(
                             t.to,
                             Item {
                                 head: Repr {
@@ -85,7 +93,7 @@ impl FrameLink {
                     head.bcast_seq = seq;
                     head.lane = lane;
                     head.offset = consumed;
-                    self.reliable.enqueue(
+                    reliable.enqueue(
                         t.to,
                         Item {
                             head,
@@ -97,7 +105,7 @@ impl FrameLink {
                     head.kind = Kind::Done.into();
                     head.bcast_seq = seq;
                     head.lane = lane;
-                    self.reliable.enqueue(
+                    reliable.enqueue(
                         t.to,
                         Item {
                             head,
@@ -111,22 +119,40 @@ impl FrameLink {
     }
 
     /// Sends what the per-peer reliability hands out (retransmissions first, peers in turn,
-    /// within credit and pacing) in batches given to `out`, then bare acks to peers owed one.
-    /// `out` returns how many frames of the batch it took (fewer when the socket is full).
-    /// Returns whether `out` took fewer than it was given.
+    /// within credit and pacing) in batches given to `out`, then bare acks to peers owed one;
+    /// each rail in turn, its batches to `out(rail, batch)`. `out` returns how many frames of
+    /// the batch it took (fewer when the socket is full: that rail is then blocked, the others
+    /// go on). Returns whether some rail's `out` took fewer than it was given.
     pub fn send(
         &mut self,
         bufs: &Buffers,
         now: u64,
-        out: &mut dyn FnMut(&Batch<'_>) -> Result<usize, TransportError>,
+        out: &mut dyn FnMut(usize, &Batch<'_>) -> Result<usize, TransportError>,
     ) -> Result<bool, TransportError> {
         let mut full = false;
-        self.reliable.handle_timeout(now);
+        for rail in 0..self.rails() {
+            let refused = self.send_rail(rail, bufs, now, out)?;
+            self.blocked[rail] |= refused;
+            full |= refused;
+        }
+        Ok(full)
+    }
+
+    /// [`FrameLink::send`] on one rail.
+    fn send_rail(
+        &mut self,
+        rail: usize,
+        bufs: &Buffers,
+        now: u64,
+        out: &mut dyn FnMut(usize, &Batch<'_>) -> Result<usize, TransportError>,
+    ) -> Result<bool, TransportError> {
+        let mut full = false;
+        self.reliable[rail].handle_timeout(now);
         let most = self.config.batch.max(1);
         loop {
             let mut batch: Vec<Outgoing<Item>> = Vec::with_capacity(most);
             while batch.len() < most {
-                match self.reliable.poll_send(now) {
+                match self.reliable[rail].poll_send(now) {
                     Some(o) => batch.push(o),
                     None => break,
                 }
@@ -134,12 +160,12 @@ impl FrameLink {
             if batch.is_empty() {
                 break;
             }
-            let sent = self.transmit(bufs, &batch, out)?;
+            let sent = self.transmit(rail, bufs, &batch, out)?;
             for o in &batch[..sent] {
-                self.reliable.sent(o.peer, o.seq, now);
+                self.reliable[rail].sent(o.peer, o.seq, now);
             }
             for o in batch[sent..].iter().rev() {
-                self.reliable.unsent(o.peer, o.seq);
+                self.reliable[rail].unsent(o.peer, o.seq);
             }
             if sent < batch.len() {
                 self.counters.send_blocked += 1;
@@ -148,7 +174,7 @@ impl FrameLink {
             }
         }
         // Bare acks.
-        let owed = self.reliable.owed_acks();
+        let owed = self.reliable[rail].owed_acks();
         for chunk in owed.chunks(most) {
             let batch: Vec<Outgoing<Item>> = chunk
                 .iter()
@@ -162,7 +188,7 @@ impl FrameLink {
                     copy: None,
                 })
                 .collect();
-            let sent = self.transmit(bufs, &batch, out)?;
+            let sent = self.transmit(rail, bufs, &batch, out)?;
             self.counters.acks_sent += sent as u64;
             if sent < batch.len() {
                 full = true;
@@ -176,9 +202,10 @@ impl FrameLink {
     /// batch to `out`; returns how many frames it took.
     fn transmit(
         &mut self,
+        rail: usize,
         bufs: &Buffers,
         batch: &[Outgoing<Item>],
-        out: &mut dyn FnMut(&Batch<'_>) -> Result<usize, TransportError>,
+        out: &mut dyn FnMut(usize, &Batch<'_>) -> Result<usize, TransportError>,
     ) -> Result<usize, TransportError> {
         // A data frame's payload comes from its broadcast's buffer; once the broadcast is over
         // here (its buffer gone), a retransmission of it is a no-op that only fills its number.
@@ -191,7 +218,7 @@ impl FrameLink {
         };
         let mut heads = Vec::with_capacity(batch.len());
         for o in batch {
-            let (ack, sack, credit) = self.reliable.piggyback(o.peer);
+            let (ack, sack, credit) = self.reliable[rail].piggyback(o.peer);
             let mut head = Repr {
                 peer_seq: o.seq,
                 ack,
@@ -203,7 +230,7 @@ impl FrameLink {
                 head.flags |= flags::RETRANSMIT | u16::from(copy) << flags::COPY_SHIFT;
             }
             if head.kind() == Kind::Ack {
-                if let Some((repaired, copy)) = self.reliable.take_repaired(o.peer) {
+                if let Some((repaired, copy)) = self.reliable[rail].take_repaired(o.peer) {
                     head.flags |= flags::REPAIRED | u16::from(copy) << flags::COPY_SHIFT;
                     head.peer_seq = repaired;
                 }
@@ -214,7 +241,7 @@ impl FrameLink {
                 &[]
             });
             heads.push(if self.config.checksum {
-                head.to_bytes(&self.macs[&o.peer], &self.mac, payload)
+                head.to_bytes(&self.macs[rail][&o.peer], &self.own[rail], payload)
             } else {
                 head.to_bytes_unsealed()
             });
@@ -224,15 +251,20 @@ impl FrameLink {
             .zip(heads.iter())
             .map(|(o, h)| {
                 let body = body(&o.item).unwrap_or_default();
-                (self.macs[&o.peer], [IoSlice::new(h), IoSlice::new(body)])
+                (
+                    self.macs[rail][&o.peer],
+                    [IoSlice::new(h), IoSlice::new(body)],
+                )
             })
             .collect();
-        let n = out(&frames)?.min(frames.len());
-        self.counters.tx_frames += n as u64;
-        self.counters.tx_bytes += frames[..n]
+        let n = out(rail, &frames)?.min(frames.len());
+        let bytes = frames[..n]
             .iter()
             .map(|f| (f.1[0].len() + f.1[1].len()) as u64)
             .sum::<u64>();
+        self.counters.tx_frames += n as u64;
+        self.counters.tx_bytes += bytes;
+        self.rail_bytes[rail] += bytes;
         Ok(n)
     }
 }
