@@ -402,15 +402,20 @@ fn a_send_pending_across_a_shim_broadcast_under_mpich() {
         .arg(&program)
         .output()
         .expect("run mpiexec.mpich");
+    check_pending_send(&out, "pipecast-preload");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `mpi_pending_send` ended well, and the three 1 MiB + 3 broadcasts at each of its 2 ranks
+/// went through pipecast's transport (the summaries of `marker`).
+fn check_pending_send(out: &Output, marker: &str) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success() && stdout.contains("mpi_pending_send: ok"),
         "stdout:\n{stdout}\nstderr:\n{stderr}"
     );
-    // The three 1 MiB + 3 broadcasts at each rank went through pipecast's transport.
-    assert_eq!(carried(&stderr, "pipecast-preload"), 2 * 3, "{stderr}");
-    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(carried(&stderr, marker), 2 * 3, "{stderr}");
 }
 
 /// The same pending send under Open MPI, through the component: over `btl tcp` a rendezvous
@@ -426,14 +431,7 @@ fn a_send_pending_across_a_component_broadcast() {
     // mpirun's own bound: it ends the job after 90 s.
     let args = component_args(&dir, &["--timeout", "90"]);
     let out = mpirun(2, &strs(&args), &[program.to_str().unwrap()]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stdout.contains("mpi_pending_send: ok"),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
-    // The three 1 MiB + 3 broadcasts at each rank went through pipecast's transport.
-    assert_eq!(carried(&stderr, "coll:pipecast"), 2 * 3, "{stderr}");
+    check_pending_send(&out, "coll:pipecast");
 }
 
 /// [`build`] with the MPICH shim: the directory and the shim; `None` (skipped, said why) where

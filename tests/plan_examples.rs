@@ -40,4 +40,7 @@ fn examples_match_their_generators() {
     assert!(!same(&read("hub4x4.json"), &gen::hub(3, 4, true)));
     // Issue 16's lab: 16 machines with 2 NICs, 2 rails of a hub and 3 edge switches each.
     assert!(same(&read("rails2x4.json"), &gen::rails(2, 3, 4, false)));
+    // Its 8- and 4-machine cuts (docs/topology.md: where this 2-core host keeps up).
+    assert!(same(&read("rails2x4-8m.json"), &gen::rails(2, 3, 2, false)));
+    assert!(same(&read("rails2x2-4m.json"), &gen::rails(2, 1, 2, false)));
 }
