@@ -277,8 +277,10 @@ pipecast_result pipecast_wait(pipecast_request *req);
 // no timeouts and a rank inside `MPI_Bcast` is inside MPI, so its own pending traffic must
 // keep moving (a rendezvous send of Open MPI's `btl tcp` or of MPICH over UCX moves only from
 // the sender's progress engine; a peer waiting for it would otherwise never join this
-// broadcast). Between polls the thread yields the CPU, and after 64 polls it naps 20 µs, so
-// that ranks sharing a core leave it to the threads moving the bytes. `progress` may be NULL.
+// broadcast). Between polls the thread yields the CPU; after 64 polls it sleeps until the
+// broadcast ends or 20 µs pass, doubling up to 500 µs, so that ranks sharing a core leave
+// it to the threads moving the bytes (the end of the broadcast wakes it at once).
+// `progress` may be NULL.
 //
 // # Safety
 // `req` must be a live request from `pipecast_ibcast_bytes`, not used again afterwards;

@@ -3,7 +3,7 @@
 use super::progress::Outcome;
 use super::CommError;
 use crate::transport::wake::spin;
-use crossbeam_channel::{Receiver, TryRecvError};
+use crossbeam_channel::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::Duration;
 
 /// A posted broadcast. It completes on the progress thread; `test` and `wait` collect the
@@ -32,6 +32,20 @@ impl Request {
                 // The reply's sender lives in the progress thread until the run replies.
                 Err(TryRecvError::Disconnected) => self.outcome = Some(gone()),
                 Err(TryRecvError::Empty) => {}
+            }
+        }
+        self.outcome.is_some()
+    }
+
+    /// Whether the broadcast has completed, waiting up to `limit` for it: a completion wakes
+    /// the caller at once (no polling delay), and the caller may do other work (an MPI's
+    /// progress) between such waits.
+    pub fn test_within(&mut self, limit: Duration) -> bool {
+        if self.outcome.is_none() {
+            match self.answer.recv_timeout(limit) {
+                Ok(o) => self.outcome = Some(o),
+                Err(RecvTimeoutError::Disconnected) => self.outcome = Some(gone()),
+                Err(RecvTimeoutError::Timeout) => {}
             }
         }
         self.outcome.is_some()
