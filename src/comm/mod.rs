@@ -137,7 +137,9 @@ pub const POLL: Duration = Duration::from_micros(50);
 /// polling, [`POLL`]) where Open MPI's ranks poll shared memory, so Open MPI wins below
 /// 256 KiB at any rank count and is within noise up to 2 MiB; from 4 MiB pipecast's single
 /// copies won in every run (2 ranks 1.18–2.26×, 4 ranks 1.11–2.66×). Before polling, two ranks
-/// lost at every size and always deferred.
+/// lost at every size and always deferred. Two ranks defer at every size again since session
+/// 10 ([`Comm::defers_below`]): Open MPI's single copy won at 4 and 16 MiB in every one of six
+/// runs on a quiet machine (pipecast 0.48–0.88×; 4 ranks: pipecast 0.97–1.59×).
 pub const HOST_MIN_BYTES: u64 = 4 << 20;
 
 impl Default for Config {
@@ -367,7 +369,8 @@ impl Comm {
     /// Below how many bytes the MPI glue should leave a broadcast to the MPI's own (0: never;
     /// `u64::MAX`: always): where pipecast's own measurements say it cannot win. The same at
     /// every rank (it depends on the hosts and their CPUs, known to all from the bootstrap,
-    /// and on an agreed setting). Today that is a communicator on one host: below
+    /// and on an agreed setting). Today that is a communicator on one host: always with two
+    /// ranks (a broadcast is then one copy, which the MPI makes as well), else below
     /// [`Config::host_min_bytes`], or below [`cpus::OVERSUBSCRIBED_MIN_BYTES`] when its ranks
     /// outnumber its CPUs by more than [`cpus::OVERSUBSCRIBED`] (unless
     /// `PIPECAST_HOST_MIN_BYTES` is set: a forced setting). Between hosts, `min_bytes` of the
@@ -375,6 +378,7 @@ impl Comm {
     pub fn defers_below(&self) -> u64 {
         match (self.hosts, self.config.host_min_bytes) {
             (1, Some(bytes)) => bytes,
+            (1, None) if self.host_ranks == 2 => u64::MAX,
             (1, None) if self.oversubscribed() => cpus::OVERSUBSCRIBED_MIN_BYTES,
             (1, None) => HOST_MIN_BYTES,
             _ => 0,
@@ -397,6 +401,9 @@ impl Comm {
             (0, _) => String::new(),
             (below, Some(_)) => format!(
                 "every rank on one host: broadcasts below {below} bytes go to the MPI's own broadcast (PIPECAST_HOST_MIN_BYTES)"
+            ),
+            (u64::MAX, None) => format!(
+                "every rank on one host, 2 ranks on {cpus}: a broadcast is one copy between them, which the MPI's own makes as well; every broadcast goes to the MPI's own broadcast, faster there (measured; PIPECAST_HOST_MIN_BYTES=N forces pipecast from N bytes)"
             ),
             (below, None) if self.oversubscribed() => format!(
                 "every rank on one host, {} ranks on {cpus} (more than {} per CPU): broadcasts below {below} bytes go to the MPI's own broadcast, faster there (measured; PIPECAST_HOST_MIN_BYTES=N forces pipecast from N bytes)",
