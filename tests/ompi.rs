@@ -403,16 +403,29 @@ fn a_send_pending_across_a_shim_broadcast_under_mpich() {
         return;
     };
     let program = compile("mpicc.mpich", &dir, "mpi_pending_send", "mpi_pending_send");
-    let out = Command::new("timeout")
-        .args(["60", "mpiexec.mpich", "-np", "2", "-env", "LD_PRELOAD"])
-        .arg(&preload)
-        .args(["-env", "PIPECAST_VERBOSE", "1"])
-        .args(["-env", "PIPECAST_HOST_MIN_BYTES", "0"])
-        .arg(&program)
-        .output()
-        .expect("run mpiexec.mpich");
+    let out = mpiexec_mpich_with_shim("60", 2, &preload, &program);
     check_pending_send(&out, "pipecast-preload");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `program` under MPICH's `mpiexec`, `np` ranks on this host, the MPICH shim `preload`
+/// loaded, verbose 1, pipecast taking every size on one host; ended after `secs` seconds.
+fn mpiexec_mpich_with_shim(secs: &str, np: usize, preload: &Path, program: &Path) -> Output {
+    Command::new("timeout")
+        .args([
+            secs,
+            "mpiexec.mpich",
+            "-np",
+            &np.to_string(),
+            "-env",
+            "LD_PRELOAD",
+        ])
+        .arg(preload)
+        .args(["-env", "PIPECAST_VERBOSE", "1"])
+        .args(["-env", "PIPECAST_HOST_MIN_BYTES", "0"])
+        .arg(program)
+        .output()
+        .expect("run mpiexec.mpich")
 }
 
 /// `mpi_pending_send` ended well, and the three 1 MiB + 3 broadcasts at each of its 2 ranks
@@ -506,14 +519,12 @@ fn overlapping_ibcasts() {
         "mpi_ibcast_test",
         "mpi_ibcast_test_mpich",
     );
-    let out = Command::new("timeout")
-        .args(["120", "mpiexec.mpich", "-np", "4", "-env", "LD_PRELOAD"])
-        .arg(dir.join("libpipecast_preload_mpich.so"))
-        .args(["-env", "PIPECAST_VERBOSE", "1"])
-        .args(["-env", "PIPECAST_HOST_MIN_BYTES", "0"])
-        .arg(&program)
-        .output()
-        .expect("run mpiexec.mpich");
+    let out = mpiexec_mpich_with_shim(
+        "120",
+        4,
+        &dir.join("libpipecast_preload_mpich.so"),
+        &program,
+    );
     check_ibcast(&out, "pipecast-preload");
     let _ = std::fs::remove_dir_all(&dir);
 }
