@@ -242,8 +242,6 @@ fn rails_are_checked_and_planned() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // (`auto` leaves multilane out until the links send each lane through its NIC:
-    // model::RAIL_LINKS.)
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["tree"], "multilane");
     assert_eq!(v["contention_free"], true);

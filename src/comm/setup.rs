@@ -178,6 +178,23 @@ impl Local {
             peers,
             &mut why_not,
         )?;
+        // Plan on the rails the link carries: lanes beyond them would all leave through NIC 0.
+        let carried = net.capabilities().rails;
+        let topology = if topology.rails() > carried {
+            why_not.push(format!(
+                "the topology has {} rails but {} carries {carried}: planning on {}",
+                topology.rails(),
+                net.describe(),
+                if carried == 1 {
+                    "rail 0 alone".to_string()
+                } else {
+                    format!("rails 0 to {}", carried - 1)
+                }
+            ));
+            topology.first_rails(carried)
+        } else {
+            topology
+        };
         let mut transport = on_host(rank, net, shm, &keys, peers);
         // Every rank is here (it passed the first allgather), so connecting now never waits
         // for a late rank; afterwards broadcasts need no connection setup at all.

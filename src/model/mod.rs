@@ -85,20 +85,17 @@ pub const AUTO_CANDIDATES: [TreeKind; 4] = [
 ];
 
 /// What `auto` compares on `topology`: [`AUTO_CANDIDATES`], and `multilane` where rails exist
-/// (one lane per NIC, seed 002: the only plan that sends faster than one link) once the links
-/// carry each lane through its own NIC ([`RAIL_LINKS`]).
+/// (one lane per NIC, seed 002 §3: the only plan that sends faster than one link). A
+/// communicator plans on the rails its link carries (`Topology::first_rails`: TCP binds one
+/// connection per NIC address and raw Ethernet opens one socket per NIC; verbs runs one port),
+/// so a topology with rails here means each lane leaves and enters through its own NIC.
 pub fn candidates(topology: &Topology) -> Vec<TreeKind> {
     let mut list = AUTO_CANDIDATES.to_vec();
-    if RAIL_LINKS && topology.rails() > 1 && topology.hosts().is_none() {
+    if topology.rails() > 1 && topology.hosts().is_none() {
         list.push(TreeKind::Multilane);
     }
     list
 }
-
-/// Whether the links send each lane through its rail's NIC. Not yet (issue 16): today every
-/// lane leaves through NIC 0, where multilane costs about 2 × T(msize), so `auto` must not pick
-/// it at run time ("never slower"); `plan --tree multilane` prices it per rail all the same.
-pub const RAIL_LINKS: bool = false;
 
 /// Bytes each lane carries.
 pub(crate) fn per_lane(plan: &Plan, msize: u64) -> u64 {
@@ -465,14 +462,13 @@ mod tests {
         };
         let (_, on_one) = choose_segment_with_links(&shared, &t, &p, msize);
         assert!(on_one > 0.9 * linear.predicted_us, "{on_one}");
-        // `auto` considers multilane where rails exist (once the links use them), and only there.
+        // `auto` considers multilane where rails exist, and only there: on rail 0 alone (a
+        // link with one NIC) it does not.
         let (plan, _, _) = choose(&t, 5, &p, msize).unwrap();
-        if RAIL_LINKS {
-            assert_eq!(plan.tree, TreeKind::Multilane);
-            assert_eq!(plan.rails, [0, 1]);
-        } else {
-            assert_ne!(plan.tree, TreeKind::Multilane);
-        }
+        assert_eq!(plan.tree, TreeKind::Multilane);
+        assert_eq!(plan.rails, [0, 1]);
+        let (plan, _, _) = choose(&t.first_rails(1), 5, &p, msize).unwrap();
+        assert_ne!(plan.tree, TreeKind::Multilane);
         assert!(candidates(&gen::hub(3, 4, false))
             .iter()
             .all(|k| *k != TreeKind::Multilane));

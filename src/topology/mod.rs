@@ -401,23 +401,46 @@ impl Topology {
     /// (with that NIC's `mac` and `port`). Machine ids are unchanged, so a tree planned on the
     /// view is a tree for the rail. `rail < self.rails()`.
     pub fn rail_view(&self, rail: usize) -> Topology {
-        if self.rails == 1 {
-            let mut t = self.clone();
-            t.hosts = None;
-            return t;
+        let mut t = if self.rails == 1 {
+            self.clone()
+        } else {
+            self.keep_rails(&[rail])
+        };
+        t.hosts = None;
+        t
+    }
+
+    /// The network as seen through NICs `0..k` only: what a link that carries `k` rails uses
+    /// (a link with fewer NICs than the file's machines sends every lane through NIC 0, where
+    /// lanes on "rail 1" would in fact share NIC 0, and plans and prices must say so). `k ≥
+    /// self.rails()` is the topology itself; `k ≤ 1` is rail 0's view. Which ranks share a
+    /// host is kept.
+    pub fn first_rails(&self, k: usize) -> Topology {
+        if k >= self.rails {
+            return self.clone();
         }
-        let root = self.nic_switch(0, rail);
-        let tree_root = |mut s: SwitchId| {
+        let mut t = self.keep_rails(&(0..k.max(1)).collect::<Vec<_>>());
+        t.hosts = self.hosts.clone();
+        t
+    }
+
+    /// The topology of NICs `rails` (in that order: NIC i of the result is NIC `rails[i]`):
+    /// the switch trees they use, renumbered in order, and the links among them.
+    fn keep_rails(&self, rails: &[usize]) -> Topology {
+        let component = |mut s: SwitchId| {
             while let Some((p, _)) = self.up[s] {
                 s = p;
             }
             s
         };
-        let component = tree_root(root);
+        let used: Vec<SwitchId> = rails
+            .iter()
+            .map(|&r| component(self.nic_switch(0, r)))
+            .collect();
         let mut renumber = vec![usize::MAX; self.switches.len()];
         let mut switches = Vec::new();
         for (s, sw) in self.switches.iter().enumerate() {
-            if tree_root(s) == component {
+            if used.contains(&component(s)) {
                 renumber[s] = switches.len();
                 switches.push(sw.clone());
             }
@@ -436,24 +459,35 @@ impl Topology {
             .machines
             .iter()
             .map(|m| {
-                let (switch, mac, port) = match rail {
-                    0 => (m.switch, m.mac.clone(), m.port.clone()),
-                    r => {
-                        let n = &m.rails[r - 1];
-                        (n.switch, n.mac.clone(), n.port.clone())
-                    }
+                let nic = |r: usize| match r {
+                    0 => Nic {
+                        switch: m.switch,
+                        mac: m.mac.clone(),
+                        port: m.port.clone(),
+                    },
+                    r => m.rails[r - 1].clone(),
                 };
+                let first = nic(rails[0]);
                 Machine {
-                    switch: renumber[switch],
-                    mac,
-                    port,
-                    rails: Vec::new(),
+                    switch: renumber[first.switch],
+                    mac: first.mac,
+                    port: first.port,
+                    rails: rails[1..]
+                        .iter()
+                        .map(|&r| {
+                            let n = nic(r);
+                            Nic {
+                                switch: renumber[n.switch],
+                                ..n
+                            }
+                        })
+                        .collect(),
                     ..m.clone()
                 }
             })
             .collect();
         Topology::new(switches, links, machines)
-            .expect("one rail of a valid topology is a valid topology")
+            .expect("some rails of a valid topology are a valid topology")
     }
 
     /// Seed 000 §3: communications `u1→v1` and `u2→v2` contend iff their paths share a
@@ -562,5 +596,35 @@ mod tests {
         let names: Vec<&str> = view.switches().iter().map(|s| s.name.as_str()).collect();
         assert_eq!(names, ["b0", "b1"]);
         assert_eq!(view.switch_of(2), 1);
+    }
+
+    #[test]
+    fn the_first_rails_of_a_topology() {
+        let t = gen::rails(3, 1, 2, false);
+        assert_eq!(t.first_rails(3).rails(), 3);
+        assert_eq!(t.first_rails(7).rails(), 3);
+        let two = t.first_rails(2);
+        assert_eq!(two.rails(), 2);
+        assert_eq!(two.size(), t.size());
+        let names = |t: &Topology, rail| -> Vec<String> {
+            t.path_on(rail, 0, 2)
+                .iter()
+                .map(|&e| t.edge_name(e))
+                .collect()
+        };
+        assert_eq!(names(&two, 1), names(&t, 1));
+        assert_eq!(names(&two, 0), names(&t, 0));
+        for k in [0, 1] {
+            let one = t.first_rails(k);
+            assert_eq!(one.rails(), 1);
+            let names: Vec<&str> = one.switches().iter().map(|s| s.name.as_str()).collect();
+            assert_eq!(names, ["a0", "a1"]);
+        }
+        // Ranks sharing hosts stay so.
+        let shared = Hosts::new(t.clone(), vec![0, 0, 1, 2, 3])
+            .unwrap()
+            .rank_topology()
+            .unwrap();
+        assert!(shared.first_rails(1).hosts().is_some());
     }
 }

@@ -51,6 +51,10 @@ pub struct Capabilities {
     /// cross-memory attach; RDMA reads): the writer's buffer must stay put until the reader
     /// acknowledged it, which the engine's credits already guarantee.
     pub one_sided: bool,
+    /// NICs the link sends lanes through: a lane on rail i leaves and enters through NIC i
+    /// (seed 002 §2.1). 1: every lane through NIC 0, whatever the topology says; the
+    /// communicator then plans on rail 0 alone (`Topology::first_rails`).
+    pub rails: usize,
 }
 
 impl Default for Capabilities {
@@ -60,6 +64,7 @@ impl Default for Capabilities {
             max_frame: None,
             needs_registration: false,
             one_sided: false,
+            rails: 1,
         }
     }
 }

@@ -340,6 +340,7 @@ impl Transport for RawEthTransport {
         super::Capabilities {
             reliable: false,
             max_frame: Some(self.link.max_payload() as u64),
+            rails: self.link.rails(),
             ..super::Capabilities::default()
         }
     }

@@ -471,6 +471,13 @@ impl Transport for TcpTransport {
         }
     }
 
+    fn capabilities(&self) -> super::Capabilities {
+        super::Capabilities {
+            rails: self.rails,
+            ..super::Capabilities::default()
+        }
+    }
+
     fn connect(&mut self, peers: &[usize], timeout: Duration) -> Result<(), TransportError> {
         self.connect_all(peers, timeout)
     }

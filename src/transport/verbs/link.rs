@@ -956,6 +956,8 @@ impl<V: Verbs> Transport for VerbsLink<V> {
             max_frame: None,
             needs_registration: true,
             one_sided: true,
+            // One device port for every lane: lanes are not on rails yet.
+            rails: 1,
         }
     }
 
