@@ -695,7 +695,7 @@ static void let_mpi_progress(unsigned spins)
 /* Completes the generalized request of a finished pipecast broadcast. */
 static void complete_ibcast(pending_ibcast *ib, pipecast_result rc)
 {
-    ib->pr = NULL; /* freed by pipecast_test */
+    ib->pr = NULL; /* freed by pipecast_test or pipecast_wait_progressing */
     if (rc != PIPECAST_OK) {
         char detail[512];
         pipecast_last_error(detail, sizeof detail);
@@ -722,19 +722,19 @@ static int finish(MPI_Request req, int block)
     if (pending == NULL) return 0;
     pending_ibcast *ib = claim(req);
     if (ib == NULL) return 0;
-    for (unsigned spins = 0;; spins++) {
-        int done = 0;
-        pipecast_result rc = pipecast_test(ib->pr, &done);
-        if (done || rc != PIPECAST_OK) {
-            complete_ibcast(ib, rc);
-            return 0;
-        }
-        if (!block) {
-            unclaim(ib);
-            return 1;
-        }
-        let_mpi_progress(spins);
+    if (block) {
+        /* Sleeps on the broadcast's end between the MPI's progress calls (frees the request). */
+        complete_ibcast(ib, pipecast_wait_progressing(ib->pr, probe_mpi_progress, NULL));
+        return 0;
     }
+    int done = 0;
+    pipecast_result rc = pipecast_test(ib->pr, &done);
+    if (done || rc != PIPECAST_OK) {
+        complete_ibcast(ib, rc);
+        return 0;
+    }
+    unclaim(ib);
+    return 1;
 }
 
 static int any_ours(int n, const MPI_Request *reqs)
