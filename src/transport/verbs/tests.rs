@@ -581,13 +581,7 @@ fn the_completion_queue_never_overruns_and_grows_for_wide_trees() {
     let size = 6;
     let topo = Topology::single_switch(size);
     let fabric = Fabric::new(7);
-    let cfg = LinkConfig {
-        max_qps: 2,
-        send_depth: 4,
-        recv_depth: 12,
-        control_recvs: 4,
-        ..LinkConfig::default()
-    };
+    let cfg = shallow(2);
     assert_eq!(cfg.cq_entries(), 2 * (4 + 12));
     let mut rs = ranks(&fabric, size, cfg);
     let trees = [
@@ -612,6 +606,18 @@ fn the_completion_queue_never_overruns_and_grows_for_wide_trees() {
     );
 }
 
+/// Shallow queues (4 sends, 12 receives) and at most `max_qps` queue pairs kept: a small
+/// completion queue, which wide trees must grow.
+fn shallow(max_qps: usize) -> LinkConfig {
+    LinkConfig {
+        max_qps,
+        send_depth: 4,
+        recv_depth: 12,
+        control_recvs: 4,
+        ..LinkConfig::default()
+    }
+}
+
 /// A completion queue grown for a wide tree shrinks back once the rank's edges need at most
 /// a quarter of it (idle edges closed down to the bound), never below its size at creation,
 /// and grows again when needed: no overrun, byte-exact throughout.
@@ -620,13 +626,7 @@ fn a_grown_completion_queue_shrinks_when_its_edges_are_closed() {
     let size = 9;
     let topo = Topology::single_switch(size);
     let fabric = Fabric::new(7);
-    let cfg = LinkConfig {
-        max_qps: 2,
-        send_depth: 4,
-        recv_depth: 12,
-        control_recvs: 4,
-        ..LinkConfig::default()
-    };
+    let cfg = shallow(2);
     let base = cfg.cq_entries();
     let mut rs = ranks(&fabric, size, cfg);
     // The root of a flat tree holds 8 busy edges: its queue grows.
@@ -1148,22 +1148,12 @@ fn under_a_router_waiting_on_shared_memory_verbs_broadcasts_are_byte_exact() {
     assert!(made > 0, "queue pairs between the hosts");
 }
 
-/// Readable when ready (no wait).
-fn readable(fd: std::os::fd::RawFd) -> bool {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one live pollfd.
-    unsafe { libc::poll(&mut p, 1, 0) == 1 }
-}
-
 /// The verbs link's `wait_fd` (what a router's waiting link waits on) becomes readable when a
 /// peer dials its queue pair handshake listener, and when a completion arrives after its
 /// round: decided by readiness, not by time.
 #[test]
 fn the_wait_set_is_readable_on_a_handshake_and_on_a_completion() {
+    use super::waitset::readable;
     let topo = Topology::single_switch(2);
     let fabric = Fabric::new(7);
     let mut rs = ranks(&fabric, 2, LinkConfig::default());

@@ -131,21 +131,23 @@ fn epoll_events(poll: i16) -> u32 {
     e
 }
 
+/// Whether `fd` is readable now (no wait): for tests.
+#[cfg(test)]
+pub(crate) fn readable(fd: RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::io::Write;
     use std::net::{TcpListener, TcpStream};
-
-    fn ready(fd: RawFd) -> bool {
-        let mut p = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one live pollfd.
-        unsafe { libc::poll(&mut p, 1, 0) == 1 }
-    }
 
     /// The set follows the descriptors it is given (added, changed, removed, and a
     /// descriptor number reused by a new connection), and the flag.
@@ -153,31 +155,31 @@ mod tests {
     fn the_set_is_readable_when_what_it_holds_is() {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let mut set = WaitSet::new(&[]).unwrap();
-        assert!(!ready(set.fd()));
+        assert!(!readable(set.fd()));
         set.raise();
-        assert!(ready(set.fd()));
+        assert!(readable(set.fd()));
         set.lower();
-        assert!(!ready(set.fd()));
+        assert!(!readable(set.fd()));
         set.sync(&[(l.as_raw_fd(), libc::POLLIN, 0)]).unwrap();
         let mut c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        assert!(ready(set.fd()), "a connection waits on the listener");
+        assert!(readable(set.fd()), "a connection waits on the listener");
         let (a, _) = l.accept().unwrap();
-        assert!(!ready(set.fd()));
+        assert!(!readable(set.fd()));
         // Writable-while-connecting becomes readable-only.
         set.sync(&[
             (l.as_raw_fd(), libc::POLLIN, 0),
             (a.as_raw_fd(), libc::POLLOUT, 1),
         ])
         .unwrap();
-        assert!(ready(set.fd()), "a connected socket is writable");
+        assert!(readable(set.fd()), "a connected socket is writable");
         set.sync(&[
             (l.as_raw_fd(), libc::POLLIN, 0),
             (a.as_raw_fd(), libc::POLLIN, 1),
         ])
         .unwrap();
-        assert!(!ready(set.fd()));
+        assert!(!readable(set.fd()));
         c.write_all(b"x").unwrap();
-        assert!(ready(set.fd()), "a frame arrives");
+        assert!(readable(set.fd()), "a frame arrives");
         // The connection is closed and a new one takes its place (usually with its number:
         // the lowest free one, unless another test's thread took it meanwhile): it is in
         // the set.
@@ -189,11 +191,11 @@ mod tests {
             (b.as_raw_fd(), libc::POLLIN, 2),
         ])
         .unwrap();
-        assert!(!ready(set.fd()));
+        assert!(!readable(set.fd()));
         c2.write_all(b"y").unwrap();
-        assert!(ready(set.fd()), "the new connection's frame");
+        assert!(readable(set.fd()), "the new connection's frame");
         set.sync(&[]).unwrap();
-        assert!(!ready(set.fd()));
+        assert!(!readable(set.fd()));
         drop((c, b));
     }
 }
