@@ -35,6 +35,7 @@ pub fn spin<T>(budget: Duration, mut ready: impl FnMut() -> Option<T>) -> Option
     }
 }
 
+#[derive(Debug)]
 pub struct Wake {
     fd: OwnedFd,
 }

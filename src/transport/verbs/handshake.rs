@@ -178,6 +178,15 @@ pub struct Conn {
     /// Where this rank connects to while the TCP handshake is under way (`None` once it is
     /// established, and for accepted connections).
     connecting: Option<SocketAddr>,
+    /// Unique in the process: tells this connection from an earlier one that had its
+    /// descriptor number (`waitset::WaitSet::sync`).
+    id: u64,
+}
+
+/// The next [`Conn`]'s identity (0 is the listener's).
+fn next_id() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 impl Conn {
@@ -192,6 +201,7 @@ impl Conn {
             rx: Vec::new(),
             tx: Vec::new(),
             connecting: Some(addr),
+            id: next_id(),
         })
     }
 
@@ -203,6 +213,7 @@ impl Conn {
             rx: Vec::new(),
             tx: Vec::new(),
             connecting: None,
+            id: next_id(),
         })
     }
 
@@ -307,6 +318,11 @@ impl Conn {
 
     pub fn fd(&self) -> RawFd {
         self.stream.as_raw_fd()
+    }
+
+    /// This connection's identity (unique in the process).
+    pub fn id(&self) -> u64 {
+        self.id
     }
 }
 

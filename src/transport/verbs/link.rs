@@ -30,6 +30,7 @@ use super::mr_cache::MrCache;
 use super::ops::{
     Completion, Local, Mr, Op, QpId, RecvWr, SendWr, Verbs, VerbsError, WcKind, WcStatus,
 };
+use super::waitset::WaitSet;
 use crate::engine::{DataHeader, Endpoint, Message, Route};
 use crate::transport::{Buffer, Buffers, Capabilities, Transport, TransportError};
 use crate::wire::bootstrap::VerbsAddr;
@@ -229,6 +230,9 @@ pub struct VerbsLink<V: Verbs> {
     /// still be in it: they take room until a poll finds it empty).
     cq_qps: usize,
     retiring: usize,
+    /// What `cq_qps` was at creation (room for `max_qps` queue pairs): a grown queue
+    /// shrinks back towards it (`cq_shrink`), never below.
+    cq_base: usize,
     /// Registered edge regions (ring block, receive slots) not in use (`edges::SPARE`).
     spare: Vec<(Region, Region)>,
     stage: Region,
@@ -244,6 +248,9 @@ pub struct VerbsLink<V: Verbs> {
     /// Peers whose queue pair failed, and why.
     gone: BTreeMap<usize, WcStatus>,
     wake: Option<std::os::fd::RawFd>,
+    /// The completion channel, the side channel and the backlog as one descriptor: what
+    /// the link waits on, and its `wait_fd`.
+    waitset: WaitSet,
     counters: BTreeMap<&'static str, u64>,
     describe: String,
 }
@@ -274,6 +281,11 @@ impl<V: Verbs> VerbsLink<V> {
                 ),
             });
         }
+        let fixed: Vec<std::os::fd::RawFd> = verbs.wait_fd().into_iter().collect();
+        let waitset = WaitSet::new(&fixed).map_err(|e| VerbsError::Call {
+            call: "epoll_create1",
+            detail: e.to_string(),
+        })?;
         let stage = Region::new(
             &mut verbs,
             cfg.stage_slots as usize * cfg.ring_slot as usize,
@@ -285,9 +297,11 @@ impl<V: Verbs> VerbsLink<V> {
                 return Err(e);
             }
         };
-        Ok(VerbsLink {
+        let mut link = VerbsLink {
             spare,
             cq_qps,
+            cq_base: cq_qps,
+            waitset,
             retiring: 0,
             rank,
             size,
@@ -315,7 +329,15 @@ impl<V: Verbs> VerbsLink<V> {
             wake: None,
             counters: BTreeMap::new(),
             describe,
-        })
+        };
+        // The listener is in the wait set from the start.
+        link.waitset
+            .sync(&link.side_fds())
+            .map_err(|e| VerbsError::Call {
+                call: "epoll_ctl",
+                detail: e.to_string(),
+            })?;
+        Ok(link)
     }
 
     /// What the other ranks need to reach this one (the bootstrap blob's verbs section): its
@@ -791,16 +813,7 @@ impl<V: Verbs> VerbsLink<V> {
     fn cq_room(&mut self, peer: usize) -> Result<(), TransportError> {
         let need = |l: &Self| l.peers.len() + l.retiring + 1;
         if need(self) > self.cq_qps && self.retiring > 0 {
-            let mut batch = Vec::new();
-            loop {
-                let n = self
-                    .poll_cq(&mut batch, 64)
-                    .map_err(|e| io(self.rank, format!("polling the completion queue: {e}")))?;
-                self.backlog.extend(batch.drain(..));
-                if n < 64 {
-                    break;
-                }
-            }
+            self.cq_to_backlog()?;
         }
         if need(self) <= self.cq_qps {
             return Ok(());
@@ -820,28 +833,91 @@ impl<V: Verbs> VerbsLink<V> {
         Ok(())
     }
 
-    /// Waits up to `wait` for a completion or the wake descriptor.
-    fn wait(&mut self, wait: Duration) -> Result<(), TransportError> {
-        let Some(fd) = self.verbs.wait_fd() else {
-            return Ok(()); // the model: everything it will deliver is delivered
-        };
-        self.verbs
-            .arm()
-            .map_err(|e| io(self.rank, format!("arming the completion channel: {e}")))?;
-        // Something may have completed before the arming.
-        let mut peek = Vec::new();
-        self.poll_cq(&mut peek, 64)
-            .map_err(|e| io(self.rank, format!("polling the completion queue: {e}")))?;
-        if !peek.is_empty() {
-            self.backlog.extend(peek);
+    /// Moves what the completion queue holds to the backlog: afterwards no completion of a
+    /// queue pair destroyed before is left in it (`retiring` is 0).
+    fn cq_to_backlog(&mut self) -> Result<(), TransportError> {
+        let mut batch = Vec::new();
+        loop {
+            let n = self
+                .poll_cq(&mut batch, 64)
+                .map_err(|e| io(self.rank, format!("polling the completion queue: {e}")))?;
+            self.backlog.extend(batch.drain(..));
+            if n < 64 {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Shrinks a grown completion queue once the queue pairs in use need at most a quarter
+    /// of it (the hysteresis: a queue grows by a quarter over its need, so it does not go
+    /// back and forth), to that need plus a quarter and never below its size at creation.
+    /// What the queue holds goes to the backlog first, so it is empty of pending
+    /// completions when resized (a device refuses to shrink below what it holds) and
+    /// destroyed queue pairs take no room any more; the new size still has room for every
+    /// completion the live queue pairs may have outstanding. A device that cannot shrink
+    /// it keeps it as it is (no harm: it only holds memory), and is not asked again.
+    fn cq_shrink(&mut self) -> Result<(), TransportError> {
+        if self.cq_qps <= self.cq_base || (self.peers.len() + self.retiring) * 4 > self.cq_qps {
             return Ok(());
         }
-        let mut fds: Vec<(std::os::fd::RawFd, i16)> = [Some(fd), self.wake]
+        self.cq_to_backlog()?;
+        let need = self.peers.len();
+        if need * 4 > self.cq_qps {
+            return Ok(());
+        }
+        let per = self.cfg.completions_per_qp();
+        let qps = (need + need / 4).max(self.cq_base);
+        match self.verbs.resize_cq(qps * per) {
+            Ok(()) => {
+                self.cq_qps = self.verbs.cq_entries() / per;
+                bump(&mut self.counters, "verbs_cq_shrinks", 1);
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "verbs: the completion queue cannot shrink");
+                self.cq_base = self.cq_qps;
+            }
+        }
+        Ok(())
+    }
+
+    /// Asks the completion channel for the next completion's event, and puts the wait set
+    /// in step with the side channel; completions that came before the arming go to the
+    /// backlog and raise the wait set's flag. Afterwards the wait set is readable as soon as
+    /// the link has anything to do, which is what a wait (its own, or another link's under
+    /// a router: [`Transport::wait_fd`]) needs.
+    fn arm(&mut self) -> Result<(), TransportError> {
+        let rank = self.rank;
+        self.waitset
+            .sync(&self.side_fds())
+            .map_err(|e| io(rank, format!("watching the queue pair handshakes: {e}")))?;
+        if self.verbs.wait_fd().is_none() {
+            return Ok(()); // no channel: a poll is all there is
+        }
+        self.verbs
+            .arm()
+            .map_err(|e| io(rank, format!("arming the completion channel: {e}")))?;
+        let mut peek = Vec::new();
+        self.poll_cq(&mut peek, 64)
+            .map_err(|e| io(rank, format!("polling the completion queue: {e}")))?;
+        if !peek.is_empty() || !self.backlog.is_empty() {
+            self.backlog.extend(peek);
+            self.waitset.raise();
+        }
+        Ok(())
+    }
+
+    /// Waits up to `wait` for the wait set (a completion, the side channel, the backlog) or
+    /// the wake descriptor.
+    fn wait(&mut self, wait: Duration) -> Result<(), TransportError> {
+        if self.verbs.wait_fd().is_none() {
+            return Ok(()); // no channel: a completion would not end the wait
+        }
+        let fds: Vec<(std::os::fd::RawFd, i16)> = [Some(self.waitset.fd()), self.wake]
             .into_iter()
             .flatten()
             .map(|fd| (fd, libc::POLLIN))
             .collect();
-        fds.extend(self.side_fds());
         wait_for(&fds, wait).map_err(|e| io(self.rank, format!("waiting for completions: {e}")))
     }
 }
@@ -1058,6 +1134,7 @@ impl<V: Verbs> Transport for VerbsLink<V> {
         wait: Duration,
     ) -> crate::Result<()> {
         let now = clock();
+        self.waitset.lower(); // raised again at the end if the backlog still holds some
         self.poll_all(bufs, endpoint, now)?;
         // The edges the broadcasts in flight use: asked for when new, handshakes advanced,
         // idle ones over the bound closed.
@@ -1067,6 +1144,7 @@ impl<V: Verbs> Transport for VerbsLink<V> {
             .filter(|p| self.routed.contains(p))
             .collect();
         self.edges(&busy)?;
+        self.cq_shrink()?;
         if let Some((&peer, why)) = self.failed.iter().find(|(p, _)| busy.contains(p)) {
             return Err(io(peer, why.clone()).into());
         }
@@ -1172,6 +1250,7 @@ impl<V: Verbs> Transport for VerbsLink<V> {
         if let Some((&peer, _)) = self.gone.iter().find(|(p, _)| needed(p)) {
             return Err(TransportError::Closed { peer }.into());
         }
+        self.arm()?;
         if endpoint.any_done() || wait.is_zero() {
             return Ok(());
         }
@@ -1189,8 +1268,10 @@ impl<V: Verbs> Transport for VerbsLink<V> {
         true
     }
 
+    /// The wait set: readable when a completion arrives, a peer asks for or answers a
+    /// handshake, or completions wait in the backlog (each round ends arming it).
     fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
-        self.verbs.wait_fd()
+        Some(self.waitset.fd())
     }
 
     fn counters(&self) -> BTreeMap<String, u64> {

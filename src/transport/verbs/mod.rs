@@ -8,6 +8,8 @@
 //! - [`handshake`]: the side channel on which two ranks connect an edge's queue pair.
 //! - [`control`]: its small messages (adverts, credits, ring releases) and immediates.
 //! - [`mr_cache`]: memory registrations by address range.
+//! - [`waitset`]: the one descriptor the link waits on (completions, side channel), also
+//!   its `wait_fd` under a router.
 //! - `model` (tests only): an in-memory MODEL of the verbs semantics, on which the protocol is
 //!   tested here: these machines have no RDMA device.
 //! - `sys` (cargo feature `verbs`): the real backend over libibverbs (rdma-sys), one file per
@@ -18,6 +20,7 @@ pub mod handshake;
 pub mod link;
 pub mod mr_cache;
 pub mod ops;
+pub mod waitset;
 
 #[cfg(test)]
 pub mod model;

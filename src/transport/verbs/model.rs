@@ -14,10 +14,12 @@
 //!   nothing); WRITE with immediate and
 //!   SEND consume the peer's next posted receive, and wait (RNR) while it has none, for ever
 //!   with `rnr_retry` 7 or failing after that many retries otherwise;
-//! - the completion queue holds a fixed number of completions (as created or resized): one
-//!   more is an overrun, fatal on a device (the queue and its queue pairs go to the error
+//! - the completion queue holds a fixed number of completions (as created or resized; a
+//!   resize below what it holds fails, as `ibv_resize_cq` does): one more is an overrun, fatal on a device (the queue and its queue pairs go to the error
 //!   state); the model records it and every later poll fails, so a protocol that can
 //!   overrun its queue is caught;
+//! - the completion channel: after `arm` (`ibv_req_notify_cq`), the next completion makes
+//!   its descriptor readable once (an eventfd here, a [`Wake`]), whichever thread's call delivered it;
 //! - a peer whose process is gone (its [`ModelVerbs`] dropped, or [`Fabric::kill`]) makes
 //!   every send to it fail with "retry exceeded"; nothing tells a receiver.
 //!
@@ -30,7 +32,9 @@ use super::ops::{
     Completion, Local, Mr, MrId, Op, PortAddr, QpId, QpState, RecvWr, Remote, SendWr, Verbs,
     VerbsError, WcKind, WcStatus,
 };
+use crate::transport::Wake;
 use std::collections::{BTreeMap, VecDeque};
+use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex};
 
 /// The bytes of a send, as the device would fetch them.
@@ -76,6 +80,10 @@ struct Node {
     /// Completions the queue holds, and whether it overran.
     cq_entries: usize,
     cq_overrun: bool,
+    /// The completion channel (an eventfd, kept as long as the fabric so that a late
+    /// completion never writes to a reused descriptor), and whether it is armed.
+    channel: Option<Arc<Wake>>,
+    armed: bool,
     /// Bytes this node may still register (a locked-memory limit); `None`: no limit.
     budget: Option<u64>,
 }
@@ -127,10 +135,12 @@ impl Fabric {
 
     /// A new node whose completion queue holds `entries` completions.
     pub fn node_with_cq(&self, entries: usize) -> ModelVerbs {
+        let channel = Some(Arc::new(Wake::new().expect("an eventfd")));
         let mut s = self.lock();
         s.nodes.push(Node {
             alive: true,
             cq_entries: entries,
+            channel,
             ..Node::default()
         });
         ModelVerbs {
@@ -161,6 +171,11 @@ impl Fabric {
         let mine = s.qps.iter().filter(|q| q.node == node);
         let destroyed = mine.clone().filter(|q| q.destroyed).count();
         (mine.count(), destroyed)
+    }
+
+    /// How many completions `node`'s completion queue holds now.
+    pub fn cq_entries_of(&self, node: usize) -> usize {
+        self.lock().nodes[node].cq_entries
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -220,6 +235,11 @@ fn complete(s: &mut State, node: usize, c: Completion) {
         return;
     }
     n.cq.push_back(c);
+    if std::mem::take(&mut n.armed) {
+        if let Some(ch) = &n.channel {
+            ch.notify();
+        }
+    }
 }
 
 fn done(
@@ -637,6 +657,22 @@ impl Verbs for ModelVerbs {
 
     fn cq_entries(&self) -> usize {
         self.fabric.lock().nodes[self.node].cq_entries
+    }
+
+    fn wait_fd(&self) -> Option<RawFd> {
+        let s = self.fabric.lock();
+        s.nodes[self.node].channel.as_ref().map(|c| c.raw())
+    }
+
+    /// Takes the pending event (reads the eventfd) and arms for the next completion.
+    fn arm(&mut self) -> Result<(), VerbsError> {
+        let mut s = self.fabric.lock();
+        let n = &mut s.nodes[self.node];
+        if let Some(ch) = &n.channel {
+            ch.clear();
+        }
+        n.armed = true;
+        Ok(())
     }
 
     fn resize_cq(&mut self, entries: usize) -> Result<(), VerbsError> {

@@ -229,12 +229,14 @@ pub trait Verbs: Send {
     /// the completions it may have outstanding within this (`LinkConfig::cq_entries`).
     fn cq_entries(&self) -> usize;
 
-    /// Grows the completion queue to at least `entries` (`ibv_resize_cq`), keeping what it
-    /// holds.
+    /// Resizes the completion queue to at least `entries` (`ibv_resize_cq`), keeping what
+    /// it holds: grows it, or shrinks it (which fails when it holds more than `entries`;
+    /// some providers cannot resize at all).
     fn resize_cq(&mut self, entries: usize) -> Result<(), VerbsError>;
 
     /// A descriptor that becomes readable when a completion arrives after [`Verbs::arm`]
-    /// (a completion channel); `None` when the backend has none (the model).
+    /// (a completion channel); `None` when the backend has none (then a poll is all there
+    /// is: the link does not wait).
     fn wait_fd(&self) -> Option<RawFd> {
         None
     }

@@ -400,9 +400,9 @@ fn an_edge_that_cannot_register_its_rings_names_the_limit() {
 }
 
 /// Broadcasts of each of `msizes` bytes over each (tree, root) of `trees`, one after another
-/// (512-byte segments), each byte-exact at every rank.
+/// (512-byte segments), each byte-exact at every rank; numbered after those the ranks ran.
 fn one_after_another(rs: &mut [Rank], topo: &Topology, trees: &[(&str, usize)], msizes: &[u64]) {
-    let mut seq = 0;
+    let mut seq = rs[0].bufs.keys().max().copied().unwrap_or(0);
     for &(tree, root) in trees {
         let plan = plan::build(topo, root, &tree.parse().unwrap(), None).unwrap();
         for &msize in msizes {
@@ -581,13 +581,7 @@ fn the_completion_queue_never_overruns_and_grows_for_wide_trees() {
     let size = 6;
     let topo = Topology::single_switch(size);
     let fabric = Fabric::new(7);
-    let cfg = LinkConfig {
-        max_qps: 2,
-        send_depth: 4,
-        recv_depth: 12,
-        control_recvs: 4,
-        ..LinkConfig::default()
-    };
+    let cfg = shallow(2);
     assert_eq!(cfg.cq_entries(), 2 * (4 + 12));
     let mut rs = ranks(&fabric, size, cfg);
     let trees = [
@@ -610,6 +604,46 @@ fn the_completion_queue_never_overruns_and_grows_for_wide_trees() {
         (0..size).map(|r| fabric.qps_of(r).1).sum::<usize>() > 0,
         "edges closed"
     );
+}
+
+/// Shallow queues (4 sends, 12 receives) and at most `max_qps` queue pairs kept: a small
+/// completion queue, which wide trees must grow.
+fn shallow(max_qps: usize) -> LinkConfig {
+    LinkConfig {
+        max_qps,
+        send_depth: 4,
+        recv_depth: 12,
+        control_recvs: 4,
+        ..LinkConfig::default()
+    }
+}
+
+/// A completion queue grown for a wide tree shrinks back once the rank's edges need at most
+/// a quarter of it (idle edges closed down to the bound), never below its size at creation,
+/// and grows again when needed: no overrun, byte-exact throughout.
+#[test]
+fn a_grown_completion_queue_shrinks_when_its_edges_are_closed() {
+    let size = 9;
+    let topo = Topology::single_switch(size);
+    let fabric = Fabric::new(7);
+    let cfg = shallow(2);
+    let base = cfg.cq_entries();
+    let mut rs = ranks(&fabric, size, cfg);
+    // The root of a flat tree holds 8 busy edges: its queue grows.
+    one_after_another(&mut rs, &topo, &[("flat", 0)], &[1, 9000]);
+    let grown = fabric.cq_entries_of(0);
+    assert!(grown >= 8 * (4 + 12), "{grown}");
+    // Chains from rank 0 use one edge there: the idle ones are closed down to the bound of
+    // 2, a quarter of the grown queue or less, which then shrinks to its first size.
+    let chains = [("linear", 0), ("linear", 0), ("linear", 0)];
+    one_after_another(&mut rs, &topo, &chains, &[1, 9000]);
+    let c = rs[0].link.counters();
+    assert!(c.get("verbs_cq_shrinks").is_some_and(|&n| n > 0), "{c:?}");
+    assert_eq!(fabric.cq_entries_of(0), base);
+    // And it grows again for the next flat broadcast.
+    one_after_another(&mut rs, &topo, &[("flat", 0)], &[9000]);
+    assert!(fabric.cq_entries_of(0) > base);
+    assert_eq!(fabric.stats().cq_overruns, 0);
 }
 
 /// Rank 0 needs an edge to rank 1, which is gone before the handshake, goes away in the
@@ -1014,4 +1048,166 @@ fn model_sends_to_a_dead_peer_fail_with_retry_exceeded() {
     let c = polled(&mut p.a);
     assert_eq!(c[0].status, WcStatus::RetryExceeded);
     assert_eq!(p.fabric.stats().retry_exceeded, 1);
+}
+
+/// Under a router whose waiting link is another one (shared memory between the two ranks of
+/// each host; verbs between the hosts, the verbs link not waiting itself), broadcasts with
+/// different roots, trees and sizes are byte-exact at every rank, and nothing hangs. Each
+/// round waits up to the driver's 50 ms (`ROUND`); that the verbs link's wait set ends such
+/// a wait is checked without timing by
+/// `the_wait_set_is_readable_on_a_handshake_and_on_a_completion`.
+#[test]
+fn under_a_router_waiting_on_shared_memory_verbs_broadcasts_are_byte_exact() {
+    use crate::transport::router::Router;
+    use crate::transport::shm::{ShmLink, ShmMode};
+    use crate::transport::Wake;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    const ROUND: Duration = Duration::from_millis(50);
+    let size = 4;
+    let host = |r: usize| r / 2; // ranks 0, 1 on one host; 2, 3 on the other
+    let topo = Topology::single_switch(size);
+    let fabric = Fabric::new(7);
+    let verbs = links(&fabric, size, LinkConfig::default());
+    let tag: u64 = rand::random();
+    let names: Vec<String> = (0..size)
+        .map(|r| format!("pipecast.test.verbs-router.{tag:x}.{r}"))
+        .collect();
+    let runs: Vec<(u64, usize, &str, u64)> = vec![
+        (1, 0, "binomial", 70_001),
+        (2, 3, "linear", 1),
+        (3, 1, "flat", 9_000),
+        (4, 2, "binary", 0),
+        (5, 0, "linear", 33_333),
+    ];
+    let (tx, rx) = std::sync::mpsc::channel();
+    let over = Arc::new(AtomicBool::new(false));
+    for (r, v) in verbs.into_iter().enumerate() {
+        let mut shm = ShmLink::bind(r, &names[r], ShmMode::Auto, Duration::ZERO).unwrap();
+        shm.set_peers(names.clone(), COOKIE);
+        let route = (0..size).map(|p| usize::from(host(p) != host(r))).collect();
+        let links: Vec<Box<dyn Transport>> = vec![Box::new(shm), Box::new(v)];
+        let mut router = Router::new(links, route);
+        let runs = runs.clone();
+        let topo = topo.clone();
+        let tx = tx.clone();
+        let over = over.clone();
+        std::thread::spawn(move || {
+            let wake = Wake::new().unwrap();
+            router.set_wake(wake.raw());
+            let others: Vec<usize> = (0..size).filter(|&p| p != r).collect();
+            router.connect(&others, Duration::from_secs(30)).unwrap();
+            let start = std::time::Instant::now();
+            let clock = move || start.elapsed().as_nanos() as u64;
+            let mut ep = Endpoint::new();
+            let mut bufs = Buffers::new();
+            for (seq, root, tree, msize) in runs {
+                let plan = plan::build(&topo, root, &tree.parse().unwrap(), None).unwrap();
+                let setup = setup_of(seq, root, msize, 1000);
+                let b = Bcast::new(r, &plan.lanes, setup, config(), clock()).unwrap();
+                let bytes = if r == root {
+                    message(seq, msize as usize)
+                } else {
+                    vec![0xee; msize as usize]
+                };
+                bufs.insert(seq, Buffer::Owned(bytes));
+                let buf = bufs.get_mut(&seq).unwrap();
+                ep.post(b, buf.as_mut_slice(), clock()).unwrap();
+                router.register(seq, buf).unwrap();
+                while !ep.is_done(seq) {
+                    ep.handle_timeout(clock()).unwrap();
+                    router
+                        .progress(&mut bufs, &mut ep, &clock, ROUND)
+                        .unwrap_or_else(|e| panic!("rank {r}, broadcast {seq}: {e}"));
+                }
+                ep.finish(seq);
+                router.deregister(seq);
+                let ok = bufs[&seq].as_slice() == message(seq, msize as usize).as_slice();
+                tx.send((r, seq, ok)).unwrap();
+            }
+            // Serve the others until they are done too (as the progress thread does between
+            // broadcasts), then stop.
+            while !over.load(Ordering::Relaxed) && start.elapsed() < Duration::from_secs(120) {
+                router
+                    .progress(&mut bufs, &mut ep, &clock, Duration::from_millis(20))
+                    .ok();
+            }
+        });
+    }
+    drop(tx);
+    for _ in 0..size * runs.len() {
+        let (r, seq, ok) = rx
+            .recv_timeout(Duration::from_secs(120))
+            .expect("a rank hangs under the router");
+        assert!(ok, "rank {r} holds wrong bytes in broadcast {seq}");
+    }
+    over.store(true, Ordering::Relaxed);
+    let (made, _) = (0..size)
+        .map(|r| fabric.qps_of(r))
+        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+    assert!(made > 0, "queue pairs between the hosts");
+}
+
+/// The verbs link's `wait_fd` (what a router's waiting link waits on) becomes readable when a
+/// peer dials its queue pair handshake listener, and when a completion arrives after its
+/// round: decided by readiness, not by time.
+#[test]
+fn the_wait_set_is_readable_on_a_handshake_and_on_a_completion() {
+    use super::waitset::readable;
+    let topo = Topology::single_switch(2);
+    let fabric = Fabric::new(7);
+    let mut rs = ranks(&fabric, 2, LinkConfig::default());
+    let fd = rs[0].link.wait_fd().expect("a wait set");
+    assert!(!readable(fd));
+    // Rank 1 needs the edge to rank 0 and dials its listener: the kernel completes the TCP
+    // handshake without rank 0, whose wait set then reads ready.
+    let plan = plan::build(&topo, 1, &"linear".parse().unwrap(), None).unwrap();
+    let setup = setup_of(1, 1, 70_001, 1000);
+    post_at(&mut rs[1], 1, &plan.lanes, setup, config());
+    let clock = || 0u64;
+    let mut give_up = 0;
+    while !readable(fd) {
+        give_up += 1;
+        assert!(give_up < 100_000, "no handshake reached rank 0's wait set");
+        let r1 = &mut rs[1];
+        r1.link
+            .progress(&mut r1.bufs, &mut r1.ep, &clock, Duration::ZERO)
+            .unwrap();
+        std::thread::yield_now();
+    }
+    post_at(&mut rs[0], 0, &plan.lanes, setup, config());
+    run(&mut rs, &[1]).unwrap();
+    check(&rs, 1, "linear root 1");
+    // A round that handled everything leaves it unreadable; rank 1's next broadcast writes
+    // into rank 0 (a completion there), which makes it readable.
+    let r0 = &mut rs[0];
+    let setup = setup_of(2, 1, 9000, 1000);
+    post_at(r0, 0, &plan.lanes, setup, config());
+    let mut give_up = 0;
+    loop {
+        let r0 = &mut rs[0];
+        r0.link
+            .progress(&mut r0.bufs, &mut r0.ep, &clock, Duration::ZERO)
+            .unwrap();
+        if !readable(fd) {
+            break;
+        }
+        give_up += 1;
+        assert!(give_up < 1000, "rank 0's wait set stays readable");
+    }
+    post_at(&mut rs[1], 1, &plan.lanes, setup, config());
+    let mut give_up = 0;
+    while !readable(fd) {
+        give_up += 1;
+        assert!(
+            give_up < 1000,
+            "a completion did not reach rank 0's wait set"
+        );
+        let r1 = &mut rs[1];
+        r1.link
+            .progress(&mut r1.bufs, &mut r1.ep, &clock, Duration::ZERO)
+            .unwrap();
+    }
+    run(&mut rs, &[2]).unwrap();
+    check(&rs, 2, "linear root 1 again");
 }

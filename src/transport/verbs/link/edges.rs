@@ -97,17 +97,22 @@ impl<V: Verbs> VerbsLink<V> {
     }
 
     /// The side channel's descriptors and what to wait for on each: a frame arriving, or a
-    /// connection under way getting established (its queued frame then goes out).
-    pub(super) fn side_fds(&self) -> Vec<(RawFd, i16)> {
-        let mut fds = vec![(self.listener.fd(), libc::POLLIN)];
-        fds.extend(self.incoming.iter().map(|(c, _)| (c.fd(), libc::POLLIN)));
+    /// connection under way getting established (its queued frame then goes out); and
+    /// each one's identity (the listener's is 0).
+    pub(super) fn side_fds(&self) -> Vec<(RawFd, i16, u64)> {
+        let mut fds = vec![(self.listener.fd(), libc::POLLIN, 0)];
+        fds.extend(
+            self.incoming
+                .iter()
+                .map(|(c, _)| (c.fd(), libc::POLLIN, c.id())),
+        );
         let mut conn_fd = |c: &Conn| {
             let events = if c.connected() {
                 libc::POLLIN
             } else {
                 libc::POLLOUT
             };
-            fds.push((c.fd(), events));
+            fds.push((c.fd(), events, c.id()));
         };
         for p in self.peers.values() {
             match &p.edge {

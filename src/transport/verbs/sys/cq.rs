@@ -63,7 +63,8 @@ impl Cq {
         unsafe { (*self.ptr).cqe }.max(0) as usize
     }
 
-    /// Grows it to at least `entries` completions, keeping those it holds.
+    /// Resizes it to at least `entries` completions (grows or shrinks it), keeping those
+    /// it holds.
     pub fn resize(&self, entries: i32) -> Result<(), VerbsError> {
         // SAFETY: a live completion queue, polled only by this link's thread (which is
         // the caller), so no poll runs concurrently.
