@@ -229,7 +229,7 @@ impl<'a> Heights<'a> {
 mod tests {
     use super::*;
     use crate::plan::{check, switch_tree, Plan, TreeKind};
-    use crate::topology::{gen, Link, Machine, Switch};
+    use crate::topology::{Link, Machine, Switch};
 
     /// A chain of `n` switches `s0 – s1 – … ` with `per` machines each.
     fn chain(n: usize, per: usize) -> Topology {
@@ -277,20 +277,6 @@ mod tests {
 
     #[test]
     fn random_clusters_are_contention_free_spanning_and_rooted() {
-        for seed in 0..60u64 {
-            for (switches, machines) in [(4, 32), (16, 128), (32, 256), (9, 17), (20, 40)] {
-                let t = gen::random_cluster(switches, machines, seed);
-                for root in [0, machines / 2, machines - 1] {
-                    for k in [2, 3, 4] {
-                        let Some(lane) = build(&t, root, k) else {
-                            continue;
-                        };
-                        assert!(lane.max_degree() <= k);
-                        let report = check(&Plan::one_lane(TreeKind::Binary, root, lane), &t);
-                        assert!(report.ok(), "seed {seed} root {root} k {k}: {report:?}");
-                    }
-                }
-            }
-        }
+        switch_tree::tests::check_random_clusters(build);
     }
 }

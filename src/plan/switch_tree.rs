@@ -300,10 +300,8 @@ pub(super) fn greedy(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
-    use crate::plan::{check, Plan, TreeKind};
-    use crate::topology::gen;
 
     #[test]
     fn one_switch_gives_the_complete_tree() {
@@ -324,8 +322,19 @@ mod tests {
 
     #[test]
     fn random_clusters_are_contention_free_spanning_and_bounded() {
+        check_random_clusters(build);
+    }
+
+    /// Checks `build` (a switch-by-switch construction) with [`crate::plan::check()`] on 60 seeds × 5
+    /// random cluster sizes × 3 roots × k = 2, 3, 4: spanning, rooted at the root, contention-free,
+    /// at most k children.
+    pub(in crate::plan) fn check_random_clusters(
+        build: fn(&Topology, MachineId, usize) -> Option<Lane>,
+    ) {
+        use crate::plan::{check, Plan, TreeKind};
+        use crate::topology::gen;
         for seed in 0..60u64 {
-            for (switches, machines) in [(4, 32), (16, 128), (32, 256), (9, 17)] {
+            for (switches, machines) in [(4, 32), (16, 128), (32, 256), (9, 17), (20, 40)] {
                 let t = gen::random_cluster(switches, machines, seed);
                 for root in [0, machines / 2, machines - 1] {
                     for k in [2, 3, 4] {
