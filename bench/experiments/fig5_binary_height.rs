@@ -3,14 +3,15 @@
 //! machines placed uniformly at random — `topology::gen::random_cluster`), on average 8 and 16
 //! machines per switch, next to the complete binary tree's height ⌊log2 P⌋ (a lower bound).
 //! Beside Algorithm 2 (lowest over its DFS walks): the tree built switch by switch
-//! (`plan::switch_tree`, beyond the papers; "n/20" where it applies) and `binary`, the lower
-//! of the two. A second table gives the k-ary extension's heights on the same clusters
+//! (`plan::switch_tree`, beyond the papers; "n/20" where it applies), the one that also feeds
+//! chains of switches from their far end (`plan::jump_tree`, beyond the papers) and `binary`,
+//! the lowest of the three. A second table gives the k-ary extension's heights on the same clusters
 //! (8/switch).
 //!
 //! Run: `cargo run --release --example fig5_binary_height`. Deterministic (seeded); the time
 //! column is the mean wall time of one `binary::build` and varies with the machine.
 
-use pipecast::plan::{binary, kary, switch_tree};
+use pipecast::plan::{binary, jump_tree, kary, switch_tree};
 use pipecast::topology::{gen, Topology};
 use std::time::Instant;
 
@@ -29,11 +30,12 @@ fn mean(total: usize) -> String {
 }
 
 fn main() {
-    println!("| P | ⌊log2 P⌋ | per switch | Algorithm 2 | by switch (applies) | binary | binary / log2 P | mean plan time |");
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| P | ⌊log2 P⌋ | per switch | Algorithm 2 | by switch (applies) | both ends (applies) | binary | binary / log2 P | mean plan time |");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for p in SIZES {
         for per_switch in [8usize, 16] {
             let (mut alg2, mut by_switch, mut applies, mut best) = (0usize, 0usize, 0usize, 0usize);
+            let (mut jump, mut jumps) = (0usize, 0usize);
             let mut seconds = 0.0;
             for topology in clusters(p, per_switch) {
                 let a = binary::algorithm2(&topology, 0).expect("P ≤ 1024 is within the limit");
@@ -42,21 +44,18 @@ fn main() {
                     by_switch += s.height();
                     applies += 1;
                 }
+                if let Some(s) = jump_tree::build(&topology, 0, 2) {
+                    jump += s.height();
+                    jumps += 1;
+                }
                 let start = Instant::now();
                 let lane = binary::build(&topology, 0).expect("P ≤ 1024 is within the limit");
                 seconds += start.elapsed().as_secs_f64();
                 best += lane.height();
             }
-            let by_switch = if applies > 0 {
-                format!(
-                    "{:.2} ({applies}/{TOPOLOGIES})",
-                    by_switch as f64 / applies as f64
-                )
-            } else {
-                format!("– (0/{TOPOLOGIES})")
-            };
+            let (by_switch, jump) = (applied(by_switch, applies), applied(jump, jumps));
             println!(
-                "| {p} | {} | {per_switch} | {} | {by_switch} | {} | {:.2} | {:.1} ms |",
+                "| {p} | {} | {per_switch} | {} | {by_switch} | {jump} | {} | {:.2} | {:.1} ms |",
                 p.ilog2(),
                 mean(alg2),
                 mean(best),
@@ -86,6 +85,18 @@ fn main() {
             complete_height(p, 3),
             complete_height(p, 4)
         );
+    }
+}
+
+/// A mean height over the topologies where a construction applies, and on how many.
+fn applied(total: usize, applies: usize) -> String {
+    if applies > 0 {
+        format!(
+            "{:.2} ({applies}/{TOPOLOGIES})",
+            total as f64 / applies as f64
+        )
+    } else {
+        format!("– (0/{TOPOLOGIES})")
     }
 }
 

@@ -40,18 +40,25 @@ use crate::topology::{MachineId, Topology};
 /// (about 14 bytes per sub-array) and O(P³) time.
 pub const MAX_RANKS: usize = 4096;
 
-/// Contention-free binary tree rooted at `root`: the lower of [`algorithm2`] and the tree built
-/// switch by switch ([`super::switch_tree`], beyond the papers); ties keep Algorithm 2's, so
-/// where the switch-by-switch tree is not lower the tree is the papers' (docs/planner.md has
-/// the measured heights). `children` are in send order.
+/// Contention-free binary tree rooted at `root`: the lowest of [`algorithm2`], the tree built
+/// switch by switch ([`super::switch_tree`], beyond the papers) and the one that also feeds
+/// chains of switches from their far end ([`super::jump_tree`], beyond the papers); ties keep
+/// the earlier, so where neither is lower the tree is the papers' (docs/planner.md has the
+/// measured heights). `children` are in send order.
 pub fn build(topology: &Topology, root: MachineId) -> Result<Lane, PlanError> {
-    let lane = algorithm2(topology, root)?;
-    Ok(lower(lane, super::switch_tree::build(topology, root, 2)))
+    Ok(lowest_of(algorithm2(topology, root)?, topology, root, 2))
 }
 
-/// `by_switch` where it is a lower tree than `lane`, else `lane`.
-pub(crate) fn lower(lane: Lane, by_switch: Option<Lane>) -> Lane {
-    match by_switch {
+/// The lowest of `lane` and the switch-by-switch trees of at most `k` children ([`super::
+/// switch_tree`], then [`super::jump_tree`]); ties keep the earlier.
+pub(crate) fn lowest_of(lane: Lane, topology: &Topology, root: MachineId, k: usize) -> Lane {
+    let lane = lower(lane, super::switch_tree::build(topology, root, k));
+    lower(lane, super::jump_tree::build(topology, root, k))
+}
+
+/// `other` where it is a lower tree than `lane`, else `lane`.
+fn lower(lane: Lane, other: Option<Lane>) -> Lane {
+    match other {
         Some(other) if other.height() < lane.height() => other,
         _ => lane,
     }

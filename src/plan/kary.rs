@@ -42,8 +42,8 @@ struct Forests {
 
 /// Contention-free k-ary tree rooted at `root`: every rank has at most `k` children. As
 /// [`binary::build`](super::binary::build), the lowest tree over the DFS walks it tries (up to
-/// 1024 machines; ties: the papers' walk), or the tree built switch by switch
-/// ([`super::switch_tree`]) where that one is lower.
+/// 1024 machines; ties: the papers' walk), or a tree built switch by switch
+/// ([`super::switch_tree`], [`super::jump_tree`]) where that one is lower.
 pub fn build(topology: &Topology, root: MachineId, k: usize) -> Result<Lane, PlanError> {
     let name = format!("kary:{k}");
     if k == 0 {
@@ -67,10 +67,7 @@ pub fn build(topology: &Topology, root: MachineId, k: usize) -> Result<Lane, Pla
         }
     }
     let best = best.expect("at least one walk");
-    Ok(super::binary::lower(
-        best,
-        super::switch_tree::build(topology, root, k),
-    ))
+    Ok(super::binary::lowest_of(best, topology, root, k))
 }
 
 /// The k-ary DP on one order (`k ≥ 2`, at least three machines).

@@ -11,6 +11,7 @@
 pub mod baseline;
 pub mod binary;
 pub mod check;
+pub mod jump_tree;
 pub mod kary;
 pub mod kbinomial;
 pub mod linear;

@@ -40,23 +40,34 @@ pub fn build(topology: &Topology, root: MachineId, k: usize) -> Option<Lane> {
     // Bottom-up: every switch's heights for 1..=k entries (children before parents).
     let mut heights: Vec<Vec<usize>> = vec![Vec::new(); switches.locals.len()];
     for &s in switches.order.iter().rev() {
-        let max_entries = k.min(switches.locals[s].len());
-        heights[s] = (1..=max_entries)
-            .map(|e| lowest(&switches, &heights, s, e, k))
+        let parts: Vec<&[usize]> = switches.below[s]
+            .iter()
+            .map(|&c| heights[c].as_slice())
+            .collect();
+        let loosest = subtree_size(&switches, s);
+        let locals = &switches.locals[s];
+        let found = (1..=k.min(locals.len()))
+            .map(|e| lowest(locals, e, k, &parts, loosest))
             .collect::<Option<_>>()?;
+        heights[s] = found;
     }
     // Top-down: the assignment at each switch's own height.
     let mut children = vec![Vec::new(); topology.size()];
     let mut stack = vec![(switches.top, 1usize)];
     while let Some((s, entries)) = stack.pop() {
         let height = heights[s][entries - 1];
-        let placed = greedy(&switches, &heights, s, entries, k, height)
+        let parts: Vec<&[usize]> = switches.below[s]
+            .iter()
+            .map(|&c| heights[c].as_slice())
+            .collect();
+        let sends = greedy(&switches.locals[s], entries, k, height, &parts)
             .expect("the height was found feasible bottom-up");
-        for (parent, kids) in placed.sends {
+        for (parent, kids) in sends {
             for kid in kids {
                 match kid {
                     Kid::Machine(m) => children[parent].push(m),
-                    Kid::Subtree(c, e) => {
+                    Kid::Part(i, e) => {
+                        let c = switches.below[s][i];
                         children[parent].extend(switches.locals[c][..e].iter().copied());
                         stack.push((c, e));
                     }
@@ -68,19 +79,24 @@ pub fn build(topology: &Topology, root: MachineId, k: usize) -> Option<Lane> {
 }
 
 /// The switch tree rooted at the root's switch, machine-less pass-through switches skipped.
-struct Switches {
+/// Shared with [`super::jump_tree`], which feeds the same tree from both ends.
+pub(super) struct Switches {
     /// The root's switch.
-    top: SwitchId,
+    pub(super) top: SwitchId,
     /// Switches with machines, parents before children.
-    order: Vec<SwitchId>,
+    pub(super) order: Vec<SwitchId>,
     /// Each switch's machines (the root first on its switch).
-    locals: Vec<Vec<MachineId>>,
-    /// Each switch's child subtrees, by the first switch with machines below the link.
-    below: Vec<Vec<SwitchId>>,
+    pub(super) locals: Vec<Vec<MachineId>>,
+    /// Each switch's child subtrees, by the first switch with machines below the link, in
+    /// switch id order.
+    pub(super) below: Vec<Vec<SwitchId>>,
+    /// Each switch's parent in this tree (the first switch with machines above the link; the
+    /// top's is itself).
+    pub(super) up: Vec<SwitchId>,
 }
 
 impl Switches {
-    fn new(topology: &Topology, root: MachineId) -> Option<Switches> {
+    pub(super) fn new(topology: &Topology, root: MachineId) -> Option<Switches> {
         let n = topology.switches().len();
         let top = topology.switch_of(root);
         let mut locals: Vec<Vec<MachineId>> = vec![Vec::new(); n];
@@ -112,6 +128,7 @@ impl Switches {
         }
         // Each switch's child subtrees that hold machines, passing through machine-less ones.
         let mut below = vec![Vec::new(); n];
+        let mut up = vec![top; n];
         let mut order = Vec::new();
         let mut todo = vec![top];
         while let Some(s) = todo.pop() {
@@ -134,36 +151,39 @@ impl Switches {
                     c = only;
                 }
                 below[s].push(c);
+                up[c] = s;
                 todo.push(c);
             }
+            below[s].sort_unstable();
         }
         Some(Switches {
             top,
             order,
             locals,
             below,
+            up,
         })
     }
 }
 
-/// The least height of switch `s`'s subtree entered at `entries` of its machines; `None` when
-/// no height fits (more child subtrees than its machines have slots for).
-fn lowest(
-    switches: &Switches,
-    heights: &[Vec<usize>],
-    s: SwitchId,
+/// The least height of a switch's part of the tree entered at the first `entries` of its
+/// machines `locals`, below which hang child `parts` (each part's heights by entry count,
+/// `usize::MAX` where an entry count cannot be used); heights up to `loosest` are tried. `None`
+/// when no height fits (more child parts than its machines have slots for).
+pub(super) fn lowest(
+    locals: &[MachineId],
     entries: usize,
     k: usize,
+    parts: &[&[usize]],
+    loosest: usize,
 ) -> Option<usize> {
-    // From a lower bound (every child subtree is entered one level down at the earliest) up
-    // to a chain through every machine of the subtree, the loosest height there is.
-    let start = switches.below[s]
-        .iter()
-        .map(|&c| 1 + heights[c].last().copied().unwrap_or(0))
-        .max()
-        .unwrap_or(0);
-    let chain = subtree_size(switches, s);
-    (start..=chain.max(start)).find(|&h| greedy(switches, heights, s, entries, k, h).is_some())
+    // From a lower bound (every part is entered one level down at the earliest) up to
+    // `loosest` (for a switch subtree: a chain through all its machines).
+    let mut start = 0;
+    for heights in parts {
+        start = start.max(1 + heights.iter().copied().min().filter(|&h| h != usize::MAX)?);
+    }
+    (start..=loosest.max(start)).find(|&h| greedy(locals, entries, k, h, parts).is_some())
 }
 
 /// Machines in switch `s`'s subtree.
@@ -177,40 +197,37 @@ fn subtree_size(switches: &Switches, s: SwitchId) -> usize {
     total
 }
 
-/// What a sender sends to: one machine of its own switch, or `e` entries of a child subtree.
+/// What a sender sends to: one machine of its own switch, or `e` entries of child part `i`.
 #[derive(Clone, Copy)]
-enum Kid {
+pub(super) enum Kid {
     Machine(MachineId),
-    Subtree(SwitchId, usize),
+    Part(usize, usize),
 }
 
-/// One switch's assignment: every sender of the switch and what it sends to.
-struct Placed {
-    sends: Vec<(MachineId, Vec<Kid>)>,
-}
+/// Every sender of one switch and what it sends to, in send order.
+pub(super) type Sends = Vec<(MachineId, Vec<Kid>)>;
 
-/// The level-by-level greedy of the module doc for switch `s`, its first `entries` machines
-/// at depth 0, within height `height`; `None` when it does not fit.
-fn greedy(
-    switches: &Switches,
-    heights: &[Vec<usize>],
-    s: SwitchId,
+/// The level-by-level greedy of the module doc for one switch with machines `locals`, its first
+/// `entries` machines at depth 0, and child `parts` (heights by entry count, as in
+/// [`lowest`]), within height `height`; `None` when it does not fit.
+pub(super) fn greedy(
+    locals: &[MachineId],
     entries: usize,
     k: usize,
     height: usize,
-) -> Option<Placed> {
-    let locals = &switches.locals[s];
+    parts: &[&[usize]],
+) -> Option<Sends> {
     let mut next_local = entries;
-    // Child subtrees still to place: (switch, its heights by entry count).
-    let mut pending: Vec<SwitchId> = switches.below[s].clone();
-    // A subtree placed at depth d needs e entries with d + height(c, e) ≤ `height`.
-    let need = |c: SwitchId, d: usize| -> Option<usize> {
-        heights[c]
+    // Child parts still to place, by index.
+    let mut pending: Vec<usize> = (0..parts.len()).collect();
+    // A part placed at depth d needs e entries with d + height(part, e) ≤ `height`.
+    let need = |c: usize, d: usize| -> Option<usize> {
+        parts[c]
             .iter()
-            .position(|&h| d + h <= height)
+            .position(|&h| d.saturating_add(h) <= height)
             .map(|i| i + 1)
     };
-    let mut sends: Vec<(MachineId, Vec<Kid>)> = Vec::new();
+    let mut sends: Sends = Vec::new();
     let mut level: Vec<MachineId> = locals[..entries].to_vec();
     let mut d = 0;
     while next_local < locals.len() || !pending.is_empty() {
@@ -221,8 +238,8 @@ fn greedy(
         // Free slots per sender of this level.
         let mut free: Vec<(MachineId, usize, Vec<Kid>)> =
             level.iter().map(|&m| (m, k, Vec::new())).collect();
-        // Subtrees that cannot wait one more level: most entries first.
-        let mut forced: Vec<(SwitchId, usize)> = Vec::new();
+        // Parts that cannot wait one more level: most entries first.
+        let mut forced: Vec<(usize, usize)> = Vec::new();
         let mut waiting = Vec::new();
         for &c in &pending {
             let now = need(c, d)?;
@@ -236,7 +253,7 @@ fn greedy(
         for (c, e) in forced {
             let slot = free.iter_mut().filter(|f| f.1 >= e).min_by_key(|f| f.1)?;
             slot.1 -= e;
-            slot.2.push(Kid::Subtree(c, e));
+            slot.2.push(Kid::Part(c, e));
         }
         // The switch's own machines: each brings k slots one level down.
         let mut placed_now = Vec::new();
@@ -248,15 +265,18 @@ fn greedy(
                 next_local += 1;
             }
         }
-        // Leftover slots: subtrees that could have waited, the most urgent first.
-        waiting.sort_by_key(|&c| (heights[c].first().map(|&h| usize::MAX - h), c));
+        // Leftover slots: parts that could have waited, the most urgent first.
+        waiting.sort_by_key(|&c| {
+            let one = parts[c].iter().find(|&&h| h != usize::MAX);
+            (one.map(|&h| usize::MAX - h), c)
+        });
         let mut still = Vec::new();
         for c in waiting {
             let e = need(c, d).expect("checked above");
             match free.iter_mut().filter(|f| f.1 >= e).min_by_key(|f| f.1) {
                 Some(slot) => {
                     slot.1 -= e;
-                    slot.2.push(Kid::Subtree(c, e));
+                    slot.2.push(Kid::Part(c, e));
                 }
                 None => still.push(c),
             }
@@ -269,21 +289,19 @@ fn greedy(
         }
         level = placed_now;
     }
-    // Deeper subtrees first in each sender's send order.
+    // Deeper parts first in each sender's send order.
     for (_, kids) in &mut sends {
         kids.sort_by_key(|kid| match *kid {
-            Kid::Subtree(c, e) => usize::MAX - heights[c][e - 1],
+            Kid::Part(c, e) => usize::MAX - parts[c][e - 1],
             Kid::Machine(_) => usize::MAX,
         });
     }
-    Some(Placed { sends })
+    Some(sends)
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
-    use crate::plan::{check, Plan, TreeKind};
-    use crate::topology::gen;
 
     #[test]
     fn one_switch_gives_the_complete_tree() {
@@ -304,8 +322,19 @@ mod tests {
 
     #[test]
     fn random_clusters_are_contention_free_spanning_and_bounded() {
+        check_random_clusters(build);
+    }
+
+    /// Checks `build` (a switch-by-switch construction) with [`crate::plan::check()`] on 60 seeds × 5
+    /// random cluster sizes × 3 roots × k = 2, 3, 4: spanning, rooted at the root, contention-free,
+    /// at most k children.
+    pub(in crate::plan) fn check_random_clusters(
+        build: fn(&Topology, MachineId, usize) -> Option<Lane>,
+    ) {
+        use crate::plan::{check, Plan, TreeKind};
+        use crate::topology::gen;
         for seed in 0..60u64 {
-            for (switches, machines) in [(4, 32), (16, 128), (32, 256), (9, 17)] {
+            for (switches, machines) in [(4, 32), (16, 128), (32, 256), (9, 17), (20, 40)] {
                 let t = gen::random_cluster(switches, machines, seed);
                 for root in [0, machines / 2, machines - 1] {
                     for k in [2, 3, 4] {
