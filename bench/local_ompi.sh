@@ -5,7 +5,11 @@
 # Runs bench/mpi_bcast.c (seed 003 Fig. 10 timing: bcast + barrier per iteration, slowest rank;
 # one memcpy of the message at rank 0 in the same run) under mpirun for each NP in $NPS and
 # each configuration:
-#   default          Open MPI's own decision (coll tuned over the vader/sm BTL)
+#   default          Open MPI's own decision (coll tuned over the vader/sm BTL; vader moves
+#                    large messages with one copy, cross-memory attach, where the kernel allows)
+#   default-nocma    the same with btl_vader_single_copy_mechanism none: two copies per hop
+#                    through vader's shared buffers (Open MPI where CMA is refused, e.g. in
+#                    containers)
 #   sm               coll/sm forced (coll_sm_priority 100)
 #   han              coll/han forced (coll_han_priority 100)
 #   pipecast         the component at its default settings (it may defer to Open MPI's
@@ -45,6 +49,7 @@ for np in $NPS; do
   for config in $CONFIGS; do
     case $config in
       default) args="" ;;
+      default-nocma) args="--mca btl_vader_single_copy_mechanism none" ;;
       sm) args="--mca coll_sm_priority 100" ;;
       han) args="--mca coll_han_priority 100" ;;
       pipecast) args="$COMPONENT" ;;
