@@ -109,6 +109,9 @@ pub struct Counters {
     pub later_dropped: u64,
     /// Frames addressed to another host (flooded by a bridge that has not learnt a MAC).
     pub dropped_otherhost: u64,
+    /// Frames for another rank of this host (which shares this NIC's MAC): the socket's
+    /// filter keeps them out, so this stays 0 unless the filter is off.
+    pub dropped_otherrank: u64,
     /// Frames the kernel dropped because this socket's receive buffer or ring was full.
     pub kernel_drops: u64,
     pub dropped_cookie: u64,
@@ -240,6 +243,14 @@ impl RawEthTransport {
                 ),
             });
         }
+        // Only this rank's frames reach its sockets (the ranks of a host share their NICs).
+        for sock in &socks {
+            sock.set_rank_filter(me as u32)
+                .map_err(|e| TransportError::Setup {
+                    what: format!("the rank filter (SO_ATTACH_FILTER) on {}", sock.ifname()),
+                    error: e.to_string(),
+                })?;
+        }
         let rings = match config.rx_ring {
             Some(bytes) => socks
                 .iter()
@@ -316,6 +327,17 @@ impl RawEthTransport {
         cookie: u64,
     ) -> Result<(), TransportError> {
         self.link.set_rail_peers(macs, cookie)
+    }
+
+    /// [`RawEthTransport::set_rail_peers`] knowing which host each rank is on (ranks of one
+    /// host may share its NICs: [`FrameLink::set_rail_peers_on_hosts`]).
+    pub fn set_rail_peers_on_hosts(
+        &mut self,
+        macs: Vec<Vec<Mac>>,
+        hosts: &[usize],
+        cookie: u64,
+    ) -> Result<(), TransportError> {
+        self.link.set_rail_peers_on_hosts(macs, hosts, cookie)
     }
 }
 
