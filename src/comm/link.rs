@@ -37,8 +37,8 @@ pub enum Transport {
     /// buffers. Needs a build with the `verbs` feature and an RDMA device at every rank.
     Verbs,
     /// Verbs when every rank has a usable RDMA device; else raw Ethernet when CAP_NET_RAW is
-    /// available, an interface is found and every rank has its own MAC address; TCP
-    /// otherwise.
+    /// available, an interface is found and every host has its own MAC address (ranks of one
+    /// host may share it when shared memory links them); TCP otherwise.
     Auto,
 }
 

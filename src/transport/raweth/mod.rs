@@ -10,7 +10,7 @@
 //! Same shape as [`TcpTransport`](crate::transport::TcpTransport): the communicator gives it
 //! the peers' MAC addresses and the job cookie from the bootstrap, then drives it with the
 //! [`Endpoint`] of every broadcast in flight. An engine segment larger than one frame goes
-//! out as several frames (payload per frame = MTU − 88-byte header); the receiver copies each
+//! out as several frames (payload per frame = MTU − 100-byte header); the receiver copies each
 //! frame's payload straight to its offset in its broadcast's buffer and hands the segment to
 //! the endpoint (`handle_data`) once distinct frames covered it. A segment of a broadcast not
 //! posted yet is assembled in a buffer of its own and held by the endpoint.
@@ -21,6 +21,12 @@
 //! reliability recovers it as a lost frame. Frames with another job's cookie or communicator
 //! id, from unknown MACs, of unknown versions or with bad lengths are dropped and counted
 //! ([`Counters`]).
+//!
+//! Ranks of one host share its NICs (issue 11): frames name their sending and receiving rank,
+//! a frame is taken only from the MAC of the rank it names and only for this rank
+//! (`dropped_otherrank`), and each socket's BPF filter ([`socket::rank_filter`]) keeps the
+//! other ranks' frames out of it in the kernel. Ranks of this host behind its own NIC are no
+//! peers of this link: shared memory reaches them (docs/raweth.md, "Several ranks per host").
 //!
 //! Everything but the socket is a [`FrameLink`] (link.rs): bytes in, frames out, so that the
 //! receive path runs without a socket in tests and under the fuzzer.
