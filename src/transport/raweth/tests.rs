@@ -148,6 +148,25 @@ fn setup_of(root: usize, msize: usize) -> Setup {
     }
 }
 
+/// Every rank's link, endpoint and buffers.
+type Ranks<'a> = (&'a mut [FrameLink], &'a mut [Endpoint], &'a mut [Buffers]);
+
+/// Hands rank `to` a frame that arrived on `rail` from MAC `from`; panics on an error.
+fn deliver(ranks: Ranks<'_>, now: u64, rail: usize, to: usize, from: Mac, bytes: &[u8]) {
+    let (links, endpoints, bufs) = ranks;
+    links[to]
+        .receive_frame_on(
+            rail,
+            &mut bufs[to],
+            &mut endpoints[to],
+            now,
+            from,
+            false,
+            bytes,
+        )
+        .unwrap_or_else(|e| panic!("rank {to}: {e}"));
+}
+
 /// Panics unless every rank finished broadcast 1 with `want` in its buffer.
 fn check_every_byte(
     links: &[FrameLink],
@@ -286,17 +305,8 @@ fn run_rails(n: usize, root: usize, msize: usize, lose: usize) -> Vec<(Counters,
         let [rail0, rail1] = wire;
         for (rail, frames) in [(1, rail1), (0, rail0)] {
             for (to, from, bytes) in frames {
-                links[to]
-                    .receive_frame_on(
-                        rail,
-                        &mut bufs[to],
-                        &mut endpoints[to],
-                        now,
-                        from,
-                        false,
-                        &bytes,
-                    )
-                    .unwrap_or_else(|e| panic!("rank {to}: {e}"));
+                let ranks = (&mut links[..], &mut endpoints[..], &mut bufs[..]);
+                deliver(ranks, now, rail, to, from, &bytes);
             }
         }
     }
@@ -486,17 +496,8 @@ fn run_hosts(
                 .unwrap();
         }
         for (rail, to, from, bytes) in wire {
-            links[to]
-                .receive_frame_on(
-                    rail,
-                    &mut bufs[to],
-                    &mut endpoints[to],
-                    now,
-                    from,
-                    false,
-                    &bytes,
-                )
-                .unwrap_or_else(|e| panic!("rank {to}: {e}"));
+            let ranks = (&mut links[..], &mut endpoints[..], &mut bufs[..]);
+            deliver(ranks, now, rail, to, from, &bytes);
         }
     }
     check_every_byte(&links, &mut endpoints, &mut bufs, &want, now);
