@@ -50,9 +50,9 @@ seed() {
              printf '%s' "$s" > "$dir/$(printf '%s' "$s" | tr -c 'a-zA-Z0-9' _)"
            done ;;
     raweth_rx) # A 112-byte broadcast in 1000-byte segments; one sealed data frame from rank 0
-               # (control 0x18) of 92 + 112 bytes: kind 1, per-peer seq 1, payload 0xab.
-               { printf '\020\000\000\000\030\314\000\002\001'; head -c 62 /dev/zero
-                 printf '\001'; head -c 27 /dev/zero; head -c 112 /dev/zero | tr '\000' '\253'
+               # (control 0x18) of 100 + 112 bytes: kind 1, per-peer seq 1, payload 0xab.
+               { printf '\020\000\000\000\030\324\000\003\001'; head -c 62 /dev/zero
+                 printf '\001'; head -c 35 /dev/zero; head -c 112 /dev/zero | tr '\000' '\253'
                } > "$dir/one_frame" ;;
     topo_import) printf '# rank: group id, switch id, port number\n0: 1 7 -1\n1: 1 10 -1\n2: 2 3 5\n3: 2 3 5\n' > "$dir/coords"
                  printf 'SwitchName=s0 Switches=s[1-2]\nSwitchName=s1 Nodes=n[0-3]\nSwitchName=s2 Nodes=n[4-7]\n' > "$dir/topology.conf" ;;

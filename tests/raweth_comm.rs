@@ -1,8 +1,9 @@
 //! The communicator over raw Ethernet, end to end: `pipecast bench --transport raweth` in a
 //! multi-switch lab (`pipecast lab up`), every byte verified at every rank, also with 1 % of
 //! the pipecast frames dropped at one switch (an nftables bridge-family rule); `auto` picking
-//! raweth in the lab and tcp on loopback; the errors of `raweth` without CAP_NET_RAW and with
-//! ranks sharing one interface.
+//! raweth in the lab and tcp on loopback; several ranks per machine sharing its NIC (as root
+//! and as `nobody`); the errors of `raweth` without CAP_NET_RAW and with ranks sharing one
+//! interface without shared memory.
 //!
 //! Lab tests need root, the lab's tools and `nft`; without them they print why they skip.
 //! Every lab is removed by a guard, also when a test fails.
@@ -10,7 +11,7 @@
 mod common;
 mod lab;
 
-use lab::{pipecast, require_lab, text, Lab, EXE};
+use lab::{as_each_user, require_lab, text, Lab, User, EXE};
 use std::process::Command;
 
 /// Three switches, five machines, two of them behind each leaf switch (the data between
@@ -235,11 +236,12 @@ fn auto_on_one_host_falls_back_to_tcp() {
     assert_eq!(report["results"][0]["verified"], true, "{report}");
 }
 
-/// `raweth` with two ranks on one interface: a clear error (as root), or the capability
-/// (as an unprivileged user).
+/// `raweth` with two ranks on one interface and shared memory off: a clear error (as root),
+/// or the capability (as an unprivileged user). (With shared memory, ranks of one host never
+/// use the raw link between them: `two_ranks_per_machine_share_each_nic_over_raw_ethernet`.)
 #[test]
 fn raweth_on_one_host_is_a_clear_error() {
-    let out = pipecast(&[
+    let out = pipecast_without_shm(&[
         "bench",
         "--local",
         "2",
@@ -258,7 +260,8 @@ fn raweth_on_one_host_is_a_clear_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     if pipecast::lab::is_root() {
         assert!(
-            err.contains("share MAC") || err.contains("no non-loopback interface"),
+            (err.contains("share MAC") && err.contains("shared memory is off"))
+                || err.contains("no non-loopback interface"),
             "{err}"
         );
     } else {
@@ -326,4 +329,72 @@ fn pipecast_without_shm(args: &[&str]) -> std::process::Output {
         .env("PIPECAST_SHM", "off")
         .output()
         .expect("runs pipecast")
+}
+
+/// Three machines on two switches (n0 and n2 behind s1, n1 behind s2).
+const THREE: &str = r#"{"switches": ["s0", "s1", "s2"], "links": [["s0", "s1"], ["s0", "s2"]],
+ "machines": [{"name": "n0", "switch": "s1"}, {"name": "n1", "switch": "s2"}, {"name": "n2", "switch": "s1"}]}"#;
+
+/// Several ranks per machine over raw Ethernet (issue 11): the ranks of a machine share its
+/// NIC (one MAC), frames name their sender and receiver rank, and each rank's socket filter
+/// keeps the other ranks' frames out. 3 machines × 2 ranks, as root and as `nobody` (a lab
+/// in a user namespace): every byte verified at every rank for sizes 0, 1, odd, not a
+/// multiple of the segment and 4 MiB, roots 0 (a leader), 1 (not a leader) and 2, two trees.
+/// Summed over all ranks, no rank received a frame for another (`dropped_otherrank` absent)
+/// and the ranks received no more frames than were sent (without the filter each frame to a
+/// machine reached both of its ranks: twice as many).
+#[test]
+fn two_ranks_per_machine_share_each_nic_over_raw_ethernet() {
+    require_lab!();
+    as_each_user(|user: User| {
+        let lab = Lab::up_as(user, "rwk", THREE, &["--rate", "100mbit"]);
+        let topology = lab.topology_file();
+        let out = user.pipecast(&[
+            "lab",
+            "run",
+            "--name",
+            lab.name(),
+            "--timeout",
+            "60",
+            "--ranks-per-machine",
+            "2",
+            "--",
+            EXE,
+            "bench",
+            "--json",
+            "--topology",
+            topology.to_str().unwrap(),
+            "--transport",
+            "raweth",
+            "--sizes",
+            "0,1,7,100003,4M",
+            "--iters",
+            "3",
+            "--warmup",
+            "0",
+            "--tree",
+            "linear,binary",
+        ]);
+        assert!(out.status.success(), "{user:?}: {}", text(&out));
+        let report = lab::rank0_json(&out);
+        assert_eq!(report["ranks"], 6, "{report}");
+        assert!(
+            report["transport"]
+                .as_str()
+                .is_some_and(|t| t.contains("raweth:eth0")),
+            "{user:?}: transport {report}"
+        );
+        let rows = report["results"].as_array().unwrap();
+        assert_eq!(rows.len(), 10, "{report}");
+        for row in rows {
+            assert_eq!(row["verified"], true, "{user:?}: {row}");
+            let c = &row["transport_counters"];
+            let n = |k: &str| c[k].as_u64().unwrap_or(0);
+            assert_eq!(n("dropped_otherrank"), 0, "{user:?}: {row}");
+            assert!(n("rx_frames") <= n("tx_frames"), "{user:?}: {row}");
+            // The data crossed machines over raw Ethernet.
+            let bytes = row["bytes"].as_u64().unwrap();
+            assert!(n("tx_bytes") >= 2 * bytes, "{user:?}: {row}");
+        }
+    });
 }

@@ -525,9 +525,13 @@ fn a_foreign_cookie_storm_is_dropped_and_counted() {
             let mut pseq = 1;
             let mut rounds = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                for &to in &targets {
+                for (rank, &to) in targets.iter().enumerate() {
+                    // As rank 2 (whose MAC it sends from), to the rank behind `to`: only
+                    // the cookie is foreign.
                     let head = Repr {
                         kind: Kind::Data.into(),
+                        from: 2,
+                        to: rank as u32,
                         cookie: 0xbad_c0de,
                         segment_len: 1000,
                         payload_len: 1000,

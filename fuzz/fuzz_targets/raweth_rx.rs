@@ -7,10 +7,13 @@
 //!
 //! Input: the first 4 bytes choose the posted broadcast (message size, segment size, tree),
 //! then records of `control u8, length u16 LE, length bytes` (at most 64). Control bits:
-//! 0-1 sender (rank 0, rank 2, an unknown MAC, this rank's own), 2 cut short by the kernel,
-//! 3 seal (write version, cookie, communicator, payload length and checksum: random bytes
-//! would otherwise almost never pass the checksum), 4 also aim it at the posted broadcast
-//! (its sequence, root, sizes, a segment and an offset in it), 5 let 50 ms pass before it.
+//! 0-1 sender (rank 0's MAC, rank 2's, an unknown MAC, this rank's own), 2 cut short by the
+//! kernel, 3 seal (write version, cookie, communicator, ranks, payload length and checksum:
+//! random bytes would otherwise almost never pass the checksum), 4 also aim it at the posted
+//! broadcast (its sequence, root, sizes, a segment and an offset in it), 5 let 50 ms pass
+//! before it, 6 (sealed) claim the other rank of the sender's MAC (rank 3 shares rank 0's
+//! host and NIC) or, for rank 2's MAC, a rank whose MAC it is not, 7 (sealed) address it to
+//! rank 3, not this rank.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -44,8 +47,10 @@ fuzz_target!(|data: &[u8]| {
         ..Config::default()
     };
     let mut link = FrameLink::new(ME, mac(ME), config, PAYLOAD);
-    link.set_peers((0..3).map(mac).collect(), COOKIE)
-        .expect("distinct MACs");
+    // Rank 3 shares rank 0's host and MAC (two ranks per host).
+    let macs = vec![vec![mac(0), mac(ME), mac(2), mac(0)]];
+    link.set_rail_peers_on_hosts(macs, &[0, 1, 2, 0], COOKIE)
+        .expect("MACs shared only within a host");
     let setup = Setup {
         seq: 1,
         root: 0,
@@ -84,7 +89,15 @@ fuzz_target!(|data: &[u8]| {
         }
         if control & 0x08 != 0 && frame.len() >= HEADER_LEN {
             aim(&mut frame, control & 0x10 != 0, msize, segment, lanes.len());
-            Frame::new_unchecked(&mut frame[..]).seal(&mac(ME), &from);
+            let mut f = Frame::new_unchecked(&mut frame[..]);
+            let claims = match (control & 3, control & 0x40 != 0) {
+                (1, false) => 2,
+                (_, true) => 3,
+                _ => 0,
+            };
+            f.set_from(claims);
+            f.set_to(if control & 0x80 != 0 { 3 } else { ME as u32 });
+            f.seal(&mac(ME), &from);
         }
         let truncated = control & 0x04 != 0;
         if link

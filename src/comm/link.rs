@@ -37,8 +37,8 @@ pub enum Transport {
     /// buffers. Needs a build with the `verbs` feature and an RDMA device at every rank.
     Verbs,
     /// Verbs when every rank has a usable RDMA device; else raw Ethernet when CAP_NET_RAW is
-    /// available, an interface is found and every rank has its own MAC address; TCP
-    /// otherwise.
+    /// available, an interface is found and every host has its own MAC address (ranks of one
+    /// host may share it when shared memory links them); TCP otherwise.
     Auto,
 }
 
@@ -227,6 +227,14 @@ pub struct Candidates {
     pub verbs: Option<VerbsNet>,
 }
 
+/// Which host each rank is on, and whether ranks of one host reach each other over shared
+/// memory (then the network link carries only the traffic between hosts).
+pub struct OnHosts<'a> {
+    /// `host_of[rank]`: ranks with equal ids share a host.
+    pub host_of: &'a [usize],
+    pub shm: bool,
+}
+
 /// Picks the transport from everybody's blobs (the same choice at every rank) and gives it
 /// its peers. `tcp` already has its peers. With `auto`, why a faster link was not taken is
 /// added to `why_not` (the same words at every rank).
@@ -235,6 +243,7 @@ pub fn choose(
     tcp: TcpTransport,
     links: Candidates,
     peers: &Peers,
+    hosts: &OnHosts<'_>,
     why_not: &mut Vec<String>,
 ) -> Result<Link, CommError> {
     let Candidates { raw, verbs } = links;
@@ -278,8 +287,13 @@ pub fn choose(
         Some(format!(
             "ranks {missing:?} have no raw Ethernet endpoint (they run with transport tcp, or lack CAP_NET_RAW or an interface: see their logs)"
         ))
+    } else if let Some(why) = (!hosts.shm)
+        .then(|| one_nic_without_shm(&rail_macs(peers)[0], hosts.host_of))
+        .flatten()
+    {
+        Some(why)
     } else {
-        raw.set_rail_peers(rail_macs(peers), job_cookie)
+        raw.set_rail_peers_on_hosts(rail_macs(peers), hosts.host_of, job_cookie)
             .err()
             .map(|e| e.to_string())
     };
@@ -294,6 +308,23 @@ pub fn choose(
             "transport raweth: {why}; use PIPECAST_TRANSPORT=tcp or auto"
         ))),
     }
+}
+
+/// Why raw Ethernet cannot run when ranks of one host share a NIC (`macs[rank]`, rail 0) and
+/// no shared memory links them: a frame to the host's own MAC never comes back from the
+/// switch. The same words at every rank.
+fn one_nic_without_shm(macs: &[socket::Mac], host_of: &[usize]) -> Option<String> {
+    let mut first: std::collections::BTreeMap<(usize, socket::Mac), usize> = Default::default();
+    for (rank, mac) in macs.iter().enumerate() {
+        let host = *host_of.get(rank)?;
+        if let Some(other) = first.insert((host, *mac), rank) {
+            return Some(format!(
+                "ranks {other} and {rank} share MAC {} on one host and shared memory is off (PIPECAST_SHM=off) or unavailable: raw Ethernet carries only the traffic between hosts",
+                socket::mac_to_string(mac)
+            ));
+        }
+    }
+    None
 }
 
 /// Every rank's raw Ethernet MAC on each rail the whole job has (`macs[rail][rank]`): rail
@@ -370,6 +401,14 @@ mod tests {
         let gap = peers(vec![vec![None, Some(m(0, 2))], vec![None, Some(m(1, 2))]]);
         assert_eq!(rail_macs(&gap).len(), 1);
         assert_eq!(iface_list(Some(" eth0, eth1 ,")), ["eth0", "eth1"]);
+        // Two ranks of host 0 share a MAC: fine over shared memory, not without it.
+        let macs = [m(0, 0), m(0, 0), m(2, 0)];
+        let e = one_nic_without_shm(&macs, &[0, 0, 1]).unwrap();
+        assert!(
+            e.contains("ranks 0 and 1 share MAC") && e.contains("PIPECAST_SHM"),
+            "{e}"
+        );
+        assert_eq!(one_nic_without_shm(&macs[1..], &[0, 1]), None);
         assert!(iface_list(None).is_empty());
     }
 
@@ -390,7 +429,11 @@ mod tests {
             raw: None,
             verbs: None,
         };
-        let l = choose(&Transport::Auto, tcp, none, &peers, &mut Vec::new()).unwrap();
+        let hosts = OnHosts {
+            host_of: &[0, 0],
+            shm: true,
+        };
+        let l = choose(&Transport::Auto, tcp, none, &peers, &hosts, &mut Vec::new()).unwrap();
         assert_eq!(l.describe(), "tcp");
         assert!(!l.serves_idle());
         assert_eq!(l.capabilities(), crate::transport::Capabilities::default());

@@ -171,11 +171,23 @@ impl Local {
         tcp.set_peers(peers.addrs.clone(), peers.cookie);
         tcp.set_rails(&peers.rails);
         tcp.set_keepalive(config.timeout);
+        let mut ids = std::collections::BTreeMap::new();
+        let host_of: Vec<usize> = keys
+            .iter()
+            .map(|k| {
+                let next = ids.len();
+                *ids.entry(k.as_str()).or_insert(next)
+            })
+            .collect();
         let net = link::choose(
             &config.transport,
             tcp,
             link::Candidates { raw, verbs },
             peers,
+            &link::OnHosts {
+                host_of: &host_of,
+                shm: shm.is_some(),
+            },
             &mut why_not,
         )?;
         // Plan on the rails the link carries: lanes beyond them would all leave through NIC 0.

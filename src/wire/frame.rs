@@ -4,10 +4,10 @@
 //! buffer is mutable, and [`Repr`] parses/emits the whole header. Nothing here panics on any
 //! input after `new_checked`, and nothing allocates.
 //!
-//! All integers little-endian. Fixed 92-byte header, then `len` payload bytes:
+//! All integers little-endian. Fixed 100-byte header, then `len` payload bytes:
 //!
 //! ```text
-//! 0  version u8 (2)     1  kind u8 (1 data, 2 ack, 3 credit, 4 done, 5 nop)
+//! 0  version u8 (3)     1  kind u8 (1 data, 2 ack, 3 credit, 4 done, 5 nop)
 //! 2  flags u16          4  lane u16           6  lanes u16
 //! 8  job cookie u64     16 communicator u32   20 root u32
 //! 24 broadcast seq u64  32 message size u64
@@ -17,8 +17,19 @@
 //! 64 per-peer seq u64   (0: not sequenced, e.g. a pure ack)
 //! 72 cumulative ack u64 (every per-peer seq below it has arrived)
 //! 80 selective ack u64  (bit i: seq ack+1+i has arrived)
-//! 88 checksum u32       (CRC32C of both MACs, bytes 0..88 and the payload)
+//! 88 from u32           (the sending rank)
+//! 92 to u32             (the receiving rank)
+//! 96 checksum u32       (CRC32C of both MACs, bytes 0..96 and the payload)
 //! ```
+//!
+//! **Ranks (version 3).** Several ranks of one host share its NIC, hence its MAC address, so
+//! the MACs alone name neither the rank a frame is for nor the rank that sent it. Version 3
+//! carries both (`from`, `to`), covered by the checksum. A receiver accepts a frame only when
+//! its source MAC is the MAC of the rank it claims to come from, and drops (and counts) one
+//! whose `to` is another rank; the raw Ethernet socket's classic BPF filter reads `to` at its
+//! fixed offset 92 so that the kernel copies a frame only into the socket of the rank it is
+//! for. The header grew by these 8 bytes (92 → 100), so a 1500-byte MTU carries 1400 bytes of
+//! payload per frame instead of 1408.
 //!
 //! **Checksum (version 2).** Ethernet's FCS is checked by the receiving NIC, but a frame can
 //! be corrupted after that check or before the sender's NIC computed it (host memory, a
@@ -26,12 +37,13 @@
 //! at all. So the header ends with a CRC32C (Castagnoli, as iSCSI, SCTP and ext4 use; the
 //! SSE4.2 `crc32` instruction computes it) over a 12-byte pseudo-header of the Ethernet
 //! addresses (destination MAC, then source MAC, as TCP's checksum covers the IP addresses),
-//! the header's first 88 bytes and the payload. A receiver checks it
+//! the header's first 96 bytes and the payload. A receiver checks it
 //! ([`Frame::checksum_ok`]) before it trusts any field beyond the lengths and version. The
 //! addresses are covered because a frame whose source MAC was corrupted into another peer's
 //! would otherwise pass as that peer's, and its sequence number would acknowledge a frame the
 //! peer never sent. Ethernet padding after the payload is not covered. Version 1 had no
-//! checksum and an 88-byte header: the two versions never accept each other's frames.
+//! checksum and an 88-byte header, version 2 no ranks and a 92-byte header: no two versions
+//! ever accept each other's frames.
 //!
 //! Control messages of the engine: `credit` carries `consumed` in `offset`; `done` carries
 //! nothing but lane and broadcast. `nop` fills a sequence number whose content was abandoned.
@@ -55,12 +67,14 @@ pub mod flags {
     pub const COPY_SHIFT: u16 = 8;
 }
 
-/// Header version this build writes and accepts (2: with the checksum).
-pub const VERSION: u8 = 2;
+/// Header version this build writes and accepts (3: with the checksum and the ranks).
+pub const VERSION: u8 = 3;
 /// Bytes of the fixed header.
-pub const HEADER_LEN: usize = 92;
+pub const HEADER_LEN: usize = 100;
 /// Bytes of the header that the checksum covers (all before the checksum field).
-const COVERED: usize = 88;
+const COVERED: usize = 96;
+/// Where the `to` rank (u32, little-endian) sits in the header: what a socket filter reads.
+pub const TO_OFFSET: usize = 92;
 
 mod field {
     use std::ops::Range;
@@ -83,14 +97,16 @@ mod field {
     pub const PSEQ: Range<usize> = 64..72;
     pub const ACK: Range<usize> = 72..80;
     pub const SACK: Range<usize> = 80..88;
-    pub const CHECKSUM: Range<usize> = 88..92;
+    pub const FROM: Range<usize> = 88..92;
+    pub const TO: Range<usize> = super::TO_OFFSET..super::TO_OFFSET + 4;
+    pub const CHECKSUM: Range<usize> = 96..100;
 }
 
 /// An Ethernet address.
 pub type Mac = [u8; 6];
 
 /// The CRC32C of a frame sent from MAC `from` to MAC `to`: the two addresses, its header's
-/// first 88 bytes, then its payload.
+/// first 96 bytes, then its payload.
 pub fn checksum(to: &Mac, from: &Mac, header: &[u8], payload: &[u8]) -> u32 {
     let head = &header[..COVERED.min(header.len())];
     let mut sum = crc32c::crc32c(to);
@@ -238,6 +254,8 @@ impl<T: AsRef<[u8]>> Frame<T> {
     getter!(peer_seq, u64, field::PSEQ);
     getter!(ack, u64, field::ACK);
     getter!(sack, u64, field::SACK);
+    getter!(from, u32, field::FROM);
+    getter!(to, u32, field::TO);
     getter!(checksum, u32, field::CHECKSUM);
 
     /// Whether the checksum field matches the addresses, header and payload of a frame that
@@ -280,6 +298,8 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Frame<T> {
     setter!(set_peer_seq, u64, field::PSEQ);
     setter!(set_ack, u64, field::ACK);
     setter!(set_sack, u64, field::SACK);
+    setter!(set_from, u32, field::FROM);
+    setter!(set_to, u32, field::TO);
     setter!(set_checksum, u32, field::CHECKSUM);
 
     /// Writes the checksum of the header and payload now in the buffer, for a frame from
@@ -319,6 +339,10 @@ pub struct Repr {
     pub peer_seq: u64,
     pub ack: u64,
     pub sack: u64,
+    /// The sending rank.
+    pub from: u32,
+    /// The receiving rank.
+    pub to: u32,
 }
 
 impl Repr {
@@ -348,6 +372,8 @@ impl Repr {
             peer_seq: frame.peer_seq(),
             ack: frame.ack(),
             sack: frame.sack(),
+            from: frame.from(),
+            to: frame.to(),
         })
     }
 
@@ -380,6 +406,8 @@ impl Repr {
         frame.set_peer_seq(self.peer_seq);
         frame.set_ack(self.ack);
         frame.set_sack(self.sack);
+        frame.set_from(self.from);
+        frame.set_to(self.to);
         frame.set_checksum(0);
     }
 
@@ -428,6 +456,8 @@ mod tests {
             peer_seq: 99,
             ack: 12,
             sack: 0b1011,
+            from: 5,
+            to: 0x0102_0304,
             ..Repr::default()
         }
     }
@@ -450,6 +480,10 @@ mod tests {
         assert!(!f.checksum_ok(&TO, &[2, 0, 0, 0, 0, 3]));
         assert!(!f.checksum_ok(&FROM, &TO));
         assert_eq!(Repr::parse(&f).unwrap(), r);
+        assert_eq!((f.from(), f.to()), (5, 0x0102_0304));
+        // The socket filter reads `to` at its fixed offset, little-endian.
+        assert_eq!(buf[TO_OFFSET..TO_OFFSET + 4], 0x0102_0304u32.to_le_bytes());
+        let f = Frame::new_checked(&buf[..]).unwrap();
         assert_eq!(f.payload(), b"hello");
         assert_eq!(f.kind(), Kind::Data);
         // to_bytes seals the header for the payload that follows it.
@@ -470,11 +504,14 @@ mod tests {
             checksum(b"123456", b"789abc", b"de", b"f"),
             crc32c::crc32c(b"123456789abcdef")
         );
-        // Only the first 88 header bytes count (not the checksum field itself).
+        // Only the first 96 header bytes count (not the checksum field itself), the ranks
+        // included.
         let mut h = [0u8; HEADER_LEN];
         let a = checksum(&TO, &FROM, &h, b"x");
-        h[90] = 1;
+        h[98] = 1;
         assert_eq!(checksum(&TO, &FROM, &h, b"x"), a);
+        h[TO_OFFSET] = 1;
+        assert_ne!(checksum(&TO, &FROM, &h, b"x"), a);
     }
 
     /// Ethernet pads short frames: bytes after the payload are not covered.
@@ -509,7 +546,13 @@ mod tests {
         b[0] = 9;
         assert!(matches!(
             Frame::new_checked(&b[..]),
-            Err(WireError::BadVersion { got: 9, want: 2 })
+            Err(WireError::BadVersion { got: 9, want: 3 })
+        ));
+        // A version 2 frame (92-byte header, no ranks) is never taken for a version 3 one.
+        b[0] = 2;
+        assert!(matches!(
+            Frame::new_checked(&b[..]),
+            Err(WireError::BadVersion { got: 2, want: 3 })
         ));
         let mut r = data(100);
         r.offset = 65500;
@@ -552,7 +595,7 @@ mod tests {
         fn round_trip(kind in 1u8..8, flags: u16, lane: u16, lanes: u16, cookie: u64, comm: u32,
                       root: u32, bcast_seq: u64, msize: u64, segment: u32, index: u32,
                       seg_len in 0u32..100_000, off in 0u32..100_000, len in 0u16..2000,
-                      credit: u32, peer_seq: u64, ack: u64, sack: u64) {
+                      credit: u32, peer_seq: u64, ack: u64, sack: u64, from: u32, to: u32) {
             let (offset, payload_len) = if kind == 1 {
                 let off = off.min(seg_len);
                 (off, len.min((seg_len - off).min(u32::from(u16::MAX)) as u16))
@@ -561,7 +604,7 @@ mod tests {
             };
             let r = Repr { kind, flags, lane, lanes, cookie, comm, root, bcast_seq, msize,
                 segment, index, offset, segment_len: seg_len, payload_len, credit, peer_seq,
-                ack, sack };
+                ack, sack, from, to };
             let mut buf = vec![0u8; r.buffer_len()];
             r.emit(&mut Frame::new_unchecked(&mut buf[..]));
             let f = Frame::new_checked(&buf[..]).unwrap();

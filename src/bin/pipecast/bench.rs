@@ -40,7 +40,7 @@ pub struct Args {
     #[arg(long)]
     root: Option<usize>,
     /// Transport: tcp, raweth, raweth:IFACE, verbs or auto (default: PIPECAST_TRANSPORT, else tcp).
-    /// raweth needs CAP_NET_RAW and one interface per rank (e.g. `pipecast lab run`); verbs a
+    /// raweth needs CAP_NET_RAW and one interface per host (e.g. `pipecast lab run`); verbs a
     /// build with `--features verbs` and an RDMA device at every rank.
     #[arg(long)]
     transport: Option<String>,

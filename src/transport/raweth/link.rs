@@ -24,7 +24,7 @@ use crate::engine::Endpoint;
 use crate::transport::raweth::socket::{mac_to_string, Mac};
 use crate::transport::{Buffers, TransportError};
 use crate::wire::frame::{Kind, Repr, HEADER_LEN};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Everything of one rank's raw Ethernet link but its socket.
 pub struct FrameLink {
@@ -37,8 +37,13 @@ pub struct FrameLink {
     pub(super) cookie: u64,
     /// Every peer's MAC address on each rail, by rank: `macs[rail][rank]`. As many rails as
     /// [`FrameLink::set_rail_peers`] was given (at most `own.len()`).
+    /// (Ranks of one host may share a NIC, so one MAC may be several ranks'.)
     pub(super) macs: Vec<BTreeMap<usize, Mac>>,
-    pub(super) by_mac: Vec<BTreeMap<Mac, usize>>,
+    /// Every MAC of `macs[rail]`: a frame from any other is dropped before it is read.
+    pub(super) by_mac: Vec<BTreeSet<Mac>>,
+    /// The ranks this link reaches: those with a MAC on every rail. The endpoint's messages to
+    /// other ranks are another link's (shared memory's, behind the Router).
+    pub(super) peers: BTreeSet<usize>,
     /// The per-peer reliability of every frame, one per rail (per (peer, rail), see above).
     pub(super) reliable: Vec<Peers<Item>>,
     /// Rails whose socket refused frames since [`FrameLink::unblock`]: they wait for POLLOUT.
@@ -67,7 +72,8 @@ impl FrameLink {
             max_payload,
             cookie: 0,
             macs: vec![BTreeMap::new()],
-            by_mac: vec![BTreeMap::new()],
+            by_mac: vec![BTreeSet::new()],
+            peers: BTreeSet::new(),
             reliable: own
                 .iter()
                 .map(|_| Peers::new(config.reliable, config.liveness, frame_bytes))
@@ -133,11 +139,40 @@ impl FrameLink {
     }
 
     /// Every rank's MAC address on each rail (`macs[rail][rank]`, from the bootstrap) and the
-    /// job cookie. The link then runs on `macs.len()` rails (1 when empty; more than this
-    /// link has NICs is an error). Every MAC address must be distinct, over all rails.
+    /// job cookie, every rank on a host of its own (so every MAC must be distinct, over all
+    /// rails): [`FrameLink::set_rail_peers_on_hosts`] with one host per rank.
     pub fn set_rail_peers(
         &mut self,
         macs: Vec<Vec<Mac>>,
+        cookie: u64,
+    ) -> Result<(), TransportError> {
+        let ranks = macs
+            .iter()
+            .map(Vec::len)
+            .max()
+            .unwrap_or(0)
+            .max(self.me + 1);
+        let hosts: Vec<usize> = (0..ranks).collect();
+        self.set_rail_peers_on_hosts(macs, &hosts, cookie)
+    }
+
+    /// Every rank's MAC address on each rail (`macs[rail][rank]`, from the bootstrap), which
+    /// host each rank is on (`hosts[rank]`, any id: ranks with equal ids share a host) and the
+    /// job cookie. The link then runs on `macs.len()` rails (1 when empty; more than this
+    /// link has NICs is an error).
+    ///
+    /// Ranks of one host may share a NIC, hence a MAC: frames name their sender and receiver
+    /// rank (wire/frame.rs, version 3), so the peer table is keyed by (rail, MAC, rank). A
+    /// peer on this rank's own host that shares one of its MACs is not a peer of this link
+    /// ([`FrameLink::knows`] says no): a frame to the own MAC never comes back from the
+    /// switch, and such peers are reached over shared memory (the Router). What stays an
+    /// error: two of this rank's rails with one MAC, a rank with one MAC on two rails, one MAC
+    /// on two rails (of different ranks of a host), and ranks on different hosts sharing a
+    /// MAC (a frame to it would reach the wrong host).
+    pub fn set_rail_peers_on_hosts(
+        &mut self,
+        macs: Vec<Vec<Mac>>,
+        hosts: &[usize],
         cookie: u64,
     ) -> Result<(), TransportError> {
         let setup = |error: String| TransportError::Setup {
@@ -151,51 +186,83 @@ impl FrameLink {
                 self.own.len()
             )));
         }
+        if let Some(rank) = (0..macs.iter().map(Vec::len).max().unwrap_or(0))
+            .chain([self.me])
+            .find(|&r| r >= hosts.len())
+        {
+            return Err(setup(format!("rank {rank} has no host")));
+        }
         self.cookie = cookie;
         self.macs = vec![BTreeMap::new(); macs.len().max(1)];
-        self.by_mac = vec![BTreeMap::new(); macs.len().max(1)];
+        self.by_mac = vec![BTreeSet::new(); macs.len().max(1)];
         self.reliable.iter_mut().for_each(Peers::clear);
-        // Whose each MAC is (over every rail: one NIC, one rank).
-        let mut seen: BTreeMap<Mac, usize> = self.own[..macs.len().max(1)]
-            .iter()
-            .map(|&m| (m, self.me))
-            .collect();
-        if seen.len() < macs.len() {
+        // Whose each MAC is, and on which rail (the first rank that has it there).
+        let mine: BTreeSet<Mac> = self.own[..macs.len().max(1)].iter().copied().collect();
+        if mine.len() < macs.len() {
             return Err(setup("two of this rank's rails share a MAC address".into()));
         }
-        for (rail, list) in macs.into_iter().enumerate() {
-            for (rank, mac) in list.into_iter().enumerate() {
+        let mut seen: BTreeMap<Mac, (usize, usize)> = self.own[..macs.len().max(1)]
+            .iter()
+            .enumerate()
+            .map(|(rail, &m)| (m, (rail, self.me)))
+            .collect();
+        // Peers on this host behind this rank's own NIC: not reached through it.
+        let mut behind = BTreeSet::new();
+        for (rail, list) in macs.iter().enumerate() {
+            for (rank, mac) in list.iter().enumerate() {
                 if rank == self.me {
                     continue;
                 }
-                match seen.insert(mac, rank) {
-                    Some(other) if other == rank => {
+                let mac_s = mac_to_string(mac);
+                match seen.get(mac) {
+                    Some(&(_, other)) if other == rank => {
                         return Err(setup(format!(
-                            "rank {rank} has MAC {} on two rails: each rail needs its own NIC",
-                            mac_to_string(&mac)
+                            "rank {rank} has MAC {mac_s} on two rails: each rail needs its own NIC"
                         )))
                     }
-                    Some(other) => {
+                    Some(&(_, other)) if hosts[other] != hosts[rank] => {
                         return Err(setup(format!(
-                            "ranks {} and {} share MAC {}: run one rank per interface",
+                            "ranks {} and {} are on different hosts but share MAC {mac_s}: each host needs its own NIC (ranks of one host may share one)",
                             other.min(rank),
                             other.max(rank),
-                            mac_to_string(&mac)
                         )))
                     }
-                    None => {}
+                    Some(&(first, other)) if first != rail => {
+                        return Err(setup(format!(
+                            "MAC {mac_s} is rank {other}'s on rail {first} and rank {rank}'s on rail {rail}: each rail needs its own NIC"
+                        )))
+                    }
+                    Some(_) => {}
+                    None => {
+                        seen.insert(*mac, (rail, rank));
+                    }
+                }
+                if hosts[rank] == hosts[self.me] && mine.contains(mac) {
+                    behind.insert(rank);
+                }
+            }
+        }
+        for (rail, list) in macs.into_iter().enumerate() {
+            for (rank, mac) in list.into_iter().enumerate() {
+                if rank == self.me || behind.contains(&rank) {
+                    continue;
                 }
                 self.macs[rail].insert(rank, mac);
-                self.by_mac[rail].insert(mac, rank);
+                self.by_mac[rail].insert(mac);
                 self.reliable[rail].add(rank);
             }
         }
+        self.peers = self.macs[0]
+            .keys()
+            .copied()
+            .filter(|&p| self.macs.iter().all(|m| m.contains_key(&p)))
+            .collect();
         Ok(())
     }
 
     /// Whether `peer` has a MAC address (on every rail).
     pub fn knows(&self, peer: usize) -> bool {
-        self.macs.iter().all(|m| m.contains_key(&peer))
+        self.peers.contains(&peer)
     }
 
     /// The counters, with the reliability's totals over every rail (the kernel's drops are
@@ -211,12 +278,14 @@ impl FrameLink {
         c
     }
 
-    /// A header of `kind` with this job's cookie and communicator, the rest zero.
+    /// A header of `kind` with this job's cookie and communicator, from this rank, the rest
+    /// zero (the receiver is written when the frame is sent).
     pub(super) fn head(&self, kind: Kind) -> Repr {
         Repr {
             kind: kind.into(),
             cookie: self.cookie,
             comm: self.config.comm,
+            from: self.me as u32,
             ..Repr::default()
         }
     }

@@ -10,7 +10,7 @@
 //! Same shape as [`TcpTransport`](crate::transport::TcpTransport): the communicator gives it
 //! the peers' MAC addresses and the job cookie from the bootstrap, then drives it with the
 //! [`Endpoint`] of every broadcast in flight. An engine segment larger than one frame goes
-//! out as several frames (payload per frame = MTU − 88-byte header); the receiver copies each
+//! out as several frames (payload per frame = MTU − 100-byte header); the receiver copies each
 //! frame's payload straight to its offset in its broadcast's buffer and hands the segment to
 //! the endpoint (`handle_data`) once distinct frames covered it. A segment of a broadcast not
 //! posted yet is assembled in a buffer of its own and held by the endpoint.
@@ -21,6 +21,12 @@
 //! reliability recovers it as a lost frame. Frames with another job's cookie or communicator
 //! id, from unknown MACs, of unknown versions or with bad lengths are dropped and counted
 //! ([`Counters`]).
+//!
+//! Ranks of one host share its NICs (issue 11): frames name their sending and receiving rank,
+//! a frame is taken only from the MAC of the rank it names and only for this rank
+//! (`dropped_otherrank`), and each socket's BPF filter ([`socket::rank_filter`]) keeps the
+//! other ranks' frames out of it in the kernel. Ranks of this host behind its own NIC are no
+//! peers of this link: shared memory reaches them (docs/raweth.md, "Several ranks per host").
 //!
 //! Everything but the socket is a [`FrameLink`] (link.rs): bytes in, frames out, so that the
 //! receive path runs without a socket in tests and under the fuzzer.
@@ -109,6 +115,9 @@ pub struct Counters {
     pub later_dropped: u64,
     /// Frames addressed to another host (flooded by a bridge that has not learnt a MAC).
     pub dropped_otherhost: u64,
+    /// Frames for another rank of this host (which shares this NIC's MAC): the socket's
+    /// filter keeps them out, so this stays 0 unless the filter is off.
+    pub dropped_otherrank: u64,
     /// Frames the kernel dropped because this socket's receive buffer or ring was full.
     pub kernel_drops: u64,
     pub dropped_cookie: u64,
@@ -240,6 +249,14 @@ impl RawEthTransport {
                 ),
             });
         }
+        // Only this rank's frames reach its sockets (the ranks of a host share their NICs).
+        for sock in &socks {
+            sock.set_rank_filter(me as u32)
+                .map_err(|e| TransportError::Setup {
+                    what: format!("the rank filter (SO_ATTACH_FILTER) on {}", sock.ifname()),
+                    error: e.to_string(),
+                })?;
+        }
         let rings = match config.rx_ring {
             Some(bytes) => socks
                 .iter()
@@ -316,6 +333,17 @@ impl RawEthTransport {
         cookie: u64,
     ) -> Result<(), TransportError> {
         self.link.set_rail_peers(macs, cookie)
+    }
+
+    /// [`RawEthTransport::set_rail_peers`] knowing which host each rank is on (ranks of one
+    /// host may share its NICs: [`FrameLink::set_rail_peers_on_hosts`]).
+    pub fn set_rail_peers_on_hosts(
+        &mut self,
+        macs: Vec<Vec<Mac>>,
+        hosts: &[usize],
+        cookie: u64,
+    ) -> Result<(), TransportError> {
+        self.link.set_rail_peers_on_hosts(macs, hosts, cookie)
     }
 }
 

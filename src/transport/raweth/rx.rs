@@ -106,9 +106,10 @@ impl RawEthTransport {
 
 impl FrameLink {
     /// Takes one received frame: `bytes` after the Ethernet header, from MAC `mac`,
-    /// `truncated` when the kernel cut it short. The sender must be a peer; then lengths,
-    /// version and checksum are checked before any other field is read, then the cookie and
-    /// communicator. Passes the frame through the per-peer
+    /// `truncated` when the kernel cut it short. The sender's MAC must be a peer's; then
+    /// lengths, version and checksum are checked before any other field is read, then that
+    /// the rank the frame names as its sender has that MAC (ranks of one host share it) and
+    /// that the frame is for this rank, then the cookie and communicator. Passes the frame through the per-peer
     /// reliability and lands its content (a data frame's payload at its offset in its
     /// broadcast's buffer in `bufs`, a control message at `endpoint`). A frame that fails a
     /// check is dropped and counted; an error means a peer that passed every check sent
@@ -142,10 +143,10 @@ impl FrameLink {
     ) -> Result<(), crate::Error> {
         self.counters.rx_frames += 1;
         self.counters.rx_bytes += bytes.len() as u64;
-        let Some(&rank) = self.by_mac.get(rail).and_then(|m| m.get(&mac)) else {
+        if !self.by_mac.get(rail).is_some_and(|m| m.contains(&mac)) {
             self.counters.dropped_unknown_peer += 1;
             return Ok(());
-        };
+        }
         let frame = match Frame::new_checked(bytes) {
             Ok(f) if !truncated => f,
             Ok(_) | Err(WireError::Truncated { .. }) | Err(WireError::BadLength { .. }) => {
@@ -164,6 +165,17 @@ impl FrameLink {
         };
         if self.config.checksum && !frame.checksum_ok(&self.own[rail], &mac) {
             self.counters.dropped_checksum += 1;
+            return Ok(());
+        }
+        // Ranks of a host share its MAC: the sender is the rank the frame names, and only
+        // when that rank's MAC on this rail is the one the frame came from.
+        let rank = frame.from() as usize;
+        if self.macs[rail].get(&rank) != Some(&mac) {
+            self.counters.dropped_unknown_peer += 1;
+            return Ok(());
+        }
+        if frame.to() as usize != self.me {
+            self.counters.dropped_otherrank += 1;
             return Ok(());
         }
         if frame.cookie() != self.cookie {

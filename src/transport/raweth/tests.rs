@@ -148,6 +148,25 @@ fn setup_of(root: usize, msize: usize) -> Setup {
     }
 }
 
+/// Every rank's link, endpoint and buffers.
+type Ranks<'a> = (&'a mut [FrameLink], &'a mut [Endpoint], &'a mut [Buffers]);
+
+/// Hands rank `to` a frame that arrived on `rail` from MAC `from`; panics on an error.
+fn deliver(ranks: Ranks<'_>, now: u64, rail: usize, to: usize, from: Mac, bytes: &[u8]) {
+    let (links, endpoints, bufs) = ranks;
+    links[to]
+        .receive_frame_on(
+            rail,
+            &mut bufs[to],
+            &mut endpoints[to],
+            now,
+            from,
+            false,
+            bytes,
+        )
+        .unwrap_or_else(|e| panic!("rank {to}: {e}"));
+}
+
 /// Panics unless every rank finished broadcast 1 with `want` in its buffer.
 fn check_every_byte(
     links: &[FrameLink],
@@ -286,17 +305,8 @@ fn run_rails(n: usize, root: usize, msize: usize, lose: usize) -> Vec<(Counters,
         let [rail0, rail1] = wire;
         for (rail, frames) in [(1, rail1), (0, rail0)] {
             for (to, from, bytes) in frames {
-                links[to]
-                    .receive_frame_on(
-                        rail,
-                        &mut bufs[to],
-                        &mut endpoints[to],
-                        now,
-                        from,
-                        false,
-                        &bytes,
-                    )
-                    .unwrap_or_else(|e| panic!("rank {to}: {e}"));
+                let ranks = (&mut links[..], &mut endpoints[..], &mut bufs[..]);
+                deliver(ranks, now, rail, to, from, &bytes);
             }
         }
     }
@@ -366,4 +376,229 @@ fn a_frame_on_the_wrong_rail_is_dropped_and_macs_are_distinct_over_rails() {
     );
     let three = vec![(0..3).map(mac).collect::<Vec<_>>(); 3];
     assert!(link.set_rail_peers(three, 7).is_err());
+}
+
+/// Two hosts of two ranks each (ranks 0, 1 on host 0, ranks 2, 3 on host 1): host `h`'s NIC
+/// on rail `rail`, shared by both its ranks.
+fn host_nic(rail: usize, host: usize) -> Mac {
+    [2, 0, 0, 0, rail as u8, host as u8 + 1]
+}
+
+const HOST_OF: [usize; 4] = [0, 0, 1, 1];
+
+/// Lanes from `root` whose every edge crosses hosts (a plan's edges inside a host go over
+/// shared memory, not this link): two chains and a tree, each alternating hosts.
+fn cross_host_lanes(root: usize) -> Vec<Lane> {
+    let sibling = root ^ 1;
+    let (o1, o2) = if root < 2 { (2, 3) } else { (0, 1) };
+    let mut tree = vec![Vec::new(); 4];
+    tree[root] = vec![o1, o2];
+    tree[o2] = vec![sibling];
+    vec![
+        Lane::chain(4, &[root, o1, sibling, o2]),
+        Lane::chain(4, &[root, o2, sibling, o1]),
+        Lane::from_children(tree),
+    ]
+}
+
+/// Broadcasts `msize` bytes from `root` down `lanes` (lane i on rail i when `rails` is 2)
+/// over the two hosts of [`HOST_OF`], whose ranks share their host's NICs. The wire copies
+/// every frame to each rank behind the destination MAC, as the kernel copies a frame into
+/// every packet socket of an interface without a filter; `spoof` (when set) also delivers
+/// every data frame a second time from rank `spoof.0`'s MAC, relabelled as from rank
+/// `spoof.1` (whose MAC it is not), and resealed so that its checksum passes. Checks every
+/// byte at every rank; returns each rank's counters.
+fn run_hosts(
+    lanes: &[Lane],
+    root: usize,
+    msize: usize,
+    rails: usize,
+    spoof: Option<(usize, usize)>,
+) -> Vec<Counters> {
+    let n = 4;
+    let config = wire_config();
+    let setup = setup_of(root, msize);
+    let want = pattern(msize);
+    let mut links: Vec<FrameLink> = (0..n)
+        .map(|r| {
+            let own = (0..rails).map(|l| host_nic(l, HOST_OF[r])).collect();
+            FrameLink::on_rails(r, own, config, 1000)
+        })
+        .collect();
+    let mut endpoints: Vec<Endpoint> = (0..n).map(|_| Endpoint::new()).collect();
+    let mut bufs: Vec<Buffers> = (0..n).map(|_| Buffers::new()).collect();
+    for r in 0..n {
+        let macs = (0..rails)
+            .map(|l| (0..n).map(|p| host_nic(l, HOST_OF[p])).collect())
+            .collect();
+        links[r]
+            .set_rail_peers_on_hosts(macs, &HOST_OF, 0xc0ffee)
+            .unwrap();
+        // The other rank of this host is no peer of the link (shared memory reaches it).
+        assert!(!links[r].knows(r ^ 1) && links[r].knows(r ^ 2) && links[r].knows(r ^ 3));
+        let data = if r == root {
+            want.clone()
+        } else {
+            vec![0; msize]
+        };
+        bufs[r].insert(1, Buffer::Owned(data));
+        let mut bcast = Bcast::new(r, lanes, setup, EngineConfig::default(), 0).unwrap();
+        if rails == 2 {
+            bcast = bcast.with_rails(vec![0, 1]);
+        }
+        let buf = bufs[r].get_mut(&1).unwrap().as_mut_slice();
+        endpoints[r].post(bcast, buf, 0).unwrap();
+    }
+    let mut now = 0u64;
+    for _ in 0..20_000 {
+        if endpoints.iter().all(|e| e.is_done(1)) {
+            break;
+        }
+        now += 1_000_000;
+        // (rail, to rank, from MAC, bytes)
+        let mut wire: Vec<(usize, usize, Mac, Vec<u8>)> = Vec::new();
+        for r in 0..n {
+            endpoints[r].handle_timeout(now).unwrap();
+            links[r].queue(&mut endpoints[r]).unwrap();
+            links[r].check_liveness(now, &endpoints[r]).unwrap();
+            links[r]
+                .send(&bufs[r], now, &mut |rail, frames| {
+                    for (to, [head, body]) in frames {
+                        let mut bytes = head.to_vec();
+                        bytes.extend_from_slice(body);
+                        let from = host_nic(rail, HOST_OF[r]);
+                        assert_ne!(*to, from, "rank {r} sent to its own host's NIC");
+                        let behind: Vec<usize> = (0..n)
+                            .filter(|&d| host_nic(rail, HOST_OF[d]) == *to)
+                            .collect();
+                        assert_eq!(behind.len(), 2, "{to:?}");
+                        if let Some((at, claims)) = spoof.filter(|s| s.0 == r) {
+                            use crate::wire::frame::{Frame, Kind};
+                            let relabel = |b: &mut Vec<u8>, rank: usize| {
+                                let mut f = Frame::new_unchecked(&mut b[..]);
+                                f.set_from(rank as u32);
+                                f.seal(to, &from);
+                            };
+                            if Frame::new_unchecked(&bytes[..]).kind() == Kind::Data {
+                                relabel(&mut bytes, claims);
+                                for &d in &behind {
+                                    wire.push((rail, d, from, bytes.clone()));
+                                }
+                                relabel(&mut bytes, at);
+                            }
+                        }
+                        for &d in &behind {
+                            wire.push((rail, d, from, bytes.clone()));
+                        }
+                    }
+                    Ok::<usize, TransportError>(frames.len())
+                })
+                .unwrap();
+        }
+        for (rail, to, from, bytes) in wire {
+            let ranks = (&mut links[..], &mut endpoints[..], &mut bufs[..]);
+            deliver(ranks, now, rail, to, from, &bytes);
+        }
+    }
+    check_every_byte(&links, &mut endpoints, &mut bufs, &want, now);
+    links.iter().map(FrameLink::counters).collect()
+}
+
+/// Two ranks per host sharing its MAC: every byte arrives at every rank for every root,
+/// tree and size; each frame also reached the other rank of its host (no filter on this
+/// wire), which dropped and counted it, and nothing else was dropped.
+#[test]
+fn ranks_sharing_a_mac_get_every_byte_and_drop_the_other_ranks_frames() {
+    for root in 0..4 {
+        for (t, lane) in cross_host_lanes(root).into_iter().enumerate() {
+            for msize in [0, 1, 999, 4097, 100_003] {
+                let c = run_hosts(std::slice::from_ref(&lane), root, msize, 1, None);
+                let tx: u64 = c.iter().map(|c| c.tx_frames).sum();
+                let rx: u64 = c.iter().map(|c| c.rx_frames).sum();
+                let other: u64 = c.iter().map(|c| c.dropped_otherrank).sum();
+                let what = format!("root {root} tree {t} {msize} bytes: {c:?}");
+                assert_eq!(rx, 2 * tx, "{what}");
+                assert_eq!(other, tx, "{what}");
+                for c in &c {
+                    assert_eq!(c.dropped_unknown_peer + c.dropped_checksum, 0, "{what}");
+                }
+            }
+        }
+    }
+}
+
+/// The same hosts with two NICs each (each rank on both rails, lane i on rail i).
+#[test]
+fn ranks_sharing_two_nics_get_every_byte() {
+    for root in 0..4 {
+        let lanes = cross_host_lanes(root);
+        for msize in [0, 1, 4097, 100_003] {
+            let c = run_hosts(&lanes[..2], root, msize, 2, None);
+            let what = format!("root {root} {msize} bytes: {c:?}");
+            let tx: u64 = c.iter().map(|c| c.tx_frames).sum();
+            let other: u64 = c.iter().map(|c| c.dropped_otherrank).sum();
+            assert_eq!(other, tx, "{what}");
+            for c in &c {
+                assert_eq!(c.dropped_unknown_peer + c.dropped_checksum, 0, "{what}");
+            }
+        }
+    }
+}
+
+/// A frame from a MAC that claims a rank whose MAC it is not (rank 0 sending as rank 2, of
+/// the other host) is dropped as from an unknown peer, even with a valid checksum, and the
+/// broadcast is unharmed.
+#[test]
+fn a_frame_claiming_a_rank_of_another_mac_is_dropped() {
+    let lanes = cross_host_lanes(0);
+    let c = run_hosts(&lanes[..1], 0, 10_007, 1, Some((0, 2)));
+    let spoofed: u64 = c.iter().map(|c| c.dropped_unknown_peer).sum();
+    assert!(spoofed > 0, "{c:?}");
+    assert!(c.iter().all(|c| c.dropped_checksum == 0), "{c:?}");
+}
+
+/// What stays refused: ranks on different hosts sharing a MAC, and a MAC on two rails.
+#[test]
+fn macs_shared_across_hosts_or_rails_are_refused() {
+    let mut link = FrameLink::on_rails(
+        0,
+        vec![host_nic(0, 0), host_nic(1, 0)],
+        Config::default(),
+        1000,
+    );
+    let one = |h: [usize; 4]| vec![(0..4).map(|r| host_nic(0, h[r])).collect::<Vec<_>>()];
+    // Ranks 2 and 3 on host 1 share a MAC; so do 0 and 1 on host 0: fine.
+    link.set_rail_peers_on_hosts(one([0, 0, 1, 1]), &HOST_OF, 7)
+        .unwrap();
+    // Rank 3 on host 1 with host 0's MAC.
+    let e = link
+        .set_rail_peers_on_hosts(one([0, 0, 1, 0]), &HOST_OF, 7)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("different hosts but share MAC"), "{e}");
+    // The old single-host-per-rank call refuses a shared MAC too.
+    let e = link
+        .set_rail_peers(one([0, 0, 1, 1]), 7)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("ranks 0 and 1 are on different hosts"), "{e}");
+    // Host 1's rail-0 NIC as rank 3's rail-1 NIC.
+    let mut rails = one([0, 0, 1, 1]);
+    rails.push(vec![
+        host_nic(1, 0),
+        host_nic(1, 0),
+        host_nic(1, 1),
+        host_nic(0, 1),
+    ]);
+    let e = link
+        .set_rail_peers_on_hosts(rails, &HOST_OF, 7)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("rank 2's on rail 0 and rank 3's on rail 1"),
+        "{e}"
+    );
+    assert!(link
+        .set_rail_peers_on_hosts(one([0, 0, 1, 1]), &[0, 0, 1], 7)
+        .is_err());
 }

@@ -41,13 +41,12 @@ impl RawEthTransport {
 }
 
 impl FrameLink {
-    /// Turns the endpoint's transmits into frames on each peer's queue.
+    /// Turns the endpoint's transmits to this link's peers ([`FrameLink::knows`]) into frames
+    /// on each peer's queue; messages to other ranks are left to the link that reaches them.
     pub fn queue(&mut self, endpoint: &mut Endpoint) -> Result<(), TransportError> {
+        let peers = std::mem::take(&mut self.peers);
         // The engine ignores the time here.
-        while let Some((_, t)) = endpoint.poll_transmit(0) {
-            if !self.knows(t.to) {
-                return Err(TransportError::UnknownPeer { peer: t.to });
-            }
+        while let Some((_, t)) = endpoint.poll_transmit_to(0, &|p| peers.contains(&p)) {
             // Lane i of a plan on rails leaves through NIC i (its data, and its credits back).
             let rail = self.rail(endpoint.rail_of(&t.message));
             let mut head = self.head(Kind::Data);
@@ -115,6 +114,7 @@ impl FrameLink {
                 }
             }
         }
+        self.peers = peers;
         Ok(())
     }
 
@@ -224,6 +224,7 @@ impl FrameLink {
                 ack,
                 sack,
                 credit,
+                to: o.peer as u32,
                 ..o.item.head
             };
             if let Some(copy) = o.copy {
