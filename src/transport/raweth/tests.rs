@@ -48,27 +48,16 @@ fn run(
     };
     let order: Vec<usize> = (0..n).map(|i| (root + i) % n).collect();
     let lanes = vec![Lane::chain(n, &order)];
-    let setup = setup_of(root, msize);
     let want = pattern(msize);
     let mut links: Vec<FrameLink> = (0..n)
         .map(|r| FrameLink::new(r, mac(r), config, 1000))
         .collect();
     let mut endpoints: Vec<Endpoint> = (0..n).map(|_| Endpoint::new()).collect();
     let mut bufs: Vec<Buffers> = (0..n).map(|_| Buffers::new()).collect();
-    for r in 0..n {
-        links[r]
-            .set_peers((0..n).map(mac).collect(), 0xc0ffee)
-            .unwrap();
-        let data = if r == root {
-            want.clone()
-        } else {
-            vec![0; msize]
-        };
-        bufs[r].insert(1, Buffer::Owned(data));
-        let bcast = Bcast::new(r, &lanes, setup, EngineConfig::default(), 0).unwrap();
-        let buf = bufs[r].get_mut(&1).unwrap().as_mut_slice();
-        endpoints[r].post(bcast, buf, 0).unwrap();
+    for link in &mut links {
+        link.set_peers((0..n).map(mac).collect(), 0xc0ffee).unwrap();
     }
+    post_everywhere(&mut endpoints, &mut bufs, &lanes, root, &want, None);
     let mut sent = 0usize;
     let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ msize as u64;
     let mut now = 0u64;
@@ -78,42 +67,29 @@ fn run(
         }
         now += 1_000_000;
         let mut wire: Wire = Vec::new();
-        for r in 0..n {
-            endpoints[r]
-                .handle_timeout(now)
-                .unwrap_or_else(|e| panic!("rank {r}, {msize} bytes: {e}"));
-            links[r].queue(&mut endpoints[r]).unwrap();
-            links[r].check_liveness(now, &endpoints[r]).unwrap();
-            links[r]
-                .send(&bufs[r], now, &mut |_rail, frames| {
-                    for (to, [head, body]) in frames {
-                        let mut bytes = head.to_vec();
-                        bytes.extend_from_slice(body);
-                        let dest = (0..n).find(|&d| mac(d) == *to).expect("a peer's MAC");
-                        let mut from = mac(r);
-                        sent += 1;
-                        // xorshift64
-                        rng ^= rng << 13;
-                        rng ^= rng >> 7;
-                        rng ^= rng << 17;
-                        if rng % every as u64 == 0 {
-                            match spoil {
-                                Spoil::FlipByte => {
-                                    let at = (sent * 7919) % bytes.len();
-                                    bytes[at] ^= 0x20;
-                                }
-                                Spoil::OtherSender => {
-                                    from = mac((0..n).find(|&o| o != r && o != dest).unwrap());
-                                }
-                                Spoil::Nothing => {}
-                            }
-                        }
-                        wire.push((dest, from, bytes));
+        let ranks = (&mut links[..], &mut endpoints[..], &mut bufs[..]);
+        send_round(ranks, now, &mut |r, _rail, to, mut bytes| {
+            let dest = (0..n).find(|&d| mac(d) == *to).expect("a peer's MAC");
+            let mut from = mac(r);
+            sent += 1;
+            // xorshift64
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            if rng % every as u64 == 0 {
+                match spoil {
+                    Spoil::FlipByte => {
+                        let at = (sent * 7919) % bytes.len();
+                        bytes[at] ^= 0x20;
                     }
-                    Ok::<usize, TransportError>(frames.len())
-                })
-                .unwrap();
-        }
+                    Spoil::OtherSender => {
+                        from = mac((0..n).find(|&o| o != r && o != dest).unwrap());
+                    }
+                    Spoil::Nothing => {}
+                }
+            }
+            wire.push((dest, from, bytes));
+        });
         for (to, from, bytes) in wire {
             links[to]
                 .receive_frame(&mut bufs[to], &mut endpoints[to], now, from, false, &bytes)
@@ -165,6 +141,56 @@ fn deliver(ranks: Ranks<'_>, now: u64, rail: usize, to: usize, from: Mac, bytes:
             bytes,
         )
         .unwrap_or_else(|e| panic!("rank {to}: {e}"));
+}
+
+/// Posts broadcast 1 ([`setup_of`]) at every rank: the root's buffer holds `want`, the
+/// others' zeros; the lanes on `rails` when given (`Plan::rails`).
+fn post_everywhere(
+    endpoints: &mut [Endpoint],
+    bufs: &mut [Buffers],
+    lanes: &[Lane],
+    root: usize,
+    want: &[u8],
+    rails: Option<&[usize]>,
+) {
+    let setup = setup_of(root, want.len());
+    for r in 0..endpoints.len() {
+        let data = if r == root {
+            want.to_vec()
+        } else {
+            vec![0; want.len()]
+        };
+        bufs[r].insert(1, Buffer::Owned(data));
+        let mut bcast = Bcast::new(r, lanes, setup, EngineConfig::default(), 0).unwrap();
+        if let Some(rails) = rails {
+            bcast = bcast.with_rails(rails.to_vec());
+        }
+        let buf = bufs[r].get_mut(&1).unwrap().as_mut_slice();
+        endpoints[r].post(bcast, buf, 0).unwrap();
+    }
+}
+
+/// One round at every rank: timers, queueing, liveness, then every frame it sends goes to
+/// `wire` as (sender rank, rail, destination MAC, bytes after the Ethernet header).
+fn send_round(ranks: Ranks<'_>, now: u64, wire: &mut impl FnMut(usize, usize, &Mac, Vec<u8>)) {
+    let (links, endpoints, bufs) = ranks;
+    for r in 0..links.len() {
+        endpoints[r]
+            .handle_timeout(now)
+            .unwrap_or_else(|e| panic!("rank {r}: {e}"));
+        links[r].queue(&mut endpoints[r]).unwrap();
+        links[r].check_liveness(now, &endpoints[r]).unwrap();
+        links[r]
+            .send(&bufs[r], now, &mut |rail, frames| {
+                for (to, [head, body]) in frames {
+                    let mut bytes = head.to_vec();
+                    bytes.extend_from_slice(body);
+                    wire(r, rail, to, bytes);
+                }
+                Ok::<usize, TransportError>(frames.len())
+            })
+            .unwrap();
+    }
 }
 
 /// Panics unless every rank finished broadcast 1 with `want` in its buffer.
@@ -248,7 +274,6 @@ fn run_rails(n: usize, root: usize, msize: usize, lose: usize) -> Vec<(Counters,
     let config = wire_config();
     let mut sent = 0usize;
     let lanes = two_lanes(n, root);
-    let setup = setup_of(root, msize);
     let want = pattern(msize);
     let nics = [mac, mac1];
     let mut links: Vec<FrameLink> = (0..n)
@@ -256,22 +281,19 @@ fn run_rails(n: usize, root: usize, msize: usize, lose: usize) -> Vec<(Counters,
         .collect();
     let mut endpoints: Vec<Endpoint> = (0..n).map(|_| Endpoint::new()).collect();
     let mut bufs: Vec<Buffers> = (0..n).map(|_| Buffers::new()).collect();
-    for r in 0..n {
+    for link in &mut links {
         let rails = nics.iter().map(|m| (0..n).map(m).collect()).collect();
-        links[r].set_rail_peers(rails, 0xc0ffee).unwrap();
-        assert_eq!(links[r].rails(), 2);
-        let data = if r == root {
-            want.clone()
-        } else {
-            vec![0; msize]
-        };
-        bufs[r].insert(1, Buffer::Owned(data));
-        let bcast = Bcast::new(r, &lanes, setup, EngineConfig::default(), 0)
-            .unwrap()
-            .with_rails(vec![0, 1]);
-        let buf = bufs[r].get_mut(&1).unwrap().as_mut_slice();
-        endpoints[r].post(bcast, buf, 0).unwrap();
+        link.set_rail_peers(rails, 0xc0ffee).unwrap();
+        assert_eq!(link.rails(), 2);
     }
+    post_everywhere(
+        &mut endpoints,
+        &mut bufs,
+        &lanes,
+        root,
+        &want,
+        Some(&[0, 1]),
+    );
     let mut now = 0u64;
     for _ in 0..20_000 {
         if endpoints.iter().all(|e| e.is_done(1)) {
@@ -280,28 +302,17 @@ fn run_rails(n: usize, root: usize, msize: usize, lose: usize) -> Vec<(Counters,
         now += 1_000_000;
         // Per rail: (to rank, from MAC, bytes).
         let mut wire: [Wire; 2] = [Vec::new(), Vec::new()];
-        for r in 0..n {
-            endpoints[r].handle_timeout(now).unwrap();
-            links[r].queue(&mut endpoints[r]).unwrap();
-            links[r].check_liveness(now, &endpoints[r]).unwrap();
-            links[r]
-                .send(&bufs[r], now, &mut |rail, frames| {
-                    for (to, [head, body]) in frames {
-                        let dest = (0..n)
-                            .find(|&d| nics[rail](d) == *to)
-                            .unwrap_or_else(|| panic!("rail {rail}: {to:?} is no NIC of it"));
-                        let mut bytes = head.to_vec();
-                        bytes.extend_from_slice(body);
-                        sent += usize::from(rail == 1);
-                        if rail == 1 && lose > 0 && sent % lose == 0 {
-                            continue;
-                        }
-                        wire[rail].push((dest, nics[rail](r), bytes));
-                    }
-                    Ok::<usize, TransportError>(frames.len())
-                })
-                .unwrap();
-        }
+        let ranks = (&mut links[..], &mut endpoints[..], &mut bufs[..]);
+        send_round(ranks, now, &mut |r, rail, to, bytes| {
+            let dest = (0..n)
+                .find(|&d| nics[rail](d) == *to)
+                .unwrap_or_else(|| panic!("rail {rail}: {to:?} is no NIC of it"));
+            sent += usize::from(rail == 1);
+            if rail == 1 && lose > 0 && sent % lose == 0 {
+                return;
+            }
+            wire[rail].push((dest, nics[rail](r), bytes));
+        });
         let [rail0, rail1] = wire;
         for (rail, frames) in [(1, rail1), (0, rail0)] {
             for (to, from, bytes) in frames {
@@ -417,7 +428,6 @@ fn run_hosts(
 ) -> Vec<Counters> {
     let n = 4;
     let config = wire_config();
-    let setup = setup_of(root, msize);
     let want = pattern(msize);
     let mut links: Vec<FrameLink> = (0..n)
         .map(|r| {
@@ -427,28 +437,17 @@ fn run_hosts(
         .collect();
     let mut endpoints: Vec<Endpoint> = (0..n).map(|_| Endpoint::new()).collect();
     let mut bufs: Vec<Buffers> = (0..n).map(|_| Buffers::new()).collect();
-    for r in 0..n {
+    for (r, link) in links.iter_mut().enumerate() {
         let macs = (0..rails)
             .map(|l| (0..n).map(|p| host_nic(l, HOST_OF[p])).collect())
             .collect();
-        links[r]
-            .set_rail_peers_on_hosts(macs, &HOST_OF, 0xc0ffee)
+        link.set_rail_peers_on_hosts(macs, &HOST_OF, 0xc0ffee)
             .unwrap();
         // The other rank of this host is no peer of the link (shared memory reaches it).
-        assert!(!links[r].knows(r ^ 1) && links[r].knows(r ^ 2) && links[r].knows(r ^ 3));
-        let data = if r == root {
-            want.clone()
-        } else {
-            vec![0; msize]
-        };
-        bufs[r].insert(1, Buffer::Owned(data));
-        let mut bcast = Bcast::new(r, lanes, setup, EngineConfig::default(), 0).unwrap();
-        if rails == 2 {
-            bcast = bcast.with_rails(vec![0, 1]);
-        }
-        let buf = bufs[r].get_mut(&1).unwrap().as_mut_slice();
-        endpoints[r].post(bcast, buf, 0).unwrap();
+        assert!(!link.knows(r ^ 1) && link.knows(r ^ 2) && link.knows(r ^ 3));
     }
+    let on_rails = (rails == 2).then_some(&[0, 1][..]);
+    post_everywhere(&mut endpoints, &mut bufs, lanes, root, &want, on_rails);
     let mut now = 0u64;
     for _ in 0..20_000 {
         if endpoints.iter().all(|e| e.is_done(1)) {
@@ -457,44 +456,33 @@ fn run_hosts(
         now += 1_000_000;
         // (rail, to rank, from MAC, bytes)
         let mut wire: Vec<(usize, usize, Mac, Vec<u8>)> = Vec::new();
-        for r in 0..n {
-            endpoints[r].handle_timeout(now).unwrap();
-            links[r].queue(&mut endpoints[r]).unwrap();
-            links[r].check_liveness(now, &endpoints[r]).unwrap();
-            links[r]
-                .send(&bufs[r], now, &mut |rail, frames| {
-                    for (to, [head, body]) in frames {
-                        let mut bytes = head.to_vec();
-                        bytes.extend_from_slice(body);
-                        let from = host_nic(rail, HOST_OF[r]);
-                        assert_ne!(*to, from, "rank {r} sent to its own host's NIC");
-                        let behind: Vec<usize> = (0..n)
-                            .filter(|&d| host_nic(rail, HOST_OF[d]) == *to)
-                            .collect();
-                        assert_eq!(behind.len(), 2, "{to:?}");
-                        if let Some((at, claims)) = spoof.filter(|s| s.0 == r) {
-                            use crate::wire::frame::{Frame, Kind};
-                            let relabel = |b: &mut Vec<u8>, rank: usize| {
-                                let mut f = Frame::new_unchecked(&mut b[..]);
-                                f.set_from(rank as u32);
-                                f.seal(to, &from);
-                            };
-                            if Frame::new_unchecked(&bytes[..]).kind() == Kind::Data {
-                                relabel(&mut bytes, claims);
-                                for &d in &behind {
-                                    wire.push((rail, d, from, bytes.clone()));
-                                }
-                                relabel(&mut bytes, at);
-                            }
-                        }
-                        for &d in &behind {
-                            wire.push((rail, d, from, bytes.clone()));
-                        }
+        let ranks = (&mut links[..], &mut endpoints[..], &mut bufs[..]);
+        send_round(ranks, now, &mut |r, rail, to, mut bytes| {
+            let from = host_nic(rail, HOST_OF[r]);
+            assert_ne!(*to, from, "rank {r} sent to its own host's NIC");
+            let behind: Vec<usize> = (0..n)
+                .filter(|&d| host_nic(rail, HOST_OF[d]) == *to)
+                .collect();
+            assert_eq!(behind.len(), 2, "{to:?}");
+            if let Some((at, claims)) = spoof.filter(|s| s.0 == r) {
+                use crate::wire::frame::{Frame, Kind};
+                let relabel = |b: &mut Vec<u8>, rank: usize| {
+                    let mut f = Frame::new_unchecked(&mut b[..]);
+                    f.set_from(rank as u32);
+                    f.seal(to, &from);
+                };
+                if Frame::new_unchecked(&bytes[..]).kind() == Kind::Data {
+                    relabel(&mut bytes, claims);
+                    for &d in &behind {
+                        wire.push((rail, d, from, bytes.clone()));
                     }
-                    Ok::<usize, TransportError>(frames.len())
-                })
-                .unwrap();
-        }
+                    relabel(&mut bytes, at);
+                }
+            }
+            for &d in &behind {
+                wire.push((rail, d, from, bytes.clone()));
+            }
+        });
         for (rail, to, from, bytes) in wire {
             let ranks = (&mut links[..], &mut endpoints[..], &mut bufs[..]);
             deliver(ranks, now, rail, to, from, &bytes);
