@@ -30,6 +30,22 @@ pub const EDGE_LATENCY_NS: u64 = 1_000;
 /// model's time, because a rank's children all receive at the end of its sends.
 pub const SHARED_PORT_QUANTUM: u32 = 64 << 10;
 
+/// How many events a broadcast may take before the simulator calls it stuck: 64 per piece
+/// that crosses a tree edge, plus 10 million. A piece is a segment, or one
+/// [`SHARED_PORT_QUANTUM`] turn of a larger one: whole-message trees (binomial) move each
+/// message in many turns, and counting them as one segment made a 16 MiB binomial
+/// broadcast over 4096 ranks "stuck" at 10 million events.
+fn event_budget(msize: u64, segment: u64, size: usize, lanes: usize) -> u64 {
+    let piece = segment.clamp(1, u64::from(SHARED_PORT_QUANTUM));
+    msize
+        .div_ceil(piece)
+        .max(1)
+        .saturating_mul(size as u64)
+        .saturating_mul(lanes as u64)
+        .saturating_mul(64)
+        .saturating_add(10_000_000)
+}
+
 /// Where the times come from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Timing {
@@ -162,15 +178,11 @@ pub fn simulate_on_rails(
         idle_timeout: u64::MAX / 4,
         ..engine::Config::default()
     };
-    let segments = msize.div_ceil(segment.max(1)).max(1);
-    let hops = segments
-        .saturating_mul(size as u64)
-        .saturating_mul(lanes.len() as u64);
     net.engine_config(config)
         .rails(rails.to_vec())
         .shared_port(SHARED_PORT_QUANTUM)
         .without_payloads()
-        .max_events(hops.saturating_mul(64).saturating_add(10_000_000));
+        .max_events(event_budget(msize, segment, size, lanes.len()));
     let setup = Setup {
         seq: 1,
         root,
@@ -251,4 +263,24 @@ fn contention(flows: &[super::Flow]) -> Vec<Contention> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::*;
+
+    #[test]
+    fn the_event_budget_counts_the_shared_ports_turns() {
+        // Segments up to a turn: one piece each.
+        assert_eq!(
+            event_budget(1 << 20, 1024, 4, 1),
+            1024 * 4 * 64 + 10_000_000
+        );
+        // A whole 16 MiB message is 256 turns per hop.
+        let whole = event_budget(16 << 20, 16 << 20, 4096, 1);
+        assert_eq!(whole, 256 * 4096 * 64 + 10_000_000);
+        // Empty messages and absurd sizes neither divide by zero nor overflow.
+        assert_eq!(event_budget(0, 0, 8, 1), 8 * 64 + 10_000_000);
+        assert_eq!(event_budget(u64::MAX, 1, usize::MAX, 4), u64::MAX);
+    }
 }
