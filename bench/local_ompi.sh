@@ -17,6 +17,9 @@
 #   pipecast-forced  the component taking every size (coll_pipecast_min_bytes 1,
 #                    coll_pipecast_pml_below 0, PIPECAST_HOST_MIN_BYTES=1): what the shared-memory
 #                    link itself does
+#   pipecast-ring    the component at its defaults with PIPECAST_SHM=ring: every fan-out
+#                    through the writer's staging ring (docs/shm.md)
+#   pipecast-cma     the same with PIPECAST_SHM=cma: every reader copies by cross-memory attach
 # Output: $OUT/results.jsonl, $OUT/*.err, and a table on stdout: time per broadcast, its ratio
 # to Open MPI's default in the same run (>1: faster than Open MPI) and to one memcpy.
 #
@@ -53,6 +56,8 @@ for np in $NPS; do
       sm) args="--mca coll_sm_priority 100" ;;
       han) args="--mca coll_han_priority 100" ;;
       pipecast) args="$COMPONENT" ;;
+      pipecast-ring) args="$COMPONENT -x PIPECAST_SHM=ring" ;;
+      pipecast-cma) args="$COMPONENT -x PIPECAST_SHM=cma" ;;
       pipecast-forced) args="$COMPONENT --mca coll_pipecast_min_bytes 1 --mca coll_pipecast_pml_below 0 -x PIPECAST_HOST_MIN_BYTES=1" ;;
       *) echo "unknown configuration $config" >&2; exit 2 ;;
     esac

@@ -7,6 +7,7 @@ mod lab;
 use lab::{as_each_user, pipecast, require_lab, scratch_dir, text, unique_name, Lab, User, EXE};
 use pipecast::topology::{parse_topology, Topology};
 use std::collections::BTreeSet;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 
@@ -60,6 +61,18 @@ const FOUR_SWITCHES: &str = r#"{
 fn discovery_reproduces_the_lab_topology() {
     require_lab!();
     let lab = Lab::up("d", FOUR_SWITCHES, &[]);
+    // The switches' lldpd and the set-uid `lldpcli` run as `_lldpd`: root's run root and the
+    // /run/pipecast above it must let them through (a fresh machine's 0700 made `lab up` wait
+    // out its LLDP timeout).
+    let run_root = pipecast::lab::run_root();
+    let mut dirs = vec![run_root.as_path()];
+    if std::env::var_os("PIPECAST_LAB_DIR").is_none() {
+        dirs.extend(run_root.parent());
+    }
+    for dir in dirs {
+        let mode = std::fs::metadata(dir).unwrap().permissions().mode();
+        assert_eq!(mode & 0o011, 0o011, "{} is {mode:o}", dir.display());
+    }
     let expected = shape(&parse_topology(FOUR_SWITCHES).unwrap());
     let lldp = lab.dir().join("lldp");
     let out = pipecast(&[

@@ -106,15 +106,21 @@ pub fn run_root() -> PathBuf {
         })
 }
 
-/// Creates the run root (mode 0700 when it is a user's own) and checks that it belongs to
-/// this user: another user's directory in /tmp must not hold our lab's state.
+/// Creates the run root and checks that it belongs to this user: another user's directory in
+/// /tmp must not hold our lab's state.
+///
+/// A user's own run root is mode 0700. Root's is 0711, and so is the `/run/pipecast` above the
+/// default one: the switches' lldpd runs as `_lldpd`, and `lldpcli` is set-uid `_lldpd`, so
+/// both must pass through to the lab's sockets (with 0700 a fresh machine's first `lab up`
+/// waited out its LLDP timeout: `lldpcli` got "Permission denied" on the socket).
 pub fn create_run_root() -> Result<PathBuf, LabError> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
     let root = run_root();
     let io = |e: std::io::Error| LabError::Io(format!("cannot create {}: {e}", root.display()));
+    let mode = if super::is_root() { 0o711 } else { 0o700 };
     std::fs::DirBuilder::new()
         .recursive(true)
-        .mode(0o700)
+        .mode(mode)
         .create(&root)
         .map_err(io)?;
     let owner = std::fs::metadata(&root).map_err(io)?.uid();
@@ -123,6 +129,22 @@ pub fn create_run_root() -> Result<PathBuf, LabError> {
             "{} belongs to uid {owner}, not to you: remove it or set PIPECAST_LAB_DIR",
             root.display()
         )));
+    }
+    if super::is_root() {
+        // Directories made by an earlier version with 0700 are opened up for lldpd too; only
+        // pipecast's own (the run root, and /run/pipecast when it is the default), never a
+        // directory PIPECAST_LAB_DIR points into.
+        let mut own = vec![root.clone()];
+        if std::env::var_os("PIPECAST_LAB_DIR").is_none() {
+            own.extend(root.parent().map(PathBuf::from));
+        }
+        for dir in own {
+            let perms = std::fs::metadata(&dir).map_err(io)?.permissions();
+            if perms.mode() & 0o011 != 0o011 {
+                let opened = std::fs::Permissions::from_mode((perms.mode() | 0o011) & 0o7777);
+                std::fs::set_permissions(&dir, opened).map_err(io)?;
+            }
+        }
     }
     Ok(root)
 }
