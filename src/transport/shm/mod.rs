@@ -763,8 +763,11 @@ impl ShmLink {
 /// through its staging ring even to readers that could attach to its buffer: many readers'
 /// cross-memory attaches of one writer (each pinning its pages, each reading the whole
 /// message from memory at its own pace) cost more there than a shared staging ring (1 + k
-/// copies, each out of the shared cache). Measured with
-/// `bench/shm_fanout.sh` (docs/shm.md); `u64::MAX`: never.
+/// copies, each out of the shared cache). Measured with `bench/shm_fanout.sh` and
+/// `bench/local_ompi.sh` (docs/shm.md): from 16 MiB the ring was ahead with 3, 4 and 8 ranks
+/// (4 ranks under Open MPI: 2.2–4.0 × Open MPI's own broadcast against 1.5–2.3 × by attach);
+/// below it, and with 2 ranks (one reader: the ring's extra copy), attach was as fast or
+/// faster. `u64::MAX`: never.
 pub fn stage_from(ranks: usize) -> u64 {
     if ranks >= STAGE_MIN_RANKS {
         STAGE_MIN_BYTES
@@ -773,7 +776,7 @@ pub fn stage_from(ranks: usize) -> u64 {
     }
 }
 
-const STAGE_MIN_RANKS: usize = 5;
+const STAGE_MIN_RANKS: usize = 3;
 const STAGE_MIN_BYTES: u64 = 16 << 20;
 
 /// `send(2)` without SIGPIPE (a library inside an MPI program cannot count on it being
@@ -881,6 +884,14 @@ fn io_err(peer: Option<usize>, e: io::Error) -> TransportError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn large_fan_outs_to_two_readers_or_more_are_staged() {
+        assert_eq!(stage_from(2), u64::MAX, "one reader: attach, one copy");
+        for ranks in [3, 4, 8, 64] {
+            assert_eq!(stage_from(ranks), 16 << 20, "{ranks} ranks");
+        }
+    }
 
     /// Two links of one process (threads) connect; they attach to each other's memory (same
     /// process), or use the ring when forced.
