@@ -1,8 +1,8 @@
 //! The communicator over raw Ethernet, end to end: `pipecast bench --transport raweth` in a
 //! multi-switch lab (`pipecast lab up`), every byte verified at every rank, also with 1 % of
 //! the pipecast frames dropped at one switch (an nftables bridge-family rule); `auto` picking
-//! raweth in the lab and tcp on loopback; several ranks per machine sharing its NIC (as root
-//! and as `nobody`); the errors of `raweth` without CAP_NET_RAW and with ranks sharing one
+//! raweth in the lab and tcp on loopback; several ranks per machine sharing its NIC (2 on
+//! each machine, and 1, 2 and 3 in one job; as root and as `nobody`); the errors of `raweth` without CAP_NET_RAW and with ranks sharing one
 //! interface without shared memory.
 //!
 //! Lab tests need root, the lab's tools and `nft`; without them they print why they skip.
@@ -339,62 +339,91 @@ const THREE: &str = r#"{"switches": ["s0", "s1", "s2"], "links": [["s0", "s1"], 
 /// NIC (one MAC), frames name their sender and receiver rank, and each rank's socket filter
 /// keeps the other ranks' frames out. 3 machines × 2 ranks, as root and as `nobody` (a lab
 /// in a user namespace): every byte verified at every rank for sizes 0, 1, odd, not a
-/// multiple of the segment and 4 MiB, roots 0 (a leader), 1 (not a leader) and 2, two trees.
-/// Summed over all ranks, no rank received a frame for another (`dropped_otherrank` absent)
-/// and the ranks received no more frames than were sent (without the filter each frame to a
-/// machine reached both of its ranks: twice as many).
+/// multiple of the segment and 4 MiB, roots 0 (a leader), 1 (not a leader) and 2, two trees
+/// ([`ranks_sharing_nics_over_raweth`]).
 #[test]
 fn two_ranks_per_machine_share_each_nic_over_raw_ethernet() {
     require_lab!();
     as_each_user(|user: User| {
-        let lab = Lab::up_as(user, "rwk", THREE, &["--rate", "100mbit"]);
-        let topology = lab.topology_file();
-        let out = user.pipecast(&[
-            "lab",
-            "run",
-            "--name",
-            lab.name(),
-            "--timeout",
-            "60",
-            "--ranks-per-machine",
-            "2",
-            "--",
-            EXE,
-            "bench",
-            "--json",
-            "--topology",
-            topology.to_str().unwrap(),
-            "--transport",
-            "raweth",
-            "--sizes",
-            "0,1,7,100003,4M",
-            "--iters",
-            "3",
-            "--warmup",
-            "0",
-            "--tree",
-            "linear,binary",
-        ]);
-        assert!(out.status.success(), "{user:?}: {}", text(&out));
-        let report = lab::rank0_json(&out);
-        assert_eq!(report["ranks"], 6, "{report}");
-        assert!(
-            report["transport"]
-                .as_str()
-                .is_some_and(|t| t.contains("raweth:eth0")),
-            "{user:?}: transport {report}"
-        );
-        let rows = report["results"].as_array().unwrap();
-        assert_eq!(rows.len(), 10, "{report}");
-        for row in rows {
-            assert_eq!(row["verified"], true, "{user:?}: {row}");
-            let c = &row["transport_counters"];
-            let n = |k: &str| c[k].as_u64().unwrap_or(0);
-            assert_eq!(n("dropped_otherrank"), 0, "{user:?}: {row}");
-            assert!(n("rx_frames") <= n("tx_frames"), "{user:?}: {row}");
-            // The data crossed machines over raw Ethernet.
-            let bytes = row["bytes"].as_u64().unwrap();
-            assert!(n("tx_bytes") >= 2 * bytes, "{user:?}: {row}");
-        }
+        ranks_sharing_nics_over_raweth(user, "rwk", THREE, &["--ranks-per-machine", "2"], 6, 3);
     });
+}
+
+/// Three machines as in [`THREE`] holding 1, 2 and 3 ranks (the file's `ranks`, which `lab
+/// run` places: r0 on n0, r1–r2 on n1, r3–r5 on n2).
+const MIXED: &str = r#"{"switches": ["s0", "s1", "s2"], "links": [["s0", "s1"], ["s0", "s2"]],
+ "machines": [{"name": "n0", "switch": "s1"}, {"name": "n1", "switch": "s2", "ranks": 2},
+              {"name": "n2", "switch": "s1", "ranks": 3}]}"#;
+
+/// Issue 11's mixed job over raw Ethernet: hosts with 1, 2 and 3 ranks, as root and as
+/// `nobody`. Six iterations root every rank once: 0 (alone on its host), 1 (a 2-rank host's
+/// leader), 2, 3 (the 3-rank host's leader), 4 and 5 (its other ranks, which then lead it).
+#[test]
+fn hosts_of_one_two_and_three_ranks_share_their_nics_over_raw_ethernet() {
+    require_lab!();
+    as_each_user(|user: User| {
+        ranks_sharing_nics_over_raweth(user, "rwm", MIXED, &[], 6, 6);
+    });
+}
+
+/// Builds a lab of `topology` as `user` and runs `pipecast bench` over raw Ethernet on it,
+/// `ranks` ranks placed by `lab run PLACEMENT` (nothing: the file's `ranks`), `iters`
+/// iterations per size and tree (iteration i rooted at rank i mod `ranks`). Checks every
+/// byte at every rank for sizes 0, 1, odd, not a multiple of the segment and 4 MiB with two
+/// trees, and, summed over all ranks, that no rank received a frame for another
+/// (`dropped_otherrank` absent) and that the ranks received no more frames than were sent
+/// (without the filter each frame to a machine reached all of its ranks).
+fn ranks_sharing_nics_over_raweth(
+    user: User,
+    tag: &str,
+    topology: &str,
+    placement: &[&str],
+    ranks: usize,
+    iters: usize,
+) {
+    let lab = Lab::up_as(user, tag, topology, &["--rate", "100mbit"]);
+    let topology = lab.topology_file();
+    let iters = iters.to_string();
+    let mut args = vec!["lab", "run", "--name", lab.name(), "--timeout", "60"];
+    args.extend_from_slice(placement);
+    args.extend_from_slice(&[
+        "--",
+        EXE,
+        "bench",
+        "--json",
+        "--topology",
+        topology.to_str().unwrap(),
+        "--transport",
+        "raweth",
+        "--sizes",
+        "0,1,7,100003,4M",
+        "--iters",
+        &iters,
+        "--warmup",
+        "0",
+        "--tree",
+        "linear,binary",
+    ]);
+    let out = user.pipecast(&args);
+    assert!(out.status.success(), "{user:?}: {}", text(&out));
+    let report = lab::rank0_json(&out);
+    assert_eq!(report["ranks"], ranks, "{report}");
+    assert!(
+        report["transport"]
+            .as_str()
+            .is_some_and(|t| t.contains("raweth:eth0")),
+        "{user:?}: transport {report}"
+    );
+    let rows = report["results"].as_array().unwrap();
+    assert_eq!(rows.len(), 10, "{report}");
+    for row in rows {
+        assert_eq!(row["verified"], true, "{user:?}: {row}");
+        let c = &row["transport_counters"];
+        let n = |k: &str| c[k].as_u64().unwrap_or(0);
+        assert_eq!(n("dropped_otherrank"), 0, "{user:?}: {row}");
+        assert!(n("rx_frames") <= n("tx_frames"), "{user:?}: {row}");
+        // The data crossed machines over raw Ethernet.
+        let bytes = row["bytes"].as_u64().unwrap();
+        assert!(n("tx_bytes") >= 2 * bytes, "{user:?}: {row}");
+    }
 }

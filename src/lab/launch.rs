@@ -22,8 +22,10 @@ pub struct RunOptions {
     /// Set (e.g. by a Ctrl-C handler) to kill every rank now. Ranks run in their own process
     /// groups, so a terminal's Ctrl-C reaches only us.
     pub interrupted: Option<Arc<AtomicBool>>,
-    /// Ranks per machine: rank r runs on machine r / K ([`super::block`]).
-    pub ranks_per_machine: usize,
+    /// Ranks per machine: rank r runs on machine r / K ([`super::block`]); `None`: the
+    /// `ranks` of the topology file the lab was built from (1 where it gives none), machine
+    /// 0's ranks first ([`super::fill`]).
+    pub ranks_per_machine: Option<usize>,
     /// Show rank 0's output as its own (no `[r0] ` prefix) and drop the other ranks' standard
     /// output (their errors still show, prefixed): for a job whose rank 0 reports for all.
     pub rank0_only: bool,
@@ -35,7 +37,7 @@ impl Default for RunOptions {
             timeout: Duration::from_secs(60),
             port: 47_800,
             interrupted: None,
-            ranks_per_machine: 1,
+            ranks_per_machine: None,
             rank0_only: false,
         }
     }
@@ -131,7 +133,8 @@ fn kill_group(child: &Child) {
 }
 
 /// Runs `cmd` once per rank — `opts.ranks_per_machine` in every machine namespace, rank r on
-/// machine r / K ([`super::block`]) — and waits for all of them, printing each rank's output
+/// machine r / K ([`super::block`]), or the topology file's `ranks` in each ([`super::fill`])
+/// — and waits for all of them, printing each rank's output
 /// prefixed `[rN]`. Ranks still running at the deadline are killed.
 pub fn run(
     state: &LabState,
@@ -143,7 +146,10 @@ pub fn run(
             "no command given: write `pipecast lab run --name N -- CMD ARGS…`".into(),
         ));
     }
-    let placed = super::block(state.machines.len(), opts.ranks_per_machine)?;
+    let placed = match opts.ranks_per_machine {
+        Some(k) => super::block(state.machines.len(), k)?,
+        None => super::fill(&state.file_ranks())?,
+    };
     let mut children = Vec::with_capacity(placed.len());
     let mut pumps = Vec::new();
     for (rank, &machine) in placed.iter().enumerate() {
@@ -315,7 +321,7 @@ mod tests {
         let state = crate::lab::state::sample_state();
         assert!(run(&state, &[], &RunOptions::default()).is_err());
         let zero = RunOptions {
-            ranks_per_machine: 0,
+            ranks_per_machine: Some(0),
             ..RunOptions::default()
         };
         let e = run(&state, &["true".into()], &zero)

@@ -1,8 +1,10 @@
-//! Where ranks run on the lab's machines: with K ranks per machine, rank r runs on machine
-//! r / K (block placement). That is the order in which a topology file's `ranks` fill its
-//! machines (`topology::hosts::expand`, machine 0's ranks first), so the plan `pipecast plan
-//! --ranks-per-machine K` prints is the one the job runs, and it is mpirun's default by-slot
-//! mapping over a hostfile with K slots per machine ([`super::hostfile`]).
+//! Where ranks run on the lab's machines: machine 0's ranks first, then machine 1's, and so
+//! on (block placement). With K ranks per machine, rank r runs on machine r / K. That is the
+//! order in which a topology file's `ranks` fill its machines (`topology::hosts::expand`), so
+//! the plan `pipecast plan --ranks-per-machine K` prints is the one the job runs, and it is
+//! mpirun's default by-slot mapping over a hostfile with K slots per machine
+//! ([`super::hostfile`]). Without K, `lab run` places the file's own `ranks` ([`fill`]): a
+//! job whose hosts hold different numbers of ranks (issue 11's 1, 2 and 3).
 
 use super::LabError;
 use crate::topology::hosts::MAX_RANKS_PER_MACHINE;
@@ -14,8 +16,25 @@ pub fn block(machines: usize, per_machine: usize) -> Result<Vec<usize>, LabError
             "--ranks-per-machine {per_machine}: use a whole number from 1 to {MAX_RANKS_PER_MACHINE}"
         )));
     }
-    Ok((0..machines * per_machine)
-        .map(|r| r / per_machine)
+    fill(&vec![per_machine; machines])
+}
+
+/// `ranks[m]` ranks on machine m (a topology file's `ranks`, in file order): the machine of
+/// every rank, in rank order.
+pub fn fill(ranks: &[usize]) -> Result<Vec<usize>, LabError> {
+    if let Some((m, &k)) = ranks
+        .iter()
+        .enumerate()
+        .find(|(_, k)| !(1..=MAX_RANKS_PER_MACHINE).contains(*k))
+    {
+        return Err(LabError::Command(format!(
+            "machine {m} has {k} ranks: use a whole number from 1 to {MAX_RANKS_PER_MACHINE}"
+        )));
+    }
+    Ok(ranks
+        .iter()
+        .enumerate()
+        .flat_map(|(m, &k)| std::iter::repeat_n(m, k))
         .collect())
 }
 
@@ -33,12 +52,34 @@ mod tests {
     }
 
     #[test]
+    fn uneven_ranks_fill_machines_in_file_order() {
+        assert_eq!(fill(&[1, 2, 3]).unwrap(), [0, 1, 1, 2, 2, 2]);
+        assert_eq!(fill(&[3, 1, 2]).unwrap(), [0, 0, 0, 1, 2, 2]);
+        let e = fill(&[1, 0]).unwrap_err().to_string();
+        assert!(e.contains("machine 1 has 0 ranks"), "{e}");
+    }
+
+    #[test]
     fn placement_is_the_topology_files_rank_order() {
         use crate::topology::{gen, hosts};
         let file = gen::hub(1, 2, true);
         let t = hosts::expand(&file, Some(3)).unwrap();
         let h = t.hosts().unwrap();
         let placed = block(file.size(), 3).unwrap();
+        for (r, &m) in placed.iter().enumerate() {
+            assert_eq!(h.name(h.host_of(r)), file.machines()[m].name);
+        }
+        // Uneven `ranks` in the file: the same order.
+        let file = crate::topology::parse_topology(
+            r#"{"switches": ["s0"], "machines": [{"name": "a", "switch": "s0"},
+                {"name": "b", "switch": "s0", "ranks": 2}, {"name": "c", "switch": "s0", "ranks": 3}]}"#,
+        )
+        .unwrap();
+        let t = hosts::expand(&file, None).unwrap();
+        let h = t.hosts().unwrap();
+        let ranks: Vec<usize> = file.machines().iter().map(|m| m.ranks).collect();
+        let placed = fill(&ranks).unwrap();
+        assert_eq!(placed.len(), h.size());
         for (r, &m) in placed.iter().enumerate() {
             assert_eq!(h.name(h.host_of(r)), file.machines()[m].name);
         }

@@ -78,6 +78,19 @@ impl LabState {
         all.push(self.mgmt_netns.clone());
         all
     }
+    /// The `ranks` of every machine in the topology file the lab was built from (1 where it
+    /// gives none; 0, which [`super::fill`] refuses, where it is not a whole number).
+    pub fn file_ranks(&self) -> Vec<usize> {
+        (0..self.machines.len())
+            .map(|m| match &self.topology["machines"][m]["ranks"] {
+                serde_json::Value::Null => 1,
+                v => v
+                    .as_u64()
+                    .and_then(|k| usize::try_from(k).ok())
+                    .unwrap_or(0),
+            })
+            .collect()
+    }
     pub fn state_path(&self) -> PathBuf {
         Path::new(&self.run_dir).join("state.json")
     }
@@ -224,5 +237,15 @@ mod tests {
         let back: LabState = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
         assert_eq!(back, s);
         assert_eq!(s.namespaces(), ["t-s0", "t-h0", "t-h1", "t-mg"]);
+    }
+
+    #[test]
+    fn file_ranks_default_to_one() {
+        let mut s = sample_state();
+        assert_eq!(s.file_ranks(), [1, 1]);
+        s.topology = serde_json::json!({"machines": [{"name": "h0"}, {"name": "h1", "ranks": 3}]});
+        assert_eq!(s.file_ranks(), [1, 3]);
+        s.topology["machines"][0]["ranks"] = serde_json::json!("two");
+        assert_eq!(s.file_ranks(), [0, 3]);
     }
 }

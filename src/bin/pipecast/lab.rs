@@ -94,9 +94,10 @@ struct RunArgs {
     #[arg(long, default_value_t = 47_800)]
     port: u16,
     /// Ranks per machine: rank r runs on machine r / K (the order of a topology file's
-    /// `ranks` and of `pipecast plan --ranks-per-machine K`).
-    #[arg(long, value_name = "K", default_value_t = 1)]
-    ranks_per_machine: usize,
+    /// `ranks` and of `pipecast plan --ranks-per-machine K`). Default: the `ranks` of the
+    /// topology file the lab was built from (1 where it gives none), machine 0's first.
+    #[arg(long, value_name = "K")]
+    ranks_per_machine: Option<usize>,
     /// The command and its arguments.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
     command: Vec<String>,
