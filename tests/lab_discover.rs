@@ -386,7 +386,7 @@ fn nobody_builds_uses_and_removes_a_lab() {
 }
 
 #[test]
-fn mpirun_puts_rank_r_on_machine_r() {
+fn mpirun_places_the_files_ranks_machine_by_machine() {
     require_lab!();
     if pipecast::lab::find_tool("mpirun").is_none() {
         eprintln!("skipping: mpirun not installed (apt-get install openmpi-bin)");
@@ -395,9 +395,11 @@ fn mpirun_puts_rank_r_on_machine_r() {
     let lab = Lab::up(
         "m",
         r#"{"switches": ["s0", "s1"], "links": [["s0", "s1"]],
-            "machines": [{"name": "h0", "switch": "s1"}, {"name": "h1", "switch": "s0"}, {"name": "h2", "switch": "s1"}]}"#,
+            "machines": [{"name": "h0", "switch": "s1"}, {"name": "h1", "switch": "s0", "ranks": 2},
+                         {"name": "h2", "switch": "s1"}]}"#,
         &["--lldp-wait", "0"],
     );
+    // Without --ranks-per-machine, the file's `ranks`: h0 rank 0, h1 ranks 1 and 2, h2 rank 3.
     let out = pipecast(&[
         "lab",
         "mpirun",
@@ -410,15 +412,16 @@ fn mpirun_puts_rank_r_on_machine_r() {
     ]);
     assert!(out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    for r in 0..3 {
-        let needle = format!("198.18.0.{}/16", r + 1);
+    for (r, m) in [0, 1, 1, 2].into_iter().enumerate() {
+        let needle = format!("198.18.0.{}/16", m + 1);
         assert!(
             stdout
                 .lines()
                 .any(|l| l.starts_with(&format!("mpi {r} ")) && l.contains(&needle)),
-            "rank {r} not on machine {r}: {stdout}"
+            "rank {r} not on machine {m}: {stdout}"
         );
     }
+    assert!(!stdout.contains("mpi 4 "), "{stdout}");
 }
 
 #[test]

@@ -146,10 +146,7 @@ pub fn run(
             "no command given: write `pipecast lab run --name N -- CMD ARGS…`".into(),
         ));
     }
-    let placed = match opts.ranks_per_machine {
-        Some(k) => super::block(state.machines.len(), k)?,
-        None => super::fill(&state.file_ranks())?,
-    };
+    let placed = super::fill(&super::machine_ranks(state, opts.ranks_per_machine)?)?;
     let mut children = Vec::with_capacity(placed.len());
     let mut pumps = Vec::new();
     for (rank, &machine) in placed.iter().enumerate() {

@@ -77,16 +77,17 @@ fn session_base(state: &LabState, machine: &str) -> String {
         .to_string()
 }
 
-/// Writes `<run dir>/hostfile`: one management address per machine, `per_machine` slots
-/// each, in rank order (so MPI rank r runs on machine r / K with mpirun's default by-slot
-/// mapping, the lab's block placement, [`super::block`]).
-pub fn hostfile(state: &LabState, per_machine: usize) -> Result<std::path::PathBuf, LabError> {
-    super::block(1, per_machine)?;
+/// Writes `<run dir>/hostfile`: one management address per machine with its `slots` (one
+/// count per machine, [`super::machine_ranks`]), in rank order (so mpirun's default by-slot
+/// mapping puts machine 0's ranks first, then machine 1's: the lab's block placement,
+/// [`super::fill`]).
+pub fn hostfile(state: &LabState, slots: &[usize]) -> Result<std::path::PathBuf, LabError> {
     let path = Path::new(&state.run_dir).join("hostfile");
     let text: String = state
         .machines
         .iter()
-        .map(|m| format!("{} slots={per_machine}\n", m.mgmt_address))
+        .zip(slots)
+        .map(|(m, k)| format!("{} slots={k}\n", m.mgmt_address))
         .collect();
     std::fs::write(&path, text)
         .map_err(|e| LabError::Io(format!("cannot write {}: {e}", path.display())))?;
@@ -135,12 +136,12 @@ pub fn mpirun_command(state: &LabState, exe: &Path, hostfile: &Path) -> Vec<Stri
 
 /// Writes `<run dir>/hostfile-mpich`: `ADDRESS:K` per machine (management addresses), in
 /// rank order, as hydra reads it.
-fn mpich_hostfile(state: &LabState, per_machine: usize) -> Result<PathBuf, LabError> {
-    super::block(1, per_machine)?;
+fn mpich_hostfile(state: &LabState, slots: &[usize]) -> Result<PathBuf, LabError> {
     let text: String = state
         .machines
         .iter()
-        .map(|m| format!("{}:{per_machine}\n", m.mgmt_address))
+        .zip(slots)
+        .map(|(m, k)| format!("{}:{k}\n", m.mgmt_address))
         .collect();
     write_run_file(state, "hostfile-mpich", &text, 0o644)
 }
@@ -207,14 +208,15 @@ pub fn mpiexec_command(state: &LabState, rsh: &Path, hostfile: &Path) -> Vec<Str
 }
 
 /// Runs `mpi`'s launcher with the lab's settings and the user's arguments, `per_machine` slots
-/// on every machine (`-np`/`-n` defaults to all of them: K ranks per machine, rank r on machine
-/// r / K); returns the launcher's exit code.
+/// on every machine, or without it the topology file's `ranks` ([`super::machine_ranks`];
+/// `-np`/`-n` defaults to all of them, machine 0's ranks first); returns the launcher's exit
+/// code.
 pub fn mpirun_with(
     mpi: Mpi,
     state: &LabState,
     exe: &Path,
     args: &[String],
-    per_machine: usize,
+    per_machine: Option<usize>,
 ) -> Result<i32, LabError> {
     match mpi {
         Mpi::OpenMpi => mpirun(state, exe, args, per_machine),
@@ -229,26 +231,35 @@ fn mpiexec_mpich(
     state: &LabState,
     exe: &Path,
     args: &[String],
-    per_machine: usize,
+    per_machine: Option<usize>,
 ) -> Result<i32, LabError> {
     prepare(state, ("mpiexec.mpich", "mpich"), &[])?;
-    let hostfile = mpich_hostfile(state, per_machine)?;
+    let slots = super::machine_ranks(state, per_machine)?;
+    let hostfile = mpich_hostfile(state, &slots)?;
     let rsh = mpich_rsh_script(state, exe)?;
     let cmd = mpiexec_command(state, &rsh, &hostfile);
-    launch(state, cmd, ("-n", &["-n", "-np"]), args, per_machine, None)
+    launch(
+        state,
+        cmd,
+        ("-n", &["-n", "-np"]),
+        args,
+        slots.iter().sum(),
+        None,
+    )
 }
 
 /// Runs mpirun with the lab's settings and the user's arguments, `per_machine` slots on every
-/// machine (`-np` defaults to all of them: K ranks per machine, rank r on machine r / K);
-/// returns mpirun's exit code.
+/// machine or the topology file's `ranks` ([`super::machine_ranks`]; `-np` defaults to all of
+/// them, machine 0's ranks first); returns mpirun's exit code.
 pub fn mpirun(
     state: &LabState,
     exe: &Path,
     args: &[String],
-    per_machine: usize,
+    per_machine: Option<usize>,
 ) -> Result<i32, LabError> {
     prepare(state, ("mpirun", "openmpi-bin"), &["mg"])?;
-    let hostfile = hostfile(state, per_machine)?;
+    let slots = super::machine_ranks(state, per_machine)?;
+    let hostfile = hostfile(state, &slots)?;
     let cmd = mpirun_command(state, exe, &hostfile);
     // TMPDIR, not an MCA parameter: mpirun forwards MCA parameters to every orted.
     let tmpdir = Some(session_base(state, "mg"));
@@ -257,7 +268,7 @@ pub fn mpirun(
         cmd,
         ("-np", &["-np", "-n", "--np"]),
         args,
-        per_machine,
+        slots.iter().sum(),
         tmpdir,
     )
 }
@@ -281,14 +292,14 @@ fn prepare(state: &LabState, launcher: (&str, &str), more: &[&str]) -> Result<()
 }
 
 /// Runs the launcher command line `cmd` (`ip netns exec …`) with the user's `args`, adding
-/// `count.0 = machines × K` unless an argument starts with one of `count.1`; `tmpdir` for the
+/// `count.0 = ranks` unless an argument starts with one of `count.1`; `tmpdir` for the
 /// launcher itself. Returns the launcher's exit code.
 fn launch(
     state: &LabState,
     mut cmd: Vec<String>,
     count: (&str, &[&str]),
     args: &[String],
-    per_machine: usize,
+    ranks: usize,
     tmpdir: Option<String>,
 ) -> Result<i32, LabError> {
     let (flag, spellings) = count;
@@ -297,10 +308,7 @@ fn launch(
             .iter()
             .any(|s| a == s || (s.starts_with("--") && a.starts_with(s)))
     }) {
-        cmd.extend([
-            flag.into(),
-            (state.machines.len() * per_machine).to_string(),
-        ]);
+        cmd.extend([flag.into(), ranks.to_string()]);
     }
     cmd.extend(args.iter().cloned());
     let mut c = super::command::command(&state.owner, "ip")?;

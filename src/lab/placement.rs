@@ -3,11 +3,27 @@
 //! order in which a topology file's `ranks` fill its machines (`topology::hosts::expand`), so
 //! the plan `pipecast plan --ranks-per-machine K` prints is the one the job runs, and it is
 //! mpirun's default by-slot mapping over a hostfile with K slots per machine
-//! ([`super::hostfile`]). Without K, `lab run` places the file's own `ranks` ([`fill`]): a
-//! job whose hosts hold different numbers of ranks (issue 11's 1, 2 and 3).
+//! ([`super::hostfile`]). Without K, `lab run` and `lab mpirun` place the file's own `ranks`
+//! ([`machine_ranks`], [`fill`]): a job whose hosts hold different numbers of ranks (issue 11's
+//! 1, 2 and 3).
 
-use super::LabError;
+use super::{LabError, LabState};
 use crate::topology::hosts::MAX_RANKS_PER_MACHINE;
+
+/// How many ranks run on each of the lab's machines: `per_machine` on every one, or without
+/// it the `ranks` of the topology file the lab was built from (1 where it gives none).
+/// Checked as [`block`] and [`fill`] check them.
+pub fn machine_ranks(state: &LabState, per_machine: Option<usize>) -> Result<Vec<usize>, LabError> {
+    let ranks = match per_machine {
+        Some(k) => {
+            block(1, k)?;
+            vec![k; state.machines.len()]
+        }
+        None => state.file_ranks(),
+    };
+    fill(&ranks)?;
+    Ok(ranks)
+}
 
 /// K ranks on each of `machines` machines: the machine of every rank, in rank order.
 pub fn block(machines: usize, per_machine: usize) -> Result<Vec<usize>, LabError> {
@@ -49,6 +65,19 @@ mod tests {
         assert_eq!(block(2, 3).unwrap(), [0, 0, 0, 1, 1, 1]);
         assert!(block(2, 0).is_err());
         assert!(block(2, MAX_RANKS_PER_MACHINE + 1).is_err());
+    }
+
+    #[test]
+    fn a_lab_runs_k_ranks_per_machine_or_its_files_ranks() {
+        let mut state = crate::lab::state::sample_state();
+        assert_eq!(machine_ranks(&state, Some(2)).unwrap(), [2, 2]);
+        assert_eq!(machine_ranks(&state, None).unwrap(), [1, 1]);
+        state.topology =
+            serde_json::json!({"machines": [{"name": "h0", "ranks": 3}, {"name": "h1"}]});
+        assert_eq!(machine_ranks(&state, None).unwrap(), [3, 1]);
+        assert!(machine_ranks(&state, Some(0)).is_err());
+        state.topology["machines"][1]["ranks"] = serde_json::json!(0);
+        assert!(machine_ranks(&state, None).is_err());
     }
 
     #[test]

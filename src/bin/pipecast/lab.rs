@@ -128,9 +128,11 @@ struct RshArgs {
 struct MpirunArgs {
     #[arg(long, default_value = "pc")]
     name: String,
-    /// Slots per machine: K ranks on every machine, rank r on machine r / K.
-    #[arg(long, value_name = "K", default_value_t = 1)]
-    ranks_per_machine: usize,
+    /// Slots per machine: K ranks on every machine, rank r on machine r / K. Default: the
+    /// `ranks` of the topology file the lab was built from (1 where it gives none), machine
+    /// 0's first.
+    #[arg(long, value_name = "K")]
+    ranks_per_machine: Option<usize>,
     /// Which MPI: openmpi (mpirun) or mpich (mpiexec.mpich, hydra).
     #[arg(long, value_enum, default_value = "openmpi")]
     mpi: MpiKind,
