@@ -20,11 +20,18 @@ Reproduce (release build; minutes per machine count at the larger sizes):
 
     cargo build --release --bin pipecast
     python3 bench/sim_auto.py --machines 256,1024 --sizes 4K,64K,1M,16M
+
+With `--cache FILE` every simulation is appended to FILE (one JSON object a line: the point,
+the result without its edge list, and the wall and CPU seconds it took) as soon as it is done,
+and simulations already in FILE are not run again: a long run can be read while it goes,
+stopped and resumed, or split over several processes (`--parts`) that share the file.
+`--table-only` prints the tables from FILE alone (missing simulations are shown as `—`).
 """
 
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -43,13 +50,59 @@ def parse_size(s):
     return int(s[:-1]) * units[s[-1].upper()] if s[-1].upper() in units else int(s)
 
 
-def sim(binary, topology, trees, size, segment, profile):
-    cmd = [binary, "sim", "--topology", topology, "--tree", ",".join(trees),
-           "--msize", size, "--profile", profile, "--json"]
-    if segment:
-        cmd += ["--segment", segment]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return json.loads(out)["results"]
+class Cache:
+    """Simulations done, by point; appended to a JSONL file as they finish (None: memory)."""
+
+    def __init__(self, path, point):
+        self.path, self.point, self.done = path, point, {}
+        if path and os.path.exists(path):
+            with open(path) as f:
+                for line in f:
+                    if line.strip():
+                        row = json.loads(line)
+                        self.done[self.key(row["machines"], row["size"], row["tree"],
+                                           row["segment"])] = row
+
+    def key(self, p, size, tree, segment):
+        return (self.point, p, parse_size(size), tree,
+                parse_size(segment) if segment else None)
+
+    def get(self, p, size, tree, segment):
+        row = self.done.get(self.key(p, size, tree, segment))
+        return row["result"] if row else None
+
+    def put(self, p, size, tree, segment, result, wall, cpu):
+        row = {"machines": p, "size": size, "tree": tree, "segment": segment,
+               "point": list(self.point), "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
+               "load": os.getloadavg()[0], "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+               "result": result}
+        self.done[self.key(p, size, tree, segment)] = row
+        if self.path:
+            with open(self.path, "a") as f:
+                f.write(json.dumps(row) + "\n")
+
+
+def sim(binary, topology, trees, size, segment, profile, cache=None, p=None, run=True):
+    """The results of `trees` at one point, from the cache or simulated (one `pipecast sim`
+    for the trees not cached); trees neither cached nor run (`run` false) are left out."""
+    cached = {t: cache.get(p, size, t, segment) for t in trees} if cache else {}
+    todo = [t for t in trees if cached.get(t) is None]
+    if todo and run:
+        cmd = [binary, "sim", "--topology", topology, "--tree", ",".join(todo),
+               "--msize", size, "--profile", profile, "--json"]
+        if segment:
+            cmd += ["--segment", segment]
+        before, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.time()
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        after, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.time() - wall
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        for t, r in zip(todo, json.loads(out)["results"]):
+            r.pop("edges", None)
+            r.pop("ranks_us", None)
+            cached[t] = r
+            if cache:
+                cache.put(p, size, t, segment, r, wall / len(todo), cpu / len(todo))
+    return [cached[t] for t in trees if cached.get(t) is not None]
 
 
 def main():
@@ -67,7 +120,14 @@ def main():
                     help="candidate segment sizes of the pipelined trees")
     ap.add_argument("--sa-max", type=int, default=256,
                     help="simulate scatter-allgather up to this many machines (it is O(P^2))")
+    ap.add_argument("--cache", help="JSONL file of simulations done: appended to, and resumed")
+    ap.add_argument("--parts", default="auto,grid,whole",
+                    help="what to simulate (the rest only from --cache): auto, grid, whole")
+    ap.add_argument("--table-only", action="store_true",
+                    help="simulate nothing: the tables from --cache")
     args = ap.parse_args()
+    parts = set() if args.table_only else set(args.parts.split(","))
+    cache = Cache(args.cache, (args.per_switch, args.seed, args.profile))
     chosen = args.trees.split(",")
     pipelined = [t for t in PIPELINED + ["naive-linear"] if t in chosen]
 
@@ -76,35 +136,46 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for p in [int(x) for x in args.machines.split(",")]:
             topology = os.path.join(tmp, f"r{p}.json")
-            subprocess.run([args.pipecast, "topo", "gen", "random", "--switches",
-                            str(max(1, p // args.per_switch)), "--machines", str(p),
-                            "--seed", str(args.seed), "-o", topology], check=True)
+            if parts:
+                subprocess.run([args.pipecast, "topo", "gen", "random", "--switches",
+                                str(max(1, p // args.per_switch)), "--machines", str(p),
+                                "--seed", str(args.seed), "-o", topology], check=True)
             for size in args.sizes.split(","):
                 msize = parse_size(size)
-                auto = sim(args.pipecast, topology, ["auto"], size, None, args.profile)[0]
+                auto = sim(args.pipecast, topology, ["auto"], size, None, args.profile, cache,
+                           p, "auto" in parts)
+                auto = auto[0] if auto else None
                 best = {}  # tree -> (completion_us, segment)
                 for seg in args.segments.split(","):
                     if parse_size(seg) > max(msize, 1) or msize // parse_size(seg) > MAX_SEGMENTS:
                         continue
                     if not pipelined:
                         continue
-                    for r in sim(args.pipecast, topology, pipelined, size, seg, args.profile):
+                    for r in sim(args.pipecast, topology, pipelined, size, seg, args.profile,
+                                 cache, p, "grid" in parts):
                         if r["tree"] not in best or r["completion_us"] < best[r["tree"]][0]:
                             best[r["tree"]] = (r["completion_us"], r["segment_bytes"])
                 whole = ["binomial"] + (["scatter-allgather"] if p <= args.sa_max else [])
                 whole = [t for t in whole if t in chosen]
-                runs = sim(args.pipecast, topology, whole, size, None, args.profile) if whole else []
+                runs = sim(args.pipecast, topology, whole, size, None, args.profile, cache, p,
+                           "whole" in parts) if whole else []
                 for r in runs:
                     best[r["tree"]] = (r["completion_us"], r["segment_bytes"])
                 # auto's own choice is a candidate too (its segment may be off the grid).
-                name = auto["tree"].split("=", 1)[-1]
-                if name not in best or auto["completion_us"] < best[name][0]:
-                    best[name] = (auto["completion_us"], auto["segment_bytes"])
-                top = min(best.items(), key=lambda kv: kv[1][0])
+                if auto:
+                    name = auto["tree"].split("=", 1)[-1]
+                    if name not in best or auto["completion_us"] < best[name][0]:
+                        best[name] = (auto["completion_us"], auto["segment_bytes"])
+                top = min(best.items(), key=lambda kv: kv[1][0]) if best else None
+                tree_rows.append((p, size, best))
+                if not auto or not top:
+                    auto_rows.append((p, size, "— (not simulated)", None, None, None,
+                                      top[0] if top else "—", top[1][1] if top else None,
+                                      top[1][0] if top else None))
+                    continue
                 auto_rows.append((p, size, auto["tree"], auto["segment_bytes"],
                                   auto["completion_us"], auto["predicted_us"], top[0],
                                   top[1][1], top[1][0]))
-                tree_rows.append((p, size, best))
                 print(f"# {p} machines {size}: auto {auto['tree']} {auto['segment_bytes']} "
                       f"{auto['completion_us']:.0f} us, best {top[0]} {top[1][1]} "
                       f"{top[1][0]:.0f} us ({time.time() - started:.0f} s) "
@@ -118,8 +189,10 @@ def main():
           "segment | ms | auto / best |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for p, size, tree, seg, done, pred, btree, bseg, bdone in auto_rows:
-        print(f"| {p} | {size} | {tree} | {seg} | {done / 1e3:.2f} | {pred / 1e3:.2f} | "
-              f"{btree} | {bseg} | {bdone / 1e3:.2f} | {done / bdone:.3f} |")
+        ms = lambda us: f"{us / 1e3:.2f}" if us is not None else "—"
+        ratio = f"{done / bdone:.3f}" if done and bdone else "—"
+        print(f"| {p} | {size} | {tree} | {seg or '—'} | {ms(done)} | {ms(pred)} | "
+              f"{btree} | {bseg or '—'} | {ms(bdone)} | {ratio} |")
     trees = [t for t in PIPELINED + ["naive-linear", "binomial", "scatter-allgather"]
              if t in chosen]
     print("\nBest simulated time of each tree over the segment sizes "

@@ -46,6 +46,17 @@ fn event_budget(msize: u64, segment: u64, size: usize, lanes: usize) -> u64 {
         .saturating_add(10_000_000)
 }
 
+/// How much virtual time a broadcast may take before the simulator calls it stuck: an hour,
+/// plus 16 times every rank's share of the message (every lane of it) crossing the slowest
+/// edge one after another. A broadcast that always moves something never needs more; a
+/// topology-unaware one at 4096 ranks and 64 MiB does need more than an hour
+/// (whole-message binomial: about 100 minutes at 100 Mbit/s).
+fn time_budget(msize: u64, size: usize, lanes: usize, slowest_gbps: f64) -> u64 {
+    let serial_ns = msize as f64 * 8.0 / slowest_gbps.max(1e-9) * size as f64 * lanes.max(1) as f64;
+    // `as` saturates: absurd sizes give u64::MAX, not a wrapped budget.
+    3_600_000_000_000u64.saturating_add((16.0 * serial_ns) as u64)
+}
+
 /// Where the times come from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Timing {
@@ -173,6 +184,10 @@ pub fn simulate_on_rails(
     if let Timing::Profile(p) = timing {
         net.profile(p.clone());
     }
+    let slowest_gbps = (0..topology.edge_count())
+        .filter_map(|e| topology.edge_gbps(DirEdge(e as u32)))
+        .filter(|g| g.is_finite() && *g > 0.0)
+        .fold(gbps, f64::min);
     // Nothing dies here: no broadcast may fail for being slow.
     let config = engine::Config {
         idle_timeout: u64::MAX / 4,
@@ -182,7 +197,8 @@ pub fn simulate_on_rails(
         .rails(rails.to_vec())
         .shared_port(SHARED_PORT_QUANTUM)
         .without_payloads()
-        .max_events(event_budget(msize, segment, size, lanes.len()));
+        .max_events(event_budget(msize, segment, size, lanes.len()))
+        .max_time(time_budget(msize, size, lanes.len(), slowest_gbps));
     let setup = Setup {
         seq: 1,
         root,
@@ -282,5 +298,18 @@ mod budget_tests {
         // Empty messages and absurd sizes neither divide by zero nor overflow.
         assert_eq!(event_budget(0, 0, 8, 1), 8 * 64 + 10_000_000);
         assert_eq!(event_budget(u64::MAX, 1, usize::MAX, 4), u64::MAX);
+    }
+
+    #[test]
+    fn the_time_budget_grows_with_the_serial_time() {
+        let hour = 3_600_000_000_000u64;
+        assert_eq!(time_budget(0, 4096, 1, 0.1), hour);
+        // 64 MiB to 4096 ranks at 100 Mbit/s: 4096 × 5.4 s serially, × 16.
+        let big = time_budget(64 << 20, 4096, 1, 0.1);
+        let serial = (64u64 << 20) * 8 * 10 * 4096;
+        assert!((big - hour).abs_diff(16 * serial) < 1_000_000, "{big}");
+        // Whole-message binomial there simulated about 100 minutes: inside the budget.
+        assert!(big > 6_000_000_000_000);
+        assert_eq!(time_budget(u64::MAX, usize::MAX, 4, 0.0), u64::MAX);
     }
 }

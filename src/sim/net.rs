@@ -440,6 +440,13 @@ impl SimNet {
         self.max_events = events;
         self
     }
+
+    /// Raises the virtual time after which the run is declared stuck (an hour unless set).
+    pub fn max_time(&mut self, ns: u64) -> &mut SimNet {
+        self.max_time = ns;
+        self
+    }
+
     /// Every rank's engine tuning.
     pub fn engine_config(&mut self, config: engine::Config) -> &mut SimNet {
         self.engine = config;
