@@ -121,11 +121,13 @@ pub fn predict(plan: &Plan, profile: &Profile, msize: u64, segment: u64) -> f64 
     let cost = profile.cost(seg);
     match plan.tree {
         TreeKind::KBinomial(_) if plan.lanes.len() == 1 => {
-            steps::kbinomial_time(&plan.lanes[0], x, cost)
+            // The step model has no CPU term: the busiest rank's ends bound it from below.
+            let cpu = x.saturating_sub(1) as f64 * round_cpu_us(&plan.lanes, profile);
+            steps::kbinomial_time(&plan.lanes[0], x, cost).max(cpu)
         }
-        _ if !plan.rails.is_empty() => {
-            // One CPU per rank for all its rails (module doc of `by_rail`).
-            let cpu = logp::segment_ends(&plan.lanes) as f64 * profile.segment_cpu_us();
+        _ => {
+            // One CPU per rank for all its rails (doc of `by_rail`).
+            let cpu = round_cpu_us(&plan.lanes, profile);
             by_rail(plan)
                 .iter()
                 .map(|lanes| {
@@ -134,24 +136,37 @@ pub fn predict(plan: &Plan, profile: &Profile, msize: u64, segment: u64) -> f64 
                 })
                 .fold(0.0, f64::max)
         }
-        _ => logp::tree_time(&plan.lanes, x, cost),
     }
+}
+
+/// The CPU time of one segment round at the busiest rank: its segment ends in every lane
+/// ([`logp::segment_ends`]), each [`Profile::segment_cpu_us`]. A round of the pipeline takes
+/// the longer of this and the busiest NIC's gaps (`D·g`, [`logp::tree_time`]).
+pub(crate) fn round_cpu_us(lanes: &[crate::plan::Lane], profile: &Profile) -> f64 {
+    logp::segment_ends(lanes) as f64 * profile.segment_cpu_us()
 }
 
 /// The lanes of each rail, by rail. Lanes are priced by the NICs they use: a rank interleaves
 /// its sends over the lanes of one rail (one NIC, formula (2)'s send positions across lanes)
-/// but sends on different rails at once, so the plan takes as long as its slowest rail.
+/// but sends on different rails at once, so the plan takes as long as its slowest rail. A plan
+/// without rails is one rail: formula (2) with its round at least the CPU's.
 ///
 /// The NICs work in parallel, the rank's CPU does not: per segment round it sends and receives
-/// in every lane ([`logp::segment_ends`]), each end costing [`Profile::segment_cpu_us`]. On one
-/// NIC the profile's g(m) covers that work (seed 003 §4.2: g(m) ≥ o_s(m), o_r(m),
-/// `../shared/seeds/003_f72e5e0868946953.txt`), so one-NIC plans are priced by formula (2)
-/// alone; on k rails g(m) covers one lane's share of it, and a round costs the larger of the
-/// busiest NIC's gaps and the CPU's ends. Without that term the model saw no cost in cutting
-/// each lane's half of the message into many small segments and chose 1 KiB for multilane on
-/// two rails against 4 KiB for linear (the 100mbit profile), four times the segments per rank;
-/// where the ranks are short of CPU (the 16-machine lab on 2 cores, `profiles/lab16-100mbit.json`)
-/// it now chooses 8 KiB.
+/// in every lane ([`logp::segment_ends`]), each end costing [`Profile::segment_cpu_us`], so a
+/// round costs the larger of the busiest NIC's gaps and the CPU's ends ([`round_cpu_us`]).
+/// Seed 003 §4.2 has g(m) ≥ o_s(m), o_r(m) (`../shared/seeds/003_f72e5e0868946953.txt`), which
+/// bounds each end by one gap, not a rank's ends together: a chain's rank receives and sends
+/// each segment (2 ends, 1 gap), a binary tree's 3 ends in 2 gaps. Where a rank has a core to
+/// itself (12 µs per end, the default) that rarely binds at 100 Mbit/s (g ≥ 30 µs); where
+/// ranks share cores it does:
+/// * on k rails g(m) covers one lane's share of the work. Without the CPU term the model saw
+///   no cost in cutting each lane's half of the message into many small segments and chose
+///   1 KiB for multilane on two rails against 4 KiB for linear (the 100mbit profile), four
+///   times the segments per rank; on the 16-machine lab on 2 cores
+///   (`profiles/lab16-100mbit.json`) it now chooses 8 KiB;
+/// * on one NIC, 8 machines × 2 ranks of the same lab (16 ranks on 2 cores) at 1 MiB: without
+///   it `auto` chose 1 KiB segments, 1.10–1.32 × T(msize) measured, where 2–4 KiB measured
+///   1.06–1.09 (issue 11; docs/model.md).
 fn by_rail(plan: &Plan) -> Vec<Vec<crate::plan::Lane>> {
     let mut rails: BTreeMap<usize, Vec<crate::plan::Lane>> = BTreeMap::new();
     for (l, lane) in plan.lanes.iter().enumerate() {
@@ -357,7 +372,7 @@ pub fn choose(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::topology::gen;
+    use crate::topology::{gen, hosts};
 
     #[test]
     fn zero_bytes_cost_nothing() {
@@ -518,7 +533,8 @@ mod tests {
         // Still about half of linear: the rails' gain survives the CPU term.
         let ratio = multi.predicted_us / linear.predicted_us;
         assert!((0.45..0.6).contains(&ratio), "multilane/linear {ratio}");
-        // One NIC is priced as before: the CPU term is for lanes on several rails only.
+        // On one NIC at 4 MiB the gaps still set the pace (4 KiB and up: g ≥ 351 µs, more
+        // than a chain's or a binary tree's ends at 96 µs each), so the CPU term changes nothing.
         let hub = gen::hub(3, 4, false);
         for kind in [TreeKind::Linear, TreeKind::Multilane, TreeKind::Binary] {
             let a = plan_for(&hub, 0, &kind, &free, msize).unwrap();
@@ -531,6 +547,39 @@ mod tests {
         // So is the default (12 µs per end), where a rank has a core of its own.
         let fast = seg(&Profile::builtin("100mbit").unwrap(), &TreeKind::Multilane);
         assert_eq!(fast.segment_bytes, 1024);
+    }
+
+    #[test]
+    fn ranks_short_of_cpu_take_larger_segments_on_one_nic() {
+        // Issue 11's lab: 8 machines × 2 ranks, the hub interleaved by machine, 1 MiB. With a
+        // core per rank (12 µs per end) a chain round is g(1 KiB) = 89 µs and `auto` cuts 1 KiB
+        // segments; with 16 ranks on 2 cores (96 µs per end) a round is at least 2 × 96 µs,
+        // and it takes 4 KiB (measured on the lab: 1.08 × T(msize) against 1.09–1.13 at 1 KiB).
+        let t = hosts::expand(&gen::hub(3, 2, true), Some(2)).unwrap();
+        let msize = 1 << 20;
+        let own = plan_for(
+            &t,
+            0,
+            &TreeKind::Auto,
+            &Profile::builtin("100mbit").unwrap(),
+            msize,
+        )
+        .unwrap();
+        assert_eq!(own.segment_bytes, 1024);
+        let lab = lab16();
+        let shared = plan_for(&t, 0, &TreeKind::Auto, &lab, msize).unwrap();
+        assert_eq!(shared.segment_bytes, 4096);
+        // The CPU bounds every tree and every segment size from below, the step model's
+        // k-binomial trees included: (X − 1) rounds of the busiest rank's ends.
+        let flat = Topology::single_switch(16);
+        for kind in ["linear", "binary", "kbinomial:1", "kbinomial:2", "kary:3"] {
+            let plan = plan::build(&flat, 0, &kind.parse().unwrap(), None).unwrap();
+            for size in lab.sizes() {
+                let x = msize.div_ceil(size);
+                let floor = (x - 1) as f64 * round_cpu_us(&plan.lanes, &lab);
+                assert!(predict(&plan, &lab, msize, size) >= floor, "{kind} {size}");
+            }
+        }
     }
 
     #[test]

@@ -37,7 +37,7 @@ pub fn predict(plan: &Plan, hosts: &Hosts, profile: &Profile, msize: u64, segmen
         (1, msize, profile.cost(msize))
     };
     let copy = profile.copy_us(bytes);
-    let (arrive, period) = network_schedule(&net, cost);
+    let (arrive, period) = network_schedule(&net, cost, profile);
     let copy_period = copy * plan.lanes.len() as f64;
     let pipeline = x.saturating_sub(1) as f64 * period.max(copy_period);
     (0..hosts.count())
@@ -47,8 +47,9 @@ pub fn predict(plan: &Plan, hosts: &Hosts, profile: &Profile, msize: u64, segmen
 }
 
 /// When the first segment reaches each host's leader (latest over lanes), and the network's
-/// period between segments, as [`super::predict`] prices `net`.
-fn network_schedule(net: &Plan, cost: Cost) -> (Vec<f64>, f64) {
+/// period between segments, as [`super::predict`] prices `net`: the busiest leader's gaps or
+/// its CPU's segment ends ([`super::round_cpu_us`]), whichever is longer.
+fn network_schedule(net: &Plan, cost: Cost, profile: &Profile) -> (Vec<f64>, f64) {
     match net.tree {
         TreeKind::KBinomial(_) if net.lanes.len() == 1 => {
             let lane = &net.lanes[0];
@@ -56,11 +57,13 @@ fn network_schedule(net: &Plan, cost: Cost) -> (Vec<f64>, f64) {
                 .into_iter()
                 .map(|s| s as f64 * (cost.l_us + cost.g_us))
                 .collect();
-            (arrive, lane.max_degree() as f64 * cost.g_us)
+            let gaps = lane.max_degree() as f64 * cost.g_us;
+            (arrive, gaps.max(super::round_cpu_us(&net.lanes, profile)))
         }
         _ => (
             logp::arrival_times(&net.lanes, cost),
-            logp::sending_degree(&net.lanes) as f64 * cost.g_us,
+            (logp::sending_degree(&net.lanes) as f64 * cost.g_us)
+                .max(super::round_cpu_us(&net.lanes, profile)),
         ),
     }
 }
