@@ -138,8 +138,9 @@ fn strs(v: &[String]) -> Vec<&str> {
 }
 
 /// At its default settings, on one host, pipecast leaves broadcasts below 4 MiB to Open MPI's
-/// own broadcast, faster there, and with two ranks all of them (a broadcast is one copy,
-/// which Open MPI makes as well), and says so once at verbose 1.
+/// own broadcast, faster there, with three ranks those below 16 MiB (a fan-out to two readers:
+/// all of this test's), and with two ranks all of them (a broadcast is one copy, which Open
+/// MPI makes as well), and says so once at verbose 1.
 /// Byte-exact either way (the test program checks every rank).
 #[test]
 fn one_host_defers_small_broadcasts_by_default() {
@@ -147,11 +148,11 @@ fn one_host_defers_small_broadcasts_by_default() {
     let Some(dir) = build() else { return };
     let test = dir.join("mpi_bcast_test");
     let args = component_args(&dir, &[]);
-    for np in [4, 2] {
-        let said = if np == 2 {
-            "a broadcast is one copy between them, which the MPI's own makes as well; every broadcast goes to the MPI's own broadcast"
-        } else {
-            "broadcasts below 4194304 bytes go to the MPI's own broadcast"
+    for np in [4, 3, 2] {
+        let said = match np {
+            2 => "a broadcast is one copy between them, which the MPI's own makes as well; every broadcast goes to the MPI's own broadcast",
+            3 => "a fan-out to two readers, which the MPI's own broadcast copies as fast below 16777216 bytes",
+            _ => "broadcasts below 4194304 bytes go to the MPI's own broadcast",
         };
         let out = mpirun_default(np, &strs(&args), &[test.to_str().unwrap()]);
         let stdout = String::from_utf8_lossy(&out.stdout);
@@ -163,9 +164,9 @@ fn one_host_defers_small_broadcasts_by_default() {
         assert!(stderr.contains(said), "{np} ranks: {stderr}");
         assert_eq!(over_pml(&stderr, "coll:pipecast"), 0, "{stderr}");
         // With 4 ranks the test's 4 MiB broadcasts (every root) on the world and its
-        // duplicate, at every rank, by pipecast; with 2 (and on the split halves) none.
+        // duplicate, at every rank, by pipecast; with 3 or 2 (and on the split halves) none.
         let n = carried(&stderr, "coll:pipecast");
-        if np == 2 {
+        if np < 4 {
             assert_eq!(n, 0, "{stderr}");
         } else {
             assert!(n >= (np * 2 * np) as u64, "{n}: {stderr}");

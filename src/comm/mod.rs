@@ -142,6 +142,15 @@ pub const POLL: Duration = Duration::from_micros(50);
 /// runs on a quiet machine (pipecast 0.48–0.88×; 4 ranks: pipecast 0.97–1.59×).
 pub const HOST_MIN_BYTES: u64 = 4 << 20;
 
+/// On a host of three ranks (a fan-out to two readers) the glue leaves broadcasts below this
+/// size to the MPI ([`Comm::defers_below`]). Measured with `bench/local_ompi.sh` against Open
+/// MPI 4.1's own broadcast on a 2-core host, session 13, 11 rounds (docs/results-ompi.md,
+/// "Session 13"): at 4 and 8 MiB pipecast lost in 7 and 8 of them (0.38–1.64×, medians 0.70
+/// and 0.84). Open MPI's broadcast to two readers is two cross-memory-attach copies here
+/// (460–1030 µs at 4 MiB), as pipecast's is, with no hand-over to a progress thread; at 16
+/// and 32 MiB pipecast's staging ring won in 4 of 5 rounds each (0.56–1.76×, medians 1.41).
+pub const TWO_READERS_MIN_BYTES: u64 = 16 << 20;
+
 impl Default for Config {
     fn default() -> Config {
         Config {
@@ -380,6 +389,7 @@ impl Comm {
             (1, Some(bytes)) => bytes,
             (1, None) if self.host_ranks == 2 => u64::MAX,
             (1, None) if self.oversubscribed() => cpus::OVERSUBSCRIBED_MIN_BYTES,
+            (1, None) if self.host_ranks == 3 => TWO_READERS_MIN_BYTES,
             (1, None) => HOST_MIN_BYTES,
             _ => 0,
         }
@@ -409,6 +419,9 @@ impl Comm {
                 "every rank on one host, {} ranks on {cpus} (more than {} per CPU): broadcasts below {below} bytes go to the MPI's own broadcast, faster there (measured; PIPECAST_HOST_MIN_BYTES=N forces pipecast from N bytes)",
                 self.host_ranks,
                 cpus::OVERSUBSCRIBED
+            ),
+            (below, None) if self.host_ranks == 3 => format!(
+                "every rank on one host, 3 ranks on {cpus}: a fan-out to two readers, which the MPI's own broadcast copies as fast below {below} bytes; smaller broadcasts go to it (measured; PIPECAST_HOST_MIN_BYTES=N forces pipecast from N bytes)"
             ),
             (below, None) => format!(
                 "every rank on one host, {} ranks on {cpus}: broadcasts below {below} bytes go to the MPI's own broadcast, faster there (measured; PIPECAST_HOST_MIN_BYTES)",
