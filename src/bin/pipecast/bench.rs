@@ -353,6 +353,10 @@ fn measure(
         usage += Usage::now() - u0;
         seg = info.segment;
         ran = info.tree.to_string();
+        // Untimed: no rank checks its bytes (a CPU-bound pass over the message) until every
+        // rank's timed barrier has returned; otherwise the ranks released first take the CPU
+        // from those still in it, on a host with more ranks than cores.
+        comm.barrier()?;
         if receives && !matches(buf, pattern_seed) {
             tracing::error!(rank = me, root, bytes = buf.len(), tree = %tree, "received wrong bytes");
             ok = false;
