@@ -149,14 +149,14 @@ fn ring_between_two_to_eight_ranks() {
 }
 
 /// The default on a wide host (6 ranks): small messages by cross-memory attach, large ones
-/// (from 16 MiB) through each writer's staging ring, copied in once for all its readers; both
+/// (from 4 MiB) through each writer's staging ring, copied in once for all its readers; both
 /// in one run, byte-exact at every rank for every root, awkward sizes included.
 #[test]
 fn wide_hosts_stage_large_messages_and_attach_small_ones() {
     let n = 6;
     let iters = n.to_string();
-    let large = (16 << 20) + 3;
-    let sizes = format!("0,1,7,5000011,{large}");
+    let large = (4 << 20) + 3;
+    let sizes = format!("0,1,7,1000003,{large}");
     let args = ["--sizes", &sizes, "--iters", &iters, "--tree", "auto,flat"];
     let Some(json) = run_ok(n, &args) else {
         return;

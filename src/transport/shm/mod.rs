@@ -765,9 +765,12 @@ impl ShmLink {
 /// message from memory at its own pace) cost more there than a shared staging ring (1 + k
 /// copies, each out of the shared cache). Measured with `bench/shm_fanout.sh` and
 /// `bench/local_ompi.sh` (docs/shm.md): from 16 MiB the ring was ahead with 3, 4 and 8 ranks
-/// (4 ranks under Open MPI: 2.2–4.0 × Open MPI's own broadcast against 1.5–2.3 × by attach);
-/// below it, and with 2 ranks (one reader: the ring's extra copy), attach was as fast or
-/// faster. `u64::MAX`: never.
+/// (4 ranks under Open MPI: 2.2–4.0 × Open MPI's own broadcast against 1.5–2.3 × by attach),
+/// and, once `pipecast bench` stopped timing other ranks' checks (session 13), from 2 MiB too
+/// (3, 4 and 8 ranks, 3–4 rounds; 4 ranks under Open MPI at 4 and 8 MiB, 6 rounds: medians
+/// 2.50 and 2.39 × Open MPI's own against 2.17 and 2.01 × by attach). It starts at 4 MiB, the
+/// smallest broadcast the MPI glue gives pipecast on one host by default. With 2 ranks (one
+/// reader: the ring's extra copy) attach was as fast or faster. `u64::MAX`: never.
 pub fn stage_from(ranks: usize) -> u64 {
     if ranks >= STAGE_MIN_RANKS {
         STAGE_MIN_BYTES
@@ -777,7 +780,7 @@ pub fn stage_from(ranks: usize) -> u64 {
 }
 
 const STAGE_MIN_RANKS: usize = 3;
-const STAGE_MIN_BYTES: u64 = 16 << 20;
+const STAGE_MIN_BYTES: u64 = 4 << 20;
 
 /// `send(2)` without SIGPIPE (a library inside an MPI program cannot count on it being
 /// ignored): a closed peer is an error code, not a signal.
@@ -889,7 +892,7 @@ mod tests {
     fn large_fan_outs_to_two_readers_or_more_are_staged() {
         assert_eq!(stage_from(2), u64::MAX, "one reader: attach, one copy");
         for ranks in [3, 4, 8, 64] {
-            assert_eq!(stage_from(ranks), 16 << 20, "{ranks} ranks");
+            assert_eq!(stage_from(ranks), 4 << 20, "{ranks} ranks");
         }
     }
 
