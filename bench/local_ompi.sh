@@ -20,6 +20,8 @@
 #   pipecast-ring    the component at its defaults with PIPECAST_SHM=ring: every fan-out
 #                    through the writer's staging ring (docs/shm.md)
 #   pipecast-cma     the same with PIPECAST_SHM=cma: every reader copies by cross-memory attach
+#   pipecast-forced-ring  pipecast-forced through the staging ring (PIPECAST_SHM=ring): what the
+#                    ring does where the defaults defer (e.g. two ranks)
 # Output: $OUT/results.jsonl, $OUT/*.err, and a table on stdout: time per broadcast, its ratio
 # to Open MPI's default in the same run (>1: faster than Open MPI) and to one memcpy.
 #
@@ -59,6 +61,7 @@ for np in $NPS; do
       pipecast-ring) args="$COMPONENT -x PIPECAST_SHM=ring" ;;
       pipecast-cma) args="$COMPONENT -x PIPECAST_SHM=cma" ;;
       pipecast-forced) args="$COMPONENT --mca coll_pipecast_min_bytes 1 --mca coll_pipecast_pml_below 0 -x PIPECAST_HOST_MIN_BYTES=1" ;;
+      pipecast-forced-ring) args="$COMPONENT --mca coll_pipecast_min_bytes 1 --mca coll_pipecast_pml_below 0 -x PIPECAST_HOST_MIN_BYTES=1 -x PIPECAST_SHM=ring" ;;
       *) echo "unknown configuration $config" >&2; exit 2 ;;
     esac
     err="$OUT/np$np.$config.err"

@@ -176,6 +176,31 @@ fn wide_hosts_stage_large_messages_and_attach_small_ones() {
     }
 }
 
+/// Two ranks: one reader attaches below 16 MiB and is fed through the writer's staging ring
+/// from 16 MiB (the writer's copy in and the reader's copy out run on two cores at once);
+/// byte-exact for both roots.
+#[test]
+fn two_ranks_stage_from_16_mib() {
+    let large = (16 << 20) + 3;
+    let sizes = format!("7,1000003,{large}");
+    let args = ["--sizes", &sizes, "--iters", "2", "--tree", "auto"];
+    let Some(json) = run_ok(2, &args) else {
+        return;
+    };
+    for r in json["results"].as_array().unwrap() {
+        let counters = &r["transport_counters"];
+        let staged = counters["shm_staged_bytes"].as_u64().unwrap_or(0);
+        let attached = counters["shm_cma_bytes"].as_u64().unwrap_or(0);
+        if r["bytes"] == large {
+            assert!(staged >= large * 2, "{r}");
+            assert!(staged < 2 * large * 2, "{r}");
+        } else {
+            assert_eq!(staged, 0, "{r}");
+            assert!(attached > 0, "{r}");
+        }
+    }
+}
+
 /// A process that may not use cross-memory attach (a seccomp filter, as container runtimes
 /// install, makes `process_vm_readv` fail with EPERM) reaches the ring on its own, and says so.
 #[test]

@@ -142,14 +142,20 @@ pub const POLL: Duration = Duration::from_micros(50);
 /// runs on a quiet machine (pipecast 0.48–0.88×; 4 ranks: pipecast 0.97–1.59×).
 pub const HOST_MIN_BYTES: u64 = 4 << 20;
 
-/// On a host of three ranks (a fan-out to two readers) the glue leaves broadcasts below this
-/// size to the MPI ([`Comm::defers_below`]). Measured with `bench/local_ompi.sh` against Open
-/// MPI 4.1's own broadcast on a 2-core host, session 13, 11 rounds (docs/results-ompi.md,
-/// "Session 13"): at 4 and 8 MiB pipecast lost in 7 and 8 of them (0.38–1.64×, medians 0.70
-/// and 0.84). Open MPI's broadcast to two readers is two cross-memory-attach copies here
-/// (460–1030 µs at 4 MiB), as pipecast's is, with no hand-over to a progress thread; at 16
-/// and 32 MiB pipecast's staging ring won in 4 of 5 rounds each (0.56–1.76×, medians 1.41).
-pub const TWO_READERS_MIN_BYTES: u64 = 16 << 20;
+/// On a host of two or three ranks (a fan-out to one or two readers) the glue leaves
+/// broadcasts below this size to the MPI ([`Comm::defers_below`]): there Open MPI's own
+/// broadcast makes the same cross-memory-attach copies as pipecast, without pipecast's
+/// hand-over to a progress thread. From it pipecast fans out through the writer's staging
+/// ring (`transport::shm::stage_from`), which runs the writer's and the readers' copies on
+/// different cores. Measured with `bench/local_ompi.sh` against Open MPI 4.1's own broadcast
+/// on a 2-core host, session 13 (docs/results-ompi.md, "Session 13"):
+/// * three ranks, 11 rounds: at 4 and 8 MiB pipecast lost in 7 and 8 of them (0.38–1.64×,
+///   medians 0.70 and 0.84); at 16 and 32 MiB its staging ring won in 4 of 5 rounds each
+///   (0.56–1.76×, medians 1.41);
+/// * two ranks (which deferred at every size since session 10), the ring forced: 16 MiB
+///   1.59–2.09× in 7 rounds, 32 and 64 MiB 1.13–2.55× in 7; 8 MiB 0.91–1.32×, and 4 MiB
+///   0.82–1.03× in 3, while attach lost or tied at 4 to 64 MiB (0.71–1.14×).
+pub const FEW_READERS_MIN_BYTES: u64 = 16 << 20;
 
 impl Default for Config {
     fn default() -> Config {
@@ -378,8 +384,8 @@ impl Comm {
     /// Below how many bytes the MPI glue should leave a broadcast to the MPI's own (0: never;
     /// `u64::MAX`: always): where pipecast's own measurements say it cannot win. The same at
     /// every rank (it depends on the hosts and their CPUs, known to all from the bootstrap,
-    /// and on an agreed setting). Today that is a communicator on one host: always with two
-    /// ranks (a broadcast is then one copy, which the MPI makes as well), else below
+    /// and on an agreed setting). Today that is a communicator on one host: below
+    /// [`FEW_READERS_MIN_BYTES`] with two or three ranks, else below
     /// [`Config::host_min_bytes`], or below [`cpus::OVERSUBSCRIBED_MIN_BYTES`] when its ranks
     /// outnumber its CPUs by more than [`cpus::OVERSUBSCRIBED`] (unless
     /// `PIPECAST_HOST_MIN_BYTES` is set: a forced setting). Between hosts, `min_bytes` of the
@@ -387,9 +393,8 @@ impl Comm {
     pub fn defers_below(&self) -> u64 {
         match (self.hosts, self.config.host_min_bytes) {
             (1, Some(bytes)) => bytes,
-            (1, None) if self.host_ranks == 2 => u64::MAX,
             (1, None) if self.oversubscribed() => cpus::OVERSUBSCRIBED_MIN_BYTES,
-            (1, None) if self.host_ranks == 3 => TWO_READERS_MIN_BYTES,
+            (1, None) if self.host_ranks <= 3 => FEW_READERS_MIN_BYTES,
             (1, None) => HOST_MIN_BYTES,
             _ => 0,
         }
@@ -412,16 +417,15 @@ impl Comm {
             (below, Some(_)) => format!(
                 "every rank on one host: broadcasts below {below} bytes go to the MPI's own broadcast (PIPECAST_HOST_MIN_BYTES)"
             ),
-            (u64::MAX, None) => format!(
-                "every rank on one host, 2 ranks on {cpus}: a broadcast is one copy between them, which the MPI's own makes as well; every broadcast goes to the MPI's own broadcast, faster there (measured; PIPECAST_HOST_MIN_BYTES=N forces pipecast from N bytes)"
-            ),
             (below, None) if self.oversubscribed() => format!(
                 "every rank on one host, {} ranks on {cpus} (more than {} per CPU): broadcasts below {below} bytes go to the MPI's own broadcast, faster there (measured; PIPECAST_HOST_MIN_BYTES=N forces pipecast from N bytes)",
                 self.host_ranks,
                 cpus::OVERSUBSCRIBED
             ),
-            (below, None) if self.host_ranks == 3 => format!(
-                "every rank on one host, 3 ranks on {cpus}: a fan-out to two readers, which the MPI's own broadcast copies as fast below {below} bytes; smaller broadcasts go to it (measured; PIPECAST_HOST_MIN_BYTES=N forces pipecast from N bytes)"
+            (below, None) if self.host_ranks <= 3 => format!(
+                "every rank on one host, {} ranks on {cpus}: a fan-out to {}, which the MPI's own broadcast copies as fast below {below} bytes; smaller broadcasts go to it (measured; PIPECAST_HOST_MIN_BYTES=N forces pipecast from N bytes)",
+                self.host_ranks,
+                if self.host_ranks == 2 { "one reader" } else { "two readers" }
             ),
             (below, None) => format!(
                 "every rank on one host, {} ranks on {cpus}: broadcasts below {below} bytes go to the MPI's own broadcast, faster there (measured; PIPECAST_HOST_MIN_BYTES)",

@@ -769,18 +769,24 @@ impl ShmLink {
 /// and, once `pipecast bench` stopped timing other ranks' checks (session 13), from 2 MiB too
 /// (3, 4 and 8 ranks, 3–4 rounds; 4 ranks under Open MPI at 4 and 8 MiB, 6 rounds: medians
 /// 2.50 and 2.39 × Open MPI's own against 2.17 and 2.01 × by attach). It starts at 4 MiB, the
-/// smallest broadcast the MPI glue gives pipecast on one host by default. With 2 ranks (one
-/// reader: the ring's extra copy) attach was as fast or faster. `u64::MAX`: never.
+/// smallest broadcast the MPI glue gives pipecast on one host by default.
+///
+/// With 2 ranks (one reader) the ring is one copy more than attach, but the writer's copy in
+/// and the reader's copy out run on two cores at once, each at memcpy speed, where one
+/// cross-memory attach runs at a third to a quarter of it here (the kernel pins the writer's
+/// pages one by one): from 16 MiB the ring was 1.6–2.6 × Open MPI's own two-rank broadcast
+/// (7 rounds each at 16, 32 and 64 MiB, one at 1.13), at 8 MiB 0.91–1.32 ×
+/// (`comm::FEW_READERS_MIN_BYTES`). `u64::MAX`: never.
 pub fn stage_from(ranks: usize) -> u64 {
-    if ranks >= STAGE_MIN_RANKS {
-        STAGE_MIN_BYTES
-    } else {
-        u64::MAX
+    match ranks {
+        0 | 1 => u64::MAX,
+        2 => ONE_READER_STAGE_MIN_BYTES,
+        _ => STAGE_MIN_BYTES,
     }
 }
 
-const STAGE_MIN_RANKS: usize = 3;
 const STAGE_MIN_BYTES: u64 = 4 << 20;
+const ONE_READER_STAGE_MIN_BYTES: u64 = 16 << 20;
 
 /// `send(2)` without SIGPIPE (a library inside an MPI program cannot count on it being
 /// ignored): a closed peer is an error code, not a signal.
@@ -889,8 +895,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn large_fan_outs_to_two_readers_or_more_are_staged() {
-        assert_eq!(stage_from(2), u64::MAX, "one reader: attach, one copy");
+    fn fan_outs_are_staged_from_4_mib_and_to_one_reader_from_16_mib() {
+        assert_eq!(stage_from(1), u64::MAX, "no reader");
+        assert_eq!(
+            stage_from(2),
+            16 << 20,
+            "one reader: attach below 16 MiB, one copy"
+        );
         for ranks in [3, 4, 8, 64] {
             assert_eq!(stage_from(ranks), 4 << 20, "{ranks} ranks");
         }
@@ -937,7 +948,8 @@ mod tests {
         use crate::transport::Buffer;
         let n = (RING_BYTES + RING_BYTES / 2) * 2 + 5;
         let data: Vec<u8> = (0..n).map(|i| (i * 31 + 7) as u8).collect();
-        for mode in [ShmMode::Auto, ShmMode::Ring] {
+        // By address: `cma` (`auto` stages a message this large, `stage_from`).
+        for mode in [ShmMode::Cma, ShmMode::Ring] {
             let (a, b) = pair(mode);
             let mut links = [a, b];
             let mut endpoints = [Endpoint::new(), Endpoint::new()];
