@@ -768,7 +768,7 @@ impl ShmLink {
 /// (4 ranks under Open MPI: 2.2–4.0 × Open MPI's own broadcast against 1.5–2.3 × by attach),
 /// and, once `pipecast bench` stopped timing other ranks' checks (session 13), from 2 MiB too
 /// (3, 4 and 8 ranks, 3–4 rounds; 4 ranks under Open MPI at 4 and 8 MiB, 6 rounds: medians
-/// 2.50 and 2.39 × Open MPI's own against 2.17 and 2.01 × by attach). It starts at 4 MiB, the
+/// 2.50 and 2.39 × Open MPI's own against 2.19 and 2.01 × by attach). It starts at 4 MiB, the
 /// smallest broadcast the MPI glue gives pipecast on one host by default.
 ///
 /// With 2 ranks (one reader) the ring is one copy more than attach, but the writer's copy in
