@@ -153,8 +153,9 @@ pub const HOST_MIN_BYTES: u64 = 4 << 20;
 ///   medians 0.70 and 0.84); at 16 and 32 MiB its staging ring won in 4 of 5 rounds each
 ///   (0.56–1.76×, medians 1.41);
 /// * two ranks (which deferred at every size since session 10), the ring forced: 16 MiB
-///   1.59–2.09× in 7 rounds, 32 and 64 MiB 1.13–2.55× in 7; 8 MiB 0.91–1.32×, and 4 MiB
-///   0.82–1.03× in 3, while attach lost or tied at 4 to 64 MiB (0.71–1.14×).
+///   1.59–2.09× in 7 rounds, 32 MiB 1.96–2.44× in 4, 64 MiB 1.13–2.55× in 7; 8 MiB
+///   0.91–1.32× in 4 and 4 MiB 0.82–1.03× in 3, while attach lost or tied at 4 to 64 MiB
+///   (0.71–1.14×).
 pub const FEW_READERS_MIN_BYTES: u64 = 16 << 20;
 
 impl Default for Config {

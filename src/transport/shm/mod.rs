@@ -775,7 +775,7 @@ impl ShmLink {
 /// and the reader's copy out run on two cores at once, each at memcpy speed, where one
 /// cross-memory attach runs at a third to a quarter of it here (the kernel pins the writer's
 /// pages one by one): from 16 MiB the ring was 1.6–2.6 × Open MPI's own two-rank broadcast
-/// (7 rounds each at 16, 32 and 64 MiB, one at 1.13), at 8 MiB 0.91–1.32 ×
+/// (7, 4 and 7 rounds at 16, 32 and 64 MiB; one at 1.13), at 8 MiB 0.91–1.32 ×
 /// (`comm::FEW_READERS_MIN_BYTES`). `u64::MAX`: never.
 pub fn stage_from(ranks: usize) -> u64 {
     match ranks {
