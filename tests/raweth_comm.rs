@@ -371,8 +371,9 @@ fn hosts_of_one_two_and_three_ranks_share_their_nics_over_raw_ethernet() {
 /// iterations per size and tree (iteration i rooted at rank i mod `ranks`). Checks every
 /// byte at every rank for sizes 0, 1, odd, not a multiple of the segment and 4 MiB with two
 /// trees, and, summed over all ranks, that no rank received a frame for another
-/// (`dropped_otherrank` absent) and that the ranks received no more frames than were sent
-/// (without the filter each frame to a machine reached all of its ranks).
+/// (`dropped_otherrank` absent) and that the ranks received no more frames than were sent,
+/// give or take the frames around the moments each rank reads its counters (without the
+/// filter each frame to a machine reached all of its ranks).
 fn ranks_sharing_nics_over_raweth(
     user: User,
     tag: &str,
@@ -421,7 +422,12 @@ fn ranks_sharing_nics_over_raweth(
         let c = &row["transport_counters"];
         let n = |k: &str| c[k].as_u64().unwrap_or(0);
         assert_eq!(n("dropped_otherrank"), 0, "{user:?}: {row}");
-        assert!(n("rx_frames") <= n("tx_frames"), "{user:?}: {row}");
+        // Each rank reads its counters at its own moment, so a few frames of the bench's own
+        // collectives around those moments can count as received at one rank and not yet as
+        // sent at another (CI once saw 166 received of 165 sent). Without the filter each
+        // frame to a machine would reach all of its ranks: far more than that slack.
+        let slack = n("tx_frames") / 20 + 2 * ranks as u64;
+        assert!(n("rx_frames") <= n("tx_frames") + slack, "{user:?}: {row}");
         // The data crossed machines over raw Ethernet.
         let bytes = row["bytes"].as_u64().unwrap();
         assert!(n("tx_bytes") >= 2 * bytes, "{user:?}: {row}");
