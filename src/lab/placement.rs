@@ -16,42 +16,54 @@ use crate::topology::hosts::MAX_RANKS_PER_MACHINE;
 pub fn machine_ranks(state: &LabState, per_machine: Option<usize>) -> Result<Vec<usize>, LabError> {
     let ranks = match per_machine {
         Some(k) => {
-            block(1, k)?;
+            check_per_machine(k)?;
             vec![k; state.machines.len()]
         }
         None => state.file_ranks(),
     };
-    fill(&ranks)?;
+    check_counts(&ranks)?;
     Ok(ranks)
 }
 
 /// K ranks on each of `machines` machines: the machine of every rank, in rank order.
 pub fn block(machines: usize, per_machine: usize) -> Result<Vec<usize>, LabError> {
-    if !(1..=MAX_RANKS_PER_MACHINE).contains(&per_machine) {
-        return Err(LabError::Command(format!(
-            "--ranks-per-machine {per_machine}: use a whole number from 1 to {MAX_RANKS_PER_MACHINE}"
-        )));
-    }
+    check_per_machine(per_machine)?;
     fill(&vec![per_machine; machines])
 }
 
 /// `ranks[m]` ranks on machine m (a topology file's `ranks`, in file order): the machine of
 /// every rank, in rank order.
 pub fn fill(ranks: &[usize]) -> Result<Vec<usize>, LabError> {
-    if let Some((m, &k)) = ranks
-        .iter()
-        .enumerate()
-        .find(|(_, k)| !(1..=MAX_RANKS_PER_MACHINE).contains(*k))
-    {
-        return Err(LabError::Command(format!(
-            "machine {m} has {k} ranks: use a whole number from 1 to {MAX_RANKS_PER_MACHINE}"
-        )));
-    }
+    check_counts(ranks)?;
     Ok(ranks
         .iter()
         .enumerate()
         .flat_map(|(m, &k)| std::iter::repeat_n(m, k))
         .collect())
+}
+
+/// `--ranks-per-machine K` within 1..=[`MAX_RANKS_PER_MACHINE`].
+fn check_per_machine(k: usize) -> Result<(), LabError> {
+    if (1..=MAX_RANKS_PER_MACHINE).contains(&k) {
+        return Ok(());
+    }
+    Err(LabError::Command(format!(
+        "--ranks-per-machine {k}: use a whole number from 1 to {MAX_RANKS_PER_MACHINE}"
+    )))
+}
+
+/// Every machine's rank count within 1..=[`MAX_RANKS_PER_MACHINE`].
+fn check_counts(ranks: &[usize]) -> Result<(), LabError> {
+    match ranks
+        .iter()
+        .enumerate()
+        .find(|(_, k)| !(1..=MAX_RANKS_PER_MACHINE).contains(*k))
+    {
+        None => Ok(()),
+        Some((m, k)) => Err(LabError::Command(format!(
+            "machine {m} has {k} ranks: use a whole number from 1 to {MAX_RANKS_PER_MACHINE}"
+        ))),
+    }
 }
 
 #[cfg(test)]
