@@ -156,7 +156,10 @@ pub const HOST_MIN_BYTES: u64 = 4 << 20;
 ///   1.59–2.09× in 7 rounds, 32 MiB 1.96–2.44× in 4, 64 MiB 1.13–2.55× in 7; 8 MiB
 ///   0.91–1.32× in 4 and 4 MiB 0.82–1.03× in 3, while attach lost or tied at 4 to 64 MiB
 ///   (0.71–1.14×).
-pub const FEW_READERS_MIN_BYTES: u64 = 16 << 20;
+///
+/// It is where the shared-memory link starts staging for one reader: pipecast takes a
+/// two-rank broadcast exactly where it would go through the ring, never by attach.
+pub const FEW_READERS_MIN_BYTES: u64 = crate::transport::shm::ONE_READER_STAGE_MIN_BYTES;
 
 impl Default for Config {
     fn default() -> Config {

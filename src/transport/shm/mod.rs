@@ -786,7 +786,9 @@ pub fn stage_from(ranks: usize) -> u64 {
 }
 
 const STAGE_MIN_BYTES: u64 = 4 << 20;
-const ONE_READER_STAGE_MIN_BYTES: u64 = 16 << 20;
+/// Where one reader's broadcasts move to the staging ring; the MPI glue leaves two-rank
+/// broadcasts below it to the MPI (`comm::FEW_READERS_MIN_BYTES` is this value).
+pub const ONE_READER_STAGE_MIN_BYTES: u64 = 16 << 20;
 
 /// `send(2)` without SIGPIPE (a library inside an MPI program cannot count on it being
 /// ignored): a closed peer is an error code, not a signal.
