@@ -352,16 +352,20 @@ impl ShmLink {
         write_out(rank, p)
     }
 
-    /// Handles what peer `rank` sent: first its deferred segments whose broadcast was posted
-    /// since, in their order (those still early wait again), then the records it wrote since.
-    fn receive(
+    /// Handles peer `rank`'s deferred segments whose broadcast was posted since, in their
+    /// order (those still early wait again); whether any was. They are in this process's
+    /// memory, not on the peer's socket: a round that has some must not wait for the socket
+    /// first (that wait, a whole driver round whenever a broadcast followed the one before it
+    /// closely enough for its first segment to arrive early, was the 50 ms stall of issue 28).
+    fn receive_deferred(
         &mut self,
         rank: usize,
         bufs: &mut Buffers,
         endpoint: &mut Endpoint,
         now: u64,
-    ) -> crate::Result<()> {
+    ) -> crate::Result<bool> {
         let deferred = std::mem::take(&mut self.peers.get_mut(&rank).expect("a peer").deferred);
+        let mut handled = false;
         for record in deferred {
             if let Record::Message { head, .. } = &record {
                 if let Message::Data(h) = frame::decode(rank, head)? {
@@ -373,7 +377,19 @@ impl ShmLink {
                 }
             }
             self.handle(rank, record, bufs, endpoint, now)?;
+            handled = true;
         }
+        Ok(handled)
+    }
+
+    /// Handles the records peer `rank` wrote since the last call.
+    fn receive(
+        &mut self,
+        rank: usize,
+        bufs: &mut Buffers,
+        endpoint: &mut Endpoint,
+        now: u64,
+    ) -> crate::Result<()> {
         let p = self.peers.get_mut(&rank).expect("a peer");
         let mut chunk = [0u8; RECORD * 64];
         let mut read = 0;
@@ -647,12 +663,16 @@ impl Transport for ShmLink {
         wait: Duration,
     ) -> crate::Result<()> {
         let ranks: Vec<usize> = self.peers.keys().copied().collect();
+        let mut landed = false;
+        for &r in &ranks {
+            landed |= self.receive_deferred(r, bufs, endpoint, clock())?;
+        }
         self.queue(endpoint, clock())?;
         self.check_closed(endpoint)?;
         for &r in &ranks {
             self.flush(r, bufs)?;
         }
-        if !wait.is_zero() && !endpoint.any_done() {
+        if !wait.is_zero() && !landed && !endpoint.any_done() {
             self.wait(&ranks, wait)?;
         }
         for &r in &ranks {
