@@ -729,3 +729,27 @@ fn local_ranks_killed_by_a_signal_are_named() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Issue 28: no broadcast may wait out a whole driver round. With the round raised to 1 s
+/// (`PIPECAST_ROUND_MS`), 200 broadcasts of 1 MiB over 4 ranks, one after the other as MPI
+/// programs post them, by attach and through the ring: a lost wake-up (a round that sleeps on
+/// its sockets with data already in hand, as the shared-memory link did with segments that
+/// came before their broadcast was posted) would show as an iteration of a second or more,
+/// where one takes a few milliseconds even in a debug build on a busy host.
+#[test]
+fn back_to_back_broadcasts_never_wait_out_a_round() {
+    for (shm, link) in [("cma", "shm:cma"), ("ring", "shm:ring")] {
+        let args = ["--sizes", "1M", "--tree", "flat,linear", "--iters", "200"];
+        let env = [("PIPECAST_ROUND_MS", "1000"), ("PIPECAST_SHM", shm)];
+        let Some(json) = run_ok_over(4, &args, &env, link) else {
+            return;
+        };
+        for r in json["results"].as_array().unwrap() {
+            let max = r["max_us"].as_f64().unwrap();
+            assert!(
+                max < 900_000.0,
+                "PIPECAST_SHM={shm}: an iteration took {max} µs, a whole 1 s round: {r}"
+            );
+        }
+    }
+}

@@ -116,6 +116,12 @@ pub struct Config {
     /// in the kernel (env PIPECAST_POLL_US; default [`POLL`]; see
     /// [`transport::wake::spin`](crate::transport::wake::spin)). Local: ranks may differ.
     pub poll: Duration,
+    /// The longest one wait of the progress thread for its links while broadcasts run (env
+    /// PIPECAST_ROUND_MS; default [`ROUND`]). Whatever moves a broadcast on (data from a peer,
+    /// room to send, a newly posted broadcast) ends the wait at once, so a longer round changes
+    /// nothing but how late a lost wake-up is noticed: tests raise it to make one unmistakable.
+    /// Local: ranks may differ.
+    pub round: Duration,
     /// Write this rank's trees, one line per distinct plan, to `DIR/colltree<rank>.json`
     /// (env PIPECAST_TREE_DUMP; [`tree_dump`]). Local: ranks may differ.
     pub tree_dump: Option<std::path::PathBuf>,
@@ -127,6 +133,9 @@ pub struct Config {
     /// rank must have the same (the agreement checks it when verbs may run).
     pub verbs_max_qps: usize,
 }
+
+/// The default of [`Config::round`].
+pub const ROUND: Duration = Duration::from_millis(50);
 
 /// The default of [`Config::poll`]. Measured with `pipecast bench --local` (docs/shm.md).
 pub const POLL: Duration = Duration::from_micros(50);
@@ -177,6 +186,7 @@ impl Default for Config {
             shm: ShmMode::Auto,
             host_min_bytes: None,
             poll: POLL,
+            round: ROUND,
             tree_dump: None,
             verbs: Default::default(),
             verbs_max_qps: crate::transport::verbs::LinkConfig::default().max_qps,

@@ -54,9 +54,6 @@ struct Run {
     reported: bool,
 }
 
-/// The longest a round waits for the link while broadcasts run (a newly posted broadcast
-/// ends the wait at once through the [`Wake`]).
-const ROUND: Duration = Duration::from_millis(50);
 /// Between broadcasts, on a link that must keep answering peers.
 const IDLE_ROUND: Duration = Duration::from_millis(50);
 /// A run still going after this long logs the engine's and the link's state once (at warn):
@@ -76,14 +73,25 @@ struct Driver {
     failed: Option<String>,
     /// The link needs each broadcast's buffer registered while it runs (RDMA verbs).
     registers: bool,
+    /// The longest a round waits for the link while broadcasts run (`Config::round`; a newly
+    /// posted broadcast ends the wait at once through the [`Wake`]).
+    round: Duration,
 }
 
 /// Serves `ops` until the communicator drops its end.
-pub fn serve(me: usize, link: Link, ops: Receiver<Op>, wake: Arc<Wake>, poll: Duration) {
+pub fn serve(
+    me: usize,
+    link: Link,
+    ops: Receiver<Op>,
+    wake: Arc<Wake>,
+    poll: Duration,
+    round: Duration,
+) {
     let registers = link.capabilities().needs_registration;
     let mut d = Driver {
         me,
         registers,
+        round,
         link,
         endpoint: Endpoint::new(),
         bufs: Buffers::new(),
@@ -208,7 +216,7 @@ impl Driver {
         } else if self.runs.is_empty() {
             IDLE_ROUND
         } else {
-            ROUND
+            self.round
         };
         let start = self.start;
         let clock = move || start.elapsed().as_nanos() as u64;
@@ -411,7 +419,14 @@ mod tests {
             ops.push((tx, wake.clone()));
             threads.push(std::thread::spawn(move || {
                 link.connect(&[1 - rank], Duration::from_secs(10)).unwrap();
-                serve(rank, Box::new(link), rx, wake, Duration::ZERO);
+                serve(
+                    rank,
+                    Box::new(link),
+                    rx,
+                    wake,
+                    Duration::ZERO,
+                    crate::comm::ROUND,
+                );
             }));
         }
         let post = |rank: usize, jobs: Vec<Job>, buf: Vec<u8>| {

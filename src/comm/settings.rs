@@ -39,6 +39,8 @@ pub struct Settings {
     pub host_min_bytes: Option<String>,
     /// `PIPECAST_POLL_US`: how long a waiter polls before it sleeps.
     pub poll_us: Option<String>,
+    /// `PIPECAST_ROUND_MS`: the longest one wait of the progress thread for its links.
+    pub round_ms: Option<String>,
     /// `PIPECAST_TREE_DUMP`: a directory for per-rank tree dumps (MPICH's `COLL_TREE_DUMP`).
     pub tree_dump: Option<String>,
     /// `PIPECAST_VERBS_DEVICE`: the RDMA device of the verbs link (default: the first).
@@ -53,7 +55,7 @@ pub struct Settings {
 }
 
 /// The variables, in the order errors and documentation list them.
-pub const VARIABLES: [&str; 18] = [
+pub const VARIABLES: [&str; 19] = [
     "PIPECAST_TRANSPORT",
     "PIPECAST_TREE",
     "PIPECAST_SEGMENT",
@@ -67,6 +69,7 @@ pub const VARIABLES: [&str; 18] = [
     "PIPECAST_SHM",
     "PIPECAST_HOST_MIN_BYTES",
     "PIPECAST_POLL_US",
+    "PIPECAST_ROUND_MS",
     "PIPECAST_TREE_DUMP",
     "PIPECAST_VERBS_DEVICE",
     "PIPECAST_VERBS_PORT",
@@ -126,7 +129,7 @@ impl Settings {
         Ok(s)
     }
 
-    fn slots(&mut self) -> [&mut Option<String>; 18] {
+    fn slots(&mut self) -> [&mut Option<String>; 19] {
         [
             &mut self.transport,
             &mut self.tree,
@@ -141,6 +144,7 @@ impl Settings {
             &mut self.shm,
             &mut self.host_min_bytes,
             &mut self.poll_us,
+            &mut self.round_ms,
             &mut self.tree_dump,
             &mut self.verbs_device,
             &mut self.verbs_port,
@@ -231,6 +235,20 @@ impl Settings {
                     )
                 })?;
             config.poll = Duration::from_micros(us);
+        }
+        if let Some(v) = &self.round_ms {
+            let ms: u64 = v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|ms| (1..=60_000).contains(ms))
+                .ok_or_else(|| {
+                    bad(
+                        "PIPECAST_ROUND_MS",
+                        format!("{v:?}: expected milliseconds from 1 to 60000"),
+                    )
+                })?;
+            config.round = Duration::from_millis(ms);
         }
         if let Some(v) = &self.shm {
             config.shm = v.parse().map_err(|e| bad("PIPECAST_SHM", e))?;
@@ -391,6 +409,13 @@ mod tests {
                     ..Settings::default()
                 },
                 "PIPECAST_POLL_US",
+            ),
+            (
+                Settings {
+                    round_ms: Some("0".into()),
+                    ..Settings::default()
+                },
+                "PIPECAST_ROUND_MS",
             ),
             (
                 Settings {

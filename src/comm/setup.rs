@@ -224,10 +224,10 @@ impl Local {
         transport.set_wake(wake.raw());
         let (ops, rx) = crossbeam_channel::unbounded();
         let woken = wake.clone();
-        let poll = config.poll;
+        let (poll, round) = (config.poll, config.round);
         let progress = std::thread::Builder::new()
             .name(format!("pipecast-progress-{rank}"))
-            .spawn(move || progress::serve(rank, transport, rx, woken, poll))
+            .spawn(move || progress::serve(rank, transport, rx, woken, poll, round))
             .map_err(|e| CommError::Bootstrap(format!("cannot start the progress thread: {e}")))?;
         let local: Vec<_> = (0..size)
             .filter(|&r| keys[r] == keys[rank])
