@@ -95,9 +95,14 @@ pub fn settings_text(config: &Config) -> String {
     ) {
         write!(s, " verbs_max_qps={}", config.verbs_max_qps).ok();
     }
-    // Debug output of these Vec-based values is deterministic.
-    let profile = format!("{:?}", config.profile);
-    write!(s, " profile={:016x}", fnv1a(profile.as_bytes())).ok();
+    // Debug output of these Vec-based values is deterministic. A profile not given is
+    // derived after the agreement from what every rank measured (`network::agreed`).
+    if config.profile_given {
+        let profile = format!("{:?}", config.profile);
+        write!(s, " profile={:016x}", fnv1a(profile.as_bytes())).ok();
+    } else {
+        s.push_str(" profile=derived");
+    }
     if let Some(t) = &config.topology {
         let text = format!("{t:?}");
         write!(s, " topology={:016x}", fnv1a(text.as_bytes())).ok();
@@ -116,7 +121,7 @@ fn transport_kind(t: &super::Transport) -> &'static str {
 }
 
 /// FNV-1a, 64 bits: a digest that is the same in every process and build.
-fn fnv1a(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
@@ -137,6 +142,8 @@ pub struct Peers {
     pub rail_macs: Vec<Vec<Option<[u8; 6]>>>,
     /// The CPUs each rank may run on, when it said ([`super::cpus`]).
     pub cpus: Vec<Option<crate::wire::bootstrap::CpuRange>>,
+    /// What each rank knows of its data link (`comm::network`).
+    pub links: Vec<Option<crate::wire::bootstrap::LinkSeen>>,
     /// Rank 0's cookie: the job's.
     pub cookie: u64,
 }
@@ -190,6 +197,7 @@ pub fn decide(blobs: &[Vec<u8>]) -> Result<Peers, CommError> {
             .map(|p| p.rails.iter().map(|n| n.mac).collect())
             .collect(),
         cpus: parsed.iter().map(|p| p.cpus).collect(),
+        links: parsed.iter().map(|p| p.link).collect(),
         cookie: parsed.first().map_or(0, |p| p.cookie),
     })
 }
@@ -213,6 +221,7 @@ pub fn failed_blob(e: &crate::Error, host: &str) -> Vec<u8> {
         verbs: None,
         rails: crate::wire::bootstrap::RailNics::default(),
         cpus: None,
+        link: None,
     }
     .to_vec()
     .expect("lengths are bounded")
@@ -281,6 +290,7 @@ mod tests {
             verbs: None,
             rails: crate::wire::bootstrap::RailNics::default(),
             cpus: None,
+            link: None,
         }
         .to_vec()
         .unwrap()

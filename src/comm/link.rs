@@ -385,6 +385,7 @@ mod tests {
             rails: Vec::new(),
             rail_macs,
             cpus: Vec::new(),
+            links: Vec::new(),
             cookie: 1,
         };
         let both = peers(vec![vec![Some(m(0, 1))], vec![Some(m(1, 1))]]);
@@ -423,6 +424,7 @@ mod tests {
             rails: vec![Vec::new(); 2],
             rail_macs: vec![Vec::new(); 2],
             cpus: vec![None, None],
+            links: vec![None, None],
             cookie: 5,
         };
         let none = Candidates {

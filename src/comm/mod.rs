@@ -15,8 +15,10 @@ pub mod agree;
 mod algorithm;
 mod bootstrap;
 pub mod cpus;
+pub mod host_cost;
 pub mod hosts;
 mod link;
+pub mod network;
 mod plan_json;
 mod progress;
 mod request;
@@ -83,9 +85,17 @@ pub struct Config {
     pub algorithm: Algorithm,
     /// Segment size (default: the model's choice, see [`resolve`]).
     pub segment: Option<u64>,
-    /// Calibration profile for the model's choices (`auto`, segment size); default the
+    /// Calibration profile for the model's choices (`auto`, segment size). Unless one is given
+    /// ([`Config::profile_given`]), the communicator derives it from the agreed link rate and
+    /// host cost (`model::network`, [`network`]); where no rank knows its link's rate, the
     /// 1 Gbit/s column of seed 003 Table 2. `pipecast calibrate` measures one.
     pub profile: Profile,
+    /// The profile was given (env PIPECAST_PROFILE): the communicator keeps it as it is.
+    pub profile_given: bool,
+    /// The rate of this rank's data link, bits per second (env PIPECAST_LINK_RATE, tc's
+    /// spelling; `pipecast lab run` sets the lab's); `None`: the topology's `gbps`, else the
+    /// NIC's speed ([`network`]). Local: the ranks agree on the slowest.
+    pub link_rate: Option<u64>,
     /// Window, credit batching (the engine's idle timeout is off: a late rank is waited for).
     pub engine: EngineConfig,
     /// How long a peer may show no sign of life (its process dead, its connection closed, no
@@ -176,6 +186,8 @@ impl Default for Config {
             algorithm: Algorithm::Tree(TreeKind::Auto),
             segment: None,
             profile: Profile::builtin("1gbit").expect("built-in profile"),
+            profile_given: false,
+            link_rate: None,
             engine: EngineConfig::default(),
             timeout: Duration::from_secs(5),
             topology: None,
@@ -230,6 +242,8 @@ pub struct Comm {
     /// How many ranks share this rank's host, and the CPUs they share (`None`: unknown).
     host_ranks: usize,
     host_cpus: Option<usize>,
+    /// The network the profile was derived from (`None`: given, or seed 003's Table 2).
+    network: Option<crate::model::network::Network>,
     /// `PIPECAST_TREE_DUMP`: where new plans are recorded.
     dump: Option<tree_dump::TreeDump>,
 }
@@ -348,6 +362,7 @@ impl Comm {
             hosts: f.hosts,
             host_ranks: f.host_ranks,
             host_cpus: f.host_cpus,
+            network: f.network,
             dump,
         })
     }
@@ -445,6 +460,23 @@ impl Comm {
                 "every rank on one host, {} ranks on {cpus}: broadcasts below {below} bytes go to the MPI's own broadcast, faster there (measured; PIPECAST_HOST_MIN_BYTES)",
                 self.host_ranks
             ),
+        }
+    }
+
+    /// Where the model's profile came from: `PIPECAST_PROFILE`, the network every rank agreed
+    /// on (its rate and host cost, `model::network`), or seed 003's Table 2 at 1 Gbit/s where
+    /// no rank knew its link's rate.
+    pub fn profile_source(&self) -> String {
+        match &self.network {
+            _ if self.config.profile_given => "PIPECAST_PROFILE".into(),
+            Some(n) => format!(
+                "derived: {} Mbit/s, {:.1} us per segment end{}",
+                n.rate_bps / 1_000_000,
+                n.segment_us,
+                n.host_bytes_per_us
+                    .map_or(String::new(), |b| format!(", host {b:.0} MB/s"))
+            ),
+            None => "seed 003 Table 2, 1 Gbit/s (no link rate known: PIPECAST_LINK_RATE)".into(),
         }
     }
 

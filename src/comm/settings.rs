@@ -25,6 +25,8 @@ pub struct Settings {
     pub timeout_ms: Option<String>,
     /// `PIPECAST_PROFILE`: a calibration profile file, or 100mbit / 1gbit.
     pub profile: Option<String>,
+    /// `PIPECAST_LINK_RATE`: the data link's rate (tc's spelling: 100mbit, 10gbit).
+    pub link_rate: Option<String>,
     /// `PIPECAST_IFACE`: interfaces or subnets to listen on; the raw Ethernet interface.
     pub iface: Option<String>,
     /// `PIPECAST_IP`: the address to listen on.
@@ -55,13 +57,14 @@ pub struct Settings {
 }
 
 /// The variables, in the order errors and documentation list them.
-pub const VARIABLES: [&str; 19] = [
+pub const VARIABLES: [&str; 20] = [
     "PIPECAST_TRANSPORT",
     "PIPECAST_TREE",
     "PIPECAST_SEGMENT",
     "PIPECAST_TOPOLOGY",
     "PIPECAST_TIMEOUT_MS",
     "PIPECAST_PROFILE",
+    "PIPECAST_LINK_RATE",
     "PIPECAST_IFACE",
     "PIPECAST_IP",
     "PIPECAST_WINDOW",
@@ -129,7 +132,7 @@ impl Settings {
         Ok(s)
     }
 
-    fn slots(&mut self) -> [&mut Option<String>; 19] {
+    fn slots(&mut self) -> [&mut Option<String>; 20] {
         [
             &mut self.transport,
             &mut self.tree,
@@ -137,6 +140,7 @@ impl Settings {
             &mut self.topology,
             &mut self.timeout_ms,
             &mut self.profile,
+            &mut self.link_rate,
             &mut self.iface,
             &mut self.ip,
             &mut self.window,
@@ -303,6 +307,19 @@ impl Settings {
         if let Some(v) = &self.profile {
             config.profile = crate::input::load_profile(v)
                 .map_err(|e| bad("PIPECAST_PROFILE", e.to_string()))?;
+            config.profile_given = true;
+        }
+        if let Some(v) = &self.link_rate {
+            config.link_rate = Some(
+                crate::input::parse_rate(v)
+                    .filter(|bits| *bits > 0)
+                    .ok_or_else(|| {
+                        bad(
+                            "PIPECAST_LINK_RATE",
+                            format!("{v:?}: expected a rate such as 100mbit, 10gbit or 25gbit"),
+                        )
+                    })?,
+            );
         }
         if let Some(v) = &self.topology {
             config.topology = Some(
@@ -409,6 +426,13 @@ mod tests {
                     ..Settings::default()
                 },
                 "PIPECAST_POLL_US",
+            ),
+            (
+                Settings {
+                    link_rate: Some("fast".into()),
+                    ..Settings::default()
+                },
+                "PIPECAST_LINK_RATE",
             ),
             (
                 Settings {

@@ -32,6 +32,8 @@ pub struct Local {
     /// connections. Rank 0's is the job's.
     cookie: u64,
     settings: String,
+    /// What this rank knows of its data link, for the profile every rank derives.
+    link_seen: Option<crate::wire::bootstrap::LinkSeen>,
     /// Why `auto` could not take a faster link at this rank ([`Finished::why_not`]).
     why_not: Vec<String>,
 }
@@ -58,6 +60,8 @@ pub struct Finished {
     /// (`None`: unknown; [`cpus::shared`]).
     pub host_ranks: usize,
     pub host_cpus: Option<usize>,
+    /// The network the profile was derived from (`None`: given, or seed 003's Table 2).
+    pub network: Option<crate::model::network::Network>,
 }
 
 impl Local {
@@ -109,6 +113,7 @@ impl Local {
         Ok(Local {
             shm,
             settings: agree::settings_text(&config),
+            link_seen: super::network::observe(&config, &ip),
             config,
             tcp,
             rails,
@@ -140,6 +145,7 @@ impl Local {
                     .unwrap_or_default(),
             ),
             cpus: cpus::this_thread(),
+            link: self.link_seen,
         }
         .to_vec()
         .expect("lengths are bounded")
@@ -149,7 +155,7 @@ impl Local {
     /// that no broadcast ever waits for a connection from a late rank), progress thread.
     pub fn finish(self, rank: usize, size: usize, peers: &Peers) -> crate::Result<Finished> {
         let Local {
-            config,
+            mut config,
             mut tcp,
             raw,
             verbs,
@@ -167,6 +173,25 @@ impl Local {
             })
             .collect();
         let keys = hosts::host_keys(&rank_hosts);
+        // Every rank derives the same profile from the same blobs.
+        let network = if config.profile_given {
+            None
+        } else {
+            super::network::agreed(&peers.links).map(|(net, profile)| {
+                config.profile = profile;
+                net
+            })
+        };
+        if rank == 0 {
+            if let Some(net) = &network {
+                tracing::info!(
+                    "profile derived from the network: {} Mbit/s, {:.1} µs per segment end, host {:.0} MB/s",
+                    net.rate_bps / 1_000_000,
+                    net.segment_us,
+                    net.host_bytes_per_us.unwrap_or(f64::NAN)
+                );
+            }
+        }
         let topology = hosts::topology(config.topology.as_ref(), &rank_hosts, &keys)?;
         tcp.set_peers(peers.addrs.clone(), peers.cookie);
         tcp.set_rails(&peers.rails);
@@ -248,6 +273,7 @@ impl Local {
             hosts: distinct.len(),
             host_ranks: local.len(),
             host_cpus: cpus::shared(&local),
+            network,
         })
     }
 }

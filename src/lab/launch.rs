@@ -71,7 +71,8 @@ pub(super) fn netns_exec(state: &LabState, netns: &str) -> Result<Command, LabEr
 
 /// The environment of rank `rank` of `placed.len()`, running on machine `placed[rank]`
 /// ([`super::block`]): `PIPECAST_RANK`, `PIPECAST_SIZE`, `PIPECAST_RENDEZVOUS` (rank 0's data
-/// address and `port`), `PIPECAST_MACHINE` and `PIPECAST_LAB`. Ranks on one machine share
+/// address and `port`), `PIPECAST_MACHINE`, `PIPECAST_LAB` and (unless set)
+/// `PIPECAST_LINK_RATE`, the machine's shaped rate. Ranks on one machine share
 /// its name and address, so pipecast groups them as one host (two-level plans).
 pub fn rank_env(
     state: &LabState,
@@ -92,6 +93,7 @@ pub fn rank_env(
         ),
         ("PIPECAST_LAB".into(), state.name.clone()),
     ];
+    env.extend(state.link_rate_env(placed[rank]));
     // A machine with several NICs listens on each (one per rail), unless the caller chose.
     if let Some(iface) = state.machines[placed[rank]].iface() {
         if std::env::var_os("PIPECAST_IFACE").is_none() {

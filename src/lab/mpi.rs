@@ -45,8 +45,10 @@ fn machine_netns<'a>(state: &'a LabState, host: &str) -> Result<&'a str, LabErro
 /// in the machine's namespace with our stdin/stdout/stderr. Returns the exit code.
 pub fn rsh(state: &LabState, host: &str, command: &[String]) -> Result<i32, LabError> {
     let netns = machine_netns(state, host)?;
+    let machine = state.machines.iter().position(|m| m.netns == netns);
     let status = super::launch::netns_exec(state, netns)?
         .args(["sh", "-c", &command.join(" ")])
+        .envs(machine.and_then(|m| state.link_rate_env(m)))
         .env("OMPI_MCA_orte_tmpdir_base", session_base(state, host))
         .env("TMPDIR", session_base(state, host))
         .env("PIPECAST_MACHINE", machine_name(state, host))

@@ -71,6 +71,27 @@ pub struct LabState {
 }
 
 impl LabState {
+    /// The rate of machine `machine`'s data links in bit/s: its `gbps` in the topology the lab
+    /// was built from, else the lab's rate (what `up` shaped them to).
+    pub fn machine_rate_bits(&self, machine: usize) -> u64 {
+        self.topology["machines"][machine]["gbps"]
+            .as_f64()
+            .filter(|g| g.is_finite() && *g > 0.0)
+            .map_or(self.rate_bits, |g| (g * 1e9) as u64)
+    }
+
+    /// `PIPECAST_LINK_RATE` for a process on machine `machine` (`None` where the caller set
+    /// one): the rate the lab shaped its links to, which the model's profile derives from
+    /// (`comm::network`; a veth reports 10 Gbit/s whatever the shaping).
+    pub fn link_rate_env(&self, machine: usize) -> Option<(String, String)> {
+        std::env::var_os("PIPECAST_LINK_RATE").is_none().then(|| {
+            (
+                "PIPECAST_LINK_RATE".to_string(),
+                format!("{}bit", self.machine_rate_bits(machine)),
+            )
+        })
+    }
+
     /// All namespaces of the lab, switches first.
     pub fn namespaces(&self) -> Vec<String> {
         let mut all: Vec<String> = self.switches.iter().map(|s| s.netns.clone()).collect();

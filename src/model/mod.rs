@@ -17,6 +17,7 @@
 
 pub mod contention;
 pub mod logp;
+pub mod network;
 pub mod profile;
 pub mod steps;
 pub mod two_level;

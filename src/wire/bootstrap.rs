@@ -48,6 +48,15 @@
 //! of 0 means unknown, which is what a rank from before writes. Ranks on one host then know
 //! how many CPUs they share, all from the same blobs, so they decide alike whether the host
 //! is oversubscribed.
+//!
+//! **Link** (issue 28, both versions): flag bit 1 says that the last 12 bytes, after
+//! everything above, are what the rank knows of its data link, from which every rank derives
+//! the same calibration profile (`comm::network`):
+//!
+//! ```text
+//! 0 link rate, Mbit/s u32 (0: unknown)   4 CPU per segment end, ns u32 (0: not measured)
+//! 8 the host's byte rate through its network stack, MB/s u32 (0: not measured)
+//! ```
 
 use super::WireError;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -67,6 +76,10 @@ const MAGIC: [u8; 3] = *b"PCB";
 pub const HEAD_LEN: usize = 56;
 /// Longest string field.
 pub const MAX_TEXT: usize = 4096;
+/// Bytes of the link section.
+pub const LINK_LEN: usize = 12;
+/// The flag of the link section (head bytes 6..8).
+const HAS_LINK: u16 = 2;
 
 /// A rank's state at the agreement.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,6 +147,16 @@ pub struct CpuRange {
     pub count: u16,
 }
 
+/// What a rank knows of its data link (the blob's link section); 0 is unknown everywhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LinkSeen {
+    pub rate_mbps: u32,
+    /// CPU time per segment end, ns.
+    pub segment_ns: u32,
+    /// The host's byte rate through its network stack, MB/s (bytes per µs).
+    pub host_mb_s: u32,
+}
+
 /// A parsed blob; strings borrow from the bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Repr<'a> {
@@ -154,6 +177,8 @@ pub struct Repr<'a> {
     pub verbs: Option<VerbsAddr>,
     /// The CPUs the rank may run on (`None`: unknown).
     pub cpus: Option<CpuRange>,
+    /// What the rank knows of its data link.
+    pub link: Option<LinkSeen>,
 }
 
 /// Where a rank's RDMA port is, and where it listens for queue pair handshakes (the verbs
@@ -312,7 +337,8 @@ impl<'a> Repr<'a> {
         };
         let strings_end = HEAD_LEN + lens.iter().sum::<usize>();
         let rails_end = strings_end + rail_count * NIC_LEN;
-        let need = rails_end.saturating_add(verbs_len);
+        let verbs_end = rails_end.saturating_add(verbs_len);
+        let need = verbs_end.saturating_add(if flags & HAS_LINK != 0 { LINK_LEN } else { 0 });
         if b.len() != need {
             return Err(WireError::BadLength {
                 what: "bootstrap blob",
@@ -353,8 +379,17 @@ impl<'a> Repr<'a> {
             rails,
             verbs: match verbs_len {
                 0 => None,
-                _ => Some(VerbsAddr::parse(&b[rails_end..])?),
+                _ => Some(VerbsAddr::parse(&b[rails_end..verbs_end])?),
             },
+            link: (flags & HAS_LINK != 0).then(|| {
+                let l = &b[verbs_end..];
+                let u32_at = |i: usize| u32::from_le_bytes(l[i..i + 4].try_into().expect("4"));
+                LinkSeen {
+                    rate_mbps: u32_at(0),
+                    segment_ns: u32_at(4),
+                    host_mb_s: u32_at(8),
+                }
+            }),
             cpus: match u16_at(b, 54) {
                 0 => None,
                 count => Some(CpuRange {
@@ -373,6 +408,7 @@ impl<'a> Repr<'a> {
             + self.reason.len()
             + self.rails.len() * NIC_LEN
             + self.verbs.as_ref().map_or(0, VerbsAddr::buffer_len)
+            + self.link.map_or(0, |_| LINK_LEN)
     }
 
     /// Writes the blob into `b` (at least [`Repr::buffer_len`] bytes); returns its length.
@@ -409,7 +445,8 @@ impl<'a> Repr<'a> {
             Status::Failed => 1,
         };
         b[5] = self.code;
-        b[6..8].copy_from_slice(&u16::from(self.mac.is_some()).to_le_bytes());
+        let flags = u16::from(self.mac.is_some()) | if self.link.is_some() { HAS_LINK } else { 0 };
+        b[6..8].copy_from_slice(&flags.to_le_bytes());
         b[8..16].copy_from_slice(&self.cookie.to_le_bytes());
         b[16..18].copy_from_slice(&self.addr.port().to_le_bytes());
         {
@@ -442,7 +479,13 @@ impl<'a> Repr<'a> {
         }
         if let Some(v) = &self.verbs {
             b[50..54].copy_from_slice(&(v.buffer_len() as u32).to_le_bytes());
-            v.emit(&mut b[at..]);
+            v.emit(&mut b[at..at + v.buffer_len()]);
+            at += v.buffer_len();
+        }
+        if let Some(l) = self.link {
+            for (i, v) in [l.rate_mbps, l.segment_ns, l.host_mb_s].iter().enumerate() {
+                b[at + 4 * i..at + 4 * i + 4].copy_from_slice(&v.to_le_bytes());
+            }
         }
         Ok(need)
     }
@@ -472,6 +515,37 @@ mod tests {
             rails: RailNics::default(),
             verbs: None,
             cpus: Some(CpuRange { first: 4, count: 2 }),
+            link: None,
+        }
+    }
+
+    /// The link section rides at the very end, behind a flag, with or without verbs.
+    #[test]
+    fn the_link_section_round_trips_behind_its_flag() {
+        let seen = LinkSeen {
+            rate_mbps: 10_000,
+            segment_ns: 12_345,
+            host_mb_s: 2_500,
+        };
+        for verbs in [None, Some(verbs())] {
+            let plain = Repr {
+                verbs: verbs.clone(),
+                ..sample()
+            };
+            let with = Repr {
+                link: Some(seen),
+                ..plain.clone()
+            };
+            let bytes = with.to_vec().unwrap();
+            assert_eq!(bytes.len(), plain.to_vec().unwrap().len() + LINK_LEN);
+            assert_eq!(Repr::parse(&bytes).unwrap(), with);
+            let mut cut = bytes.clone();
+            cut.pop();
+            assert!(Repr::parse(&cut).is_err());
+            // The flag without the bytes, and the bytes without the flag, are errors.
+            let mut unflagged = bytes.clone();
+            unflagged[6] &= !2;
+            assert!(Repr::parse(&unflagged).is_err());
         }
     }
     fn verbs() -> VerbsAddr {

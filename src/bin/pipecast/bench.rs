@@ -125,6 +125,8 @@ struct Report<'a> {
     ranks: usize,
     /// What ran: `tcp` or `raweth:IFACE` (`auto` resolved).
     transport: &'a str,
+    /// Where the model's profile came from (`Comm::profile_source`).
+    profile: String,
     results: &'a [Row],
 }
 
@@ -281,6 +283,7 @@ pub fn run(args: Args) -> CliResult {
         let report = Report {
             ranks: n,
             transport: comm.transport(),
+            profile: comm.profile_source(),
             results: &rows,
         };
         if let Some(path) = &args.report {
@@ -290,7 +293,7 @@ pub fn run(args: Args) -> CliResult {
         if args.json {
             println!("{}", serde_json::to_string(&report)?);
         } else {
-            print_table(n, comm.transport(), &rows);
+            print_table(n, comm.transport(), &report.profile, &rows);
         }
     }
     if !all_ok {
@@ -517,9 +520,9 @@ fn counters_delta(
     Ok(sum)
 }
 
-fn print_table(n: usize, transport: &str, rows: &[Row]) {
+fn print_table(n: usize, transport: &str, profile: &str, rows: &[Row]) {
     println!(
-        "# pipecast bench: {n} ranks, {transport}; time per iteration = broadcast + barrier, slowest rank; /T(m): to the point-to-point time of the message, /memcpy: to one memcpy of it (the limit on one host); cpu/mc: CPU time of all ranks per broadcast over the CPU time of that memcpy"
+        "# pipecast bench: {n} ranks, {transport}; profile: {profile}; time per iteration = broadcast + barrier, slowest rank; /T(m): to the point-to-point time of the message, /memcpy: to one memcpy of it (the limit on one host); cpu/mc: CPU time of all ranks per broadcast over the CPU time of that memcpy"
     );
     println!(
         "{:>10} {:>18} {:>9} {:>11} {:>11} {:>11} {:>9} {:>8} {:>8} {:>7} {:>3}",
