@@ -50,6 +50,77 @@ pub fn parse_bytes(text: &str) -> Option<u64> {
     digits.parse::<u64>().ok()?.checked_mul(1 << shift)
 }
 
+/// How a rate is written, for error messages: what [`parse_rate`] reads.
+pub const RATE_SPELLING: &str = "a rate in bits per second as tc writes it (100mbit, 2.5gbit, \
+10gbit; units bit, kbit, mbit, gbit, tbit, kibit … tibit; not tc's bps, kbps, …, which count \
+bytes) or a bare number of Gbit/s (10)";
+
+/// The longest rate text [`parse_rate`] reads (blanks around it not counted).
+pub const MAX_RATE_CHARS: usize = 64;
+
+/// A link rate in bits per second (tc(8), "RATES"): a decimal number (`100`, `2.5`, `.5`) and
+/// a unit — `bit` (bits per second), `kbit`, `mbit`, `gbit`, `tbit` (10³ … 10¹²) or `kibit`,
+/// `mibit`, `gibit`, `tibit` (2¹⁰ … 2⁴⁰) — so `100mbit`, `2.5gbit`, `10gbit`; or a bare number of
+/// Gbit/s (`10`, `0.1`: what `pipecast sim --link-rate` took before it took units; tc itself
+/// reads a bare number as bit/s). Case-insensitive; blanks around the text and before the unit
+/// are ignored; the rate is rounded to a whole bit/s.
+///
+/// `None` for anything else: no digits, a sign or an exponent, more than [`MAX_RATE_CHARS`]
+/// characters, a rate that rounds to 0 or does not fit in a `u64`, and tc's byte rates (`bps`,
+/// `kbps`, `mbps`, `gbps`, `tbps` are bytes per second to tc but read as bits per second
+/// elsewhere — a topology's `gbps` is Gbit/s — so neither reading would be safe). Callers say
+/// what they accept with [`RATE_SPELLING`]; [`rate_name`] writes a rate back.
+pub fn parse_rate(text: &str) -> Option<u64> {
+    let text = text.trim();
+    if text.len() > MAX_RATE_CHARS {
+        return None;
+    }
+    let lower = text.to_ascii_lowercase();
+    let number = lower.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let scale: u128 = match &lower[number.len()..] {
+        "" => 1_000_000_000,
+        "bit" => 1,
+        "kbit" => 1_000,
+        "mbit" => 1_000_000,
+        "gbit" => 1_000_000_000,
+        "tbit" => 1_000_000_000_000,
+        "kibit" => 1 << 10,
+        "mibit" => 1 << 20,
+        "gibit" => 1 << 30,
+        "tibit" => 1 << 40,
+        _ => return None,
+    };
+    let number = number.trim_end();
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    let digits = || whole.bytes().chain(fraction.bytes());
+    if digits().next().is_none() || !digits().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    // Exactly, in integers: 2.5gbit = 25 × 10⁹ / 10.
+    let mantissa = digits().try_fold(0u128, |n, b| {
+        n.checked_mul(10)?.checked_add(u128::from(b - b'0'))
+    })?;
+    let divisor = 10u128.checked_pow(u32::try_from(fraction.len()).ok()?)?;
+    let bits = mantissa.checked_mul(scale)?.checked_add(divisor / 2)? / divisor;
+    u64::try_from(bits).ok().filter(|&b| b > 0)
+}
+
+/// A rate of `bits_per_s` (positive) as tc writes it, in the largest SI unit that divides it
+/// (`100mbit`, `2500mbit`, `10gbit`, `1234bit`); [`parse_rate`] reads it back.
+pub fn rate_name(bits_per_s: u64) -> String {
+    for (unit, scale) in [
+        ("tbit", 1_000_000_000_000),
+        ("gbit", 1_000_000_000),
+        ("mbit", 1_000_000),
+        ("kbit", 1_000),
+    ] {
+        if bits_per_s >= scale && bits_per_s % scale == 0 {
+            return format!("{}{unit}", bits_per_s / scale);
+        }
+    }
+    format!("{bits_per_s}bit")
+}
+
 /// Reads a UTF-8 text file of at most [`max_input_bytes`] bytes. The error says which limit was
 /// passed and how to raise it; it never reads more than one byte past the limit.
 pub fn read_text(path: &Path) -> Result<String, String> {
@@ -120,6 +191,74 @@ pub fn read_platform(path: &Path) -> Result<Platform, HeteroError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rates_in_tc_spelling_or_bare_gbit() {
+        for (text, bits) in [
+            ("100mbit", 100_000_000),
+            ("10gbit", 10_000_000_000),
+            ("10Gbit", 10_000_000_000),
+            (" 2.5gbit ", 2_500_000_000),
+            ("500kbit", 500_000),
+            ("1000000bit", 1_000_000),
+            ("1tbit", 1_000_000_000_000),
+            ("100 mbit", 100_000_000),
+            ("1mibit", 1 << 20),
+            ("2kibit", 2048),
+            (".5gbit", 500_000_000),
+            ("1.5bit", 2), // rounded to a whole bit/s
+            // A bare number is Gbit/s (`sim --link-rate` before units).
+            ("10", 10_000_000_000),
+            ("0.1", 100_000_000),
+            ("1.", 1_000_000_000),
+            ("18446744073709551615bit", u64::MAX),
+        ] {
+            assert_eq!(parse_rate(text), Some(bits), "{text}");
+            assert_eq!(parse_rate(&rate_name(bits)), Some(bits), "{text}");
+        }
+        for bad in [
+            "",
+            " ",
+            "mbit",
+            ".",
+            "1.2.3gbit",
+            "fast",
+            "-1gbit",
+            "+1gbit",
+            "1e3",
+            "1e3bit",
+            "nan",
+            "inf",
+            "infgbit",
+            "0",
+            "0mbit",
+            "0.0000000001bit",
+            "10gbps", // tc: 10 GB/s; a topology's gbps: Gbit/s
+            "100mbps",
+            "1bps",
+            "100mb",
+            "100m",
+            "18446744073709551616bit",
+            "20000000000gbit",
+            "1gbit1",
+            "1 0gbit",
+            "1٠gbit",
+            "１gbit",
+        ] {
+            assert_eq!(parse_rate(bad), None, "{bad:?}");
+        }
+        // Bounded: long text is refused before any arithmetic.
+        assert_eq!(parse_rate(&"9".repeat(1 << 20)), None);
+        assert_eq!(parse_rate(&format!("0.{}1gbit", "0".repeat(40))), None);
+        assert_eq!(
+            parse_rate(&format!("{}1gbit", "0".repeat(50))),
+            Some(1_000_000_000)
+        );
+        assert_eq!(rate_name(100_000_000), "100mbit");
+        assert_eq!(rate_name(2_500_000_000), "2500mbit");
+        assert_eq!(rate_name(1234), "1234bit");
+        assert_eq!(rate_name(3 << 20), "3145728bit");
+    }
 
     #[test]
     fn file_errors_carry_the_path() {
