@@ -135,6 +135,31 @@ fn svg_has_one_line_per_tree_and_table_prints() {
     assert!(table.contains("linear") && table.contains("completion_us"));
 }
 
+/// `--link-rate` takes tc's spelling, as `lab up --rate` does, and a bare number of Gbit/s as
+/// it always did: 100mbit and 0.1 simulate alike (issue 28).
+#[test]
+fn link_rate_takes_tc_spelling_or_bare_gbit() {
+    let sim = |rate: &str| {
+        let v = sim_json(&[
+            "sim",
+            "--topology",
+            HUB,
+            "--tree",
+            "linear",
+            "--msize",
+            "1M",
+            "--link-rate",
+            rate,
+            "--json",
+        ]);
+        v["results"][0]["completion_us"].as_f64().unwrap()
+    };
+    let bare = sim("0.1");
+    assert_eq!(sim("100mbit"), bare);
+    assert_eq!(sim("100Mbit"), bare);
+    assert!(sim("1gbit") < bare);
+}
+
 #[test]
 fn bad_input_is_a_clear_error() {
     for (args, want) in [
@@ -142,6 +167,9 @@ fn bad_input_is_a_clear_error() {
         (vec![], "--msize"),
         (vec!["--msize", "1M", "--tree", "nope"], "--tree"),
         (vec!["--msize", "1M", "--link-rate", "0"], "--link-rate"),
+        // tc's byte rates are refused: a topology's `gbps` is Gbit/s.
+        (vec!["--msize", "1M", "--link-rate", "10gbps"], "10gbit"),
+        (vec!["--msize", "1M", "--link-rate", "1e3"], "--link-rate"),
         (vec!["--msize", "1M", "--segment", "0"], "--segment"),
     ] {
         let mut all = vec!["sim", "--topology", HUB];

@@ -4,7 +4,9 @@
 
 mod lab;
 
-use lab::{as_each_user, pipecast, require_lab, scratch_dir, text, unique_name, Lab, User, EXE};
+use lab::{
+    as_each_user, pipecast, rank0_json, require_lab, scratch_dir, text, unique_name, Lab, User, EXE,
+};
 use pipecast::topology::{parse_topology, Topology};
 use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;
@@ -383,6 +385,66 @@ fn nobody_builds_uses_and_removes_a_lab() {
         .is_ok_and(|s| !s.contains(") Z ") && !s.contains(") X "));
     assert!(!alive, "keeper {keeper} survived lab down");
     assert!(!run_dir.exists());
+}
+
+/// Ranks start in the caller's working directory, so relative paths work in `lab run`: without
+/// root they started in `/` (entering the keeper's mount namespace moved them there) and
+/// `lab run -- ./pipecast bench --topology topology.json` failed at every rank with
+/// `exec of "./pipecast" failed` (issue 28). As each user that can build a lab here, `nobody`
+/// from root included, from the lab's scratch directory (owned by that user).
+#[test]
+fn ranks_start_in_the_callers_working_directory() {
+    as_each_user(|user| {
+        let lab = Lab::up_as(
+            user,
+            if user == User::Me { "w" } else { "wn" },
+            r#"{"switches": ["s0", "s1"], "links": [["s0", "s1"]],
+                "machines": [{"name": "h0", "switch": "s0"}, {"name": "h1", "switch": "s1"}]}"#,
+            &["--lldp-wait", "0"],
+        );
+        std::os::unix::fs::symlink(EXE, lab.dir().join("pipecast")).unwrap();
+        let run = |args: &[&str]| {
+            let mut all = vec!["lab", "run", "--name", lab.name(), "--timeout", "30", "--"];
+            all.extend_from_slice(args);
+            user.command(EXE)
+                .args(&all)
+                .current_dir(lab.dir())
+                .output()
+                .unwrap()
+        };
+        let out = run(&["sh", "-c", "pwd"]);
+        assert!(out.status.success(), "{user:?}: {}", text(&out));
+        let dir = lab.dir().to_str().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        for r in 0..2 {
+            assert!(
+                stdout.contains(&format!("[r{r}] {dir}\n")),
+                "{user:?}: rank {r} not in {dir}: {}",
+                text(&out)
+            );
+        }
+        let out = run(&[
+            "./pipecast",
+            "bench",
+            "--json",
+            "--topology",
+            "topology.json",
+            "--sizes",
+            "1,100003",
+            "--tree",
+            "linear",
+            "--iters",
+            "2",
+        ]);
+        assert!(out.status.success(), "{user:?}: {}", text(&out));
+        let rows = rank0_json(&out)["results"].as_array().unwrap().clone();
+        assert_eq!(rows.len(), 2, "{user:?}: {}", text(&out));
+        assert!(
+            rows.iter().all(|r| r["verified"] == true),
+            "{user:?}: {}",
+            text(&out)
+        );
+    });
 }
 
 #[test]

@@ -1,8 +1,9 @@
 //! Topology files, seed 004 platform files and calibration profiles: arbitrary and
 //! almost-valid text gives a value or an error, never a panic (the fuzz target `files` does the
-//! same at scale).
+//! same at scale). Link rates too (`input::parse_rate`; the fuzz target `names` at scale).
 
 use pipecast::hetero::parse_platform;
+use pipecast::input::{parse_rate, rate_name};
 use pipecast::model::Profile;
 use pipecast::plan::{self, TreeKind};
 use pipecast::topology::{hosts, parse_topology};
@@ -75,6 +76,14 @@ proptest! {
     #[test]
     fn json_shaped_text(text in jsonish()) {
         exercise(&text);
+    }
+
+    #[test]
+    fn rates(text in ".{0,80}|[ 0-9.]{0,70}(|bit|kbit|mbit|gbit|tbit|kibit|tibit|bps|gbps|e3)") {
+        if let Some(bits) = parse_rate(&text) {
+            prop_assert!(bits > 0);
+            prop_assert_eq!(parse_rate(&rate_name(bits)), Some(bits));
+        }
     }
 
     #[test]

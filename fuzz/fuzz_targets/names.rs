@@ -1,6 +1,6 @@
 //! Every name and number a user types: tree names (`pipecast plan --tree`, `PIPECAST_TREE`),
-//! algorithm and transport names, shared-memory modes, MAC addresses, size strings (`4M`) and
-//! `PIPECAST_IFACE` specs (interface names and IPv4 subnets). Each parses or is refused with
+//! algorithm and transport names, shared-memory modes, MAC addresses, size strings (`4M`), link
+//! rates (`2.5gbit`, `lab up --rate`, `sim --link-rate`) and `PIPECAST_IFACE` specs (interface names and IPv4 subnets). Each parses or is refused with
 //! a message, never a panic; what parses prints back to text that parses to the same value.
 #![no_main]
 
@@ -28,6 +28,10 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Some(n) = pipecast::input::parse_bytes(text) {
         assert_eq!(pipecast::input::parse_bytes(&n.to_string()), Some(n));
+    }
+    if let Some(bits) = pipecast::input::parse_rate(text) {
+        let name = pipecast::input::rate_name(bits);
+        assert_eq!(pipecast::input::parse_rate(&name), Some(bits), "{name}");
     }
     let interfaces = [
         Ipv4Interface {

@@ -62,7 +62,7 @@ pub enum LabError {
     BadName { what: &'static str, name: String },
     #[error("{0:?} names both a switch and a machine: interface names in the lab must be unique")]
     NameClash(String),
-    #[error("rate {0:?} is not a rate: write e.g. 100mbit, 1gbit, 500kbit")]
+    #[error("rate {0:?} is not a rate the lab shapes: write {spelling}, from 8kbit to 400gbit", spelling = crate::input::RATE_SPELLING)]
     BadRate(String),
     /// A topology whose machines have more NICs (rails, docs/topology.md) than the lab's
     /// naming allows (`eth0`…`eth9`).
@@ -95,27 +95,13 @@ pub enum LabError {
     Io(String),
 }
 
-/// Parses a tc-style rate (`100mbit`, `1gbit`, `500kbit`, `1000000bit`) into bits per second.
+/// The rate of the lab's links in bits per second, from 8 kbit/s to 400 Gbit/s, as every rate
+/// pipecast takes ([`crate::input::parse_rate`]: `100mbit`, `2.5gbit`, a bare number of Gbit/s);
+/// tc is handed the bits, `RATEbit`.
 pub fn parse_rate(text: &str) -> Result<u64, LabError> {
-    let t = text.trim().to_ascii_lowercase();
-    let bad = || LabError::BadRate(text.to_string());
-    let (digits, scale) = if let Some(d) = t.strip_suffix("gbit") {
-        (d, 1_000_000_000f64)
-    } else if let Some(d) = t.strip_suffix("mbit") {
-        (d, 1_000_000f64)
-    } else if let Some(d) = t.strip_suffix("kbit") {
-        (d, 1_000f64)
-    } else if let Some(d) = t.strip_suffix("bit") {
-        (d, 1f64)
-    } else {
-        return Err(bad());
-    };
-    let v: f64 = digits.parse().map_err(|_| bad())?;
-    let bits = v * scale;
-    if !(8_000.0..=400e9).contains(&bits) {
-        return Err(bad());
-    }
-    Ok(bits as u64)
+    crate::input::parse_rate(text)
+        .filter(|bits| (8_000..=400_000_000_000).contains(bits))
+        .ok_or_else(|| LabError::BadRate(text.to_string()))
 }
 
 /// tbf burst and limit for a rate (LAB.md: a burst under ~1 ms of rate costs TCP throughput;
@@ -137,8 +123,15 @@ mod tests {
         assert_eq!(parse_rate("1gbit").unwrap(), 1_000_000_000);
         assert_eq!(parse_rate("2.5Gbit").unwrap(), 2_500_000_000);
         assert_eq!(parse_rate("500kbit").unwrap(), 500_000);
-        for bad in ["", "fast", "100", "-1gbit", "0mbit", "nanmbit"] {
-            assert!(parse_rate(bad).is_err(), "{bad}");
+        // A bare number is Gbit/s, as `sim --link-rate` takes it.
+        assert_eq!(parse_rate("10").unwrap(), 10_000_000_000);
+        assert_eq!(parse_rate("8kbit").unwrap(), 8_000);
+        assert_eq!(parse_rate("400gbit").unwrap(), 400_000_000_000);
+        for bad in [
+            "", "fast", "-1gbit", "0mbit", "nanmbit", "7kbit", "401gbit", "1000", "10gbps",
+        ] {
+            let e = parse_rate(bad).unwrap_err().to_string();
+            assert!(e.contains("100mbit") && e.contains("400gbit"), "{bad}: {e}");
         }
     }
 

@@ -7,8 +7,9 @@
 //! mount, which only its owner may) and then sleeps. Every later command of the lab — `ip`,
 //! `tc`, the ranks of `lab run` — enters the keeper's namespaces with `nsenter
 //! --preserve-credentials` (the user's own uid is root there; `setgroups` is refused in such a
-//! namespace, so nsenter must not switch credentials). The lab lives as long as the keeper and
-//! the processes in it; `lab down` ends them all.
+//! namespace, so nsenter must not switch credentials) and `--wd=.`, in the caller's working
+//! directory (entering a mount namespace moves a process to its root). The lab lives as long
+//! as the keeper and the processes in it; `lab down` ends them all.
 //!
 //! lldpd does not run there: its privilege separation drops to user `_lldpd` with
 //! `setgroups()`, which the kernel refuses in a user namespace whose group map an unprivileged
@@ -55,7 +56,11 @@ impl Owner {
                 if !in_user_namespace_of(*keeper) {
                     c.args(["--user", "--preserve-credentials"]);
                 }
-                c.args(["--net", "--mount", "--"]).arg(program);
+                // Entering the mount namespace moves the process to its root, `/`, which broke
+                // every relative path of `lab run -- ./pipecast bench --topology t.json`
+                // (issue 28). nsenter opens `--wd`'s directory before it enters and changes to
+                // it after: the caller's own directory, also where the keeper's mounts differ.
+                c.args(["--net", "--mount", "--wd=.", "--"]).arg(program);
                 c
             }
         }
@@ -314,6 +319,7 @@ mod tests {
                 format!("--target={me}"),
                 "--net".into(),
                 "--mount".into(),
+                "--wd=.".into(),
                 "--".into(),
                 "ip".into()
             ]

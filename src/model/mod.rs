@@ -123,12 +123,12 @@ pub fn predict(plan: &Plan, profile: &Profile, msize: u64, segment: u64) -> f64 
     match plan.tree {
         TreeKind::KBinomial(_) if plan.lanes.len() == 1 => {
             // The step model has no CPU term: the busiest rank's ends bound it from below.
-            let cpu = x.saturating_sub(1) as f64 * round_cpu_us(&plan.lanes, profile);
+            let cpu = x.saturating_sub(1) as f64 * round_cpu_us(plan, profile);
             steps::kbinomial_time(&plan.lanes[0], x, cost).max(cpu)
         }
         _ => {
             // One CPU per rank for all its rails (doc of `by_rail`).
-            let cpu = round_cpu_us(&plan.lanes, profile);
+            let cpu = round_cpu_us(plan, profile);
             by_rail(plan)
                 .iter()
                 .map(|lanes| {
@@ -141,10 +141,21 @@ pub fn predict(plan: &Plan, profile: &Profile, msize: u64, segment: u64) -> f64 
 }
 
 /// The CPU time of one segment round at the busiest rank: its segment ends in every lane
-/// ([`logp::segment_ends`]), each [`Profile::segment_cpu_us`]. A round of the pipeline takes
-/// the longer of this and the busiest NIC's gaps (`D·g`, [`logp::tree_time`]).
-pub(crate) fn round_cpu_us(lanes: &[crate::plan::Lane], profile: &Profile) -> f64 {
-    logp::segment_ends(lanes) as f64 * profile.segment_cpu_us()
+/// ([`logp::segment_ends`]) times the CPU cost of one end. A round of the pipeline takes the
+/// longer of this and the busiest NIC's gaps (`D·g`, [`logp::tree_time`]).
+///
+/// The cost of an end is the profile's stated one ([`Profile::stated_segment_cpu_us`]). A
+/// profile that states none is seed 003's model: on one NIC its g(m) already covers the
+/// overheads (§4.2), so no floor (Table 3's segment sizes, `bench/experiments/table3_segments.rs`);
+/// on several rails each NIC's g(m) covers one lane's share only, so [`Profile::segment_cpu_us`]'s
+/// default applies there.
+pub(crate) fn round_cpu_us(plan: &Plan, profile: &Profile) -> f64 {
+    let per_end = if plan.rails.is_empty() {
+        profile.stated_segment_cpu_us().unwrap_or(0.0)
+    } else {
+        profile.segment_cpu_us()
+    };
+    logp::segment_ends(&plan.lanes) as f64 * per_end
 }
 
 /// The lanes of each rail, by rail. Lanes are priced by the NICs they use: a rank interleaves
@@ -153,7 +164,7 @@ pub(crate) fn round_cpu_us(lanes: &[crate::plan::Lane], profile: &Profile) -> f6
 /// without rails is one rail: formula (2) with its round at least the CPU's.
 ///
 /// The NICs work in parallel, the rank's CPU does not: per segment round it sends and receives
-/// in every lane ([`logp::segment_ends`]), each end costing [`Profile::segment_cpu_us`], so a
+/// in every lane ([`logp::segment_ends`]), each end costing the CPU's time per segment, so a
 /// round costs the larger of the busiest NIC's gaps and the CPU's ends ([`round_cpu_us`]).
 /// Seed 003 §4.2 has g(m) ≥ o_s(m), o_r(m) (`../shared/seeds/003_f72e5e0868946953.txt`), which
 /// bounds each end by one gap, not a rank's ends together: a chain's rank receives and sends
@@ -164,10 +175,13 @@ pub(crate) fn round_cpu_us(lanes: &[crate::plan::Lane], profile: &Profile) -> f6
 ///   no cost in cutting each lane's half of the message into many small segments and chose
 ///   1 KiB for multilane on two rails against 4 KiB for linear (the 100mbit profile), four
 ///   times the segments per rank; on the 16-machine lab on 2 cores
-///   (`profiles/lab16-100mbit.json`) it now chooses 8 KiB;
+///   (`profiles/lab16-100mbit.json`) it now chooses 8 KiB. Rails are charged the default
+///   12 µs per end when the profile states no cost;
 /// * on one NIC, 8 machines × 2 ranks of the same lab (16 ranks on 2 cores) at 1 MiB: without
 ///   it `auto` chose 1 KiB segments, 1.10–1.32 × T(msize) measured, where 2–4 KiB measured
-///   1.06–1.09 (issue 11; docs/model.md).
+///   1.06–1.09 (issue 11; docs/model.md). One NIC is charged only a cost the profile states:
+///   without one the profile is seed 003's, whose g(m) covers the overheads (issue 28: the
+///   default floor had moved 3 of seed 003 Table 3's 1 Gbit/s rows).
 fn by_rail(plan: &Plan) -> Vec<Vec<crate::plan::Lane>> {
     let mut rails: BTreeMap<usize, Vec<crate::plan::Lane>> = BTreeMap::new();
     for (l, lane) in plan.lanes.iter().enumerate() {
@@ -577,10 +591,47 @@ mod tests {
             let plan = plan::build(&flat, 0, &kind.parse().unwrap(), None).unwrap();
             for size in lab.sizes() {
                 let x = msize.div_ceil(size);
-                let floor = (x - 1) as f64 * round_cpu_us(&plan.lanes, &lab);
+                let floor = (x - 1) as f64 * round_cpu_us(&plan, &lab);
                 assert!(predict(&plan, &lab, msize, size) >= floor, "{kind} {size}");
             }
         }
+    }
+
+    #[test]
+    fn profiles_that_state_no_cpu_cost_are_seed_003s_model_on_one_nic() {
+        // Seed 003 Table 3, 1 Gbit/s, linear on 32 machines: the model column's 256/256/512 B
+        // at 8/16/32 KiB (Table 2's g already includes the overheads, §4.2). Issue 28: the
+        // default 12 µs per end on one NIC had made them 512/512/1024.
+        let flat = Topology::single_switch(32);
+        let linear = plan::build(&flat, 0, &TreeKind::Linear, None).unwrap();
+        let table2 = Profile::builtin("1gbit").unwrap();
+        let picks: Vec<u64> = [8u64 << 10, 16 << 10, 32 << 10]
+            .iter()
+            .map(|&m| choose_segment(&linear, &table2, m).0)
+            .collect();
+        assert_eq!(picks, [256, 256, 512]);
+        // Formula (2) alone, the k-binomial step model and two-level plans included.
+        for kind in ["linear", "binary", "kbinomial:2", "kary:3"] {
+            let plan = plan::build(&flat, 0, &kind.parse().unwrap(), None).unwrap();
+            assert_eq!(round_cpu_us(&plan, &table2), 0.0, "{kind}");
+        }
+        let hosts = hosts::expand(&gen::hub(3, 2, true), Some(2)).unwrap();
+        let own = plan_for(&hosts, 0, &TreeKind::Auto, &table2, 1 << 20).unwrap();
+        let mut free = table2.clone();
+        free.segment_cpu_us = Some(0.0);
+        let zero = plan_for(&hosts, 0, &TreeKind::Auto, &free, 1 << 20).unwrap();
+        assert_eq!(own, zero);
+        // A stated cost is charged on one NIC: 12 µs per end moves the 8 KiB row to 512 B.
+        let mut stated = table2.clone();
+        stated.segment_cpu_us = Some(profile::DEFAULT_SEGMENT_CPU_US);
+        assert_eq!(choose_segment(&linear, &stated, 8 << 10).0, 512);
+        // On rails the default still applies: both chains' 4 ends per round on one CPU.
+        let rails =
+            plan::build(&gen::rails(2, 3, 4, false), 0, &TreeKind::Multilane, None).unwrap();
+        assert_eq!(
+            round_cpu_us(&rails, &table2),
+            4.0 * profile::DEFAULT_SEGMENT_CPU_US
+        );
     }
 
     #[test]

@@ -16,10 +16,12 @@
 //! bandwidth of one rank reading a segment from its host leader's buffer, the in-host stage of
 //! two-level plans (`model::two_level`). Profiles without it load as before.
 //!
-//! An optional `"segment_cpu_us"` (default [`DEFAULT_SEGMENT_CPU_US`]) is the CPU time a rank
-//! spends on each network segment it sends or receives (seed 003 §4.2's o_s(m), o_r(m)). On one
-//! NIC g(m) already covers it (g ≥ o_s, o_r); it matters where a rank's lanes run on several
-//! NICs at once but share its CPU (`model::predict` on rails).
+//! An optional `"segment_cpu_us"` is the CPU time a rank spends on each network segment it
+//! sends or receives (seed 003 §4.2's o_s(m), o_r(m)). A profile that states it has the model
+//! charge it on one NIC too (a round costs at least a rank's ends times it, `model::predict`);
+//! one that does not is seed 003's model on one NIC, whose g(m) already covers the overheads
+//! (g ≥ o_s, o_r), and only plans on several NICs at once, sharing the rank's CPU, are charged
+//! [`DEFAULT_SEGMENT_CPU_US`] ([`Profile::stated_segment_cpu_us`], [`Profile::segment_cpu_us`]).
 
 use super::ModelError;
 use serde::{Deserialize, Serialize};
@@ -55,8 +57,9 @@ pub const DEFAULT_MEMCPY_GB_S: f64 = 5.0;
 /// one whole-message copy per rank).
 pub const COPY_OVERHEAD_US: f64 = 10.0;
 
-/// CPU time of one rank per network segment it sends or receives, in µs, when a profile gives
-/// none (`"segment_cpu_us"`): 12 µs, measured on this project's machines — 10 broadcasts of
+/// CPU time of one rank per network segment it sends or receives, in µs, charged to plans on
+/// several NICs when a profile gives none (`"segment_cpu_us"`; on one NIC such a profile's g(m)
+/// covers it, seed 003 §4.2): 12 µs, measured on this project's machines — 10 broadcasts of
 /// 4 MiB over TCP in 4 KiB segments (`linear` on the 16-machine lab) cost 4.0 s of CPU over all
 /// ranks (docs/results-lab.md), 4.0 s / (10 × 1024 segments × 16 ranks × 2 ends) ≈ 12 µs.
 pub const DEFAULT_SEGMENT_CPU_US: f64 = 12.0;
@@ -75,8 +78,8 @@ pub struct Profile {
         skip_serializing_if = "Option::is_none"
     )]
     pub memcpy_gb_s: Option<f64>,
-    /// CPU µs per network segment sent or received (`"segment_cpu_us"`); `None`:
-    /// [`DEFAULT_SEGMENT_CPU_US`].
+    /// CPU µs per network segment sent or received (`"segment_cpu_us"`); `None`: not stated,
+    /// g(m) covers it on one NIC and [`DEFAULT_SEGMENT_CPU_US`] is charged on several.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub segment_cpu_us: Option<f64>,
 }
@@ -209,9 +212,19 @@ impl Profile {
         COPY_OVERHEAD_US + bytes as f64 / (self.memcpy_gb_s.unwrap_or(DEFAULT_MEMCPY_GB_S) * 1000.0)
     }
 
-    /// CPU µs of one rank per network segment it sends or receives.
+    /// CPU µs of one rank per network segment it sends or receives, if the profile states it
+    /// (`"segment_cpu_us"`, or a measurement of this host). `None`: the profile is seed 003's,
+    /// whose g(m) already covers the overheads on one NIC (§4.2).
+    pub fn stated_segment_cpu_us(&self) -> Option<f64> {
+        self.segment_cpu_us
+    }
+
+    /// CPU µs of one rank per network segment it sends or receives: the stated cost, else
+    /// [`DEFAULT_SEGMENT_CPU_US`] (what plans on several NICs are charged; on one NIC the model
+    /// charges only a stated cost, [`Profile::stated_segment_cpu_us`]).
     pub fn segment_cpu_us(&self) -> f64 {
-        self.segment_cpu_us.unwrap_or(DEFAULT_SEGMENT_CPU_US)
+        self.stated_segment_cpu_us()
+            .unwrap_or(DEFAULT_SEGMENT_CPU_US)
     }
 
     /// The candidate segment sizes.
@@ -346,11 +359,12 @@ mod tests {
             Profile::parse(r#"{"points":[{"bytes":8,"L_us":1,"g_us":1}], "segment_cpu_us": 90}"#)
                 .unwrap();
         assert_eq!(p.segment_cpu_us(), 90.0);
+        assert_eq!(p.stated_segment_cpu_us(), Some(90.0));
         assert_eq!(Profile::parse(&p.to_json()).unwrap(), p);
-        assert_eq!(
-            Profile::builtin("100mbit").unwrap().segment_cpu_us(),
-            DEFAULT_SEGMENT_CPU_US
-        );
+        // Seed 003's Table 2 states none: g(m) covers it on one NIC, rails get the default.
+        let table2 = Profile::builtin("100mbit").unwrap();
+        assert_eq!(table2.stated_segment_cpu_us(), None);
+        assert_eq!(table2.segment_cpu_us(), DEFAULT_SEGMENT_CPU_US);
         let err = Profile::parse(
             r#"{"points":[{"bytes":512,"L_us":1,"g_us":2},{"bytes":512,"L_us":1,"g_us":3}]}"#,
         )

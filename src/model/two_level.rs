@@ -58,12 +58,12 @@ fn network_schedule(net: &Plan, cost: Cost, profile: &Profile) -> (Vec<f64>, f64
                 .map(|s| s as f64 * (cost.l_us + cost.g_us))
                 .collect();
             let gaps = lane.max_degree() as f64 * cost.g_us;
-            (arrive, gaps.max(super::round_cpu_us(&net.lanes, profile)))
+            (arrive, gaps.max(super::round_cpu_us(net, profile)))
         }
         _ => (
             logp::arrival_times(&net.lanes, cost),
             (logp::sending_degree(&net.lanes) as f64 * cost.g_us)
-                .max(super::round_cpu_us(&net.lanes, profile)),
+                .max(super::round_cpu_us(net, profile)),
         ),
     }
 }

@@ -49,7 +49,7 @@ pub struct Args {
     /// Switches: a hub and SWITCHES-1 edge switches around it.
     #[arg(long, default_value_t = 4)]
     switches: usize,
-    /// Rate of every link direction (tc syntax).
+    /// Rate of every link direction: tc's spelling (100mbit, 1gbit) or a bare number of Gbit/s.
     #[arg(long, default_value = "100mbit")]
     rate: String,
     /// Message sizes (K/M suffixes, binary units).
@@ -98,7 +98,7 @@ pub fn run(args: Args) -> CliResult {
         "building lab {name}: {} machines on {} switches (hub s0), {} per link direction, rank r on switch r mod {}{}",
         args.machines,
         args.switches,
-        args.rate,
+        pipecast::input::rate_name(rate_bits),
         args.switches,
         if lab::is_root() {
             ""
@@ -159,7 +159,7 @@ fn in_lab(
     show_plan(&topology_file, sizes, &args.svg)?;
     // The lab runs at 100 mbit: the cost model's segment sizes from seed 003 Table 2's
     // 100 Mbit/s column (as bench/lab_bcast.sh does).
-    if args.rate == "100mbit" && std::env::var_os("PIPECAST_PROFILE").is_none() {
+    if state.rate_bits == 100_000_000 && std::env::var_os("PIPECAST_PROFILE").is_none() {
         std::env::set_var("PIPECAST_PROFILE", "100mbit");
     }
     let report = dir.join("bench.json");

@@ -72,7 +72,8 @@ struct UpArgs {
     topology: PathBuf,
     #[arg(long, default_value = "pc")]
     name: String,
-    /// Rate of every link direction (tc syntax); a link's `gbps` in the file overrides it.
+    /// Rate of every link direction: tc's spelling (100mbit, 2.5gbit, 10gbit) or a bare number
+    /// of Gbit/s; a link's `gbps` in the file overrides it.
     #[arg(long, default_value = "100mbit")]
     rate: String,
     /// MTU of the data links.
@@ -211,8 +212,9 @@ fn up(a: UpArgs) -> CliResult {
     let flag = interrupted.clone();
     // Ctrl-C during `up` abandons the build; `up` then removes what it built.
     ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst))?;
+    let rate_bits = lab::parse_rate(&a.rate)?;
     let opts = UpOptions {
-        rate_bits: lab::parse_rate(&a.rate)?,
+        rate_bits,
         mtu: a.mtu,
         announce_exe: std::env::current_exe().ok(),
         lldp_wait: Duration::from_secs(a.lldp_wait),
@@ -225,7 +227,7 @@ fn up(a: UpArgs) -> CliResult {
         state.name,
         state.switches.len(),
         state.machines.len(),
-        a.rate,
+        pipecast::input::rate_name(rate_bits),
         state.mtu,
         match state.owner {
             lab::Owner::Root => String::new(),
@@ -324,10 +326,10 @@ fn status() -> CliResult {
                     String::new()
                 };
                 println!(
-                    "{name}: {} switches, {} machines, {} Mbit/s, MTU {}, run dir {}{health}",
+                    "{name}: {} switches, {} machines, {} per link direction, MTU {}, run dir {}{health}",
                     s.switches.len(),
                     s.machines.len(),
-                    s.rate_bits / 1_000_000,
+                    pipecast::input::rate_name(s.rate_bits),
                     s.mtu,
                     s.run_dir
                 );

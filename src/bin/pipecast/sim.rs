@@ -37,10 +37,11 @@ pub struct Args {
     /// also gives `auto` and the segment sizes.
     #[arg(long, default_value = "100mbit")]
     profile: String,
-    /// Time by link rate alone (Gbit/s for edges without `gbps`; no L, no g): the profile
-    /// then only chooses trees and segments.
-    #[arg(long, value_name = "GBPS")]
-    link_rate: Option<f64>,
+    /// Time by link rate alone (edges without `gbps`; no L, no g): tc's spelling (100mbit,
+    /// 2.5gbit, 10gbit) or a bare number of Gbit/s. The profile then only chooses trees and
+    /// segments.
+    #[arg(long, value_name = "RATE")]
+    link_rate: Option<String>,
     /// Print one JSON object (the contract of docs/sim.md).
     #[arg(long)]
     json: bool,
@@ -122,9 +123,16 @@ pub fn run(args: Args) -> CliResult {
         return Err("--segment must be between 1 byte and 4 GiB".into());
     }
     let profile = pipecast::input::load_profile(&args.profile)?;
-    let timing = match args.link_rate {
-        Some(g) if g.is_finite() && g > 0.0 => Timing::Rate { gbps: g },
-        Some(g) => return Err(format!("--link-rate must be a positive Gbit/s, not {g}").into()),
+    let timing = match args.link_rate.as_deref() {
+        Some(text) => match pipecast::input::parse_rate(text) {
+            Some(bits) => Timing::Rate {
+                gbps: bits as f64 / 1e9,
+            },
+            None => {
+                let spelling = pipecast::input::RATE_SPELLING;
+                return Err(format!("--link-rate {text:?} is not a rate: write {spelling}").into());
+            }
+        },
         None => Timing::Profile(profile.clone()),
     };
     let mut rows = Vec::new();
