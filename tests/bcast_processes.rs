@@ -753,3 +753,58 @@ fn back_to_back_broadcasts_never_wait_out_a_round() {
         }
     }
 }
+
+/// Issue 28: a job whose ranks know their link's rate (here `PIPECAST_LINK_RATE`, different at
+/// each rank) plans on the profile every rank derives alike from everybody's blobs: the
+/// slowest rate, the costliest host. The host's cost is measured once and cached
+/// (`XDG_CACHE_HOME/pipecast`); every byte is checked at every rank.
+#[test]
+fn ranks_derive_one_profile_from_the_slowest_link() {
+    let cache = std::env::temp_dir().join(format!("pipecast-cache-{}", std::process::id()));
+    std::fs::remove_dir_all(&cache).ok();
+    let n = 3;
+    let port = free_port();
+    let rates = ["10gbit", "1gbit", "25gbit"];
+    let ranks: Vec<Child> = (0..n)
+        .map(|r| {
+            Command::new(EXE)
+                .args(["bench", "--json", "--sizes", "0,1,1000003", "--tree", "auto"])
+                .args(["--iters", "3"])
+                .env("PIPECAST_RANK", r.to_string())
+                .env("PIPECAST_SIZE", n.to_string())
+                .env("PIPECAST_RENDEZVOUS", format!("127.0.0.1:{port}"))
+                .env("PIPECAST_LOG", "off")
+                .env("PIPECAST_SHM", "off")
+                .env("PIPECAST_LINK_RATE", rates[r])
+                .env("XDG_CACHE_HOME", &cache)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn rank")
+        })
+        .collect();
+    let outs: Vec<Output> = ranks
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    for (r, o) in outs.iter().enumerate() {
+        assert!(
+            o.status.success(),
+            "rank {r}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    let json: serde_json::Value = serde_json::from_slice(&outs[0].stdout).expect("rank 0's JSON");
+    let profile = json["profile"].as_str().unwrap();
+    assert!(profile.starts_with("derived: 1000 Mbit/s"), "{profile}");
+    for row in json["results"].as_array().unwrap() {
+        assert_eq!(row["verified"], true, "{row}");
+    }
+    let cached: Vec<_> = std::fs::read_dir(cache.join("pipecast"))
+        .expect("the cache directory")
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("host-cost-"))
+        .collect();
+    assert!(!cached.is_empty(), "the host's cost is cached");
+    std::fs::remove_dir_all(&cache).ok();
+}

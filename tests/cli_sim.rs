@@ -160,6 +160,28 @@ fn link_rate_takes_tc_spelling_or_bare_gbit() {
     assert!(sim("1gbit") < bare);
 }
 
+/// Issue 28: with `--link-rate` and no `--profile`, `auto` and the segment size are chosen by
+/// that rate's profile (large segments at 10 Gbit/s, small ones at 100 Mbit/s), not by the
+/// default 100 Mbit/s Table 2 profile; a profile given still wins.
+#[test]
+fn link_rate_chooses_segments_by_its_own_profile() {
+    let segment = |extra: &[&str]| {
+        let mut args = vec![
+            "sim", "--topology", HUB, "--tree", "linear", "--msize", "64M", "--json",
+        ];
+        args.extend_from_slice(extra);
+        sim_json(&args)["results"][0]["segment_bytes"]
+            .as_u64()
+            .unwrap()
+    };
+    let fast = segment(&["--link-rate", "10gbit"]);
+    let slow = segment(&["--link-rate", "100mbit"]);
+    let table2 = segment(&["--link-rate", "10gbit", "--profile", "100mbit"]);
+    assert!(fast >= 64 << 10, "{fast}");
+    assert!(slow < fast, "{slow} {fast}");
+    assert!(table2 <= 32 << 10, "{table2}");
+}
+
 #[test]
 fn bad_input_is_a_clear_error() {
     for (args, want) in [

@@ -68,6 +68,20 @@ pub enum Timing {
 }
 
 impl Timing {
+    /// The calibration profile of a network timed by rate alone (`Timing::Rate`), for `auto`
+    /// and the segment sizes to be judged on the network simulated (issue 28): the model of
+    /// `model::network` with no CPU (the simulator charges none), a segment's cost per end
+    /// being its header's bytes on the wire.
+    pub fn rate_profile(bits_per_s: u64) -> Profile {
+        let header_us = super::net::HEADER_BYTES as f64 * 8.0 / bits_per_s.max(1) as f64 * 1e6;
+        crate::model::network::Network {
+            rate_bps: bits_per_s,
+            segment_us: header_us,
+            host_bytes_per_us: None,
+        }
+        .profile()
+    }
+
     /// Gbit/s of an edge the topology gives no rate.
     pub fn default_gbps(&self) -> f64 {
         match self {

@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 
 /// Bytes of header counted for every message on an edge with a finite rate.
-const HEADER_BYTES: usize = 40;
+pub const HEADER_BYTES: usize = 40;
 
 /// In [`Hop::part`]: this share of a message is not its last (it is not delivered).
 const NOT_LAST: u32 = 1 << 31;

@@ -34,12 +34,13 @@ pub struct Args {
     #[arg(long, default_value_t = 0)]
     root: usize,
     /// Calibration profile: L(m), g(m) of seed 003 §4.2 (a JSON file, or 100mbit, 1gbit). It
-    /// also gives `auto` and the segment sizes.
-    #[arg(long, default_value = "100mbit")]
-    profile: String,
+    /// also gives `auto` and the segment sizes. Default: 100mbit, or with --link-rate the
+    /// profile of that rate (`model::network`, no CPU cost: what the simulator charges).
+    #[arg(long)]
+    profile: Option<String>,
     /// Time by link rate alone (edges without `gbps`; no L, no g): tc's spelling (100mbit,
-    /// 2.5gbit, 10gbit) or a bare number of Gbit/s. The profile then only chooses trees and
-    /// segments.
+    /// 2.5gbit, 10gbit) or a bare number of Gbit/s. Unless --profile is given, `auto` and the
+    /// segment sizes are chosen by the profile of this rate.
     #[arg(long, value_name = "RATE")]
     link_rate: Option<String>,
     /// Print one JSON object (the contract of docs/sim.md).
@@ -122,16 +123,21 @@ pub fn run(args: Args) -> CliResult {
     if segment == Some(0) || segment.is_some_and(|s| s > u64::from(u32::MAX)) {
         return Err("--segment must be between 1 byte and 4 GiB".into());
     }
-    let profile = pipecast::input::load_profile(&args.profile)?;
-    let timing = match args.link_rate.as_deref() {
-        Some(text) => match pipecast::input::parse_rate(text) {
-            Some(bits) => Timing::Rate {
-                gbps: bits as f64 / 1e9,
-            },
-            None => {
-                let spelling = pipecast::input::RATE_SPELLING;
-                return Err(format!("--link-rate {text:?} is not a rate: write {spelling}").into());
-            }
+    let rate = match args.link_rate.as_deref() {
+        Some(text) => Some(pipecast::input::parse_rate(text).ok_or_else(|| {
+            let spelling = pipecast::input::RATE_SPELLING;
+            format!("--link-rate {text:?} is not a rate: write {spelling}")
+        })?),
+        None => None,
+    };
+    let profile = match (&args.profile, rate) {
+        (Some(p), _) => pipecast::input::load_profile(p)?,
+        (None, Some(bits)) => Timing::rate_profile(bits),
+        (None, None) => pipecast::input::load_profile("100mbit")?,
+    };
+    let timing = match rate {
+        Some(bits) => Timing::Rate {
+            gbps: bits as f64 / 1e9,
         },
         None => Timing::Profile(profile.clone()),
     };
