@@ -768,7 +768,14 @@ fn ranks_derive_one_profile_from_the_slowest_link() {
     let ranks: Vec<Child> = (0..n)
         .map(|r| {
             Command::new(EXE)
-                .args(["bench", "--json", "--sizes", "0,1,1000003", "--tree", "auto"])
+                .args([
+                    "bench",
+                    "--json",
+                    "--sizes",
+                    "0,1,1000003",
+                    "--tree",
+                    "auto",
+                ])
                 .args(["--iters", "3"])
                 .env("PIPECAST_RANK", r.to_string())
                 .env("PIPECAST_SIZE", n.to_string())

@@ -11,7 +11,7 @@
 //! **Cached** in `$XDG_CACHE_HOME/pipecast` (else `~/.cache/pipecast`), one file per key: the
 //! host name, the pipecast build (the file this code was loaded from: its path, size and
 //! modification time) and the data interface with its speed, so a new build or another NIC
-//! measures again. Ranks of one host starting together take a lock on the cache directory:
+//! measures again. Ranks of one host starting together take a lock (a file created exclusively):
 //! one measures, the others read its result. Where no cache can be written, every process
 //! measures.
 
@@ -72,20 +72,36 @@ pub fn host_cost(nic: &str) -> Option<HostCost> {
         return Some(c);
     }
     // One process of the host measures; the others wait for it and read its result.
-    let lock = std::fs::create_dir_all(&dir)
-        .and_then(|()| {
-            std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(dir.join("host-cost.lock"))
-        })
-        .and_then(|f| f.lock().map(|()| f));
+    let lock = dir.join("host-cost.lock");
+    let start = Instant::now();
+    let held = loop {
+        match Lock::take(&dir, &lock) {
+            Ok(held) => break Some(held),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                if let Some(c) = read() {
+                    return Some(c);
+                }
+                // A process killed while it measured leaves its lock behind.
+                let age = std::fs::metadata(&lock)
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.elapsed().ok());
+                if age.is_some_and(|a| a > LOCK_STALE) {
+                    std::fs::remove_file(&lock).ok();
+                } else if start.elapsed() > LOCK_STALE {
+                    break None;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            // No cache here (read-only, not ours): measure alone.
+            Err(_) => break None,
+        }
+    };
     if let Some(c) = read() {
         return Some(c);
     }
     let cost = measure()?;
-    if lock.is_ok() {
+    if held.is_some() {
         let text = serde_json::to_string(&Cached {
             key: key.clone(),
             cost,
@@ -96,12 +112,36 @@ pub fn host_cost(nic: &str) -> Option<HostCost> {
             std::fs::remove_file(&tmp).ok();
         }
     }
+    drop(held);
     tracing::info!(
         segment_us = cost.segment_us,
         bytes_per_us = cost.bytes_per_us,
         "measured this host's cost per segment ({key})"
     );
     Some(cost)
+}
+
+/// A lock older than this was left by a process that died while it measured.
+const LOCK_STALE: Duration = Duration::from_secs(30);
+
+/// The cache's lock: a file created exclusively, removed when dropped.
+struct Lock(PathBuf);
+
+impl Lock {
+    fn take(dir: &std::path::Path, path: &std::path::Path) -> std::io::Result<Lock> {
+        std::fs::create_dir_all(dir)?;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(path)?;
+        Ok(Lock(path.to_path_buf()))
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        std::fs::remove_file(&self.0).ok();
+    }
 }
 
 fn sane(c: &HostCost) -> bool {
