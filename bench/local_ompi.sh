@@ -25,8 +25,9 @@
 # Output: $OUT/results.jsonl, $OUT/*.err, and a table on stdout: time per broadcast, its ratio
 # to Open MPI's default in the same run (>1: faster than Open MPI) and to one memcpy.
 #
-# OSU's osu_bcast is the reference benchmark; its source cannot be fetched from this machine
-# (only the Rust, Python, Debian and npm registries are reachable), so mpi_bcast.c stands in.
+# OSU's osu_bcast is the reference benchmark: bench/osu_local.sh runs one you built the same
+# way side by side (it times each rank's own call and averages over ranks; with 3 ranks or more
+# that credits a root returning before its readers, which this script's slowest rank does not).
 #
 # Usage: bench/local_ompi.sh [OUT_DIR]     (default /tmp/pipecast-local-ompi)
 # Environment (defaults): NPS="2 4"  SIZES=4K,16K,64K,256K,1M,4M,16M  ITERS=50  BUDGET=2

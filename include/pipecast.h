@@ -194,9 +194,9 @@ pipecast_result pipecast_tree_node(pipecast_comm *comm,
 
 // Below how many bytes the MPI glue should leave a broadcast on this communicator to the
 // MPI's own broadcast, because pipecast cannot win there (0: it never defers; UINT64_MAX: it
-// always defers). Today: a communicator whose ranks all share one host: below 16 MiB with two
-// or three ranks, else below `PIPECAST_HOST_MIN_BYTES` (default 4 MiB: measured in
-// docs/results-ompi.md), or below 16 MiB
+// always defers). Today: a communicator whose ranks all share one host: below 32 MiB with two
+// ranks and 64 MiB with three, else below `PIPECAST_HOST_MIN_BYTES` (default 4 MiB: measured
+// in docs/results-ompi.md), or below 16 MiB
 // when its ranks outnumber the host's CPUs by more than 2 (also measured there; the
 // CPUs are agreed through the bootstrap). [`pipecast_defer_reason`] says which. The same
 // value at every rank. Local: no communication. NULL gives 0.

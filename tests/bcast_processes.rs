@@ -156,12 +156,12 @@ fn wide_hosts_stage_large_messages_and_attach_small_ones() {
     staged_from(6, (4 << 20) + 3, "0,1,7,1000003", "auto,flat");
 }
 
-/// Two ranks: one reader attaches below 16 MiB and is fed through the writer's staging ring
-/// from 16 MiB (the writer's copy in and the reader's copy out run on two cores at once);
-/// byte-exact for both roots.
+/// Two ranks: one reader attaches below 32 MiB (16 MiB included) and is fed through the
+/// writer's staging ring from 32 MiB (the writer's copy in and the reader's copy out run on
+/// two cores at once); byte-exact for both roots.
 #[test]
-fn two_ranks_stage_from_16_mib() {
-    staged_from(2, (16 << 20) + 3, "7,1000003", "auto");
+fn two_ranks_stage_from_32_mib() {
+    staged_from(2, (32 << 20) + 3, "7,1000003,16777216", "auto");
 }
 
 /// `bench --local n` over `small` sizes and `large`, every rank root once: each root copies

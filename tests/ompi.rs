@@ -138,9 +138,9 @@ fn strs(v: &[String]) -> Vec<&str> {
 }
 
 /// At its default settings, on one host, pipecast leaves broadcasts below 4 MiB to Open MPI's
-/// own broadcast, faster there, and with two or three ranks those below 16 MiB (a fan-out to
-/// one or two readers, whose copies Open MPI makes as well: all of this test's), and says so
-/// once at verbose 1.
+/// own broadcast, faster there, and with two ranks those below 32 MiB and with three those
+/// below 64 MiB (a fan-out to one or two readers, whose copies Open MPI makes as well: all of
+/// this test's), and says so once at verbose 1.
 /// Byte-exact either way (the test program checks every rank).
 #[test]
 fn one_host_defers_small_broadcasts_by_default() {
@@ -150,8 +150,8 @@ fn one_host_defers_small_broadcasts_by_default() {
     let args = component_args(&dir, &[]);
     for np in [4, 3, 2] {
         let said = match np {
-            2 => "a fan-out to one reader, which the MPI's own broadcast copies as fast below 16777216 bytes",
-            3 => "a fan-out to two readers, which the MPI's own broadcast copies as fast below 16777216 bytes",
+            2 => "a fan-out to one reader, which the MPI's own broadcast makes at least as fast below 33554432 bytes",
+            3 => "a fan-out to two readers, which the MPI's own broadcast makes at least as fast below 67108864 bytes",
             _ => "broadcasts below 4194304 bytes go to the MPI's own broadcast",
         };
         let out = mpirun_default(np, &strs(&args), &[test.to_str().unwrap()]);

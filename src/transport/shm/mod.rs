@@ -792,10 +792,11 @@ impl ShmLink {
 /// smallest broadcast the MPI glue gives pipecast on one host by default.
 ///
 /// With 2 ranks (one reader) the ring is one copy more than attach, but the writer's copy in
-/// and the reader's copy out run on two cores at once, each at memcpy speed, where one
-/// cross-memory attach runs at a third to a quarter of it here (the kernel pins the writer's
-/// pages one by one): from 16 MiB the ring was 1.6–2.6 × Open MPI's own two-rank broadcast
-/// (7, 4 and 7 rounds at 16, 32 and 64 MiB; one at 1.13), at 8 MiB 0.91–1.32 ×
+/// and the reader's copy out run on two cores at once, each at memcpy speed: from 32 MiB that
+/// beat Open MPI's own two-rank broadcast (one cross-memory attach) in every round under OSU's
+/// `osu_bcast` (session 14, `bench/osu_local.sh`: 1.18–1.73 × at 32 MiB, 1.46–3.31 × at
+/// 64 MiB, 12 rounds each), and lost at 16 MiB in 11 of 12 (0.58–1.66 ×, median 0.76), where
+/// Open MPI's single copy still runs near memcpy speed on this host
 /// (`comm::FEW_READERS_MIN_BYTES`). `u64::MAX`: never.
 pub fn stage_from(ranks: usize) -> u64 {
     match ranks {
@@ -808,7 +809,7 @@ pub fn stage_from(ranks: usize) -> u64 {
 const STAGE_MIN_BYTES: u64 = 4 << 20;
 /// Where one reader's broadcasts move to the staging ring; the MPI glue leaves two-rank
 /// broadcasts below it to the MPI (`comm::FEW_READERS_MIN_BYTES` is this value).
-pub const ONE_READER_STAGE_MIN_BYTES: u64 = 16 << 20;
+pub const ONE_READER_STAGE_MIN_BYTES: u64 = 32 << 20;
 
 /// `send(2)` without SIGPIPE (a library inside an MPI program cannot count on it being
 /// ignored): a closed peer is an error code, not a signal.
@@ -917,12 +918,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn fan_outs_are_staged_from_4_mib_and_to_one_reader_from_16_mib() {
+    fn fan_outs_are_staged_from_4_mib_and_to_one_reader_from_32_mib() {
         assert_eq!(stage_from(1), u64::MAX, "no reader");
         assert_eq!(
             stage_from(2),
-            16 << 20,
-            "one reader: attach below 16 MiB, one copy"
+            32 << 20,
+            "one reader: attach below 32 MiB, one copy"
         );
         for ranks in [3, 4, 8, 64] {
             assert_eq!(stage_from(ranks), 4 << 20, "{ranks} ranks");
