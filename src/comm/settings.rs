@@ -391,76 +391,24 @@ mod tests {
         s.apply(&mut c).unwrap();
         assert_eq!(c.algorithm.to_string(), "binary");
         assert_eq!(c.engine.window, 4);
-        for (s, name) in [
-            (
-                Settings {
-                    transport: Some("carrier-pigeon".into()),
-                    ..Settings::default()
-                },
-                "PIPECAST_TRANSPORT",
-            ),
-            (
-                Settings {
-                    window: Some("0".into()),
-                    ..Settings::default()
-                },
-                "PIPECAST_WINDOW",
-            ),
-            (
-                Settings {
-                    topology: Some("/nonexistent/t.json".into()),
-                    ..Settings::default()
-                },
-                "PIPECAST_TOPOLOGY",
-            ),
-            (
-                Settings {
-                    segment: Some("0".into()),
-                    ..Settings::default()
-                },
-                "PIPECAST_SEGMENT",
-            ),
-            (
-                Settings {
-                    poll_us: Some("-1".into()),
-                    ..Settings::default()
-                },
-                "PIPECAST_POLL_US",
-            ),
-            (
-                Settings {
-                    link_rate: Some("fast".into()),
-                    ..Settings::default()
-                },
-                "PIPECAST_LINK_RATE",
-            ),
-            (
-                Settings {
-                    round_ms: Some("0".into()),
-                    ..Settings::default()
-                },
-                "PIPECAST_ROUND_MS",
-            ),
-            (
-                Settings {
-                    verbs_gid_index: Some("300".into()),
-                    ..Settings::default()
-                },
-                "PIPECAST_VERBS_GID_INDEX",
-            ),
+        let bad = [
+            "PIPECAST_TRANSPORT=carrier-pigeon",
+            "PIPECAST_WINDOW=0",
+            "PIPECAST_TOPOLOGY=/nonexistent/t.json",
+            "PIPECAST_SEGMENT=0",
+            "PIPECAST_POLL_US=-1",
+            "PIPECAST_LINK_RATE=fast",
+            "PIPECAST_ROUND_MS=0",
+            "PIPECAST_VERBS_GID_INDEX=300",
         ]
+        .map(String::from)
         .into_iter()
-        .chain(["0", "-1", "many", "1000000"].map(|v| {
-            (
-                Settings {
-                    verbs_max_qps: Some(v.into()),
-                    ..Settings::default()
-                },
-                "PIPECAST_VERBS_MAX_QPS",
-            )
-        })) {
+        .chain(["0", "-1", "many", "1000000"].map(|v| format!("PIPECAST_VERBS_MAX_QPS={v}")));
+        for text in bad {
+            let name = text.split('=').next().unwrap();
+            let s = Settings::parse_assignments(&text).unwrap();
             let e = s.apply(&mut Config::default()).unwrap_err().to_string();
-            assert!(e.contains(name), "{e}");
+            assert!(e.contains(name), "{text}: {e}");
         }
     }
 }
