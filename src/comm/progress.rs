@@ -9,7 +9,7 @@ use super::CommError;
 use crate::engine::{Bcast, Config as EngineConfig, Endpoint, Setup};
 use crate::plan::Lane;
 use crate::transport::wake::spin;
-use crate::transport::{Buffer, Buffers, Wake};
+use crate::transport::{round_wait, Buffer, Buffers, Wake};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -211,13 +211,14 @@ impl Driver {
     fn round(&mut self) {
         // A broadcast can be over before the link did anything (everything it needed arrived
         // before it was posted): then the link must not wait.
-        let wait = if self.runs.keys().any(|&seq| self.endpoint.is_done(seq)) {
-            Duration::ZERO
-        } else if self.runs.is_empty() {
-            IDLE_ROUND
-        } else {
-            self.round
-        };
+        let wait = round_wait(
+            &self.endpoint,
+            if self.runs.is_empty() {
+                IDLE_ROUND
+            } else {
+                self.round
+            },
+        );
         let start = self.start;
         let clock = move || start.elapsed().as_nanos() as u64;
         let result = self

@@ -64,25 +64,9 @@ impl Endpoint {
         let held = self.held.remove(&seq).unwrap_or_default();
         for h in held {
             self.held_bytes -= h.payload.len();
-            match h.message {
-                Message::Data(d) => match self.route_data(h.from, &d)? {
-                    Route::Into { range, .. } => {
-                        if range.len() != h.payload.len() || range.end > buf.len() {
-                            return Err(EngineError::Protocol(format!(
-                                "rank {} sent {} bytes for segment {} of lane {} ({range:?})",
-                                h.from,
-                                h.payload.len(),
-                                d.index,
-                                d.lane
-                            )));
-                        }
-                        buf[range].copy_from_slice(&h.payload);
-                        self.handle_data(now, &d);
-                    }
-                    Route::Hold | Route::Discard => {}
-                },
-                m => self.handle_message(now, h.from, &m)?,
-            }
+            self.deliver(now, h.from, h.message, h.payload, |_, range, payload| {
+                copy_into(buf, range, payload)
+            })?;
         }
         Ok(())
     }
@@ -134,19 +118,49 @@ impl Endpoint {
         self.held_bytes
     }
 
-    /// Where the payload of a segment from `from` goes.
+    /// Where the payload of a segment from `from` goes: the one landing decision every link
+    /// and the simulator take when its header arrives. `Into` ranges are the header's length
+    /// (the broadcast checked it); a segment to hold (of a broadcast not posted yet) longer
+    /// than its own segment size is an error everywhere, never memory the sender chooses.
     pub fn route_data(&mut self, from: usize, h: &DataHeader) -> Result<Route, EngineError> {
         if h.seq > self.posted {
-            return Ok(Route::Hold);
+            return hold_within_segment(from, h);
         }
         let Some(b) = self.active.get_mut(&h.seq) else {
             return Ok(Route::Discard);
         };
-        Ok(match b.place(from, h)? {
-            Placement::Into(range) => Route::Into { seq: h.seq, range },
-            Placement::Discard => Route::Discard,
-            Placement::Later => Route::Hold,
-        })
+        match b.place(from, h)? {
+            Placement::Into(range) => Ok(Route::Into { seq: h.seq, range }),
+            Placement::Discard => Ok(Route::Discard),
+            Placement::Later => hold_within_segment(from, h),
+        }
+    }
+
+    /// Lands a message whose payload is already in hand (a segment read while its broadcast
+    /// was not posted, replayed when it is; the simulator's messages): a control message goes
+    /// to its broadcast, a segment through [`route_data`](Self::route_data) to `copy` (given
+    /// its broadcast, its range and the payload: [`copy_into`] that broadcast's buffer),
+    /// to [`hold`](Self::hold), or nowhere; then it counts as landed.
+    pub fn deliver<E: From<EngineError>>(
+        &mut self,
+        now: u64,
+        from: usize,
+        message: Message,
+        payload: Vec<u8>,
+        copy: impl FnOnce(u64, Range<usize>, &[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let Message::Data(h) = message else {
+            return Ok(self.handle_message(now, from, &message)?);
+        };
+        match self.route_data(from, &h)? {
+            Route::Into { seq, range } => {
+                copy(seq, range, &payload)?;
+                self.handle_data(now, &h);
+            }
+            Route::Hold => self.hold(from, message, payload),
+            Route::Discard => {}
+        }
+        Ok(())
     }
 
     /// Keeps a message (with its payload) of a broadcast not posted yet (one that is over
@@ -266,6 +280,34 @@ impl Endpoint {
     }
 }
 
+/// A segment to hold must be no longer than its broadcast's segments.
+fn hold_within_segment(from: usize, h: &DataHeader) -> Result<Route, EngineError> {
+    if h.len > h.segment {
+        return Err(EngineError::Protocol(format!(
+            "rank {from} sent segment {} of broadcast {} with {} bytes, longer than its \
+             {}-byte segments",
+            h.index, h.seq, h.len, h.segment
+        )));
+    }
+    Ok(Route::Hold)
+}
+
+/// Copies a landed `payload` into `buf` at `range`: the one fit check (a range beyond the
+/// buffer or a payload of another length is an error, never a panic or a short copy).
+pub fn copy_into(buf: &mut [u8], range: Range<usize>, payload: &[u8]) -> Result<(), EngineError> {
+    match buf.get_mut(range.clone()) {
+        Some(dst) if dst.len() == payload.len() => {
+            dst.copy_from_slice(payload);
+            Ok(())
+        }
+        _ => Err(EngineError::Protocol(format!(
+            "a segment of {} bytes does not fit {range:?} of a {}-byte buffer",
+            payload.len(),
+            buf.len()
+        ))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -326,17 +368,12 @@ mod tests {
                 }
             }
             for (from, to, message, payload) in wire {
-                match message {
-                    Message::Data(h) => match eps[to].route_data(from, &h).unwrap() {
-                        Route::Into { seq, range } => {
-                            bufs[to].get_mut(&seq).unwrap()[range].copy_from_slice(&payload);
-                            eps[to].handle_data(0, &h);
-                        }
-                        Route::Hold => eps[to].hold(from, message, payload),
-                        Route::Discard => {}
-                    },
-                    m => eps[to].handle_message(0, from, &m).unwrap(),
-                }
+                let bufs = &mut bufs[to];
+                eps[to]
+                    .deliver(0, from, message, payload, |seq, range, p| {
+                        copy_into(bufs.get_mut(&seq).unwrap(), range, p)
+                    })
+                    .unwrap();
             }
             if round == 20 && !posted_late {
                 posted_late = true;

@@ -19,7 +19,7 @@ mod message;
 pub mod reliable;
 
 pub use bcast::{Bcast, Config, Setup};
-pub use endpoint::{Endpoint, Route};
+pub use endpoint::{copy_into, Endpoint, Route};
 pub use expected::Expected;
 pub use layout::Layout;
 pub use message::{DataHeader, Message, Placement, Transmit};

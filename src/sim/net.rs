@@ -12,7 +12,7 @@
 
 use super::{LinkModel, SimLink, Through};
 use crate::engine::reliable::{self, Accept, Receiver, Sender};
-use crate::engine::{self, Bcast, Endpoint, EngineError, Message, Route, Setup};
+use crate::engine::{self, Bcast, Endpoint, EngineError, Message, Setup};
 use crate::model::Profile;
 use crate::plan::Lane;
 use crate::topology::{DirEdge, Topology};
@@ -1010,37 +1010,28 @@ impl SimNet {
         message: Message,
         payload: Vec<u8>,
     ) -> Result<(), EngineError> {
-        let now = self.now;
-        let rank = &mut self.ranks[to];
-        let Message::Data(h) = message else {
-            return rank.endpoint.handle_message(now, from, &message);
+        let (now, payloads) = (self.now, self.payloads);
+        let msize = match message {
+            Message::Data(h) => h.msize,
+            _ => 0,
         };
-        match rank.endpoint.route_data(from, &h)? {
-            Route::Into { seq, range } => {
-                if self.payloads {
-                    let buf = rank
-                        .bufs
-                        .get_mut(&seq)
-                        .expect("a running broadcast has a buffer");
-                    if range.len() != payload.len() || range.end > buf.len() {
-                        return Err(EngineError::Protocol(format!(
-                            "rank {from} sent {} bytes for {range:?}",
-                            payload.len()
-                        )));
-                    }
-                    buf[range.clone()].copy_from_slice(&payload);
+        let rank = &mut self.ranks[to];
+        let (bufs, landed, holds) = (&mut rank.bufs, &mut rank.landed, &mut rank.holds);
+        rank.endpoint
+            .deliver(now, from, message, payload, |seq, range, payload| {
+                if payloads {
+                    let buf = bufs.get_mut(&seq).ok_or_else(|| {
+                        EngineError::Protocol(format!("broadcast {seq} has no buffer"))
+                    })?;
+                    engine::copy_into(buf, range.clone(), payload)?;
                 }
-                rank.endpoint.handle_data(now, &h);
-                let landed = rank.landed.entry(seq).or_default();
+                let landed = landed.entry(seq).or_default();
                 *landed += range.len() as u64;
-                if *landed == h.msize {
-                    rank.holds.entry(seq).or_insert(now);
+                if *landed == msize {
+                    holds.entry(seq).or_insert(now);
                 }
-            }
-            Route::Hold => rank.endpoint.hold(from, message, payload),
-            Route::Discard => {}
-        }
-        Ok(())
+                Ok(())
+            })
     }
 
     /// Rank `r` sends what its endpoint and its reliability have, and retires completed

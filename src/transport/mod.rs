@@ -136,10 +136,10 @@ pub trait Transport: Send {
     fn shutdown(&mut self);
 }
 
-/// A payload read for a broadcast that was not posted when its header arrived (`Route::Hold`)
-/// is complete: if that broadcast was posted meanwhile it goes to its buffer now, otherwise
-/// the endpoint holds it.
-pub(crate) fn land_held(
+/// A payload read whole for a broadcast that was not posted when its header arrived
+/// (`Route::Hold`): [`Endpoint::deliver`] lands it in its buffer if that broadcast was posted
+/// meanwhile, otherwise holds it.
+pub(crate) fn deliver(
     endpoint: &mut Endpoint,
     bufs: &mut Buffers,
     from: usize,
@@ -147,35 +147,44 @@ pub(crate) fn land_held(
     payload: Vec<u8>,
     now: u64,
 ) -> crate::Result<()> {
-    let crate::engine::Message::Data(h) = message else {
-        endpoint.handle_message(now, from, &message)?;
-        return Ok(());
-    };
-    match endpoint.route_data(from, &h)? {
-        crate::engine::Route::Into { seq, range } => {
-            let buf = bufs.get_mut(&seq).map(Buffer::as_mut_slice);
-            match buf {
-                Some(buf) if range.end <= buf.len() && range.len() == payload.len() => {
-                    buf[range].copy_from_slice(&payload);
-                    endpoint.handle_data(now, &h);
-                }
-                _ => {
-                    return Err(TransportError::BadFrame {
-                        peer: from,
-                        reason: format!(
-                            "segment {} of broadcast {seq} ({} bytes) does not fit {range:?}",
-                            h.index,
-                            payload.len()
-                        ),
-                    }
-                    .into())
-                }
-            }
-        }
-        crate::engine::Route::Hold => endpoint.hold(from, message, payload),
-        crate::engine::Route::Discard => {}
+    endpoint.deliver(now, from, message, payload, |seq, range, payload| {
+        let buf = bufs.get_mut(&seq).ok_or_else(|| gone_buffer(from, seq))?;
+        crate::engine::copy_into(buf.as_mut_slice(), range, payload).map_err(crate::Error::from)
+    })
+}
+
+/// Broadcast `seq`'s bytes at `range`, where the payload of a segment from `peer` that
+/// `Endpoint::route_data` sent `Into` them lands: the one destination lookup of the links
+/// (its buffer still here, the range inside it).
+pub(crate) fn slot(
+    bufs: &mut Buffers,
+    peer: usize,
+    seq: u64,
+    range: std::ops::Range<usize>,
+) -> Result<&mut [u8], TransportError> {
+    let buf = bufs
+        .get_mut(&seq)
+        .ok_or_else(|| gone_buffer(peer, seq))?
+        .as_mut_slice();
+    let len = buf.len();
+    buf.get_mut(range.clone())
+        .ok_or_else(|| TransportError::BadFrame {
+            peer,
+            reason: format!(
+                "a segment of broadcast {seq} lands at {range:?}, beyond its {len}-byte buffer"
+            ),
+        })
+}
+
+/// The one "may I sleep" rule: how long a round may wait for the network. Not at all once a
+/// broadcast in flight is over here (everything it needed arrived, or this round's sends
+/// finished it): its driver must hand it back first.
+pub fn round_wait(endpoint: &Endpoint, wait: Duration) -> Duration {
+    if endpoint.any_done() {
+        Duration::ZERO
+    } else {
+        wait
     }
-    Ok(())
 }
 
 /// Fails if a peer that a broadcast in flight waits for is gone (`closed(peer)`): how a

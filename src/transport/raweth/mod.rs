@@ -401,11 +401,9 @@ impl Transport for RawEthTransport {
         self.link.queue(endpoint)?;
         self.send(bufs, clock())?;
         let now = clock();
-        let mut ms = if endpoint.any_done() {
-            0
-        } else {
-            wait.as_millis().min(i32::MAX as u128) as u64
-        };
+        let mut ms = super::round_wait(endpoint, wait)
+            .as_millis()
+            .min(i32::MAX as u128) as u64;
         if let Some(t) = self.link.next_timeout(now) {
             ms = ms.min(t.saturating_sub(now).div_ceil(1_000_000));
         }

@@ -7,8 +7,7 @@ use super::{io_err, ring, Assembly, FrameLink, RawEthTransport, Target};
 use crate::engine::reliable::Accept;
 use crate::engine::{DataHeader, Endpoint, Message, Route};
 use crate::transport::raweth::socket::{Addressed, Mac, RecvBatch};
-use crate::transport::TransportError;
-use crate::transport::{land_held, Buffers};
+use crate::transport::{deliver, slot, Buffers};
 use crate::wire::frame::{flags, Frame, Kind, Repr};
 use crate::wire::WireError;
 use std::io;
@@ -238,26 +237,13 @@ impl FrameLink {
                 if !self.assembly.contains_key(&key) {
                     let target = match endpoint.route_data(rank, &h)? {
                         Route::Into { seq, range } => {
-                            let fits = bufs.get(&seq).is_some_and(|b| range.end <= b.len());
-                            if !fits {
-                                return Err(TransportError::BadFrame {
-                                    peer: rank,
-                                    reason: format!(
-                                        "segment {} of broadcast {seq} lands at {range:?}, beyond its buffer",
-                                        h.index
-                                    ),
-                                }
-                                .into());
-                            }
+                            slot(bufs, rank, seq, range.clone())?;
                             Target::Buffer {
                                 seq,
                                 start: range.start,
                             }
                         }
-                        Route::Hold if h.len > h.segment => {
-                            self.counters.dropped_length += 1;
-                            return Ok(());
-                        }
+                        // At most a segment: `route_data` checked it.
                         Route::Hold => {
                             self.counters.later_kept += 1;
                             Target::Hold(vec![0; h.len as usize])
@@ -283,11 +269,8 @@ impl FrameLink {
                 }
                 match &mut a.target {
                     Target::Buffer { seq, start } => {
-                        let buf = bufs
-                            .get_mut(seq)
-                            .expect("checked when routed")
-                            .as_mut_slice();
-                        buf[*start + off..*start + off + n].copy_from_slice(payload);
+                        slot(bufs, rank, *seq, *start + off..*start + off + n)?
+                            .copy_from_slice(payload);
                     }
                     Target::Hold(v) => v[off..off + n].copy_from_slice(payload),
                 }
@@ -298,7 +281,7 @@ impl FrameLink {
                     match a.target {
                         Target::Buffer { .. } => endpoint.handle_data(now, &a.head),
                         Target::Hold(v) => {
-                            land_held(endpoint, bufs, rank, Message::Data(a.head), v, now)?
+                            deliver(endpoint, bufs, rank, Message::Data(a.head), v, now)?
                         }
                     }
                 }

@@ -25,8 +25,8 @@ pub use setup::socket_name;
 
 use super::frame::{self, HEADER};
 use super::wake::spin;
-use super::{gone_buffer, Buffers, Transport, TransportError};
-use crate::engine::{DataHeader, Endpoint, Message, Route};
+use super::{deliver, gone_buffer, slot, Buffers, Transport, TransportError};
+use crate::engine::{Endpoint, Message, Route};
 use crate::wire::shm::{Record, HEAD, RECORD};
 use ring::Ring;
 use stage::{Key, Stage};
@@ -441,20 +441,7 @@ impl ShmLink {
                 let pid = p.pid;
                 match endpoint.route_data(rank, &h)? {
                     Route::Into { seq, range } => {
-                        let buf = bufs
-                            .get_mut(&seq)
-                            .ok_or_else(|| gone_buffer(rank, seq))?
-                            .as_mut_slice();
-                        if range.len() != len || range.end > buf.len() {
-                            return Err(crate::Error::from(bad(
-                                rank,
-                                format!(
-                                    "segment {} of {len} bytes does not fit {range:?}",
-                                    h.index
-                                ),
-                            )));
-                        }
-                        attach(rank, pid, addr, &mut buf[range])?;
+                        attach(rank, pid, addr, slot(bufs, rank, seq, range)?)?;
                         self.cma_bytes += len as u64;
                         endpoint.handle_data(now, &h);
                     }
@@ -488,18 +475,7 @@ impl ShmLink {
                 let (at, len, total) = (at as usize, len as usize, h.len as usize);
                 if at == 0 && p.partial.is_none() {
                     let dest = match endpoint.route_data(rank, &h)? {
-                        Route::Into { seq, range } => {
-                            if range.len() != total {
-                                return Err(crate::Error::from(bad(
-                                    rank,
-                                    format!(
-                                        "segment {} of {total} bytes does not fit {range:?}",
-                                        h.index
-                                    ),
-                                )));
-                            }
-                            Dest::Buffer { seq, range }
-                        }
+                        Route::Into { seq, range } => Dest::Buffer { seq, range },
                         Route::Hold => Dest::Hold(Vec::new()),
                         Route::Discard => Dest::Discard,
                     };
@@ -526,37 +502,18 @@ impl ShmLink {
                     // Its broadcast was posted since the segment began: the rest goes straight
                     // into the buffer, and only what came before is copied once more.
                     if let Route::Into { seq, range } = endpoint.route_data(rank, &h)? {
-                        let buf = bufs
-                            .get_mut(&seq)
-                            .ok_or_else(|| gone_buffer(rank, seq))?
-                            .as_mut_slice();
-                        let early = buf
-                            .get_mut(range.start..range.start + v.len())
-                            .filter(|_| range.len() == total)
-                            .ok_or_else(|| {
-                                bad(
-                                    rank,
-                                    format!(
-                                        "segment {} of {total} bytes does not fit {range:?}",
-                                        h.index
-                                    ),
-                                )
-                            })?;
-                        early.copy_from_slice(v);
+                        slot(bufs, rank, seq, range.start..range.start + v.len())?
+                            .copy_from_slice(v);
                         part.dest = Dest::Buffer { seq, range };
                     }
                 }
                 let off = pos % rx.size() as u64;
                 match &mut part.dest {
                     Dest::Buffer { seq, range } => {
-                        let buf = bufs
-                            .get_mut(seq)
-                            .ok_or_else(|| gone_buffer(rank, *seq))?
-                            .as_mut_slice();
-                        let streaming = buf.len() >= stream::STREAM_FROM;
-                        let dst = buf
-                            .get_mut(range.start + at..range.start + at + len)
-                            .ok_or_else(|| bad(rank, "a chunk beyond the buffer".into()))?;
+                        let streaming = bufs
+                            .get(seq)
+                            .is_some_and(|b| b.len() >= stream::STREAM_FROM);
+                        let dst = slot(bufs, rank, *seq, range.start + at..range.start + at + len)?;
                         rx.read(off, dst, streaming).map_err(|e| bad(rank, e))?;
                     }
                     Dest::Hold(v) => {
@@ -581,7 +538,7 @@ impl ShmLink {
                     let part = p.partial.take().expect("present");
                     match part.dest {
                         Dest::Buffer { .. } => endpoint.handle_data(now, &h),
-                        Dest::Hold(v) => deliver_held(rank, &h, v, bufs, endpoint, now)?,
+                        Dest::Hold(v) => deliver(endpoint, bufs, rank, message, v, now)?,
                         Dest::Discard => {}
                     }
                 }
@@ -672,7 +629,12 @@ impl Transport for ShmLink {
         for &r in &ranks {
             self.flush(r, bufs)?;
         }
-        if !wait.is_zero() && !landed && !endpoint.any_done() {
+        let wait = if landed {
+            Duration::ZERO
+        } else {
+            super::round_wait(endpoint, wait)
+        };
+        if !wait.is_zero() {
             self.wait(&ranks, wait)?;
         }
         for &r in &ranks {
@@ -848,45 +810,6 @@ fn write_out(rank: usize, p: &mut Peer) -> Result<(), TransportError> {
             }
             Err(e) => return Err(io_err(Some(rank), e)),
         }
-    }
-    Ok(())
-}
-
-/// A segment of a broadcast not posted when its first ring chunk came, now whole in `v`.
-/// The broadcast may have been posted while its chunks came in: then it goes into the
-/// buffer now (`Endpoint::hold` keeps only messages of broadcasts still to come, and a
-/// segment dropped here would be waited for forever).
-fn deliver_held(
-    rank: usize,
-    h: &DataHeader,
-    v: Vec<u8>,
-    bufs: &mut Buffers,
-    endpoint: &mut Endpoint,
-    now: u64,
-) -> crate::Result<()> {
-    match endpoint.route_data(rank, h)? {
-        Route::Into { seq, range } => {
-            let dst = bufs
-                .get_mut(&seq)
-                .ok_or_else(|| gone_buffer(rank, seq))?
-                .as_mut_slice()
-                .get_mut(range.clone())
-                .filter(|d| d.len() == v.len())
-                .ok_or_else(|| {
-                    bad(
-                        rank,
-                        format!(
-                            "segment {} of {} bytes does not fit {range:?}",
-                            h.index,
-                            v.len()
-                        ),
-                    )
-                })?;
-            dst.copy_from_slice(&v);
-            endpoint.handle_data(now, h);
-        }
-        Route::Hold => endpoint.hold(rank, Message::Data(*h), v),
-        Route::Discard => {}
     }
     Ok(())
 }

@@ -6,7 +6,7 @@
 
 use super::frame::{self, HEADER};
 use super::uring::{RecvTarget, Ring};
-use super::{gone_buffer, land_held, Buffers, Transport, TransportError};
+use super::{deliver, slot, Buffers, Transport, TransportError};
 use crate::engine::{Endpoint, Message, Route};
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{self, IoSlice, IoSliceMut, Read};
@@ -309,12 +309,9 @@ impl TcpTransport {
                     got,
                     ..
                 } => {
-                    let buf = bufs
-                        .get_mut(seq)
-                        .map(|b| b.as_mut_slice())
-                        .ok_or_else(|| gone_buffer(peer, *seq))?;
+                    let dst = slot(bufs, peer, *seq, range.start + *got..range.end)?;
                     conn.stream.read_vectored(&mut [
-                        IoSliceMut::new(&mut buf[range.start + *got..range.end]),
+                        IoSliceMut::new(dst),
                         IoSliceMut::new(&mut conn.spare),
                     ])
                 }
@@ -393,14 +390,11 @@ impl TcpTransport {
                         got,
                         ..
                     } => {
-                        let buf = bufs
-                            .get_mut(seq)
-                            .map(|b| b.as_mut_slice())
-                            .ok_or_else(|| gone_buffer(p.0, *seq))?;
+                        let dst = slot(bufs, p.0, *seq, range.start + *got..range.end)?;
                         (
                             fd,
                             [
-                                (buf[range.start + *got..].as_mut_ptr(), range.len() - *got),
+                                (dst.as_mut_ptr(), dst.len()),
                                 (c.spare.as_mut_ptr(), HEADER),
                             ],
                         )
@@ -528,11 +522,7 @@ impl Transport for TcpTransport {
             revents: 0,
         });
         // A broadcast that this round's sends completed must not wait for the network.
-        let wait = if endpoint.any_done() {
-            Duration::ZERO
-        } else {
-            wait
-        };
+        let wait = super::round_wait(endpoint, wait);
         let ms = wait.as_millis().min(i32::MAX as u128) as i32;
         // SAFETY: `fds` is a live, exclusively borrowed array of `fds.len()` pollfd structs
         // whose descriptors stay open (owned by `self.conns`, and the wake descriptor by the
@@ -665,7 +655,7 @@ fn received(
                 if let Rx::Payload { msg, dest, .. } = done {
                     match (msg, dest) {
                         (Message::Data(h), Dest::Buffer { .. }) => endpoint.handle_data(now, &h),
-                        (msg, Dest::Hold(v)) => land_held(endpoint, bufs, peer, msg, v, now)?,
+                        (msg, Dest::Hold(v)) => deliver(endpoint, bufs, peer, msg, v, now)?,
                         _ => {}
                     }
                 }
@@ -711,16 +701,7 @@ fn offer(
     let len = h.len as usize;
     let dest = match endpoint.route_data(peer, &h)? {
         Route::Into { seq, range } => Dest::Buffer { seq, range },
-        Route::Hold if h.len > h.segment => {
-            return Err(TransportError::BadFrame {
-                peer,
-                reason: format!(
-                    "a segment of {} bytes is longer than its broadcast's {}-byte segments",
-                    h.len, h.segment
-                ),
-            }
-            .into())
-        }
+        // At most a segment: `route_data` checked it.
         Route::Hold => Dest::Hold(vec![0; len]),
         Route::Discard => Dest::Discard,
     };

@@ -738,12 +738,9 @@ impl<V: Verbs> VerbsLink<V> {
                 .into());
             }
             let at = slot * cfg.ring_slot as usize;
-            let buf = bufs
-                .get_mut(&seq)
-                .map(Buffer::as_mut_slice)
-                .ok_or_else(|| crate::transport::gone_buffer(peer, seq))?;
             let to = range.start + offset;
-            buf[to..to + len].copy_from_slice(&p.ring.bytes[at..at + len]);
+            crate::transport::slot(bufs, peer, seq, to..to + len)?
+                .copy_from_slice(&p.ring.bytes[at..at + len]);
             if offset + len < range.len() {
                 p.assembling = Some(Assembling {
                     seq,
@@ -1251,7 +1248,8 @@ impl<V: Verbs> Transport for VerbsLink<V> {
             return Err(TransportError::Closed { peer }.into());
         }
         self.arm()?;
-        if endpoint.any_done() || wait.is_zero() {
+        let wait = crate::transport::round_wait(endpoint, wait);
+        if wait.is_zero() {
             return Ok(());
         }
         self.wait(wait)?;
