@@ -12,7 +12,7 @@ use pipecast::engine::{Bcast, Config as EngineConfig, Endpoint, Setup};
 use pipecast::plan::Lane;
 use pipecast::transport::raweth::socket::{Mac, RawSocket, RecvBatch};
 use pipecast::transport::raweth::{Config, Counters, RawEthTransport};
-use pipecast::transport::{drive, Buffer, Buffers, Transport};
+use pipecast::transport::{drive, Buffer, Buffers, Link};
 use pipecast::wire::frame::{Kind, Repr, HEADER_LEN};
 use std::io::IoSlice;
 use std::process::Command;
@@ -25,7 +25,7 @@ static NEXT: AtomicUsize = AtomicUsize::new(0);
 /// Runs one broadcast over `t` on this rank's `buf` to completion (posted on `endpoint`,
 /// which keeps what arrives early for later broadcasts).
 fn run_bcast(
-    t: &mut dyn Transport,
+    t: &mut dyn Link,
     endpoint: &mut Endpoint,
     bcast: Bcast,
     buf: &mut Vec<u8>,
@@ -45,7 +45,7 @@ fn run_bcast(
 /// Serves `t` for `d` with no broadcast of this rank in flight: acknowledgements,
 /// heartbeats, frames of broadcasts not posted yet.
 fn serve(
-    t: &mut dyn Transport,
+    t: &mut dyn Link,
     endpoint: &mut Endpoint,
     clock: &dyn Fn() -> u64,
     d: Duration,

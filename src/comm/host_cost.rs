@@ -19,7 +19,7 @@ use super::progress::{self, Job, Op, Outcome};
 use crate::engine::{Config as EngineConfig, Setup};
 use crate::plan::{self, TreeKind};
 use crate::topology::Topology;
-use crate::transport::{Buffer, TcpTransport, Transport, Wake};
+use crate::transport::{Buffer, Link as _, TcpTransport, Wake};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::Arc;

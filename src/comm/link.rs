@@ -1,6 +1,6 @@
 //! The communicator's choice of transport (TCP, raw Ethernet or RDMA verbs), what each rank
-//! publishes about it in the bootstrap, and [`Link`]: the transport, boxed, for the progress
-//! thread.
+//! publishes about it in the bootstrap, and [`BoxedLink`]: the link, boxed, for the
+//! progress thread.
 //!
 //! Every rank binds a TCP listener (its address goes into the bootstrap blob). With `verbs`
 //! or `auto` it also opens its RDMA device and puts its port, queue pair numbers and ring in
@@ -8,7 +8,7 @@
 //! (on a topology with rails, one socket per NIC, each NIC's MAC in its rail entry).
 //! After the allgather every rank decides the same way from the same blobs: verbs when every
 //! rank published a verbs endpoint; else raw Ethernet when every rank published a MAC and no
-//! two are equal; otherwise `auto` falls back to TCP (logging why at info level, verbose 1)
+//! two hosts share one (ranks of one host may, when shared memory links them); otherwise `auto` falls back to TCP (logging why at info level, verbose 1)
 //! and `verbs`/`raweth` fail naming the ranks. A rank whose device cannot open with `verbs`
 //! fails its local setup, which the agreement reports to every rank.
 
@@ -76,10 +76,10 @@ impl fmt::Display for Transport {
     }
 }
 
-/// The transport the progress thread drives: a boxed trait object, so every call of
-/// [`Transport`](crate::transport::Transport) (`register`/`deregister` included) reaches the
-/// link inside, or the [`Router`](crate::transport::router::Router) that forwards it.
-pub type Link = Box<dyn crate::transport::Transport>;
+/// The link the progress thread drives: a boxed [`Link`](crate::transport::Link) trait
+/// object, so every call (`register`/`deregister` included) reaches the link inside, or the
+/// [`Router`](crate::transport::router::Router) that forwards it.
+pub type BoxedLink = Box<dyn crate::transport::Link>;
 
 /// Opens the raw Ethernet side for `config.transport` (`None` for `tcp`, and for `auto` when
 /// it is not possible, logging why and adding it to `why`). `ip` is the address this rank
@@ -245,7 +245,7 @@ pub fn choose(
     peers: &Peers,
     hosts: &OnHosts<'_>,
     why_not: &mut Vec<String>,
-) -> Result<Link, CommError> {
+) -> Result<BoxedLink, CommError> {
     let Candidates { raw, verbs } = links;
     let without: Vec<usize> = (0..peers.verbs.len())
         .filter(|&r| peers.verbs[r].is_none())

@@ -4,7 +4,7 @@
 //! served between broadcasts too (a lossy link's acknowledgements and heartbeats), so a rank
 //! that computes while others broadcast is late, never gone.
 
-use super::link::Link;
+use super::link::BoxedLink;
 use super::CommError;
 use crate::engine::{Bcast, Config as EngineConfig, Endpoint, Setup};
 use crate::plan::Lane;
@@ -39,7 +39,7 @@ pub enum Op {
         jobs: Vec<Job>,
         reply: Sender<Outcome>,
     },
-    /// The transport's counters (monotonic; empty for TCP, which has none of its own).
+    /// The link's counters by name (monotonic; TCP has some only on several rails).
     Counters {
         reply: Sender<BTreeMap<String, u64>>,
     },
@@ -62,7 +62,7 @@ const STALL_REPORT: Duration = Duration::from_secs(30);
 
 struct Driver {
     me: usize,
-    link: Link,
+    link: BoxedLink,
     endpoint: Endpoint,
     bufs: Buffers,
     /// By the sequence number of the job running now.
@@ -81,7 +81,7 @@ struct Driver {
 /// Serves `ops` until the communicator drops its end.
 pub fn serve(
     me: usize,
-    link: Link,
+    link: BoxedLink,
     ops: Receiver<Op>,
     wake: Arc<Wake>,
     poll: Duration,
@@ -339,7 +339,7 @@ mod tests {
     use crate::plan::{self, TreeKind};
     use crate::topology::Topology;
     use crate::transport::recording::{Event, Recording};
-    use crate::transport::{TcpTransport, Transport};
+    use crate::transport::{Link as _, TcpTransport};
     use std::sync::Mutex;
 
     fn job(seq: u64, msize: u64) -> Job {

@@ -10,7 +10,7 @@ use crate::topology::Topology;
 use crate::transport::raweth::RawEthTransport;
 use crate::transport::router::Router;
 use crate::transport::shm::{self, ShmLink, ShmMode};
-use crate::transport::{TcpTransport, Transport, Wake};
+use crate::transport::{Link, TcpTransport, Wake};
 use crate::wire::bootstrap::{NicAddr, Repr, Status};
 use crossbeam_channel::Sender;
 use rand::RngCore;
@@ -283,11 +283,11 @@ impl Local {
 /// link alone.
 fn on_host(
     rank: usize,
-    net: link::Link,
+    net: link::BoxedLink,
     shm: Option<ShmLink>,
     keys: &[String],
     peers: &Peers,
-) -> link::Link {
+) -> link::BoxedLink {
     let local: Vec<bool> = keys.iter().map(|k| *k == keys[rank]).collect();
     let Some(mut shm) = shm.filter(|_| local.iter().filter(|&&l| l).count() > 1) else {
         return net;
@@ -297,7 +297,7 @@ fn on_host(
         peers.cookie,
     );
     let route = local.iter().map(|&l| usize::from(l)).collect();
-    let links: Vec<Box<dyn Transport>> = vec![net, Box::new(shm)];
+    let links: Vec<Box<dyn Link>> = vec![net, Box::new(shm)];
     Box::new(Router::new(links, route))
 }
 

@@ -461,20 +461,28 @@ impl Bcast {
         let (n, l, c) = best?;
         let child = &mut self.lanes[l].children[c];
         child.next += 1;
-        let range = self.layout.range(l, n).expect("segment exists");
+        let to = child.rank;
+        let h = self.header(l, n).expect("segment exists");
+        let start = self.layout.range(l, n).expect("segment exists").start as usize;
         Some(Transmit {
-            to: child.rank,
-            message: Message::Data(DataHeader {
-                seq: self.setup.seq,
-                root: self.setup.root as u32,
-                msize: self.setup.msize,
-                segment: self.layout.segment() as u32,
-                lanes: self.lanes.len() as u16,
-                lane: l as u16,
-                index: n,
-                len: (range.end - range.start) as u32,
-            }),
-            payload: range.start as usize..range.end as usize,
+            to,
+            message: Message::Data(h),
+            payload: start..start + h.len as usize,
+        })
+    }
+
+    /// The header of segment `index` of lane `lane`, or `None` if there is none.
+    pub fn header(&self, lane: usize, index: u32) -> Option<DataHeader> {
+        let range = self.layout.range(lane, index)?;
+        Some(DataHeader {
+            seq: self.setup.seq,
+            root: self.setup.root as u32,
+            msize: self.setup.msize,
+            segment: self.layout.segment() as u32,
+            lanes: self.layout.lanes() as u16,
+            lane: lane as u16,
+            index,
+            len: (range.end - range.start) as u32,
         })
     }
 

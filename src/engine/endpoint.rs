@@ -412,4 +412,49 @@ mod tests {
         let later = DataHeader { seq: 9, ..h };
         assert_eq!(ep.route_data(0, &later).unwrap(), Route::Hold);
     }
+
+    /// The one landing decision for every link: a segment to hold that is longer than its
+    /// own segment size is an error (never memory the sender chooses), and a payload that
+    /// does not fit where it lands is an error, never a panic or a short copy.
+    #[test]
+    fn an_oversized_held_segment_and_a_payload_that_does_not_fit_are_errors() {
+        let mut ep = Endpoint::new();
+        let mut buf = [0u8; 8];
+        ep.post(bcast(1, 1, 8), &mut buf, 0).unwrap();
+        let h = DataHeader {
+            seq: 2,
+            root: 0,
+            msize: 1 << 30,
+            segment: 4,
+            lanes: 1,
+            lane: 0,
+            index: 0,
+            len: 1 << 30,
+        };
+        let e = ep.route_data(0, &h).unwrap_err().to_string();
+        assert!(e.contains("longer than its 4-byte segments"), "{e}");
+        assert!(copy_into(&mut buf, 6..10, &[1; 4]).is_err());
+        assert!(copy_into(&mut buf, 0..4, &[1; 3]).is_err());
+        copy_into(&mut buf, 4..8, &[7; 4]).unwrap();
+        assert_eq!(buf, [0, 0, 0, 0, 7, 7, 7, 7]);
+        // A whole held payload lands through `deliver` once its broadcast is posted.
+        let d = DataHeader {
+            seq: 2,
+            msize: 8,
+            len: 4,
+            ..h
+        };
+        let mut out: Vec<(u64, Range<usize>)> = Vec::new();
+        ep.deliver(0, 0, Message::Data(d), vec![5; 4], |seq, range, _| {
+            out.push((seq, range));
+            Ok::<(), EngineError>(())
+        })
+        .unwrap();
+        assert!(out.is_empty(), "held, not landed");
+        assert_eq!(ep.held_bytes(), 4);
+        let mut buf2 = [0u8; 8];
+        ep.post(bcast(1, 2, 8), &mut buf2, 0).unwrap();
+        assert_eq!(ep.held_bytes(), 0);
+        assert_eq!(buf2, [5, 5, 5, 5, 0, 0, 0, 0]);
+    }
 }

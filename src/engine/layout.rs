@@ -64,6 +64,29 @@ impl Layout {
         let end = (start + self.segment).min(lane.end);
         Some(start..end.max(start))
     }
+
+    /// The number of segment `i` of lane `l` when the lanes' segments are numbered one lane
+    /// after another (how a link names a segment in fewer bits than lane and index: RDMA
+    /// verbs' immediate).
+    pub fn number(&self, l: usize, i: u32) -> u64 {
+        (0..l.min(self.lanes()))
+            .map(|l| u64::from(self.segments(l)))
+            .sum::<u64>()
+            + u64::from(i)
+    }
+
+    /// The lane and index of segment number `n` ([`number`](Self::number)), or `None` if
+    /// there is none.
+    pub fn locate(&self, mut n: u64) -> Option<(usize, u32)> {
+        for l in 0..self.lanes() {
+            let k = u64::from(self.segments(l));
+            if n < k {
+                return Some((l, n as u32));
+            }
+            n -= k;
+        }
+        None
+    }
 }
 
 #[cfg(test)]
@@ -92,6 +115,14 @@ mod tests {
                 assert!(layout.range(l, layout.segments(l)).is_none());
             }
             assert_eq!(next, msize);
+            let total: u64 = (0..layout.lanes())
+                .map(|l| u64::from(layout.segments(l)))
+                .sum();
+            for n in 0..total {
+                let (l, i) = layout.locate(n).unwrap();
+                assert_eq!(layout.number(l, i), n);
+            }
+            assert_eq!(layout.locate(total), None);
         }
     }
 }

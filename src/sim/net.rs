@@ -1,6 +1,8 @@
 //! The simulated network: ranks on a topology's machines, each running the real
-//! [`Endpoint`], and over every pair whose path is lossy the real per-peer reliability
-//! ([`engine::reliable`](crate::engine::reliable)), as raw Ethernet runs them.
+//! [`Endpoint`], and over every pair whose path is lossy the real per-peer reliability's
+//! [`Sender`] and [`Receiver`] ([`engine::reliable`](crate::engine::reliable)). Not yet as
+//! raw Ethernet runs them: it pairs them itself, without [`reliable::Peers`]' round robin,
+//! pacer and heartbeats (docs/engine.md, "Links": the lossy adapter it should run).
 //!
 //! A message from rank a to rank b crosses the directed edges of `Topology::path(a, b)`, one
 //! [`SimLink`] each (on a topology with rails, `Topology::path_on` of the rail its lane runs

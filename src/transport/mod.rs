@@ -1,21 +1,25 @@
-//! Transports: how engine messages travel between processes. Today: TCP
-//! ([`tcp::TcpTransport`]), raw Ethernet ([`raweth::RawEthTransport`]) and shared memory
-//! between the ranks of one host ([`shm::ShmLink`]) and RDMA verbs ([`verbs::VerbsLink`]), all
-//! behind [`Transport`], combined per peer by [`router::Router`] and run by the communicator's
-//! progress thread. `unsafe` code of the crate lives here
-//! (and in `capi/`), each block with a `// SAFETY:` comment.
+//! Links: how engine messages travel between processes. TCP ([`tcp::TcpTransport`]), shared
+//! memory between the ranks of one host ([`shm::ShmLink`]), raw Ethernet
+//! ([`raweth::RawEthTransport`]) and RDMA verbs ([`verbs::VerbsLink`]), all behind the trait
+//! [`Link`], combined per peer by [`router::Router`] and driven by the communicator's
+//! progress thread. `unsafe` code of the crate lives here (and in `capi/`), each block with
+//! a `// SAFETY:` comment.
 //!
-//! A transport frames [`Message`](crate::engine::Message)s, sends data segments straight from
-//! their broadcast's buffer, and asks the endpoint (`Endpoint::route_data`) where an arriving
-//! segment goes before reading its payload straight into that buffer (or holding it for a
-//! broadcast not posted yet). A lossy transport (raw Ethernet) holds one
-//! [`Peers`](crate::engine::reliable::Peers), the pure per-peer reliability of the engine,
-//! because reliability runs per frame and only the link cuts segments into frames. A link
-//! that must prepare memory (RDMA verbs) says so in its [`Capabilities`]; the progress
-//! thread then calls [`Transport::register`]/[`Transport::deregister`] around each
-//! broadcast, and the link may pre-post what `Endpoint::expected` lists.
+//! A link frames [`Message`](crate::engine::Message)s (the header is
+//! [`wire::message`](crate::wire::message)), sends data segments straight from their
+//! broadcast's buffer, and asks the endpoint where an arriving segment goes
+//! (`Endpoint::route_data`, the one landing decision) before reading its payload straight
+//! into that buffer ([`slot`]) or holding it for a broadcast not posted yet ([`deliver`]
+//! once it is whole); [`round_wait`] is the one rule for how long a round may sleep. A lossy
+//! link (raw Ethernet) holds one [`Peers`](crate::engine::reliable::Peers), the pure
+//! per-peer reliability of the engine, because reliability runs per frame and only the link
+//! cuts segments into frames. A link that must prepare memory (RDMA verbs) says so in its
+//! [`Capabilities`]; the progress thread then calls [`Link::register`]/[`Link::deregister`]
+//! around each broadcast, and the link may pre-post what `Endpoint::expected` lists.
+//! docs/engine.md, "Links", says where this is going: links that get no endpoint at all.
 
-pub mod frame;
+#[cfg(test)]
+mod conformance;
 pub mod loan;
 #[cfg(test)]
 pub(crate) mod recording;
@@ -44,7 +48,7 @@ pub struct Capabilities {
     /// travel in full frames); `None` for a byte stream.
     pub max_frame: Option<u64>,
     /// Buffers must be registered with the link before data moves (RDMA verbs):
-    /// the driver then calls [`Transport::register`] and [`Transport::deregister`]; other
+    /// the driver then calls [`Link::register`] and [`Link::deregister`]; other
     /// links pay nothing.
     pub needs_registration: bool,
     /// The reader takes the bytes from the writer's memory itself (shared memory's
@@ -70,12 +74,12 @@ impl Default for Capabilities {
 }
 
 /// A link the communicator's progress thread drives: it moves the endpoint's messages
-/// between ranks (TCP or raw Ethernet), sending payloads straight from their broadcasts'
+/// between ranks, sending payloads straight from their broadcasts'
 /// buffers and writing arriving segments straight into them. It knows nothing of trees:
 /// routing by broadcast, holding early messages and completion live in
 /// [`Endpoint`](crate::engine::Endpoint).
-pub trait Transport: Send {
-    /// `tcp` or `raweth:IFACE`: what runs.
+pub trait Link: Send {
+    /// What runs (`tcp`, `shm:cma+ring`, `raweth:IFACE`, …), for logs and failure reports.
     fn describe(&self) -> String;
 
     /// What the link can do (NCCL's net plugin properties and smoltcp's device capabilities
@@ -99,7 +103,7 @@ pub trait Transport: Send {
     /// Makes broadcast `seq`'s buffer known to the link before any of its data moves (RDMA
     /// verbs register memory; NCCL's net plugin `regMr` is the model). The driver calls it
     /// only on links whose [`Capabilities::needs_registration`] is true, when a broadcast's
-    /// buffer is posted, and [`Transport::deregister`] once that broadcast finished or
+    /// buffer is posted, and [`Link::deregister`] once that broadcast finished or
     /// failed; a link may then pre-post what `Endpoint::expected` lists. Default: nothing.
     fn register(&mut self, _seq: u64, _buf: &Buffer) -> Result<(), TransportError> {
         Ok(())
@@ -187,6 +191,18 @@ pub fn round_wait(endpoint: &Endpoint, wait: Duration) -> Duration {
     }
 }
 
+/// The engine message in a header from `peer` ([`wire::message`](crate::wire::message)), or
+/// why it is not one.
+pub(crate) fn decode_header(
+    peer: usize,
+    head: &[u8],
+) -> Result<crate::engine::Message, TransportError> {
+    crate::wire::message::parse(head).map_err(|e| TransportError::BadFrame {
+        peer,
+        reason: e.to_string(),
+    })
+}
+
 /// Fails if a peer that a broadcast in flight waits for is gone (`closed(peer)`): how a
 /// reliable link (TCP, shared memory) learns of a dead process, its connection closed.
 pub(crate) fn check_closed(
@@ -212,7 +228,7 @@ pub(crate) fn gone_buffer(peer: usize, seq: u64) -> TransportError {
 /// done here, then removes it: the loop of the communicator's progress thread for one
 /// broadcast, for tests and tools that drive a link themselves.
 pub fn drive(
-    link: &mut dyn Transport,
+    link: &mut dyn Link,
     bufs: &mut Buffers,
     endpoint: &mut Endpoint,
     seq: u64,

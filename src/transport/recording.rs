@@ -1,7 +1,7 @@
-//! A link for tests that needs buffer registration (as an RDMA verbs link will) and records
+//! A link for tests that needs buffer registration (as the RDMA verbs link does) and records
 //! the calls the driver makes: it wraps a real link, which moves the bytes.
 
-use super::{Buffer, Buffers, Capabilities, Transport, TransportError};
+use super::{Buffer, Buffers, Capabilities, Link, TransportError};
 use crate::engine::Endpoint;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -21,13 +21,13 @@ pub enum Event {
 
 /// `inner`, but declaring `needs_registration` and recording into a shared log.
 pub struct Recording {
-    inner: Box<dyn Transport>,
+    inner: Box<dyn Link>,
     log: Arc<Mutex<Vec<Event>>>,
     registered: BTreeSet<u64>,
 }
 
 impl Recording {
-    pub fn new(inner: Box<dyn Transport>) -> (Recording, Arc<Mutex<Vec<Event>>>) {
+    pub fn new(inner: Box<dyn Link>) -> (Recording, Arc<Mutex<Vec<Event>>>) {
         let log = Arc::new(Mutex::new(Vec::new()));
         let link = Recording {
             inner,
@@ -42,7 +42,7 @@ impl Recording {
     }
 }
 
-impl Transport for Recording {
+impl Link for Recording {
     fn describe(&self) -> String {
         format!("recording({})", self.inner.describe())
     }
@@ -58,15 +58,26 @@ impl Transport for Recording {
         self.inner.connect(peers, timeout)
     }
 
+    /// Recorded, and passed on to a link that needs it too.
     fn register(&mut self, seq: u64, buf: &Buffer) -> Result<(), TransportError> {
         self.registered.insert(seq);
         self.record(Event::Register(seq, buf.len()));
+        if self.inner.capabilities().needs_registration {
+            self.inner.register(seq, buf)?;
+        }
         Ok(())
     }
 
     fn deregister(&mut self, seq: u64) {
         self.registered.remove(&seq);
         self.record(Event::Deregister(seq));
+        if self.inner.capabilities().needs_registration {
+            self.inner.deregister(seq);
+        }
+    }
+
+    fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.inner.wait_fd()
     }
 
     fn progress(

@@ -6,7 +6,7 @@
 //! Each link takes from the endpoint only the messages to its own peers
 //! (`Endpoint::poll_transmit_to`), so the router never touches a message itself.
 
-use super::{Buffer, Buffers, Transport, TransportError};
+use super::{Buffer, Buffers, Link, TransportError};
 use crate::engine::Endpoint;
 use std::collections::BTreeMap;
 use std::io;
@@ -15,7 +15,7 @@ use std::time::Duration;
 
 /// Links, and which one reaches each peer.
 pub struct Router {
-    links: Vec<Box<dyn Transport>>,
+    links: Vec<Box<dyn Link>>,
     /// `route[peer]`: index into `links`.
     route: Vec<usize>,
     /// Readable when the progress thread's wake descriptor or any non-waiting link is.
@@ -25,8 +25,8 @@ pub struct Router {
 impl Router {
     /// `links[i]` serves every peer `p` with `route[p] == i` (this rank's own entry is
     /// ignored). The first link is the one that waits; the others must expose their
-    /// descriptors ([`Transport::wait_fd`]).
-    pub fn new(links: Vec<Box<dyn Transport>>, route: Vec<usize>) -> Router {
+    /// descriptors ([`Link::wait_fd`]).
+    pub fn new(links: Vec<Box<dyn Link>>, route: Vec<usize>) -> Router {
         assert!(
             route.iter().all(|&l| l < links.len()),
             "every route names a link"
@@ -62,7 +62,7 @@ impl Router {
     }
 }
 
-impl Transport for Router {
+impl Link for Router {
     fn describe(&self) -> String {
         let used: Vec<String> = (0..self.links.len())
             .filter(|&l| self.used(l))
@@ -222,7 +222,7 @@ mod tests {
     use crate::transport::recording::{Event, Recording};
     use crate::transport::TcpTransport;
 
-    fn tcp() -> Box<dyn Transport> {
+    fn tcp() -> Box<dyn Link> {
         Box::new(TcpTransport::bind(0, "127.0.0.1").unwrap())
     }
 

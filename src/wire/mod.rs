@@ -2,7 +2,9 @@
 //! [`ethernet`] (the Ethernet II header), [`lldp`] (IEEE 802.1AB LLDPDUs and their TLVs) and
 //! [`frame`] (pipecast's own raw-Ethernet frame header) and [`bootstrap`] (the blob ranks
 //! exchange when a communicator is created) and [`shm`] (records between ranks on one host) and
-//! [`hello`] (the first bytes of a pipecast TCP connection).
+//! [`hello`] (the first bytes of a pipecast TCP connection) and [`message`] (the engine
+//! message header of the stream links: TCP, shared memory, verbs' control messages) and
+//! [`verbs`] (the RDMA verbs link's control messages and immediates).
 //!
 //! A view (`Frame`, `Tlv`) wraps any `T: AsRef<[u8]>`, checks its length once in
 //! `new_checked`, and then reads fields over fixed ranges without panicking. A `Repr` is the
@@ -16,7 +18,9 @@ pub mod ethernet;
 pub mod frame;
 pub mod hello;
 pub mod lldp;
+pub mod message;
 pub mod shm;
+pub mod verbs;
 
 /// A malformed frame.
 #[derive(Debug, thiserror::Error, PartialEq, Eq, Clone)]

@@ -11,7 +11,7 @@ use super::WireError;
 
 /// Every record is this long.
 pub const RECORD: usize = 64;
-/// An engine message header as the transports frame it (`transport::frame::HEADER`).
+/// An engine message header ([`message::HEADER`](super::message::HEADER)).
 pub const HEAD: usize = 40;
 /// `PCSH`.
 pub const MAGIC: u32 = 0x5043_5348;

@@ -49,7 +49,7 @@ pub use link::FrameLink;
 
 use crate::engine::reliable;
 use crate::engine::{DataHeader, Endpoint};
-use crate::transport::{Buffers, Transport, TransportError};
+use crate::transport::{Buffers, Link, TransportError};
 use crate::wire::frame::{Repr, HEADER_LEN};
 use socket::{Mac, RawSocket, RecvBatch};
 use std::collections::BTreeMap;
@@ -358,7 +358,7 @@ fn names(socks: &[RawSocket]) -> String {
 
 // `counters` stays inherent: it returns the typed `Counters`; the trait's `counters`
 // turns them into a map.
-impl Transport for RawEthTransport {
+impl Link for RawEthTransport {
     /// `raweth:IFACE`, or with several rails `raweth:IFACE0,IFACE1,…` (NIC r first to last).
     fn describe(&self) -> String {
         format!("raweth:{}", names(&self.socks[..self.link.rails()]))

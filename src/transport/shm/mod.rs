@@ -23,10 +23,10 @@ mod stream;
 
 pub use setup::socket_name;
 
-use super::frame::{self, HEADER};
 use super::wake::spin;
-use super::{deliver, gone_buffer, slot, Buffers, Transport, TransportError};
+use super::{deliver, gone_buffer, slot, Buffers, Link, TransportError};
 use crate::engine::{Endpoint, Message, Route};
+use crate::wire::message::{self, HEADER};
 use crate::wire::shm::{Record, HEAD, RECORD};
 use ring::Ring;
 use stage::{Key, Stage};
@@ -263,7 +263,7 @@ impl ShmLink {
                 return Err(TransportError::Closed { peer: t.to });
             }
             peer.out.push_back(Out {
-                head: frame::encode(&t.message),
+                head: message::emit(&t.message),
                 message: t.message,
                 seq,
                 payload: t.payload,
@@ -368,7 +368,7 @@ impl ShmLink {
         let mut handled = false;
         for record in deferred {
             if let Record::Message { head, .. } = &record {
-                if let Message::Data(h) = frame::decode(rank, head)? {
+                if let Message::Data(h) = super::decode_header(rank, head)? {
                     if endpoint.route_data(rank, &h)? == Route::Hold {
                         let p = self.peers.get_mut(&rank).expect("a peer");
                         p.deferred.push_back(record);
@@ -426,7 +426,7 @@ impl ShmLink {
         let p = self.peers.get_mut(&rank).expect("a peer");
         match record {
             Record::Message { head, addr } => {
-                let message = frame::decode(rank, &head)?;
+                let message = super::decode_header(rank, &head)?;
                 let Message::Data(h) = message else {
                     endpoint.handle_message(now, rank, &message)?;
                     return Ok(());
@@ -457,7 +457,7 @@ impl ShmLink {
                 }
             }
             Record::RingChunk { head, pos, at, len } => {
-                let message = frame::decode(rank, &head)?;
+                let message = super::decode_header(rank, &head)?;
                 let Message::Data(h) = message else {
                     return Err(crate::Error::from(bad(
                         rank,
@@ -595,7 +595,7 @@ impl ShmLink {
     }
 }
 
-impl Transport for ShmLink {
+impl Link for ShmLink {
     fn describe(&self) -> String {
         format!("shm:{}", self.modes())
     }

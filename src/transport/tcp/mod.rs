@@ -4,10 +4,10 @@
 //! io_uring submission each (`../uring.rs`), or plain `sendmsg`/`read` without io_uring:
 //! segments leave straight from the user buffer and land straight in it.
 
-use super::frame::{self, HEADER};
 use super::uring::{RecvTarget, Ring};
-use super::{deliver, slot, Buffers, Transport, TransportError};
+use super::{deliver, slot, Buffers, Link, TransportError};
 use crate::engine::{Endpoint, Message, Route};
+use crate::wire::message::{self, HEADER};
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{self, IoSlice, IoSliceMut, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -263,7 +263,7 @@ impl TcpTransport {
                 return Err(TransportError::Closed { peer: t.to });
             }
             conn.out.push_back(Out {
-                head: frame::encode(&t.message),
+                head: message::emit(&t.message),
                 sent: 0,
                 seq,
                 payload: t.payload,
@@ -457,7 +457,7 @@ impl TcpTransport {
     }
 }
 
-impl Transport for TcpTransport {
+impl Link for TcpTransport {
     fn describe(&self) -> String {
         match self.rails {
             1 => "tcp".into(),
@@ -678,7 +678,7 @@ fn header_done(
     let Rx::Header { buf: head, .. } = &conn.rx else {
         return Ok(());
     };
-    let msg = frame::decode(peer, head)?;
+    let msg = super::decode_header(peer, head)?;
     conn.rx = Rx::Header {
         buf: [0; HEADER],
         got: 0,

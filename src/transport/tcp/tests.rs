@@ -5,7 +5,7 @@
 use super::TcpTransport;
 use crate::engine::{Bcast, Config, Endpoint, Setup};
 use crate::plan::Lane;
-use crate::transport::{drive, Buffer, Buffers, Transport};
+use crate::transport::{drive, Buffer, Buffers, Link};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -6,7 +6,7 @@
 //!   parents and children of the broadcasts it ran, at most [`LinkConfig::max_qps`] of them
 //!   idle.
 //! - A child registers its user buffer when its broadcast is posted
-//!   ([`Transport::register`]) and tells each of its parents where it is (an advert, with the
+//!   ([`Link::register`]) and tells each of its parents where it is (an advert, with the
 //!   broadcast's shape so that ranks that disagree fail instead of writing past a buffer).
 //! - The parent RDMA-WRITEs each segment from its own registered user buffer into the
 //!   child's, at the segment's offset, with an immediate naming the segment: no bounce
@@ -23,8 +23,12 @@
 //! - A peer that dies fails the RC sends to it (`RetryExceeded`): the link sends a heartbeat
 //!   every quarter of the liveness time to each peer a broadcast waits for, so a dead parent
 //!   is noticed too.
+//!
+//! One concept per file below `link/`: `edges.rs` (queue pairs per tree edge), `wr_id.rs`
+//! (what a work request id says), `registration.rs` (buffers registered, adverts, the ring
+//! fallback), `tx.rs` (writes and control sends), `landing.rs` (completions in, segments
+//! landed), `cq.rs` (the completion queue: polling, sizing, sleeping on its channel).
 
-use super::control::{self, Control, Target, MAX_SEGMENTS};
 use super::handshake::{Conn, Listener};
 use super::mr_cache::MrCache;
 use super::ops::{
@@ -32,15 +36,24 @@ use super::ops::{
 };
 use super::waitset::WaitSet;
 use crate::engine::{DataHeader, Endpoint, Message, Route};
-use crate::transport::{Buffer, Buffers, Capabilities, Transport, TransportError};
+use crate::transport::{Buffer, Buffers, Capabilities, Link, TransportError};
 use crate::wire::bootstrap::VerbsAddr;
+use crate::wire::verbs::{self as control, Control, Target, MAX_SEGMENTS};
 use edges::Edge;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::SocketAddr;
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
+mod cq;
 mod edges;
+mod landing;
+mod registration;
+mod tx;
+mod wr_id;
+
+use cq::wait_for;
+use wr_id::{KIND, NO_STAGE, SEQ_MASK, WR_CONTROL, WR_RECV, WR_WRITE};
 
 /// Sizes of the link's queues and rings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,16 +118,6 @@ impl LinkConfig {
 
 /// Bytes of one control receive slot.
 const SLOT: usize = 64;
-
-/// Work request ids: a kind in the top 4 bits.
-const WR_CONTROL: u64 = 1 << 60;
-const WR_WRITE: u64 = 2 << 60;
-const WR_RECV: u64 = 3 << 60;
-const KIND: u64 = 0xf << 60;
-/// A write's staging slot field (bits 40..60), all ones when it writes from the user buffer.
-const NO_STAGE: u64 = 0xf_ffff;
-/// A write's broadcast: the low 40 bits of its sequence number.
-const SEQ_MASK: u64 = (1 << 40) - 1;
 
 /// Memory the link owns and registered at setup.
 struct Region {
@@ -411,547 +414,16 @@ impl<V: Verbs> VerbsLink<V> {
         }
         Ok(())
     }
-
-    /// Sends what is queued to `peer` while its send queue has room: control first, then
-    /// segments in order.
-    fn flush(&mut self, peer: usize, bufs: &mut Buffers, now: u64) -> Result<(), TransportError> {
-        loop {
-            let p = self.peers.get_mut(&peer).expect("known peer");
-            if p.sq_used >= self.cfg.send_depth {
-                return Ok(());
-            }
-            let Some(c) = p.control_out.pop_front() else {
-                break;
-            };
-            let mut b = [0u8; control::LEN];
-            let n = c.emit(&mut b);
-            let wr = SendWr {
-                wr_id: WR_CONTROL | peer as u64,
-                op: Op::Send,
-                local: Local::Inline(&b[..n]),
-            };
-            // SAFETY: an inline send copies its bytes when posted; no memory is referenced.
-            unsafe { self.verbs.post_send(p.qp, &wr) }
-                .map_err(|e| io(peer, format!("posting a send: {e}")))?;
-            p.sq_used += 1;
-            p.last_sent = now;
-            p.last_used = now;
-            if c == Control::Heartbeat {
-                p.heartbeat_out = true;
-            }
-        }
-        while self.write_next(peer, bufs, now)? {}
-        Ok(())
-    }
-
-    /// Posts the next piece of the first segment queued to `peer`; whether it did.
-    fn write_next(
-        &mut self,
-        peer: usize,
-        bufs: &mut Buffers,
-        now: u64,
-    ) -> Result<bool, TransportError> {
-        let cfg = self.cfg;
-        let p = self.peers.get_mut(&peer).expect("known peer");
-        if p.sq_used >= cfg.send_depth {
-            return Ok(false);
-        }
-        let Some(out) = p.data_out.front_mut() else {
-            return Ok(false);
-        };
-        let Some(advert) = self.adverts.get(&(peer, out.seq)).copied() else {
-            return Ok(false); // the child has not posted this broadcast yet
-        };
-        let Some(reg) = self.regs.get(&out.seq) else {
-            return Err(io(
-                peer,
-                format!(
-                    "broadcast {} has a segment to send but no registered buffer",
-                    out.seq
-                ),
-            ));
-        };
-        let remaining = out.payload.len() - out.sent;
-        let mut piece = remaining.min(self.verbs.max_msg() as usize);
-        let ring = advert.target == Target::Ring;
-        if ring || (reg.mr.is_none() && reg.len > 0) {
-            piece = piece.min(cfg.ring_slot as usize);
-        }
-        let last = piece == remaining;
-        let imm = (ring || last).then(|| control::imm(reg.token, out.segment));
-        let (remote_addr, rkey) = match advert.target {
-            Target::Ring => {
-                if p.ring_sent - p.ring_released >= u64::from(cfg.ring_slots) {
-                    return Ok(false); // its ring is full: wait for a release
-                }
-                let slot = p.ring_sent % u64::from(cfg.ring_slots);
-                (p.ring_addr + slot * u64::from(cfg.ring_slot), p.ring_rkey)
-            }
-            Target::Buffer { addr, rkey, len } => {
-                if out.payload.end as u64 > len {
-                    return Err(io(
-                        peer,
-                        format!(
-                            "broadcast {}: its buffer is {len} bytes, segment {} ends at byte {}",
-                            out.seq, out.segment, out.payload.end
-                        ),
-                    ));
-                }
-                (addr + (out.payload.start + out.sent) as u64, rkey)
-            }
-        };
-        let from = out.payload.start + out.sent;
-        let (local, stage) = match reg.mr {
-            _ if piece == 0 => (Local::Empty, NO_STAGE),
-            Some(mr) => (
-                Local::Sge {
-                    addr: reg.addr + from as u64,
-                    len: piece as u32,
-                    lkey: mr.lkey,
-                },
-                NO_STAGE,
-            ),
-            None => {
-                let Some(slot) = self.free_stage.pop() else {
-                    return Ok(false); // every staging slot is in flight
-                };
-                let at = slot as usize * cfg.ring_slot as usize;
-                let src = bufs
-                    .get(&out.seq)
-                    .map(Buffer::as_slice)
-                    .and_then(|b| b.get(from..from + piece))
-                    .ok_or_else(|| crate::transport::gone_buffer(peer, out.seq))?;
-                self.stage.bytes[at..at + piece].copy_from_slice(src);
-                bump(&mut self.counters, "verbs_staged_bytes", piece as u64);
-                (
-                    Local::Sge {
-                        addr: self.stage.addr(at),
-                        len: piece as u32,
-                        lkey: self.stage.mr.lkey,
-                    },
-                    u64::from(slot),
-                )
-            }
-        };
-        let wr = SendWr {
-            wr_id: WR_WRITE | stage << 40 | (out.seq & SEQ_MASK),
-            op: Op::Write {
-                remote_addr,
-                rkey,
-                imm,
-            },
-            local,
-        };
-        // SAFETY: the source is the broadcast's buffer inside its registration (held until
-        // `deregister`, which first waits for this write's completion) or a staging slot
-        // that stays reserved until the completion.
-        unsafe { self.verbs.post_send(p.qp, &wr) }
-            .map_err(|e| io(peer, format!("posting an RDMA write: {e}")))?;
-        p.sq_used += 1;
-        p.last_sent = now;
-        p.last_used = now;
-        if ring {
-            p.ring_sent += 1;
-        }
-        out.sent += piece;
-        *self.writing.entry(out.seq & SEQ_MASK).or_default() += 1;
-        if out.sent == out.payload.len() {
-            p.data_out.pop_front();
-        }
-        bump(&mut self.counters, "verbs_writes", 1);
-        Ok(true)
-    }
-
-    /// A send work request (control message or write) completed: frees its queue slot
-    /// and staging slot, counts its write done. Needs no endpoint, so that `deregister` can
-    /// wait for writes.
-    fn send_done(&mut self, c: &Completion) -> Result<(), TransportError> {
-        let peer = self.peer_of(c.qp);
-        if let Some(p) = self.peers.get_mut(&peer) {
-            p.sq_used = p.sq_used.saturating_sub(1);
-            if c.wr_id & KIND == WR_CONTROL {
-                p.heartbeat_out = false;
-            }
-        }
-        if c.wr_id & KIND == WR_WRITE {
-            let stage = (c.wr_id >> 40) & NO_STAGE;
-            if stage != NO_STAGE {
-                self.free_stage.push(stage as u32);
-            }
-            let key = c.wr_id & SEQ_MASK;
-            if let Some(n) = self.writing.get_mut(&key) {
-                *n -= 1;
-                if *n == 0 {
-                    self.writing.remove(&key);
-                }
-            }
-            if c.status == WcStatus::RemoteAccess {
-                return Err(io(
-                    peer,
-                    "it refused an RDMA write into its buffer (remote access error: a wrong key or range)".into(),
-                ));
-            }
-        }
-        self.check(peer, c.status)
-    }
-
-    /// Handles one completion.
-    fn complete(
-        &mut self,
-        c: Completion,
-        bufs: &mut Buffers,
-        endpoint: &mut Endpoint,
-        now: u64,
-    ) -> crate::Result<()> {
-        if c.wr_id & KIND != WR_RECV {
-            return Ok(self.send_done(&c)?);
-        }
-        let peer = self.peer_of(c.qp);
-        let slot = (c.wr_id & 0xf_ffff) as usize;
-        let Some(p) = self.peers.get_mut(&peer) else {
-            return Ok(()); // of a queue pair since destroyed (an idle edge closed)
-        };
-        p.free_recvs.push(slot as u32);
-        p.last_used = now;
-        if c.status != WcStatus::Success {
-            return Ok(self.check(peer, c.status)?);
-        }
-        match c.kind {
-            WcKind::RecvWriteImm => {
-                let imm = c
-                    .imm
-                    .ok_or_else(|| bad(peer, "a write without immediate"))?;
-                self.landed(peer, imm, c.byte_len as usize, bufs, endpoint, now)
-            }
-            _ => {
-                let at = slot * SLOT;
-                let len = (c.byte_len as usize).min(SLOT);
-                let msg = Control::parse(peer, &p.recv.bytes[at..at + len])?;
-                self.control_in(peer, msg, endpoint, now)
-            }
-        }
-    }
-
-    fn peer_of(&self, qp: QpId) -> usize {
-        self.by_qp.get(&qp).copied().unwrap_or(usize::MAX)
-    }
-
-    /// A failed work request marks its peer gone (its queue pair is in the error state).
-    fn check(&mut self, peer: usize, status: WcStatus) -> Result<(), TransportError> {
-        match status {
-            WcStatus::Success => Ok(()),
-            WcStatus::RemoteAccess | WcStatus::LocalError | WcStatus::Other(_) => {
-                Err(io(peer, format!("an RDMA work request failed: {status:?}")))
-            }
-            s => {
-                self.gone.entry(peer).or_insert(s);
-                Ok(())
-            }
-        }
-    }
-
-    /// A control message arrived.
-    fn control_in(
-        &mut self,
-        peer: usize,
-        msg: Control,
-        endpoint: &mut Endpoint,
-        now: u64,
-    ) -> crate::Result<()> {
-        match msg {
-            Control::Engine(m) => endpoint.handle_message(now, peer, &m)?,
-            Control::Advert { seq, shape, target } => {
-                if let Some(b) = endpoint.get(seq) {
-                    same_shape(peer, seq, shape, b)?;
-                }
-                self.adverts.insert((peer, seq), Advert { target, shape });
-            }
-            Control::Release { copied } => {
-                if let Some(p) = self.peers.get_mut(&peer) {
-                    p.ring_released = p.ring_released.max(copied);
-                }
-            }
-            Control::Heartbeat => {}
-        }
-        Ok(())
-    }
-
-    /// A write with immediate from `peer` completed: its bytes are in this rank's buffer
-    /// (or in its ring block for `peer`, to copy out).
-    fn landed(
-        &mut self,
-        peer: usize,
-        imm: u32,
-        len: usize,
-        bufs: &mut Buffers,
-        endpoint: &mut Endpoint,
-        now: u64,
-    ) -> crate::Result<()> {
-        let (token, segment) = control::split_imm(imm);
-        let Some(&seq) = self.tokens.get(&token) else {
-            return Err(bad(
-                peer,
-                &format!("a segment of an unknown broadcast (token {token})"),
-            )
-            .into());
-        };
-        let Some(b) = endpoint.get(seq) else {
-            return Err(bad(
-                peer,
-                &format!("a segment of broadcast {seq}, which is not running"),
-            )
-            .into());
-        };
-        let h = header(b, segment).ok_or_else(|| {
-            bad(
-                peer,
-                &format!("segment number {segment} is not in broadcast {seq}"),
-            )
-        })?;
-        let range = b
-            .layout()
-            .range(usize::from(h.lane), h.index)
-            .map(|r| r.start as usize..r.end as usize)
-            .expect("header checked it");
-        let ring = self
-            .regs
-            .get(&seq)
-            .is_some_and(|r| r.mr.is_none() && r.len > 0);
-        if ring {
-            let cfg = self.cfg;
-            bump(&mut self.counters, "verbs_ring_bytes", len as u64);
-            let p = self.peers.get_mut(&peer).expect("known peer");
-            let slot = (p.ring_arrived % u64::from(cfg.ring_slots)) as usize;
-            p.ring_arrived += 1;
-            let offset = match &p.assembling {
-                Some(a) if a.seq == seq && a.segment == segment => a.offset,
-                _ => 0,
-            };
-            if offset + len > range.len() || len > cfg.ring_slot as usize {
-                return Err(bad(
-                    peer,
-                    &format!(
-                        "a {len}-byte piece at {offset} of a {}-byte segment",
-                        range.len()
-                    ),
-                )
-                .into());
-            }
-            let at = slot * cfg.ring_slot as usize;
-            let to = range.start + offset;
-            crate::transport::slot(bufs, peer, seq, to..to + len)?
-                .copy_from_slice(&p.ring.bytes[at..at + len]);
-            if offset + len < range.len() {
-                p.assembling = Some(Assembling {
-                    seq,
-                    segment,
-                    offset: offset + len,
-                });
-                return Ok(());
-            }
-            p.assembling = None;
-        }
-        match endpoint.route_data(peer, &h)? {
-            Route::Into { range: r, .. } if r == range => {
-                endpoint.handle_data(now, &h);
-                Ok(())
-            }
-            other => Err(bad(
-                peer,
-                &format!("segment {segment} of broadcast {seq} landed but the engine routes it {other:?}"),
-            )
-            .into()),
-        }
-    }
-
-    /// Polls the completion queue dry (the backlog first).
-    fn poll_all(
-        &mut self,
-        bufs: &mut Buffers,
-        endpoint: &mut Endpoint,
-        now: u64,
-    ) -> crate::Result<usize> {
-        let mut n = 0;
-        let mut batch = Vec::new();
-        loop {
-            batch.clear();
-            batch.extend(self.backlog.drain(..));
-            if batch.is_empty() {
-                self.poll_cq(&mut batch, 64)
-                    .map_err(|e| io(self.rank, format!("polling the completion queue: {e}")))?;
-            }
-            if batch.is_empty() {
-                return Ok(n);
-            }
-            n += batch.len();
-            for c in std::mem::take(&mut batch) {
-                self.complete(c, bufs, endpoint, now)?;
-            }
-        }
-    }
-
-    /// Takes up to `max` completions into `out`. A poll that finds fewer emptied the queue,
-    /// so no completion of a queue pair destroyed before it is left there: their room is
-    /// free again.
-    fn poll_cq(&mut self, out: &mut Vec<Completion>, max: usize) -> Result<usize, VerbsError> {
-        let n = self.verbs.poll(out, max)?;
-        if n < max {
-            self.retiring = 0;
-        }
-        Ok(n)
-    }
-
-    /// Makes room in the completion queue for one more queue pair (to `peer`): what the
-    /// queue holds is moved to the backlog when queue pairs destroyed since it was last
-    /// empty are in the way, and it grows when more queue pairs than it was sized for are
-    /// in use at once (more busy edges than `max_qps`). The queue then has room for every
-    /// completion the link may have outstanding (`LinkConfig::cq_entries`): it never
-    /// overruns.
-    fn cq_room(&mut self, peer: usize) -> Result<(), TransportError> {
-        let need = |l: &Self| l.peers.len() + l.retiring + 1;
-        if need(self) > self.cq_qps && self.retiring > 0 {
-            self.cq_to_backlog()?;
-        }
-        if need(self) <= self.cq_qps {
-            return Ok(());
-        }
-        let per = self.cfg.completions_per_qp();
-        let qps = need(self) + need(self) / 4;
-        self.verbs.resize_cq(qps * per).map_err(|e| {
-            io(
-                peer,
-                format!(
-                    "a queue pair for rank {peer}: the completion queue cannot grow for {qps} queue pairs ({e}); set PIPECAST_VERBS_MAX_QPS to the most tree edges a rank uses at once"
-                ),
-            )
-        })?;
-        self.cq_qps = self.verbs.cq_entries() / per;
-        bump(&mut self.counters, "verbs_cq_resizes", 1);
-        Ok(())
-    }
-
-    /// Moves what the completion queue holds to the backlog: afterwards no completion of a
-    /// queue pair destroyed before is left in it (`retiring` is 0).
-    fn cq_to_backlog(&mut self) -> Result<(), TransportError> {
-        let mut batch = Vec::new();
-        loop {
-            let n = self
-                .poll_cq(&mut batch, 64)
-                .map_err(|e| io(self.rank, format!("polling the completion queue: {e}")))?;
-            self.backlog.extend(batch.drain(..));
-            if n < 64 {
-                break;
-            }
-        }
-        Ok(())
-    }
-
-    /// Shrinks a grown completion queue once the queue pairs in use need at most a quarter
-    /// of it (the hysteresis: a queue grows by a quarter over its need, so it does not go
-    /// back and forth), to that need plus a quarter and never below its size at creation.
-    /// What the queue holds goes to the backlog first, so it is empty of pending
-    /// completions when resized (a device refuses to shrink below what it holds) and
-    /// destroyed queue pairs take no room any more; the new size still has room for every
-    /// completion the live queue pairs may have outstanding. A device that cannot shrink
-    /// it keeps it as it is (no harm: it only holds memory), and is not asked again.
-    fn cq_shrink(&mut self) -> Result<(), TransportError> {
-        if self.cq_qps <= self.cq_base || (self.peers.len() + self.retiring) * 4 > self.cq_qps {
-            return Ok(());
-        }
-        self.cq_to_backlog()?;
-        let need = self.peers.len();
-        if need * 4 > self.cq_qps {
-            return Ok(());
-        }
-        let per = self.cfg.completions_per_qp();
-        let qps = (need + need / 4).max(self.cq_base);
-        match self.verbs.resize_cq(qps * per) {
-            Ok(()) => {
-                self.cq_qps = self.verbs.cq_entries() / per;
-                bump(&mut self.counters, "verbs_cq_shrinks", 1);
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "verbs: the completion queue cannot shrink");
-                self.cq_base = self.cq_qps;
-            }
-        }
-        Ok(())
-    }
-
-    /// Asks the completion channel for the next completion's event, and puts the wait set
-    /// in step with the side channel; completions that came before the arming go to the
-    /// backlog and raise the wait set's flag. Afterwards the wait set is readable as soon as
-    /// the link has anything to do, which is what a wait (its own, or another link's under
-    /// a router: [`Transport::wait_fd`]) needs.
-    fn arm(&mut self) -> Result<(), TransportError> {
-        let rank = self.rank;
-        self.waitset
-            .sync(&self.side_fds())
-            .map_err(|e| io(rank, format!("watching the queue pair handshakes: {e}")))?;
-        if self.verbs.wait_fd().is_none() {
-            return Ok(()); // no channel: a poll is all there is
-        }
-        self.verbs
-            .arm()
-            .map_err(|e| io(rank, format!("arming the completion channel: {e}")))?;
-        let mut peek = Vec::new();
-        self.poll_cq(&mut peek, 64)
-            .map_err(|e| io(rank, format!("polling the completion queue: {e}")))?;
-        if !peek.is_empty() || !self.backlog.is_empty() {
-            self.backlog.extend(peek);
-            self.waitset.raise();
-        }
-        Ok(())
-    }
-
-    /// Waits up to `wait` for the wait set (a completion, the side channel, the backlog) or
-    /// the wake descriptor.
-    fn wait(&mut self, wait: Duration) -> Result<(), TransportError> {
-        if self.verbs.wait_fd().is_none() {
-            return Ok(()); // no channel: a completion would not end the wait
-        }
-        let fds: Vec<(std::os::fd::RawFd, i16)> = [Some(self.waitset.fd()), self.wake]
-            .into_iter()
-            .flatten()
-            .map(|fd| (fd, libc::POLLIN))
-            .collect();
-        wait_for(&fds, wait).map_err(|e| io(self.rank, format!("waiting for completions: {e}")))
-    }
 }
 
-/// The header of segment number `segment` (lanes one after another) of broadcast `b`.
-fn header(b: &crate::engine::Bcast, segment: u32) -> Option<DataHeader> {
-    let layout = b.layout();
-    let mut first = 0u32;
-    for lane in 0..layout.lanes() {
-        let n = layout.segments(lane);
-        if segment < first + n {
-            let index = segment - first;
-            let r = layout.range(lane, index)?;
-            let s = b.setup();
-            return Some(DataHeader {
-                seq: s.seq,
-                root: s.root as u32,
-                msize: s.msize,
-                segment: layout.segment() as u32,
-                lanes: layout.lanes() as u16,
-                lane: lane as u16,
-                index,
-                len: (r.end - r.start) as u32,
-            });
-        }
-        first += n;
+/// What broadcast `b` is, as every rank must agree (an advert carries the child's).
+fn shape_of(b: &crate::engine::Bcast) -> control::Shape {
+    control::Shape {
+        root: b.setup().root as u32,
+        msize: b.setup().msize,
+        segment: b.layout().segment() as u32,
+        lanes: b.layout().lanes() as u16,
     }
-    None
-}
-
-/// The number of segment `index` of lane `lane` (lanes one after another).
-fn segment_number(b: &crate::engine::Bcast, lane: u16, index: u32) -> u64 {
-    let layout = b.layout();
-    (0..usize::from(lane))
-        .map(|l| u64::from(layout.segments(l)))
-        .sum::<u64>()
-        + u64::from(index)
 }
 
 /// Fails unless the child's broadcast `seq` has this rank's shape.
@@ -961,7 +433,7 @@ fn same_shape(
     theirs: control::Shape,
     b: &crate::engine::Bcast,
 ) -> Result<(), TransportError> {
-    let ours = control::Shape::of(b);
+    let ours = shape_of(b);
     if ours == theirs {
         return Ok(());
     }
@@ -973,28 +445,6 @@ fn same_shape(
 
 fn bump(counters: &mut BTreeMap<&'static str, u64>, what: &'static str, n: u64) {
     *counters.entry(what).or_default() += n;
-}
-
-/// Waits until one of `fds` has its events (`POLLIN`, `POLLOUT`), or `wait` passed.
-fn wait_for(fds: &[(std::os::fd::RawFd, i16)], wait: Duration) -> std::io::Result<()> {
-    let mut polls: Vec<libc::pollfd> = fds
-        .iter()
-        .map(|&(fd, events)| libc::pollfd {
-            fd,
-            events,
-            revents: 0,
-        })
-        .collect();
-    let ms = wait.as_millis().min(i32::MAX as u128) as i32;
-    // SAFETY: `polls` is a live array of `polls.len()` pollfd structures.
-    let n = unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, ms) };
-    if n < 0 {
-        let e = std::io::Error::last_os_error();
-        if e.kind() != std::io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
-    Ok(())
 }
 
 fn setup(error: String) -> TransportError {
@@ -1018,7 +468,7 @@ fn bad(peer: usize, reason: &str) -> TransportError {
     }
 }
 
-impl<V: Verbs> Transport for VerbsLink<V> {
+impl<V: Verbs> Link for VerbsLink<V> {
     fn describe(&self) -> String {
         self.describe.clone()
     }
@@ -1049,78 +499,11 @@ impl<V: Verbs> Transport for VerbsLink<V> {
     }
 
     fn register(&mut self, seq: u64, buf: &Buffer) -> Result<(), TransportError> {
-        let token = control::token(seq);
-        if let Some(other) = self.tokens.get(&token) {
-            return Err(setup(format!(
-                "broadcast {seq} would share its immediate token with broadcast {other}, still in flight: at most 256 broadcasts may be in flight on a verbs link"
-            )));
-        }
-        let bytes = buf.as_slice();
-        let (addr, len) = (bytes.as_ptr() as u64, bytes.len());
-        let mr = if len == 0 {
-            None
-        } else {
-            // SAFETY: the buffer stays in the driver's `Buffers` (allocated, not moved) until
-            // after `deregister(seq)`, which releases this registration.
-            match unsafe {
-                self.cache
-                    .acquire(&mut self.verbs, bytes.as_ptr().cast_mut(), len)
-            } {
-                Ok(mr) => Some(mr),
-                Err(e) => {
-                    tracing::debug!(seq, error = %e, "verbs: buffer not registered, using the rings");
-                    bump(&mut self.counters, "verbs_unregistered_buffers", 1);
-                    None
-                }
-            }
-        };
-        self.tokens.insert(token, seq);
-        self.regs.insert(
-            seq,
-            Reg {
-                token,
-                mr,
-                addr,
-                len,
-                advertised: BTreeSet::new(),
-            },
-        );
-        Ok(())
+        self.register_buffer(seq, buf)
     }
 
     fn deregister(&mut self, seq: u64) {
-        // The device may still read this buffer for writes whose completion was not polled
-        // (their data arrived: the children credited it): wait for them first.
-        // A failed queue pair flushes its work with completions, so this ends; the deadline
-        // only guards against a device that stops answering.
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        let mut batch = Vec::new();
-        while self.writing.contains_key(&(seq & SEQ_MASK)) && std::time::Instant::now() < deadline {
-            batch.clear();
-            if self.poll_cq(&mut batch, 64).is_err() {
-                break;
-            }
-            for c in batch.drain(..) {
-                if c.wr_id & KIND == WR_RECV {
-                    self.backlog.push_back(c); // for the next round, which has the endpoint
-                } else if let Err(e) = self.send_done(&c) {
-                    tracing::debug!(seq, error = %e, "verbs: a send failed while a broadcast ended");
-                }
-            }
-        }
-        if let Some(reg) = self.regs.remove(&seq) {
-            self.tokens.remove(&reg.token);
-            if let Some(mr) = reg.mr {
-                self.cache.release(&mut self.verbs, mr.id);
-            }
-        }
-        self.adverts.retain(|&(_, s), _| s != seq);
-        for p in self.peers.values_mut() {
-            p.data_out.retain(|o| o.seq != seq);
-            if p.assembling.as_ref().is_some_and(|a| a.seq == seq) {
-                p.assembling = None;
-            }
-        }
+        self.deregister_buffer(seq)
     }
 
     fn progress(
@@ -1156,7 +539,7 @@ impl<V: Verbs> Transport for VerbsLink<V> {
             match t.message {
                 Message::Data(h) => {
                     let b = endpoint.get(seq).expect("it just sent");
-                    let segment = segment_number(b, h.lane, h.index);
+                    let segment = b.layout().number(usize::from(h.lane), h.index);
                     if segment >= u64::from(MAX_SEGMENTS) {
                         return Err(setup(format!(
                             "broadcast {seq} has more than {MAX_SEGMENTS} segments: raise the segment size (PIPECAST_SEGMENT)"
@@ -1199,7 +582,7 @@ impl<V: Verbs> Transport for VerbsLink<V> {
                     },
                     None => Target::Ring,
                 };
-                let shape = control::Shape::of(endpoint.get(e.seq).expect("expected of it"));
+                let shape = shape_of(endpoint.get(e.seq).expect("expected of it"));
                 let p = self.peers.get_mut(&e.from).expect("served");
                 p.control_out.push_back(Control::Advert {
                     seq: e.seq,

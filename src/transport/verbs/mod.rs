@@ -6,7 +6,8 @@
 //! - [`link`]: the protocol ([`VerbsLink`]), over any backend of that trait, with a queue
 //!   pair per tree edge made when a broadcast first uses the edge.
 //! - [`handshake`]: the side channel on which two ranks connect an edge's queue pair.
-//! - [`control`]: its small messages (adverts, credits, ring releases) and immediates.
+//! - [`wire::verbs`](crate::wire::verbs): its small messages (adverts, credits, ring
+//!   releases) and immediates.
 //! - [`mr_cache`]: memory registrations by address range.
 //! - [`waitset`]: the one descriptor the link waits on (completions, side channel), also
 //!   its `wait_fd` under a router.
@@ -15,7 +16,6 @@
 //! - `sys` (cargo feature `verbs`): the real backend over libibverbs (rdma-sys), one file per
 //!   verbs object. It builds here; it has not run on hardware.
 
-pub mod control;
 pub mod handshake;
 pub mod link;
 pub mod mr_cache;

@@ -8,7 +8,7 @@ use super::ops::{Local, Op, QpState, RecvWr, Remote, SendWr, Verbs, VerbsError, 
 use crate::engine::{Bcast, Config, Endpoint, Setup};
 use crate::plan::{self, Lane};
 use crate::topology::{gen, Topology};
-use crate::transport::{Buffer, Buffers, Transport};
+use crate::transport::{Buffer, Buffers, Link};
 use crate::wire::bootstrap::VerbsAddr;
 use std::cell::Cell;
 use std::time::Duration;
@@ -1086,7 +1086,7 @@ fn under_a_router_waiting_on_shared_memory_verbs_broadcasts_are_byte_exact() {
         let mut shm = ShmLink::bind(r, &names[r], ShmMode::Auto, Duration::ZERO).unwrap();
         shm.set_peers(names.clone(), COOKIE);
         let route = (0..size).map(|p| usize::from(host(p) != host(r))).collect();
-        let links: Vec<Box<dyn Transport>> = vec![Box::new(shm), Box::new(v)];
+        let links: Vec<Box<dyn Link>> = vec![Box::new(shm), Box::new(v)];
         let mut router = Router::new(links, route);
         let runs = runs.clone();
         let topo = topo.clone();

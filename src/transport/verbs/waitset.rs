@@ -2,7 +2,7 @@
 //! channel, its queue pair handshake side channel (the listener and each connection: readable,
 //! or writable while its TCP connect is under way), and a flag the link raises while it holds
 //! completions it has not handled. The link waits on it itself, and gives it as its
-//! [`Transport::wait_fd`](crate::transport::Transport::wait_fd), so that under a
+//! [`Link::wait_fd`](crate::transport::Link::wait_fd), so that under a
 //! [`Router`](crate::transport::router::Router) whose waiting link is another one, a peer's
 //! handshake or a completion still ends that link's wait (never a round's full wait per step).
 

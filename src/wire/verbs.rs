@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! 0 kind u8: 1 engine message, 2 buffer advert, 3 ring release, 4 heartbeat
-//! engine:    1..41 the engine message in the TCP link's 40-byte framing (credit, done)
+//! engine:    1..41 the engine message in its 40-byte header (`message`; credit, done)
 //! advert:    1 mode (0 user buffer, 1 ring)  2..10 seq  10..18 address  18..22 rkey  22..30 length
 //!            30..34 root  34..42 message size  42..46 segment size  46..48 lanes
 //! release:   1..9 ring pieces this rank has copied out of its ring, cumulative
@@ -12,13 +12,13 @@
 //! Immediate: bits 31..24 the broadcast's token (its sequence number's low byte), bits 23..0
 //! the segment's number in the broadcast, lanes one after another.
 
+use super::{message, WireError};
 use crate::engine::Message;
-use crate::transport::{frame, TransportError};
 
 /// Bytes of the longest control message.
 pub const LEN: usize = 48;
 /// Bytes of an engine message.
-const ENGINE_LEN: usize = 1 + frame::HEADER;
+const ENGINE_LEN: usize = 1 + message::HEADER;
 /// Bytes of an advert.
 const ADVERT_LEN: usize = 48;
 
@@ -29,17 +29,6 @@ pub struct Shape {
     pub msize: u64,
     pub segment: u32,
     pub lanes: u16,
-}
-
-impl Shape {
-    pub fn of(b: &crate::engine::Bcast) -> Shape {
-        Shape {
-            root: b.setup().root as u32,
-            msize: b.setup().msize,
-            segment: b.layout().segment() as u32,
-            lanes: b.layout().lanes() as u16,
-        }
-    }
 }
 
 impl std::fmt::Display for Shape {
@@ -88,7 +77,7 @@ impl Control {
         match *self {
             Control::Engine(m) => {
                 b[0] = 1;
-                b[1..ENGINE_LEN].copy_from_slice(&frame::encode(&m));
+                b[1..ENGINE_LEN].copy_from_slice(&message::emit(&m));
                 ENGINE_LEN
             }
             Control::Advert { seq, shape, target } => {
@@ -119,9 +108,12 @@ impl Control {
         }
     }
 
-    /// Reads a control message from `peer`.
-    pub fn parse(peer: usize, b: &[u8]) -> Result<Control, TransportError> {
-        let bad = |reason: String| TransportError::BadFrame { peer, reason };
+    /// Reads a control message.
+    pub fn parse(b: &[u8]) -> Result<Control, WireError> {
+        let bad = |detail: String| WireError::Invalid {
+            what: "verbs control message",
+            detail,
+        };
         let need = match b.first() {
             Some(1) => ENGINE_LEN,
             Some(2) => ADVERT_LEN,
@@ -140,18 +132,15 @@ impl Control {
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
         Ok(match b[0] {
-            1 => {
-                let head: &[u8; frame::HEADER] = b[1..ENGINE_LEN].try_into().expect("header");
-                match frame::decode(peer, head)? {
-                    Message::Data(_) => {
-                        return Err(bad(
-                            "a data header in a verbs control message: data travels as RDMA writes"
-                                .into(),
-                        ))
-                    }
-                    m => Control::Engine(m),
+            1 => match message::parse(&b[1..ENGINE_LEN])? {
+                Message::Data(_) => {
+                    return Err(bad(
+                        "a data header in a verbs control message: data travels as RDMA writes"
+                            .into(),
+                    ))
                 }
-            }
+                m => Control::Engine(m),
+            },
             2 => Control::Advert {
                 seq: u64_at(2),
                 shape: Shape {
@@ -236,11 +225,11 @@ mod tests {
         for c in all {
             let mut b = [0u8; LEN];
             let n = c.emit(&mut b);
-            assert_eq!(Control::parse(4, &b[..n]).unwrap(), c);
-            assert!(Control::parse(4, &b[..n - 1]).is_err() || n == 1);
+            assert_eq!(Control::parse(&b[..n]).unwrap(), c);
+            assert!(Control::parse(&b[..n - 1]).is_err() || n == 1);
         }
         for bad in [&[][..], &[0], &[9, 1, 2], &[2, 7, 0, 0]] {
-            assert!(Control::parse(1, bad).is_err(), "{bad:?}");
+            assert!(Control::parse(bad).is_err(), "{bad:?}");
         }
     }
 
