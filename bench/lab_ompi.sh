@@ -19,12 +19,20 @@
 # per configuration and size, "label" = placement/configuration), $OUT/*.err (stderr per run;
 # the pipecast runs' component counters), and the table of bench/lab_ompi_table.py on stdout.
 #
-# Usage: bench/lab_ompi.sh [OUT_DIR]       (default /tmp/pipecast-lab-ompi)
+# MPI=ompi5 runs Open MPI 5.0 instead (`pipecast lab mpirun --mpi ompi5`: inside the Debian 13
+# root of bench/ompi5.sh, the component built for it), with the configurations
+#   default          Open MPI 5's own decision (coll han: tuned inside a machine, libnbc between)
+#   tuned            coll han excluded (--mca coll ^han): tuned decides, as in 4.1
+#   pipecast         as above (its previous module is han)
+#
+# Usage: bench/lab_ompi.sh [OUT_DIR]       (default /tmp/pipecast-lab-ompi; inside /tmp or this
+#   repository for MPI=ompi5: the root sees those)
 # Environment (defaults): PLACEMENTS="hub4x4-interleaved hub4x4" (files in examples/),
 #   SIZES=64K,256K,1M,4M,16M  ITERS=10  BUDGET=3 (seconds of timed iterations per size, at least
 #   one iteration)  SEGS="16384 65536 262144"  RATE=100mbit  NAME=ob  PIPECAST_TREE=auto
-#   PIPECAST_SEGS="16384 65536"  PIPECAST_WINDOWS=256  CONFIGS="default pipeline chain pipecast raweth"  BUILD=1 (0: use what is built)
-#   TOPODIR=examples (where the placement files are)
+#   PIPECAST_SEGS="16384 65536"  PIPECAST_WINDOWS=256  CONFIGS="default pipeline chain pipecast raweth"
+#   (MPI=ompi5: "default tuned pipecast")  BUILD=1 (0: use what is built)  MPI=ompi (or ompi5)
+#   TOPODIR=examples (where the placement files are)  PIPECAST_BIN=target/release/pipecast
 #   PIPECAST_MCA="" (more --mca arguments for every pipecast configuration, e.g.
 #   "--mca coll_pipecast_pml_below 0")
 #   STOP_AT=HH:MM:SS (UTC; configurations not started by then are skipped)
@@ -41,14 +49,19 @@ NAME=${NAME:-ob}
 TREE=${PIPECAST_TREE:-auto}
 PIPECAST_SEGS=${PIPECAST_SEGS:-"16384 65536"}
 PIPECAST_WINDOWS=${PIPECAST_WINDOWS:-256}
-CONFIGS=${CONFIGS:-"default pipeline chain pipecast raweth"}
-P=$PWD/target/release/pipecast
+MPI=${MPI:-ompi}
+case $MPI in
+  ompi) CONFIGS=${CONFIGS:-"default pipeline chain pipecast raweth"}; IN=""; BUILT=ffi/build; LAB_MPI=openmpi ;;
+  ompi5) CONFIGS=${CONFIGS:-"default tuned pipecast"}; IN="bench/ompi5.sh run"; BUILT=ffi/build-ompi5; LAB_MPI=ompi5 ;;
+  *) echo "MPI=$MPI: ompi or ompi5" >&2; exit 2 ;;
+esac
+P=${PIPECAST_BIN:-$PWD/target/release/pipecast}
 mkdir -p "$OUT"
 if [ "${BUILD:-1}" = 1 ]; then
   cargo build --release --locked --bin pipecast --lib >&2
-  make -C ffi CARGO=true >&2
+  if [ "$MPI" = ompi5 ]; then bench/ompi5.sh build >&2; else make -C ffi CARGO=true >&2; fi
 fi
-mpicc -O2 -o "$OUT/mpi_bcast" bench/mpi_bcast.c
+$IN mpicc -O2 -o "$OUT/mpi_bcast" bench/mpi_bcast.c
 trap '"$P" lab down --name $NAME >/dev/null 2>&1 || true' EXIT INT TERM
 
 run() { # PLACEMENT LABEL MPIRUN-ARGS...
@@ -62,7 +75,7 @@ run() { # PLACEMENT LABEL MPIRUN-ARGS...
   # 16 ranks on 2 cores: ranks waiting in a barrier yield the CPU, as Open MPI does by itself
   # when it knows a node is oversubscribed (each lab machine has one slot, so it does not).
   case $label in pipecast*|raweth) set -- "$@" ${PIPECAST_MCA:-} ;; esac
-  if ! timeout 600 "$P" lab mpirun --name "$NAME" -- --mca mpi_yield_when_idle 1 "$@" \
+  if ! timeout 600 "$P" lab mpirun --mpi "$LAB_MPI" --name "$NAME" -- --mca mpi_yield_when_idle 1 "$@" \
       "$OUT/mpi_bcast" --sizes "$SIZES" \
       --iters "$ITERS" --budget "$BUDGET" --label "$placement/$label" \
       >> "$OUT/results.jsonl" 2> "$err"; then
@@ -76,6 +89,7 @@ for placement in $PLACEMENTS; do
   for config in $CONFIGS; do
     case $config in
       default) run "$placement" default ;;
+      tuned) run "$placement" tuned --mca coll ^han ;;
       pipeline|chain)
         alg=3; [ "$config" = chain ] && alg=2
         for s in $SEGS; do
@@ -85,7 +99,7 @@ for placement in $PLACEMENTS; do
       pipecast)
         for s in 0 $PIPECAST_SEGS; do
           label=pipecast; [ "$s" = 0 ] || label=pipecast_seg-$s
-          run "$placement" "$label" --mca mca_base_component_path "SYS_DEFAULT:$PWD/ffi/build" \
+          run "$placement" "$label" --mca mca_base_component_path "SYS_DEFAULT:$PWD/$BUILT" \
             --mca coll_pipecast_verbose 1 --mca coll_pipecast_topology "$topo" \
             --mca coll_pipecast_profile 100mbit --mca coll_pipecast_tree "$TREE" \
             --mca coll_pipecast_segment_bytes "$s" \
@@ -101,7 +115,7 @@ for placement in $PLACEMENTS; do
         for w in $PIPECAST_WINDOWS; do
           label=pipecast_win-$w
           run "$placement" "$label" -x PIPECAST_WINDOW=$w \
-            --mca mca_base_component_path "SYS_DEFAULT:$PWD/ffi/build" \
+            --mca mca_base_component_path "SYS_DEFAULT:$PWD/$BUILT" \
             --mca coll_pipecast_verbose 1 --mca coll_pipecast_topology "$topo" \
             --mca coll_pipecast_profile 100mbit --mca coll_pipecast_tree "$TREE" \
             --mca coll_pipecast_if_include 198.18.0.0/16 --mca coll_pipecast_timeout_ms 30000
@@ -110,7 +124,7 @@ for placement in $PLACEMENTS; do
           fi
         done ;;
       raweth)
-        run "$placement" raweth --mca mca_base_component_path "SYS_DEFAULT:$PWD/ffi/build" \
+        run "$placement" raweth --mca mca_base_component_path "SYS_DEFAULT:$PWD/$BUILT" \
           --mca coll_pipecast_verbose 1 --mca coll_pipecast_topology "$topo" \
           --mca coll_pipecast_profile 100mbit --mca coll_pipecast_tree "$TREE" \
           --mca coll_pipecast_transport raweth \

@@ -29,9 +29,18 @@
 # way side by side (it times each rank's own call and averages over ranks; with 3 ranks or more
 # that credits a root returning before its readers, which this script's slowest rank does not).
 #
-# Usage: bench/local_ompi.sh [OUT_DIR]     (default /tmp/pipecast-local-ompi)
+# MPI=ompi5 runs Open MPI 5.0 instead (inside the Debian 13 root of bench/ompi5.sh, the
+# component built for it), where the configurations are:
+#   default          Open MPI 5's own decision (coll han, priority 35, over tuned)
+#   tuned            coll han excluded (--mca coll ^han): tuned decides, as in 4.1
+#   pipecast         the component at its default settings (its previous module is han)
+# and every configuration runs with --bind-to none (Open MPI 5 binds to cores by default).
+#
+# Usage: bench/local_ompi.sh [OUT_DIR]     (default /tmp/pipecast-local-ompi; inside /tmp or
+#   this repository for MPI=ompi5: the root sees those)
 # Environment (defaults): NPS="2 4"  SIZES=4K,16K,64K,256K,1M,4M,16M  ITERS=50  BUDGET=2
-#   CONFIGS="default sm han pipecast pipecast-forced"  BUILD=1 (0: use what is built)
+#   CONFIGS="default sm han pipecast pipecast-forced" (MPI=ompi5: "default tuned pipecast")
+#   BUILD=1 (0: use what is built)  MPI=ompi (or ompi5)
 set -eu
 cd "$(dirname "$0")/.."
 OUT=${1:-/tmp/pipecast-local-ompi}
@@ -39,17 +48,23 @@ NPS=${NPS:-"2 4"}
 SIZES=${SIZES:-4K,16K,64K,256K,1M,4M,16M}
 ITERS=${ITERS:-50}
 BUDGET=${BUDGET:-2}
-CONFIGS=${CONFIGS:-"default sm han pipecast pipecast-forced"}
+MPI=${MPI:-ompi}
+case $MPI in
+  ompi) CONFIGS=${CONFIGS:-"default sm han pipecast pipecast-forced"}; IN="" ; BUILT=ffi/build ;;
+  ompi5) CONFIGS=${CONFIGS:-"default tuned pipecast"}; IN="bench/ompi5.sh run"; BUILT=ffi/build-ompi5 ;;
+  *) echo "MPI=$MPI: ompi or ompi5" >&2; exit 2 ;;
+esac
 mkdir -p "$OUT"
 : > "$OUT/results.jsonl"
 if [ "${BUILD:-1}" = 1 ]; then
   cargo build --release --locked --lib >&2
-  make -C ffi CARGO=true >&2
+  if [ "$MPI" = ompi5 ]; then bench/ompi5.sh build >&2; else make -C ffi CARGO=true >&2; fi
 fi
-mpicc -O2 -o "$OUT/mpi_bcast" bench/mpi_bcast.c
+$IN mpicc -O2 -o "$OUT/mpi_bcast" bench/mpi_bcast.c
 ROOT_ARGS=""
 [ "$(id -u)" = 0 ] && ROOT_ARGS="--allow-run-as-root"
-COMPONENT="--mca mca_base_component_path SYS_DEFAULT:$PWD/ffi/build --mca coll_pipecast_verbose 1"
+[ "$MPI" = ompi5 ] && ROOT_ARGS="$ROOT_ARGS --bind-to none"
+COMPONENT="--mca mca_base_component_path SYS_DEFAULT:$PWD/$BUILT --mca coll_pipecast_verbose 1"
 
 for np in $NPS; do
   for config in $CONFIGS; do
@@ -58,6 +73,7 @@ for np in $NPS; do
       default-nocma) args="--mca btl_vader_single_copy_mechanism none" ;;
       sm) args="--mca coll_sm_priority 100" ;;
       han) args="--mca coll_han_priority 100" ;;
+      tuned) args="--mca coll ^han" ;;
       pipecast) args="$COMPONENT" ;;
       pipecast-ring) args="$COMPONENT -x PIPECAST_SHM=ring" ;;
       pipecast-cma) args="$COMPONENT -x PIPECAST_SHM=cma" ;;
@@ -68,7 +84,7 @@ for np in $NPS; do
     err="$OUT/np$np.$config.err"
     echo "== np $np $config ($(date -u +%T))" >&2
     # shellcheck disable=SC2086
-    if ! timeout 600 mpirun $ROOT_ARGS --oversubscribe -np "$np" --mca mpi_yield_when_idle 1 $args \
+    if ! $IN timeout 600 mpirun $ROOT_ARGS --oversubscribe -np "$np" --mca mpi_yield_when_idle 1 $args \
         "$OUT/mpi_bcast" --sizes "$SIZES" --iters "$ITERS" --budget "$BUDGET" --no-p2p \
         --label "np$np/$config" >> "$OUT/results.jsonl" 2> "$err"; then
       echo "   FAILED (see $err)" >&2
@@ -89,7 +105,7 @@ for k in by:
     if k[1] not in configs:
         configs.append(k[1])
 sizes = sorted({k[2] for k in by})
-print("# MPI_Bcast + barrier per iteration, one host; x = Open MPI default / config (>1: faster); /memcpy = config / one memcpy")
+print("# MPI_Bcast + barrier per iteration, one host; x = Open MPI default / config (>1: faster); m = config / one memcpy")
 print("%-4s %9s" % ("np", "bytes") + "".join("  %22s" % c for c in configs))
 for np in nps:
     for b in sizes:

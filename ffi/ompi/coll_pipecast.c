@@ -11,6 +11,12 @@
  *
  * MPI_Ibcast (coll_ibcast) takes pipecast's path on communicators an MPI_Bcast already set up;
  * its requests are completed from opal_progress (see pipecast_ibcast).
+ *
+ * One source for Open MPI 4.1 (coll API 2.0.0) and 5.0 (coll API 2.4.0): the release comes from
+ * the headers it is compiled against (OMPI_MAJOR_VERSION); `make -C ffi MPICC=…/bin/mpicc`
+ * builds it for that install. What decides pipecast-or-Open-MPI per broadcast, the settings
+ * agreement and the point-to-point tree loop are shared with the LD_PRELOAD shim
+ * (../common/pipecast_glue.c).
  */
 #include "ompi_config.h"
 
@@ -29,10 +35,26 @@
 #include "ompi/mca/pml/pml.h"
 #include "ompi/request/request.h"
 #include "opal/runtime/opal_progress.h"
-#include "opal/threads/mutex.h"
 #include "opal/util/output.h"
+#if OMPI_MAJOR_VERSION >= 5
+#include "opal/mca/threads/mutex.h"
+#define PIPECAST_COLL_BASE_VERSION MCA_COLL_BASE_VERSION_2_4_0
+#elif OMPI_MAJOR_VERSION == 4
+#include "opal/threads/mutex.h"
+#define PIPECAST_COLL_BASE_VERSION MCA_COLL_BASE_VERSION_2_0_0
+#else
+#error "the pipecast coll component is written for Open MPI 4.1 and 5.0"
+#endif
 
 #include "pipecast.h"
+#include "pipecast_glue.h"
+
+/* pipecast's release, the component's version in ompi_info (the Makefile passes it). */
+#ifndef PIPECAST_VERSION_MAJOR
+#define PIPECAST_VERSION_MAJOR 0
+#define PIPECAST_VERSION_MINOR 0
+#define PIPECAST_VERSION_RELEASE 0
+#endif
 
 /* The release this component was compiled against: struct layouts are compiled in, nothing in
  * Open MPI checks them, so the component declines to run under any other release. */
@@ -48,7 +70,7 @@ __attribute__((used)) static const char pipecast_built_for[] =
         OMPI_MINOR_VERSION) "." PIPECAST_STR(OMPI_RELEASE_VERSION);
 
 typedef struct {
-    mca_coll_base_component_2_0_0_t super;
+    mca_coll_base_component_t super;
     int priority;
     int min_bytes;
     int pml_below;
@@ -65,8 +87,13 @@ typedef struct {
     int verbs_gid_index;
     int verbs_max_qps;
     int timeout_ms;
+    char *host_min_bytes;
+    char *shm;
+    int poll_us;
+    int window;
+    char *log;
     int verbose;
-    int output; /* opal_output stream for verbose messages */
+    char *built_for; /* read-only: pipecast's release and the Open MPI it was built for */
     bool version_ok;
 } mca_coll_pipecast_component_t;
 
@@ -79,15 +106,10 @@ typedef struct {
     mca_coll_base_module_t *prev_allgather_module;
     mca_coll_base_module_ibcast_fn_t prev_ibcast;
     mca_coll_base_module_t *prev_ibcast_module;
+    mca_coll_base_module_allreduce_fn_t prev_allreduce; /* the settings agreement's */
+    mca_coll_base_module_t *prev_allreduce_module;
     struct ompi_communicator_t *comm;
-    pipecast_comm *pc;      /* created at the first large bcast */
-    bool agreed;            /* the glue settings were compared at the first bcast */
-    bool disabled;          /* pipecast declined on this communicator (at every rank alike) */
-    bool failed;            /* a pipecast broadcast failed: later ones fail too, never fall back */
-    bool deferral_said;     /* verbose 1 said once that small broadcasts go to Open MPI's own */
-    unsigned long handled;  /* broadcasts pipecast carried */
-    unsigned long over_pml; /* of those, moved over Open MPI's PML along pipecast's tree */
-    unsigned long fallback; /* broadcasts passed to the previous module */
+    pcg_comm g; /* pipecast's communicator and what the glue decided (pipecast_glue.h) */
 } mca_coll_pipecast_module_t;
 
 static int pipecast_register(void);
@@ -99,9 +121,10 @@ static mca_coll_base_module_t *pipecast_comm_query(struct ompi_communicator_t *c
 mca_coll_pipecast_component_t mca_coll_pipecast_component = {
     .super = {
         .collm_version = {
-            MCA_COLL_BASE_VERSION_2_0_0,
+            PIPECAST_COLL_BASE_VERSION,
             .mca_component_name = "pipecast",
-            MCA_BASE_MAKE_VERSION(component, 0, 1, 0),
+            MCA_BASE_MAKE_VERSION(component, PIPECAST_VERSION_MAJOR, PIPECAST_VERSION_MINOR,
+                                  PIPECAST_VERSION_RELEASE),
             .mca_open_component = pipecast_open,
             .mca_close_component = pipecast_close,
             .mca_register_component_params = pipecast_register,
@@ -133,71 +156,103 @@ static void say(int level, const char *fmt, ...)
     fprintf(stderr, "coll:pipecast: %s\n", line);
 }
 
-static void reg_int(const char *name, const char *help, int *store, int dflt)
+/* Open MPI's levels: 1-3 are the user's (1 basic, 2 detail, 3 all), 9 the developer's;
+ * `ompi_info --param coll pipecast` shows level 1, `--level 3` all of ours. */
+static void reg_int(const char *name, int level, const char *help, int *store, int dflt)
 {
     *store = dflt;
     (void)mca_base_component_var_register(&C->super.collm_version, name, help, MCA_BASE_VAR_TYPE_INT,
-                                          NULL, 0, 0, OPAL_INFO_LVL_9, MCA_BASE_VAR_SCOPE_READONLY, store);
+                                          NULL, 0, 0, (mca_base_var_info_lvl_t)(OPAL_INFO_LVL_1 + level - 1),
+                                          MCA_BASE_VAR_SCOPE_READONLY, store);
 }
 
-static void reg_str(const char *name, const char *help, char **store, const char *dflt)
+static void reg_str(const char *name, int level, const char *help, char **store, const char *dflt)
 {
     *store = (char *)dflt;
     (void)mca_base_component_var_register(&C->super.collm_version, name, help,
-                                          MCA_BASE_VAR_TYPE_STRING, NULL, 0, 0, OPAL_INFO_LVL_9,
+                                          MCA_BASE_VAR_TYPE_STRING, NULL, 0, 0,
+                                          (mca_base_var_info_lvl_t)(OPAL_INFO_LVL_1 + level - 1),
                                           MCA_BASE_VAR_SCOPE_READONLY, store);
 }
 
 static int pipecast_register(void)
 {
-    reg_int("priority", "Priority of the pipecast coll component (tuned is 30)", &C->priority, 40);
-    reg_int("min_bytes", "Broadcasts smaller than this go to the previous module", &C->min_bytes, 65536);
-    reg_int("pml_below",
+    static char built_for[128];
+    snprintf(built_for, sizeof built_for, "pipecast %d.%d.%d for Open MPI %d.%d.%d",
+             PIPECAST_VERSION_MAJOR, PIPECAST_VERSION_MINOR, PIPECAST_VERSION_RELEASE,
+             OMPI_MAJOR_VERSION, OMPI_MINOR_VERSION, OMPI_RELEASE_VERSION);
+    C->built_for = built_for;
+    (void)mca_base_component_var_register(&C->super.collm_version, "built_for",
+                                          "The pipecast release of this component and the Open MPI "
+                                          "release it was built for (read-only; it disables itself "
+                                          "under any other)",
+                                          MCA_BASE_VAR_TYPE_STRING, NULL, 0,
+                                          MCA_BASE_VAR_FLAG_DEFAULT_ONLY, OPAL_INFO_LVL_1,
+                                          MCA_BASE_VAR_SCOPE_CONSTANT, &C->built_for);
+    reg_int("priority", 2, "Priority of the pipecast coll component (tuned is 30, han 35)",
+            &C->priority, 40);
+    reg_int("min_bytes", 1, "Broadcasts smaller than this go to the previous module",
+            &C->min_bytes, 65536);
+    reg_int("pml_below", 3,
             "Broadcasts from min_bytes up to (not including) this size travel pipecast's tree "
             "(single-lane, contention-free) over Open MPI's own point-to-point layer instead of "
             "pipecast's transport: lower latency per segment for mid-size messages (0: never)",
             &C->pml_below, 524288);
-    reg_int("pml_segment_bytes",
+    reg_int("pml_segment_bytes", 3,
             "Segment size on the point-to-point path (0: pipecast's model, whose profiles do not "
             "know Open MPI's per-message cost; 16 KiB measured best on the lab, "
             "docs/results-ompi.md)",
             &C->pml_segment_bytes, 16384);
-    reg_int("pml_window",
+    reg_int("pml_window", 3,
             "Receives posted ahead, and sends in flight per child, on the point-to-point path "
             "(1-16)",
             &C->pml_window, 4);
-    reg_str("transport", "Transport: tcp, raweth, raweth:IFACE, verbs or auto (verbs where every rank has an "
+    reg_str("transport", 1, "Transport: tcp, raweth, raweth:IFACE, verbs or auto (verbs where every rank has an "
             "RDMA device, else raweth where every rank can, else tcp; verbose 1 says why a faster one "
             "was not taken); empty: PIPECAST_TRANSPORT, else tcp",
             &C->transport, "");
-    reg_str("verbs_device", "RDMA device of the verbs transport, e.g. mlx5_0 (empty: PIPECAST_VERBS_DEVICE, "
+    reg_str("verbs_device", 2, "RDMA device of the verbs transport, e.g. mlx5_0 (empty: PIPECAST_VERBS_DEVICE, "
             "else the first device)",
             &C->verbs_device, "");
-    reg_int("verbs_port", "Port of the RDMA device (0: PIPECAST_VERBS_PORT, else 1)", &C->verbs_port, 0);
-    reg_int("verbs_gid_index", "GID table index of the RDMA port: on RoCE v2 the entry of the wanted "
+    reg_int("verbs_port", 3, "Port of the RDMA device (0: PIPECAST_VERBS_PORT, else 1)", &C->verbs_port, 0);
+    reg_int("verbs_gid_index", 3, "GID table index of the RDMA port: on RoCE v2 the entry of the wanted "
             "address and RoCE version, see show_gids (-1: PIPECAST_VERBS_GID_INDEX, else 0)",
             &C->verbs_gid_index, -1);
-    reg_int("verbs_max_qps", "Queue pairs a rank of the verbs transport keeps before it closes idle "
+    reg_int("verbs_max_qps", 3, "Queue pairs a rank of the verbs transport keeps before it closes idle "
             "ones, 1-2048; sizes its completion queue; the same at every rank "
             "(0: PIPECAST_VERBS_MAX_QPS, else 64)",
             &C->verbs_max_qps, 0);
-    reg_str("tree", "Tree: auto, linear, binary, kary:K, kbinomial, multilane, flat, binomial, ...",
+    reg_str("tree", 2, "Tree: auto, linear, binary, kary:K, kbinomial, multilane, flat, binomial, ...",
             &C->tree, "auto");
-    reg_int("segment_bytes", "Segment size in bytes (0: chosen by the cost model)", &C->segment_bytes, 0);
-    reg_str("topology", "Topology file mapping ranks to machines (empty: all ranks on one switch)",
+    reg_int("segment_bytes", 2, "Segment size in bytes (0: chosen by the cost model)", &C->segment_bytes, 0);
+    reg_str("topology", 1, "Topology file mapping ranks to machines (empty: all ranks on one switch)",
             &C->topology, "");
-    reg_str("profile", "Calibration profile (pipecast calibrate) or 100mbit/1gbit (empty: 1gbit)",
+    reg_str("profile", 1, "Calibration profile (pipecast calibrate) or 100mbit/1gbit (empty: 1gbit)",
             &C->profile, "");
-    reg_str("if_include",
+    reg_str("if_include", 1,
             "Where pipecast listens: interface names or IPv4 subnets, comma-separated, like "
             "btl_tcp_if_include (empty: PIPECAST_IFACE, else the first up non-loopback interface "
             "not named mgmt*; PIPECAST_IP overrides)",
             &C->if_include, "");
-    reg_int("timeout_ms", "How long a peer may show no sign of life (process dead, connection closed, "
+    reg_int("timeout_ms", 2, "How long a peer may show no sign of life (process dead, connection closed, "
             "no heartbeat answer) before a broadcast waiting for it fails; a late rank is waited for "
             "(0: PIPECAST_TIMEOUT_MS, else 5000)",
             &C->timeout_ms, 0);
-    reg_int("verbose", "Verbosity: 0 silent, 1 selection and summary, 2 every broadcast", &C->verbose, 0);
+    reg_str("host_min_bytes", 2,
+            "With every rank on one host, broadcasts below this many bytes (K/M suffixes) go to "
+            "the previous module, where pipecast cannot win (empty: PIPECAST_HOST_MIN_BYTES, else "
+            "4M; two and three ranks defer below 32M and 64M)",
+            &C->host_min_bytes, "");
+    reg_str("shm", 2, "How ranks on one host move segments: auto, cma, ring or off (empty: "
+            "PIPECAST_SHM, else auto)", &C->shm, "");
+    reg_int("poll_us", 3, "How long a waiting thread polls before it sleeps, 0-1000000 "
+            "microseconds (-1: PIPECAST_POLL_US, else pipecast's default)", &C->poll_us, -1);
+    reg_int("window", 3, "Most segments in flight to one child on pipecast's transport "
+            "(0: PIPECAST_WINDOW, else pipecast's default)", &C->window, 0);
+    reg_str("log", 3, "pipecast's log filter on stderr, as PIPECAST_LOG: info, debug, "
+            "pipecast=trace, ... (empty: PIPECAST_LOG, else none)", &C->log, "");
+    reg_int("verbose", 1, "Verbosity: 0 silent, 1 selection and summary, 2 every broadcast",
+            &C->verbose, 0);
     return OMPI_SUCCESS;
 }
 
@@ -227,6 +282,8 @@ static int pipecast_open(void)
                 "disables itself (rebuild it with `make -C ffi` against this Open MPI)\n",
                 PIPECAST_BUILT_FOR_MAJOR, PIPECAST_BUILT_FOR_MINOR, PIPECAST_BUILT_FOR_RELEASE, seen);
     }
+    /* pipecast reads its log filter from PIPECAST_LOG when the first communicator is made. */
+    if (C->log != NULL && C->log[0] != '\0') setenv("PIPECAST_LOG", C->log, 1);
     return OMPI_SUCCESS;
 }
 
@@ -252,15 +309,10 @@ static void module_construct(mca_coll_pipecast_module_t *m)
     m->prev_allgather_module = NULL;
     m->prev_ibcast = NULL;
     m->prev_ibcast_module = NULL;
+    m->prev_allreduce = NULL;
+    m->prev_allreduce_module = NULL;
     m->comm = NULL;
-    m->pc = NULL;
-    m->agreed = false;
-    m->disabled = false;
-    m->deferral_said = false;
-    m->failed = false;
-    m->handled = 0;
-    m->over_pml = 0;
-    m->fallback = 0;
+    pcg_comm_init(&m->g);
 }
 
 static void module_destruct(mca_coll_pipecast_module_t *m)
@@ -268,12 +320,13 @@ static void module_destruct(mca_coll_pipecast_module_t *m)
     if (m->comm != NULL) {
         say(1, "rank %d comm %s: %lu broadcasts by pipecast (%lu of them over Open MPI's "
             "point-to-point), %lu by the previous module",
-            ompi_comm_rank(m->comm), m->comm->c_name, m->handled, m->over_pml, m->fallback);
+            ompi_comm_rank(m->comm), m->comm->c_name, m->g.handled, m->g.over_p2p, m->g.fallback);
     }
-    if (m->pc != NULL) pipecast_comm_free(m->pc);
+    pcg_comm_free(&m->g);
     if (m->prev_bcast_module != NULL) OBJ_RELEASE(m->prev_bcast_module);
     if (m->prev_allgather_module != NULL) OBJ_RELEASE(m->prev_allgather_module);
     if (m->prev_ibcast_module != NULL) OBJ_RELEASE(m->prev_ibcast_module);
+    if (m->prev_allreduce_module != NULL) OBJ_RELEASE(m->prev_allreduce_module);
 }
 
 OBJ_CLASS_INSTANCE(mca_coll_pipecast_module_t, mca_coll_base_module_t, module_construct,
@@ -283,8 +336,10 @@ static int pipecast_module_enable(mca_coll_base_module_t *module, struct ompi_co
 {
     mca_coll_pipecast_module_t *m = (mca_coll_pipecast_module_t *)module;
     /* Nothing blocking here: see the file comment. */
-    if (comm->c_coll->coll_bcast_module == NULL || comm->c_coll->coll_allgather_module == NULL) {
-        fprintf(stderr, "coll:pipecast: no previous bcast/allgather module on %s\n", comm->c_name);
+    if (comm->c_coll->coll_bcast_module == NULL || comm->c_coll->coll_allgather_module == NULL ||
+        comm->c_coll->coll_allreduce_module == NULL) {
+        fprintf(stderr, "coll:pipecast: no previous bcast/allgather/allreduce module on %s\n",
+                comm->c_name);
         return OMPI_ERR_NOT_FOUND;
     }
     m->prev_bcast = comm->c_coll->coll_bcast;
@@ -293,6 +348,9 @@ static int pipecast_module_enable(mca_coll_base_module_t *module, struct ompi_co
     m->prev_allgather = comm->c_coll->coll_allgather;
     m->prev_allgather_module = comm->c_coll->coll_allgather_module;
     OBJ_RETAIN(m->prev_allgather_module);
+    m->prev_allreduce = comm->c_coll->coll_allreduce;
+    m->prev_allreduce_module = comm->c_coll->coll_allreduce_module;
+    OBJ_RETAIN(m->prev_allreduce_module);
     if (comm->c_coll->coll_ibcast_module != NULL) {
         m->prev_ibcast = comm->c_coll->coll_ibcast;
         m->prev_ibcast_module = comm->c_coll->coll_ibcast_module;
@@ -315,10 +373,34 @@ static int allgather_through_prev(void *user, const void *mine, void *all, size_
     return rc == OMPI_SUCCESS ? 0 : -1;
 }
 
-static pipecast_result ensure_pipecast(mca_coll_pipecast_module_t *m)
+/* The settings agreement's allreduce (pcg_agree), over the saved allreduce. */
+static int allreduce_max_through_prev(void *user, const int64_t *in, int64_t *out, int n)
 {
-    if (m->pc != NULL) return PIPECAST_OK;
-    /* Set MCA parameters override the PIPECAST_* environment; empty ones leave it. */
+    mca_coll_pipecast_module_t *m = user;
+    int rc = m->prev_allreduce((void *)in, out, n, MPI_INT64_T, MPI_MAX, m->comm,
+                               m->prev_allreduce_module);
+    return rc == OMPI_SUCCESS ? 0 : -1;
+}
+
+/* Appends PIPECAST_NAME=value to the settings text (nothing when value is NULL or empty). */
+static void add_setting(char *text, size_t cap, int *n, const char *name, const char *value)
+{
+    if (value == NULL || value[0] == '\0' || *n < 0 || (size_t)*n >= cap) return;
+    *n += snprintf(text + *n, cap - (size_t)*n, "%s=%s\n", name, value);
+}
+
+static void add_int_setting(char *text, size_t cap, int *n, const char *name, int value)
+{
+    char v[24];
+    snprintf(v, sizeof v, "%d", value);
+    add_setting(text, cap, n, name, v);
+}
+
+/* pipecast_comm_create (pcg_create_fn): set MCA parameters override the PIPECAST_*
+ * environment; empty ones leave it. Collective and agreed: every rank gets the same result. */
+static pipecast_result create_pipecast(void *user, pipecast_comm **out)
+{
+    mca_coll_pipecast_module_t *m = user;
     pipecast_config cfg;
     pipecast_config_default(&cfg);
     cfg.transport = (C->transport != NULL && C->transport[0] != '\0') ? C->transport : NULL;
@@ -328,111 +410,80 @@ static pipecast_result ensure_pipecast(mca_coll_pipecast_module_t *m)
     cfg.timeout_ms = C->timeout_ms > 0 ? (uint32_t)C->timeout_ms : 0;
     cfg.profile = (C->profile != NULL && C->profile[0] != '\0') ? C->profile : NULL;
     cfg.iface = (C->if_include != NULL && C->if_include[0] != '\0') ? C->if_include : NULL;
-    /* Settings the config struct has no field for, as PIPECAST_NAME=value lines; a device name
-     * with a newline or ';' in it makes the line unreadable and pipecast declines everywhere. */
-    char settings[512];
+    /* Settings the config struct has no field for, as PIPECAST_NAME=value lines (pipecast
+     * parses and checks them: a bad value, or a device name with a newline or ';' in it,
+     * makes pipecast decline at every rank, saying why). */
+    char settings[1024];
     int n = 0;
-    if (C->verbs_device != NULL && C->verbs_device[0] != '\0')
-        n += snprintf(settings + n, sizeof settings - (size_t)n, "PIPECAST_VERBS_DEVICE=%s\n",
-                      C->verbs_device);
-    if (C->verbs_port > 0 && n >= 0 && (size_t)n < sizeof settings)
-        n += snprintf(settings + n, sizeof settings - (size_t)n, "PIPECAST_VERBS_PORT=%d\n",
-                      C->verbs_port);
-    if (C->verbs_gid_index >= 0 && n >= 0 && (size_t)n < sizeof settings)
-        n += snprintf(settings + n, sizeof settings - (size_t)n, "PIPECAST_VERBS_GID_INDEX=%d\n",
-                      C->verbs_gid_index);
-    if (C->verbs_max_qps != 0 && n >= 0 && (size_t)n < sizeof settings)
-        n += snprintf(settings + n, sizeof settings - (size_t)n, "PIPECAST_VERBS_MAX_QPS=%d\n",
-                      C->verbs_max_qps);
-    if (n < 0 || (size_t)n >= sizeof settings) settings[0] = '\0';
-    /* Collective and agreed: every rank gets the same result. */
-    pipecast_result rc =
-        pipecast_comm_create_with(ompi_comm_rank(m->comm), ompi_comm_size(m->comm),
-                                  allgather_through_prev, m, &cfg, n > 0 ? settings : NULL, &m->pc);
-    if (rc == PIPECAST_OK) {
-        char link[128], why[512];
-        pipecast_comm_link(m->pc, link, sizeof link);
-        say(1, "rank %d comm %s (%d ranks): pipecast ready over %s", ompi_comm_rank(m->comm),
-            m->comm->c_name, ompi_comm_size(m->comm), link);
-        if (ompi_comm_rank(m->comm) == 0 && pipecast_comm_link_reason(m->pc, why, sizeof why) > 0)
-            say(1, "comm %s: transport auto chose %s: %s", m->comm->c_name, link, why);
-    } else if (ompi_comm_rank(m->comm) == 0) {
-        char detail[512];
-        pipecast_last_error(detail, sizeof detail);
-        say(1, "comm %s: pipecast declined at every rank, Open MPI's own broadcast runs: %s (%s)",
-            m->comm->c_name, pipecast_strerror(rc), detail);
-    }
-    return rc;
+    settings[0] = '\0';
+    add_setting(settings, sizeof settings, &n, "PIPECAST_VERBS_DEVICE", C->verbs_device);
+    if (C->verbs_port > 0)
+        add_int_setting(settings, sizeof settings, &n, "PIPECAST_VERBS_PORT", C->verbs_port);
+    if (C->verbs_gid_index >= 0)
+        add_int_setting(settings, sizeof settings, &n, "PIPECAST_VERBS_GID_INDEX", C->verbs_gid_index);
+    if (C->verbs_max_qps != 0)
+        add_int_setting(settings, sizeof settings, &n, "PIPECAST_VERBS_MAX_QPS", C->verbs_max_qps);
+    add_setting(settings, sizeof settings, &n, "PIPECAST_HOST_MIN_BYTES", C->host_min_bytes);
+    add_setting(settings, sizeof settings, &n, "PIPECAST_SHM", C->shm);
+    if (C->poll_us >= 0 || C->poll_us < -1)
+        add_int_setting(settings, sizeof settings, &n, "PIPECAST_POLL_US", C->poll_us);
+    if (C->window != 0) add_int_setting(settings, sizeof settings, &n, "PIPECAST_WINDOW", C->window);
+    /* Too long to pass whole: an unknown name makes pipecast decline everywhere, saying so. */
+    if (n < 0 || (size_t)n >= sizeof settings)
+        snprintf(settings, sizeof settings, "PIPECAST_MCA_SETTINGS_TOO_LONG=1");
+    return pipecast_comm_create_with(ompi_comm_rank(m->comm), ompi_comm_size(m->comm),
+                                     allgather_through_prev, m, &cfg,
+                                     settings[0] != '\0' ? settings : NULL, out);
 }
 
-/* Most receives posted ahead from the parent on the point-to-point path (and sends in flight
- * per child): a small window keeps the pipeline full without queueing the whole message. */
-#define PML_WINDOW_MAX 16
-
-/* Moves `bytes` at `buf` through this rank's part of one of pipecast's trees in `seg`-byte
- * segments over Open MPI's PML (seed 003 §3.1's pipeline, First-Packet-First-Served as in
- * seed 001 §3.2): each segment is forwarded to every child as soon as it arrived. Every rank of
- * the tree calls it with the same (bytes, seg). Returns an OMPI error code. */
-static int pml_tree_bcast(char *buf, size_t bytes, size_t seg, int parent, const int *children,
-                          int nchildren, struct ompi_communicator_t *comm)
+/* The glue's settings, from the MCA parameters. */
+static pcg_settings settings_of(void)
 {
-    if (bytes == 0) return OMPI_SUCCESS;
-    if (seg == 0 || seg > (size_t)INT32_MAX) seg = (size_t)1 << 20;
-    size_t nseg = (bytes + seg - 1) / seg;
-    const size_t window = C->pml_window < 1 ? 1
-                              : C->pml_window > PML_WINDOW_MAX ? PML_WINDOW_MAX
-                                                               : (size_t)C->pml_window;
-    ompi_request_t *recvs[PML_WINDOW_MAX];
-    ompi_request_t **sends = NULL;
-    int rc = OMPI_SUCCESS;
-    for (size_t w = 0; w < window; w++) recvs[w] = MPI_REQUEST_NULL;
-    if (nchildren > 0) {
-        sends = malloc(sizeof *sends * window * (size_t)nchildren);
-        if (sends == NULL) return OMPI_ERR_OUT_OF_RESOURCE;
-        for (size_t i = 0; i < window * (size_t)nchildren; i++) sends[i] = MPI_REQUEST_NULL;
-    }
-#define SEG_LEN(i) ((int)((i) + 1 < nseg ? seg : bytes - (i) * seg))
-    if (parent >= 0) {
-        for (size_t i = 0; i < nseg && i < window && rc == OMPI_SUCCESS; i++) {
-            rc = MCA_PML_CALL(irecv(buf + i * seg, SEG_LEN(i), MPI_BYTE, parent,
-                                    MCA_COLL_BASE_TAG_BCAST, comm, &recvs[i]));
-        }
-    }
-    for (size_t i = 0; i < nseg && rc == OMPI_SUCCESS; i++) {
-        size_t slot = i % window;
-        if (parent >= 0) {
-            rc = ompi_request_wait(&recvs[slot], MPI_STATUS_IGNORE);
-            if (rc != OMPI_SUCCESS) break;
-            size_t next = i + window;
-            if (next < nseg) {
-                rc = MCA_PML_CALL(irecv(buf + next * seg, SEG_LEN(next), MPI_BYTE, parent,
-                                        MCA_COLL_BASE_TAG_BCAST, comm, &recvs[slot]));
-                if (rc != OMPI_SUCCESS) break;
-            }
-        }
-        if (nchildren == 0) continue;
-        ompi_request_t **mine = &sends[slot * (size_t)nchildren];
-        /* The sends of segment i - window used this slot. */
-        rc = ompi_request_wait_all(nchildren, mine, MPI_STATUSES_IGNORE);
-        for (int c = 0; c < nchildren && rc == OMPI_SUCCESS; c++) {
-            rc = MCA_PML_CALL(isend(buf + i * seg, SEG_LEN(i), MPI_BYTE, children[c],
-                                    MCA_COLL_BASE_TAG_BCAST, MCA_PML_BASE_SEND_STANDARD, comm,
-                                    &mine[c]));
-        }
-    }
-#undef SEG_LEN
-    if (sends != NULL) {
-        int wrc = ompi_request_wait_all((int)window * nchildren, sends, MPI_STATUSES_IGNORE);
-        if (rc == OMPI_SUCCESS) rc = wrc;
-        free(sends);
-    }
-    for (size_t w = 0; w < window; w++) {
-        if (recvs[w] != MPI_REQUEST_NULL) {
-            int wrc = ompi_request_wait(&recvs[w], MPI_STATUS_IGNORE);
-            if (rc == OMPI_SUCCESS) rc = wrc;
-        }
-    }
-    return rc;
+    pcg_settings s = {.min_bytes = C->min_bytes,
+                      .pml_below = C->pml_below,
+                      .pml_segment = C->pml_segment_bytes,
+                      .pml_window = C->pml_window};
+    return s;
+}
+
+static pcg_host host_of(mca_coll_pipecast_module_t *m)
+{
+    pcg_host h = {.who = "coll:pipecast",
+                  .comm_name = m->comm->c_name,
+                  .verbose = C->verbose,
+                  .rank = ompi_comm_rank(m->comm),
+                  .size = ompi_comm_size(m->comm),
+                  .allreduce_max = allreduce_max_through_prev,
+                  .create = create_pipecast,
+                  .user = m};
+    return h;
+}
+
+/* The point-to-point path's calls (pcg_p2p_bcast) over Open MPI's PML, with the broadcast's
+ * own tag: collectives on a communicator are ordered, so nothing else is matched. */
+static void pml_null(void *req)
+{
+    *(ompi_request_t **)req = MPI_REQUEST_NULL;
+}
+
+static int pml_irecv(void *user, char *buf, int len, int peer, void *req)
+{
+    return MCA_PML_CALL(irecv(buf, len, MPI_BYTE, peer, MCA_COLL_BASE_TAG_BCAST,
+                              (struct ompi_communicator_t *)user, (ompi_request_t **)req));
+}
+
+static int pml_isend(void *user, char *buf, int len, int peer, void *req)
+{
+    return MCA_PML_CALL(isend(buf, len, MPI_BYTE, peer, MCA_COLL_BASE_TAG_BCAST,
+                              MCA_PML_BASE_SEND_STANDARD, (struct ompi_communicator_t *)user,
+                              (ompi_request_t **)req));
+}
+
+static int pml_waitall(void *user, int n, void *reqs)
+{
+    (void)user;
+    return n > 0 ? ompi_request_wait_all((size_t)n, (ompi_request_t **)reqs, MPI_STATUSES_IGNORE)
+                 : OMPI_SUCCESS;
 }
 
 /* Broadcast of a mid-size message: pipecast plans the tree, Open MPI's PML moves the segments.
@@ -441,54 +492,32 @@ static int pml_tree_bcast(char *buf, size_t bytes, size_t seg, int parent, const
 static pipecast_result bcast_over_pml(mca_coll_pipecast_module_t *m, char *buf, size_t bytes,
                                       int root, int *ompi_rc)
 {
-    int size = ompi_comm_size(m->comm);
-    int parent = -1;
-    size_t nchildren = 0;
-    uint64_t seg = 0;
-    int *children = malloc(sizeof *children * (size_t)size);
-    if (children == NULL) return PIPECAST_ERR_OTHER;
-    pipecast_result rc = pipecast_tree_node(m->pc, root, bytes, &parent, children, (size_t)size,
-                                            &nchildren, &seg);
-    if (rc == PIPECAST_OK) {
-        if (C->pml_segment_bytes > 0) seg = (uint64_t)C->pml_segment_bytes;
-        *ompi_rc = pml_tree_bcast(buf, bytes, (size_t)seg, parent, children, (int)nchildren,
-                                  m->comm);
-    }
-    free(children);
-    return rc;
+    pcg_settings s = settings_of();
+    pcg_p2p_ops ops = {.req_size = sizeof(ompi_request_t *),
+                       .set_null = pml_null,
+                       .irecv = pml_irecv,
+                       .isend = pml_isend,
+                       .waitall = pml_waitall,
+                       .no_memory = OMPI_ERR_OUT_OF_RESOURCE,
+                       .user = m->comm};
+    return pcg_p2p_bcast(&m->g, &s, &ops, buf, bytes, root, ompi_comm_size(m->comm), ompi_rc);
 }
 
-/* At the first broadcast of any size on a communicator (every rank reaches it), the ranks
- * compare the settings that decide "pipecast or not" for a message, so that no rank ever
- * decides alone (one rank with another min_bytes would hang the job). Different settings
- * anywhere: pipecast is off on this communicator at every rank. */
-static void agree_on_settings(mca_coll_pipecast_module_t *m)
+/* A pipecast broadcast that failed (a peer is gone, the ranks disagree on it, its data could
+ * not be packed): this communicator's later broadcasts fail too, and the error goes to the
+ * communicator's error handler (MPI_Bcast/MPI_Ibcast pass the code to it; by default it ends
+ * the job). Never a fallback: other ranks may have finished this broadcast through pipecast. */
+static int broadcast_failed(mca_coll_pipecast_module_t *m, const char *what, pipecast_result rc)
 {
-    int64_t mine[4] = {C->min_bytes, C->pml_below, C->pml_segment_bytes, C->pml_window};
-    int size = ompi_comm_size(m->comm);
-    int64_t *all = malloc(sizeof mine * (size_t)size);
-    m->agreed = true;
-    if (all == NULL ||
-        m->prev_allgather(mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE,
-                          m->comm, m->prev_allgather_module) != OMPI_SUCCESS) {
-        /* Every rank calls the same allgather; an error there is Open MPI's own and alike. */
-        m->disabled = true;
-        free(all);
-        return;
-    }
-    for (int r = 0; r < size; r++) {
-        if (memcmp(&all[4 * r], mine, sizeof mine) != 0) {
-            m->disabled = true;
-            if (ompi_comm_rank(m->comm) == 0)
-                say(1, "comm %s: ranks differ in min_bytes/pml_below/pml_segment_bytes/pml_window "
-                    "(rank %d has %lld/%lld/%lld/%lld): pipecast is off on it at every rank",
-                    m->comm->c_name, r, (long long)all[4 * r], (long long)all[4 * r + 1],
-                    (long long)all[4 * r + 2], (long long)all[4 * r + 3]);
-            break;
-        }
-    }
-    free(all);
+    char detail[512] = "";
+    if (rc != PIPECAST_OK) pipecast_last_error(detail, sizeof detail);
+    fprintf(stderr, "coll:pipecast: rank %d comm %s: %s failed: %s (%s)\n", ompi_comm_rank(m->comm),
+            m->comm->c_name, what, rc != PIPECAST_OK ? pipecast_strerror(rc) : "packing its data",
+            detail);
+    m->g.failed = 1;
+    return OMPI_ERROR;
 }
+
 
 /* Open MPI's progress, for pipecast_wait_progressing. MPI has no timeouts and a rank inside
  * MPI_Bcast is inside MPI: its pending point-to-point traffic must move. Over btl tcp a
@@ -510,85 +539,57 @@ static int pipecast_bcast(void *buff, int count, struct ompi_datatype_t *datatyp
     ompi_datatype_type_size(datatype, &type_size);
     ompi_datatype_get_true_extent(datatype, &lb, &extent);
     size_t bytes = type_size * (size_t)(count < 0 ? 0 : count);
-    if (!m->agreed) agree_on_settings(m);
-    if (m->failed) {
-        /* A broadcast failed before (a peer is gone): never go on alone. */
-        return OMPI_ERROR;
+    if (OMPI_COMM_IS_INTER(comm) || ompi_comm_size(comm) < 2) {
+        m->g.fallback++;
+        return m->prev_bcast(buff, count, datatype, root, comm, m->prev_bcast_module);
     }
     /* Every rank computes the same answer from the same (type signature size, comm) and the
-     * agreed settings. A non-contiguous datatype is packed and unpacked around the broadcast,
-     * so layouts that differ between ranks (legal in MPI) still take one path everywhere. */
-    bool ours = !m->disabled && !OMPI_COMM_IS_INTER(comm) && ompi_comm_size(comm) >= 2 &&
-                bytes >= (size_t)C->min_bytes;
-    if (!ours) {
-        m->fallback++;
-        return m->prev_bcast(buff, count, datatype, root, comm, m->prev_bcast_module);
-    }
-    pipecast_result rc = ensure_pipecast(m);
-    if (rc != PIPECAST_OK) {
-        /* Declined at every rank alike (pipecast_comm_create is agreed). */
-        m->disabled = true;
-        m->fallback++;
-        return m->prev_bcast(buff, count, datatype, root, comm, m->prev_bcast_module);
-    }
-    if (bytes < pipecast_defers_below(m->pc)) {
-        /* Where pipecast cannot win (all ranks on one host: a small message, or more ranks
-         * than the host's CPUs can carry), Open MPI's own broadcast runs: the same answer at
-         * every rank. */
-        if (!m->deferral_said && ompi_comm_rank(comm) == 0) {
-            char why[512];
-            pipecast_defer_reason(m->pc, why, sizeof why);
-            say(1, "comm %s: %s", comm->c_name, why);
-        }
-        m->deferral_said = true;
-        m->fallback++;
-        return m->prev_bcast(buff, count, datatype, root, comm, m->prev_bcast_module);
-    }
+     * agreed settings (the first broadcast of any size agrees on them). A non-contiguous
+     * datatype is packed and unpacked around the broadcast, so layouts that differ between
+     * ranks (legal in MPI) still take one path everywhere. */
+    pcg_settings s = settings_of();
+    pcg_host h = host_of(m);
+    pcg_path path = pcg_decide(&m->g, &s, &h, bytes, 1);
+    if (path == PCG_FAILED) return OMPI_ERROR; /* an earlier one failed: never go on alone */
+    if (path == PCG_MPI) return m->prev_bcast(buff, count, datatype, root, comm, m->prev_bcast_module);
     bool contiguous = ompi_datatype_is_contiguous_memory_layout(datatype, count);
     char *data = (char *)buff + lb;
     char *packed = NULL;
     if (!contiguous) {
-        packed = malloc(bytes);
-        if (packed == NULL) return OMPI_ERR_OUT_OF_RESOURCE;
+        packed = malloc(bytes > 0 ? bytes : 1);
         int position = 0;
-        if (ompi_comm_rank(comm) == root &&
-            (MPI_Pack(buff, count, datatype, packed, (int)bytes, &position, comm) != MPI_SUCCESS ||
-             (size_t)position != bytes)) {
+        if (packed == NULL ||
+            (ompi_comm_rank(comm) == root &&
+             (MPI_Pack(buff, count, datatype, packed, (int)bytes, &position, comm) != MPI_SUCCESS ||
+              (size_t)position != bytes))) {
             free(packed);
-            return OMPI_ERROR;
+            return broadcast_failed(m, "broadcast", PIPECAST_OK);
         }
         data = packed;
     }
     int ompi_rc = OMPI_SUCCESS;
-    if (bytes < (size_t)(C->pml_below > 0 ? C->pml_below : 0)) {
+    pipecast_result rc;
+    if (path == PCG_P2P) {
         rc = bcast_over_pml(m, data, bytes, root, &ompi_rc);
         if (rc == PIPECAST_OK) {
-            m->handled++;
-            m->over_pml++;
+            m->g.handled++;
+            m->g.over_p2p++;
             say(2, "rank %d comm %s: bcast %zu bytes from %d along pipecast's tree over the PML",
                 ompi_comm_rank(comm), comm->c_name, bytes, root);
         }
     } else {
         pipecast_request *pr = NULL;
-        rc = pipecast_ibcast_bytes(m->pc, data, bytes, root, &pr);
+        rc = pipecast_ibcast_bytes(m->g.pc, data, bytes, root, &pr);
         if (rc == PIPECAST_OK) rc = pipecast_wait_progressing(pr, drive_opal_progress, NULL);
         if (rc == PIPECAST_OK) {
-            m->handled++;
+            m->g.handled++;
             say(2, "rank %d comm %s: bcast %zu bytes from %d by pipecast", ompi_comm_rank(comm),
                 comm->c_name, bytes, root);
         }
     }
     if (rc != PIPECAST_OK) {
-        /* A peer is gone or the ranks disagree on this broadcast: the error goes to the
-         * communicator's error handler (by default it ends the job). Never a fallback here:
-         * other ranks may have finished this broadcast through pipecast. */
-        char detail[512];
-        pipecast_last_error(detail, sizeof detail);
-        fprintf(stderr, "coll:pipecast: rank %d comm %s: broadcast failed: %s (%s)\n",
-                ompi_comm_rank(comm), comm->c_name, pipecast_strerror(rc), detail);
-        m->failed = true;
         free(packed);
-        return OMPI_ERROR;
+        return broadcast_failed(m, "broadcast", rc);
     }
     if (ompi_rc == OMPI_SUCCESS && packed != NULL && ompi_comm_rank(comm) != root) {
         int position = 0;
@@ -607,8 +608,9 @@ static int pipecast_bcast(void *buff, int count, struct ompi_datatype_t *datatyp
  * The request must be an ompi_coll_base_nbc_request_t: MPI_Ibcast (ompi_coll_base_retain_
  * datatypes) keeps a derived datatype alive through its fields. Its header
  * (ompi/mca/coll/base/coll_base_util.h) includes op.h, which needs Fortran headers Debian does
- * not ship, so here it is field for field as in 4.1.4 (retain writes 8-byte words at 160..184,
- * right after the 160-byte ompi_request_t; the release check at open refuses other releases). */
+ * not ship (4.1 and 5.0 alike), so here it is field for field as in 4.1.4 and 5.0.7 (retain
+ * writes 8-byte words right after the ompi_request_t; the release check at open refuses other
+ * releases). */
 typedef struct {
     ompi_request_t super;
     union {
@@ -616,15 +618,35 @@ typedef struct {
         ompi_request_free_fn_t req_free;
     } cb;
     void *req_complete_cb_data;
+#if OMPI_MAJOR_VERSION == 4
     union {
         struct {
             void *first, *second;
         } pair;
     } data;
+#else
+    struct {
+        union {
+            struct {
+                void *first, *second;
+            } pair;
+            struct {
+                void *const *stypes, *const *rtypes;
+                int scount, rcount;
+            } vecs;
+        } refcounted;
+        void *release_arrays[7]; /* OMPI_REQ_NB_RELEASE_ARRAYS */
+    } data;
+#endif
 } ompi_coll_base_nbc_request_t;
 OMPI_DECLSPEC extern opal_class_t ompi_coll_base_nbc_request_t_class;
+#if OMPI_MAJOR_VERSION == 4
 _Static_assert(sizeof(ompi_coll_base_nbc_request_t) == sizeof(ompi_request_t) + 32,
                "ompi_coll_base_nbc_request_t as in Open MPI 4.1");
+#else
+_Static_assert(sizeof(ompi_coll_base_nbc_request_t) == sizeof(ompi_request_t) + 96,
+               "ompi_coll_base_nbc_request_t as in Open MPI 5.0");
+#endif
 
 typedef struct pc_ibcast_s {
     ompi_coll_base_nbc_request_t super;
@@ -699,12 +721,7 @@ static int pc_progress(void)
         if (r->result != PIPECAST_OK) {
             /* As for a blocking broadcast: the error goes to the request (and so to the
              * communicator's error handler); never a fallback. */
-            char detail[512];
-            pipecast_last_error(detail, sizeof detail);
-            fprintf(stderr, "coll:pipecast: rank %d comm %s: nonblocking broadcast failed: %s (%s)\n",
-                    ompi_comm_rank(r->m->comm), r->m->comm->c_name, pipecast_strerror(r->result),
-                    detail);
-            r->m->failed = true;
+            (void)broadcast_failed(r->m, "nonblocking broadcast", r->result);
             mpi_rc = MPI_ERR_OTHER;
         } else if (r->unpack) {
             int position = 0;
@@ -744,14 +761,17 @@ static int pipecast_ibcast(void *buff, int count, struct ompi_datatype_t *dataty
     ompi_datatype_type_size(datatype, &type_size);
     ompi_datatype_get_true_extent(datatype, &lb, &extent);
     size_t bytes = type_size * (size_t)(count < 0 ? 0 : count);
-    if (m->failed) return OMPI_ERROR;
-    bool ours = m->agreed && m->pc != NULL && !m->disabled && !OMPI_COMM_IS_INTER(comm) &&
-                ompi_comm_size(comm) >= 2 && bytes >= (size_t)C->min_bytes &&
-                bytes >= (size_t)(C->pml_below > 0 ? C->pml_below : 0) &&
-                bytes >= pipecast_defers_below(m->pc);
-    if (!ours) {
+    pcg_path path = PCG_MPI;
+    if (!OMPI_COMM_IS_INTER(comm) && ompi_comm_size(comm) >= 2) {
+        pcg_settings s = settings_of();
+        pcg_host h = host_of(m);
+        path = pcg_decide(&m->g, &s, &h, bytes, 0);
+    } else {
+        m->g.fallback++;
+    }
+    if (path == PCG_FAILED) return OMPI_ERROR;
+    if (path != PCG_PIPECAST) {
         if (m->prev_ibcast == NULL) return OMPI_ERR_NOT_SUPPORTED;
-        m->fallback++;
         return m->prev_ibcast(buff, count, datatype, root, comm, request, m->prev_ibcast_module);
     }
     pc_ibcast_t *r = OBJ_NEW(pc_ibcast_t);
@@ -781,25 +801,19 @@ static int pipecast_ibcast(void *buff, int count, struct ompi_datatype_t *dataty
             free(r->packed);
             r->packed = NULL;
             OBJ_RELEASE(r);
-            m->failed = true;
-            return OMPI_ERROR;
+            return broadcast_failed(m, "nonblocking broadcast", PIPECAST_OK);
         }
         r->unpack = ompi_comm_rank(comm) != root;
         data = r->packed;
     }
-    pipecast_result rc = pipecast_ibcast_bytes(m->pc, data, bytes, root, &r->pr);
+    pipecast_result rc = pipecast_ibcast_bytes(m->g.pc, data, bytes, root, &r->pr);
     if (rc != PIPECAST_OK) {
-        char detail[512];
-        pipecast_last_error(detail, sizeof detail);
-        fprintf(stderr, "coll:pipecast: rank %d comm %s: nonblocking broadcast failed: %s (%s)\n",
-                ompi_comm_rank(comm), comm->c_name, pipecast_strerror(rc), detail);
-        m->failed = true;
         free(r->packed);
         r->packed = NULL;
         OBJ_RELEASE(r);
-        return OMPI_ERROR;
+        return broadcast_failed(m, "nonblocking broadcast", rc);
     }
-    m->handled++;
+    m->g.handled++;
     OPAL_THREAD_LOCK(&pending_lock);
     if (!progress_registered) {
         opal_progress_register(pc_progress);

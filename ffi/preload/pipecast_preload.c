@@ -6,8 +6,10 @@
  * attribute (freed by its delete callback when the communicator is freed), the address
  * exchange runs through PMPI_Allgather at the first large broadcast on each communicator, and
  * PMPI_Bcast carries everything pipecast does not handle. Configuration comes from PIPECAST_*
- * environment variables (pipecast_config_from_env) plus PIPECAST_MIN_BYTES, PIPECAST_PML_BELOW,
- * PIPECAST_PML_SEGMENT and PIPECAST_VERBOSE.
+ * environment variables (pipecast_config_from_env) plus the glue's own PIPECAST_MIN_BYTES,
+ * PIPECAST_PML_BELOW, PIPECAST_PML_SEGMENT (0: the cost model's), PIPECAST_PML_WINDOW and
+ * PIPECAST_VERBOSE. What it decides with, and the point-to-point tree loop, are the component's
+ * too (../common/pipecast_glue.c).
  *
  * As in the Open MPI component (docs/ompi.md), broadcasts below PIPECAST_PML_BELOW (512 KiB)
  * follow pipecast's tree but travel as PMPI_Isend/PMPI_Irecv segments on a private duplicate of
@@ -29,43 +31,43 @@
 #include <unistd.h>
 
 #include "pipecast.h"
+#include "pipecast_glue.h"
 
 typedef struct {
     MPI_Comm comm;
-    MPI_Comm p2p;   /* private duplicate for the point-to-point path (MPI_COMM_NULL until used) */
-    pipecast_comm *pc;
-    int agreed;   /* the glue settings were compared at the first bcast */
-    int disabled; /* pipecast declined on this communicator, at every rank alike */
-    int deferral_said; /* verbose 1 said once that small broadcasts go to the MPI's own */
-    int failed;   /* a pipecast broadcast failed: later ones fail too, never fall back */
-    unsigned long handled, over_p2p, fallback;
+    MPI_Comm p2p; /* private duplicate for the point-to-point path (MPI_COMM_NULL until used) */
+    int rank, size;
+    pcg_comm g;   /* what the glue decides with (ffi/common/pipecast_glue.h) */
 } comm_state;
 
 static int keyval = MPI_KEYVAL_INVALID;
 /* A private duplicate of MPI_COMM_WORLD that carries no message: probing it drives the MPI's
  * progress (see let_mpi_progress). */
 static MPI_Comm progress_comm = MPI_COMM_NULL;
-static long min_bytes = 65536;
-static long pml_below = 524288;
-static long pml_segment = 16384;
+static pcg_settings settings;
 static int verbose = 0;
-/* Whether PIPECAST_MIN_BYTES & co. parsed: compared with the other ranks' (never decided alone). */
-static long glue_ok = 1;
+/* PCG_VOTE_BAD_SETTING when PIPECAST_MIN_BYTES & co. did not parse: this rank votes pipecast
+ * off at the agreement (never decided alone). */
+static int settings_vote = PCG_VOTE_OK;
+/* The state of a communicator whose own state could not be allocated: the agreement turned
+ * pipecast off there at every rank (this rank voted so); never freed. */
+static comm_state no_memory_state;
 
-/* A whole number from the environment, or 0 and glue_ok = 0 when it does not parse. */
-static long env_long(const char *name, long dflt)
+/* A whole number from the environment into *out (unchanged when unset or empty); a value that
+ * does not parse makes this rank vote pipecast off. */
+static void env_int(const char *name, int64_t *out)
 {
     const char *v = getenv(name);
-    if (v == NULL || *v == '\0') return dflt;
+    if (v == NULL || *v == '\0') return;
     char *end = NULL;
-    long n = strtol(v, &end, 10);
+    long long n = strtoll(v, &end, 10);
     if (end == v || *end != '\0' || n < 0) {
-        fprintf(stderr, "pipecast-preload: %s=%s is not a whole number: pipecast stays off (on every rank)\n",
-                name, v);
-        glue_ok = 0;
-        return dflt;
+        fprintf(stderr, "pipecast-preload: %s=%s is not a whole number (unparsable): pipecast "
+                "stays off (on every rank)\n", name, v);
+        settings_vote = PCG_VOTE_BAD_SETTING;
+        return;
     }
-    return n;
+    *out = n;
 }
 
 static void finish_all_of(comm_state *s);
@@ -76,26 +78,38 @@ static int delete_state(MPI_Comm comm, int key, void *value, void *extra)
     (void)key;
     (void)extra;
     comm_state *s = value;
+    if (s == &no_memory_state) return MPI_SUCCESS;
     finish_all_of(s);
-    if (verbose >= 1) {
-        int rank = -1;
-        PMPI_Comm_rank(s->comm, &rank);
+    if (verbose >= 1)
         fprintf(stderr, "pipecast-preload: rank %d: %lu broadcasts by pipecast (%lu of them over "
-                "MPI point-to-point), %lu by MPI\n", rank, s->handled, s->over_p2p, s->fallback);
-    }
+                "MPI point-to-point), %lu by MPI\n", s->rank, s->g.handled, s->g.over_p2p,
+                s->g.fallback);
     if (s->p2p != MPI_COMM_NULL) PMPI_Comm_free(&s->p2p);
-    if (s->pc != NULL) pipecast_comm_free(s->pc);
+    pcg_comm_free(&s->g);
     free(s);
     return MPI_SUCCESS;
 }
 
 static void setup(void)
 {
-    min_bytes = env_long("PIPECAST_MIN_BYTES", min_bytes);
-    pml_below = env_long("PIPECAST_PML_BELOW", pml_below);
-    long seg = env_long("PIPECAST_PML_SEGMENT", pml_segment);
-    if (seg > 0) pml_segment = seg;
-    verbose = (int)env_long("PIPECAST_VERBOSE", 0);
+    int64_t v = 0;
+    pcg_settings_default(&settings);
+    env_int("PIPECAST_MIN_BYTES", &settings.min_bytes);
+    env_int("PIPECAST_PML_BELOW", &settings.pml_below);
+    env_int("PIPECAST_PML_SEGMENT", &settings.pml_segment);
+    env_int("PIPECAST_PML_WINDOW", &settings.pml_window);
+    env_int("PIPECAST_VERBOSE", &v);
+    verbose = v > 9 ? 9 : (int)v;
+    char why[256];
+    if (settings_vote == PCG_VOTE_OK && pcg_settings_check(&settings, why, sizeof why) != 0) {
+        fprintf(stderr, "pipecast-preload: %s: pipecast stays off (on every rank)\n", why);
+        settings_vote = PCG_VOTE_BAD_SETTING;
+    }
+    pcg_comm_init(&no_memory_state.g);
+    no_memory_state.comm = MPI_COMM_NULL;
+    no_memory_state.p2p = MPI_COMM_NULL;
+    no_memory_state.g.agreed = 1;
+    no_memory_state.g.disabled = 1;
     /* The PIPECAST_* settings of pipecast itself are read by pipecast_comm_create, which
      * reports a bad one to every rank (all fall back together). */
     PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_state, &keyval, NULL);
@@ -310,16 +324,60 @@ static int allgather_cb(void *user, const void *mine, void *all, size_t len)
                : -1;
 }
 
-static comm_state *state_of(MPI_Comm comm)
+static int allreduce_max(void *user, const int64_t *in, int64_t *out, int n)
+{
+    comm_state *s = user;
+    return PMPI_Allreduce((void *)in, out, n, MPI_INT64_T, MPI_MAX, s->comm) == MPI_SUCCESS ? 0
+                                                                                          : -1;
+}
+
+/* NULL config: the PIPECAST_* environment, agreed among the ranks. */
+static pipecast_result create_pipecast(void *user, pipecast_comm **out)
+{
+    comm_state *s = user;
+    return pipecast_comm_create(s->rank, s->size, allgather_cb, s, NULL, out);
+}
+
+static pcg_host host_of(comm_state *s)
+{
+    pcg_host h = {.who = "pipecast-preload",
+                  .comm_name = NULL,
+                  .verbose = verbose,
+                  .rank = s->rank,
+                  .size = s->size,
+                  .allreduce_max = allreduce_max,
+                  .create = create_pipecast,
+                  .user = s};
+    return h;
+}
+
+/* The state of `comm`, made at its first broadcast. When it cannot be allocated, a blocking
+ * broadcast (`may_agree`) still joins the agreement the other ranks enter, voting pipecast off
+ * there, and the communicator keeps no_memory_state; a nonblocking one runs no collective and
+ * falls back (so do the others: nothing was agreed yet). NULL: the MPI's own broadcast. */
+static comm_state *state_of(MPI_Comm comm, int rank, int size, int may_agree)
 {
     comm_state *s = NULL;
     int found = 0;
     PMPI_Comm_get_attr(comm, keyval, &s, &found);
     if (found) return s;
     s = calloc(1, sizeof *s);
-    if (s == NULL) return NULL;
+    if (s == NULL) {
+        if (!may_agree) return NULL;
+        comm_state mine = {.comm = comm, .p2p = MPI_COMM_NULL, .rank = rank, .size = size};
+        pcg_comm_init(&mine.g);
+        mine.g.vote = PCG_VOTE_NO_MEMORY;
+        pcg_host h = host_of(&mine);
+        pcg_agree(&mine.g, &settings, &h);
+        PMPI_Comm_set_attr(comm, keyval, &no_memory_state);
+        return &no_memory_state;
+    }
     s->comm = comm;
     s->p2p = MPI_COMM_NULL;
+    s->rank = rank;
+    s->size = size;
+    pcg_comm_init(&s->g);
+    s->g.vote = settings_vote;
     PMPI_Comm_set_attr(comm, keyval, s);
     return s;
 }
@@ -331,103 +389,44 @@ static comm_state *state_of(MPI_Comm comm)
 #pragma GCC diagnostic ignored "-Wstringop-overflow"
 #endif
 
-#define P2P_WINDOW 4
 #define P2P_TAG 0x5063 /* any tag: the private communicator carries nothing else */
 
-/* Moves `bytes` at `buf` through this rank's part of pipecast's tree (`parent` -1 at the root)
- * in `seg`-byte segments: receives posted P2P_WINDOW ahead, each segment forwarded to every
- * child as soon as it arrived (seed 001 §3.2's First-Packet-First-Served). */
-static int p2p_tree_bcast(char *buf, size_t bytes, size_t seg, int parent, const int *children,
-                          int nchildren, MPI_Comm comm)
+static void p2p_null(void *req)
 {
-    if (bytes == 0) return MPI_SUCCESS;
-    if (seg == 0 || seg > (size_t)1 << 30) seg = (size_t)1 << 20;
-    size_t nseg = (bytes + seg - 1) / seg;
-    MPI_Request recvs[P2P_WINDOW];
-    MPI_Request *sends = NULL;
-    int rc = MPI_SUCCESS;
-    for (int w = 0; w < P2P_WINDOW; w++) recvs[w] = MPI_REQUEST_NULL;
-    if (nchildren > 0) {
-        sends = malloc(sizeof *sends * P2P_WINDOW * (size_t)nchildren);
-        if (sends == NULL) return MPI_ERR_NO_MEM;
-        for (int i = 0; i < P2P_WINDOW * nchildren; i++) sends[i] = MPI_REQUEST_NULL;
-    }
-#define SEG_LEN(i) ((int)((i) + 1 < nseg ? seg : bytes - (i) * seg))
-    for (size_t i = 0; parent >= 0 && i < nseg && i < P2P_WINDOW && rc == MPI_SUCCESS; i++)
-        rc = PMPI_Irecv(buf + i * seg, SEG_LEN(i), MPI_BYTE, parent, P2P_TAG, comm, &recvs[i]);
-    for (size_t i = 0; i < nseg && rc == MPI_SUCCESS; i++) {
-        size_t slot = i % P2P_WINDOW;
-        if (parent >= 0) {
-            rc = PMPI_Wait(&recvs[slot], MPI_STATUS_IGNORE);
-            size_t next = i + P2P_WINDOW;
-            if (rc == MPI_SUCCESS && next < nseg)
-                rc = PMPI_Irecv(buf + next * seg, SEG_LEN(next), MPI_BYTE, parent, P2P_TAG, comm,
-                                &recvs[slot]);
-        }
-        if (rc != MPI_SUCCESS || nchildren == 0) continue;
-        MPI_Request *mine = &sends[slot * (size_t)nchildren];
-        rc = PMPI_Waitall(nchildren, mine, MPI_STATUSES_IGNORE); /* segment i - P2P_WINDOW */
-        for (int c = 0; c < nchildren && rc == MPI_SUCCESS; c++)
-            rc = PMPI_Isend(buf + i * seg, SEG_LEN(i), MPI_BYTE, children[c], P2P_TAG, comm,
-                            &mine[c]);
-    }
-#undef SEG_LEN
-    if (sends != NULL) {
-        int wrc = PMPI_Waitall(P2P_WINDOW * nchildren, sends, MPI_STATUSES_IGNORE);
-        if (rc == MPI_SUCCESS) rc = wrc;
-        free(sends);
-    }
-    int wrc = PMPI_Waitall(P2P_WINDOW, recvs, MPI_STATUSES_IGNORE);
-    return rc == MPI_SUCCESS ? wrc : rc;
+    *(MPI_Request *)req = MPI_REQUEST_NULL;
 }
 
-/* The point-to-point path: pipecast plans, MPI moves. A planning error is returned as a
- * pipecast result (every rank sees the same); MPI's own code goes to *mpi_rc. */
-static pipecast_result bcast_p2p(comm_state *s, char *buf, size_t bytes, int root, int size,
-                                 int *mpi_rc)
+static int p2p_irecv(void *user, char *buf, int len, int peer, void *req)
+{
+    return PMPI_Irecv(buf, len, MPI_BYTE, peer, P2P_TAG, *(MPI_Comm *)user, (MPI_Request *)req);
+}
+
+static int p2p_isend(void *user, char *buf, int len, int peer, void *req)
+{
+    return PMPI_Isend(buf, len, MPI_BYTE, peer, P2P_TAG, *(MPI_Comm *)user, (MPI_Request *)req);
+}
+
+static int p2p_waitall(void *user, int n, void *reqs)
+{
+    (void)user;
+    return n > 0 ? PMPI_Waitall(n, (MPI_Request *)reqs, MPI_STATUSES_IGNORE) : MPI_SUCCESS;
+}
+
+/* The point-to-point path: pipecast plans, MPI moves (pcg_p2p_bcast), on a private duplicate
+ * of the communicator so that its messages never match the application's. A planning error
+ * is returned as a pipecast result (every rank sees the same); MPI's own code goes to *mpi_rc. */
+static pipecast_result bcast_p2p(comm_state *s, char *buf, size_t bytes, int root, int *mpi_rc)
 {
     if (s->p2p == MPI_COMM_NULL && PMPI_Comm_dup(s->comm, &s->p2p) != MPI_SUCCESS)
         return PIPECAST_ERR_OTHER;
-    int parent = -1;
-    size_t nchildren = 0;
-    uint64_t seg = 0;
-    int *children = malloc(sizeof *children * (size_t)size);
-    if (children == NULL) return PIPECAST_ERR_OTHER;
-    pipecast_result rc = pipecast_tree_node(s->pc, root, bytes, &parent, children, (size_t)size,
-                                            &nchildren, &seg);
-    if (rc == PIPECAST_OK)
-        *mpi_rc = p2p_tree_bcast(buf, bytes, (size_t)pml_segment, parent, children,
-                                 (int)nchildren, s->p2p);
-    free(children);
-    return rc;
-}
-
-/* At the first broadcast of any size on a communicator (every rank reaches it), the ranks
- * compare the glue's settings: a rank with another PIPECAST_MIN_BYTES would decide alone and
- * hang the job. Different anywhere (or unparsable): pipecast is off there at every rank. */
-static void agree_on_settings(comm_state *s, int rank, int size)
-{
-    long mine[4] = {min_bytes, pml_below, pml_segment, glue_ok};
-    long *all = malloc(sizeof mine * (size_t)size);
-    s->agreed = 1;
-    if (all == NULL || PMPI_Allgather(mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine,
-                                      MPI_BYTE, s->comm) != MPI_SUCCESS) {
-        s->disabled = 1;
-        free(all);
-        return;
-    }
-    for (int r = 0; r < size; r++) {
-        if (memcmp(&all[4 * r], mine, sizeof mine) != 0 || all[4 * r + 3] == 0) {
-            s->disabled = 1;
-            if (rank == 0 && verbose >= 1)
-                fprintf(stderr, "pipecast-preload: ranks differ in PIPECAST_MIN_BYTES/PML_BELOW/"
-                        "PML_SEGMENT (rank %d: %ld/%ld/%ld%s): MPI's own broadcast runs\n", r,
-                        all[4 * r], all[4 * r + 1], all[4 * r + 2],
-                        all[4 * r + 3] ? "" : ", unparsable");
-            break;
-        }
-    }
-    free(all);
+    pcg_p2p_ops ops = {.req_size = sizeof(MPI_Request),
+                       .set_null = p2p_null,
+                       .irecv = p2p_irecv,
+                       .isend = p2p_isend,
+                       .waitall = p2p_waitall,
+                       .no_memory = MPI_ERR_NO_MEM,
+                       .user = &s->p2p};
+    return pcg_p2p_bcast(&s->g, &settings, &ops, buf, bytes, root, s->size, mpi_rc);
 }
 
 /* A failed pipecast broadcast: the communicator's error handler decides (by default the job
@@ -438,82 +437,36 @@ static int failed(comm_state *s, MPI_Comm comm, int rank, pipecast_result rc)
     pipecast_last_error(detail, sizeof detail);
     fprintf(stderr, "pipecast-preload: rank %d: broadcast failed: %s (%s)\n", rank,
             pipecast_strerror(rc), detail);
-    s->failed = 1;
+    s->g.failed = 1;
     PMPI_Comm_call_errhandler(comm, MPI_ERR_OTHER);
     return MPI_ERR_OTHER;
 }
 
-/* What a broadcast of `bytes` on `comm` takes: pipecast (its state returned) or the MPI's own
- * broadcast (NULL). Every rank decides alike: from the type signature's size, the
- * communicator and the agreed settings only; pipecast_comm_create (collective, at the first
- * broadcast pipecast takes) is agreed too. `from` is the smallest size pipecast carries.
- * Without `may_set_up` (MPI_Ibcast, which must not block) nothing collective runs: pipecast
- * takes the broadcast only on a communicator an earlier MPI_Bcast set up, which is the same
- * at every rank (the ranks call the same collectives in the same order).
- * Sets *err (and returns NULL) when an earlier pipecast broadcast on `comm` failed. */
-static comm_state *pipecast_for(MPI_Comm comm, size_t bytes, long from, int may_set_up,
-                                int *rank, int *err)
+/* What a broadcast of `bytes` on `comm` takes (pcg_decide: the same at every rank): *path, and
+ * the communicator's state unless the MPI's own broadcast runs (NULL). Without `blocking`
+ * (MPI_Ibcast) nothing collective runs. Sets *err (and returns NULL) when an earlier pipecast
+ * broadcast on `comm` failed. */
+static comm_state *pipecast_for(MPI_Comm comm, size_t bytes, int blocking, int *rank, int *err,
+                                pcg_path *path)
 {
     int inter = 0, size = 0;
     *err = 0;
     *rank = 0;
+    *path = PCG_MPI;
     if (keyval == MPI_KEYVAL_INVALID || comm == MPI_COMM_NULL) return NULL;
     PMPI_Comm_test_inter(comm, &inter);
     PMPI_Comm_size(comm, &size);
     if (inter || size < 2) return NULL;
-    comm_state *s = state_of(comm);
-    if (s == NULL) return NULL;
     PMPI_Comm_rank(comm, rank);
-    if (!may_set_up && (!s->agreed || (s->pc == NULL && !s->disabled))) {
-        s->fallback++;
-        return NULL;
-    }
-    if (!s->agreed) agree_on_settings(s, *rank, size);
-    if (s->failed) {
+    comm_state *s = state_of(comm, *rank, size, blocking);
+    if (s == NULL) return NULL;
+    pcg_host h = host_of(s);
+    *path = pcg_decide(&s->g, &settings, &h, bytes, blocking);
+    if (*path == PCG_FAILED) {
         *err = failed(s, comm, *rank, PIPECAST_ERR_OTHER);
         return NULL;
     }
-    if (s->disabled || (long)bytes < from) {
-        s->fallback++;
-        return NULL;
-    }
-    if (s->pc == NULL) {
-        /* NULL config: the PIPECAST_* environment, agreed among the ranks. */
-        pipecast_result rc = pipecast_comm_create(*rank, size, allgather_cb, s, NULL, &s->pc);
-        if (rc != PIPECAST_OK) {
-            if (*rank == 0 && verbose >= 1) {
-                char detail[512];
-                pipecast_last_error(detail, sizeof detail);
-                fprintf(stderr, "pipecast-preload: pipecast declined at every rank, MPI's own "
-                        "broadcast runs: %s (%s)\n", pipecast_strerror(rc), detail);
-            }
-            s->disabled = 1;
-            s->fallback++;
-            return NULL;
-        }
-        if (*rank == 0 && verbose >= 1) {
-            char link[128];
-            pipecast_comm_link(s->pc, link, sizeof link);
-            fprintf(stderr, "pipecast-preload: pipecast ready over %s (rank 0 of %d)\n", link, size);
-            char why[512];
-            if (pipecast_comm_link_reason(s->pc, why, sizeof why) > 0)
-                fprintf(stderr, "pipecast-preload: transport auto chose %s: %s\n", link, why);
-        }
-    }
-    if ((unsigned long long)bytes < (unsigned long long)pipecast_defers_below(s->pc)) {
-        /* Where pipecast cannot win (every rank on one host: a small message, or more ranks
-         * than the host's CPUs can carry) the MPI's own broadcast runs: the same answer at
-         * every rank. */
-        if (!s->deferral_said && *rank == 0 && verbose >= 1) {
-            char why[512];
-            pipecast_defer_reason(s->pc, why, sizeof why);
-            fprintf(stderr, "pipecast-preload: %s\n", why);
-        }
-        s->deferral_said = 1;
-        s->fallback++;
-        return NULL;
-    }
-    return s;
+    return *path == PCG_MPI ? NULL : s;
 }
 
 /* The contiguous bytes pipecast moves for (buffer, count, datatype): the buffer itself, or a
@@ -564,7 +517,8 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
         return PMPI_Bcast(buffer, count, datatype, root, comm);
     PMPI_Type_size(datatype, &type_size);
     size_t bytes = (size_t)type_size * (size_t)count;
-    comm_state *s = pipecast_for(comm, bytes, min_bytes, 1, &rank, &err);
+    pcg_path path;
+    comm_state *s = pipecast_for(comm, bytes, 1, &rank, &err, &path);
     if (err != 0) return err;
     if (s == NULL) return PMPI_Bcast(buffer, count, datatype, root, comm);
     char *packed = NULL;
@@ -572,19 +526,17 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
     if (data == NULL) return failed(s, comm, rank, PIPECAST_ERR_OTHER);
     int mpi_rc = MPI_SUCCESS;
     pipecast_result rc;
-    if ((long)bytes < pml_below) {
-        int size = 0;
-        PMPI_Comm_size(comm, &size);
-        rc = bcast_p2p(s, data, bytes, root, size, &mpi_rc);
-        if (rc == PIPECAST_OK) s->over_p2p++;
+    if (path == PCG_P2P) {
+        rc = bcast_p2p(s, data, bytes, root, &mpi_rc);
+        if (rc == PIPECAST_OK) s->g.over_p2p++;
     } else {
-        rc = bcast_progressing(s->pc, data, bytes, root);
+        rc = bcast_progressing(s->g.pc, data, bytes, root);
     }
     if (rc != PIPECAST_OK) {
         free(packed);
         return failed(s, comm, rank, rc);
     }
-    s->handled++;
+    s->g.handled++;
     if (mpi_rc == MPI_SUCCESS && packed != NULL && rank != root) {
         int position = 0;
         mpi_rc = PMPI_Unpack(packed, (int)bytes, &position, buffer, count, datatype, comm);
@@ -701,7 +653,7 @@ static void complete_ibcast(pending_ibcast *ib, pipecast_result rc)
         pipecast_last_error(detail, sizeof detail);
         fprintf(stderr, "pipecast-preload: rank %d: nonblocking broadcast failed: %s (%s)\n",
                 ib->rank, pipecast_strerror(rc), detail);
-        ib->s->failed = 1;
+        ib->s->g.failed = 1;
         ib->rc = MPI_ERR_OTHER;
         PMPI_Comm_call_errhandler(ib->comm, MPI_ERR_OTHER);
     } else if (ib->unpack) {
@@ -770,8 +722,8 @@ int MPI_Ibcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Com
         return PMPI_Ibcast(buffer, count, datatype, root, comm, request);
     PMPI_Type_size(datatype, &type_size);
     size_t bytes = (size_t)type_size * (size_t)count;
-    comm_state *s = pipecast_for(comm, bytes, pml_below > min_bytes ? pml_below : min_bytes, 0,
-                                 &rank, &err);
+    pcg_path path;
+    comm_state *s = pipecast_for(comm, bytes, 0, &rank, &err, &path);
     if (err != 0) return err;
     if (s == NULL) return PMPI_Ibcast(buffer, count, datatype, root, comm, request);
     pending_ibcast *ib = calloc(1, sizeof *ib);
@@ -793,7 +745,7 @@ int MPI_Ibcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Com
         ib->unpack = 1;
         PMPI_Type_dup(datatype, &ib->dtype);
     }
-    pipecast_result rc = pipecast_ibcast_bytes(s->pc, data, bytes, root, &ib->pr);
+    pipecast_result rc = pipecast_ibcast_bytes(s->g.pc, data, bytes, root, &ib->pr);
     if (rc != PIPECAST_OK) {
         if (ib->dtype != MPI_DATATYPE_NULL) PMPI_Type_free(&ib->dtype);
         free(ib->packed);
@@ -802,7 +754,7 @@ int MPI_Ibcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Com
     }
     PMPI_Grequest_start(ibcast_query, ibcast_free, ibcast_cancel, ib, &ib->greq);
     *request = ib->greq;
-    s->handled++;
+    s->g.handled++;
     unclaim(ib);
     return MPI_SUCCESS;
 }

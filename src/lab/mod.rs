@@ -31,7 +31,10 @@ mod userns;
 pub use build::{down, missing_namespaces, up, UpOptions};
 pub use command::{find_tool, is_root, require_tools, uid};
 pub use launch::{exec, lldp_dump, run, RankOutcome, RunOptions};
-pub use mpi::{hostfile, mpiexec_command, mpirun, mpirun_command, mpirun_with, rsh, Mpi};
+pub use mpi::{
+    hostfile, mpiexec_command, mpirun, mpirun5_command, mpirun_command, mpirun_with, ompi5_root,
+    rsh, Mpi,
+};
 pub use placement::{block, fill, machine_ranks};
 pub use state::{labs, load, run_root, LabState, MachineState, SwitchState};
 pub use userns::{refusal as userns_refusal, Owner, NO_LLDPD};

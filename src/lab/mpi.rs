@@ -6,6 +6,12 @@
 //! through [`rsh`] (`-launcher rsh -launcher-exec`, a script in the run directory) and dialing
 //! back over the management bridge (`-iface br0`); UCX is pinned to the data NIC
 //! (`UCX_NET_DEVICES=eth0`, `UCX_TLS=tcp,self`).
+//! Open MPI 5 (issue 31): Debian 12 has none, so mpirun runs inside the Debian 13 root that
+//! `bench/ompi5.sh root` makes ([`ompi5_root`]), entered through a script in the run directory
+//! ([`ompi5_enter_script`]: a private mount namespace, the host's /run, /tmp, /dev, the working
+//! directory and this program's directory bound at the same paths, then chroot). Everything it
+//! starts — `pipecast lab rsh` (PRRTE's `plm_ssh_agent`), the prted daemons, the ranks —
+//! inherits the root; so the program must be built for it (the root's `mpicc`).
 
 use super::command::find_tool;
 use super::state::LabState;
@@ -20,6 +26,23 @@ pub enum Mpi {
     OpenMpi,
     /// MPICH's hydra `mpiexec.mpich` (Debian's `mpich`).
     Mpich,
+    /// Open MPI 5's `mpirun` (PRRTE) inside the Debian 13 root of `bench/ompi5.sh`.
+    OpenMpi5,
+}
+
+/// Where `bench/ompi5.sh` keeps the Debian 13 root with Open MPI 5: `PIPECAST_OMPI5_ROOT`,
+/// else `${XDG_CACHE_HOME:-~/.cache}/pipecast/ompi5-root`. It is ready when it holds
+/// `.pipecast-ready`.
+pub fn ompi5_root() -> PathBuf {
+    let nonempty = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    if let Some(root) = nonempty("PIPECAST_OMPI5_ROOT") {
+        return PathBuf::from(root);
+    }
+    let cache = nonempty("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| nonempty("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from("/root/.cache"));
+    cache.join("pipecast").join("ompi5-root")
 }
 
 /// Finds the machine by name, data address or management address.
@@ -125,15 +148,19 @@ pub fn mpirun_command(state: &LabState, exe: &Path, hostfile: &Path) -> Vec<Stri
     .iter()
     .map(|s| s.to_string())
     .collect();
-    // Every data NIC: on a lab with rails the TCP BTL stripes over them (10.i.0.0/16 is
-    // rail i's network, `build::rail_address`).
+    cmd.push(data_networks(state));
+    cmd.extend(["-x".into(), "PIPECAST_LAB".into()]);
+    cmd
+}
+
+/// Every data NIC's network, for `btl_tcp_if_include`: on a lab with rails the TCP BTL stripes
+/// over them (10.i.0.0/16 is rail i's network, `build::rail_address`).
+fn data_networks(state: &LabState) -> String {
     let rails = state.machines.first().map_or(0, |m| m.rails.len());
     let nets: Vec<String> = std::iter::once("198.18.0.0/16".to_string())
         .chain((1..=rails).map(|r| format!("10.{r}.0.0/16")))
         .collect();
-    cmd.push(nets.join(","));
-    cmd.extend(["-x".into(), "PIPECAST_LAB".into()]);
-    cmd
+    nets.join(",")
 }
 
 /// Writes `<run dir>/hostfile-mpich`: `ADDRESS:K` per machine (management addresses), in
@@ -223,7 +250,109 @@ pub fn mpirun_with(
     match mpi {
         Mpi::OpenMpi => mpirun(state, exe, args, per_machine),
         Mpi::Mpich => mpiexec_mpich(state, exe, args, per_machine),
+        Mpi::OpenMpi5 => mpirun_ompi5(state, exe, args, per_machine),
     }
+}
+
+/// Writes `<run dir>/ompi5-enter`: runs its arguments inside `root` (module comment), in the
+/// caller's working directory.
+fn ompi5_enter_script(state: &LabState, root: &Path, exe: &Path) -> Result<PathBuf, LabError> {
+    let exe_dir = exe.parent().unwrap_or(Path::new("/"));
+    let text = format!(
+        r#"#!/bin/sh
+# Runs "$@" inside the Open MPI 5 root (pipecast lab mpirun --mpi ompi5): a private mount
+# namespace, the host's /run, /tmp, /dev and /sys, the working directory, pipecast's directory
+# and $PIPECAST_OMPI5_BIND bound at the same paths, then chroot.
+exec unshare --mount --propagation private -- sh -ec '
+root=$1; exe_dir=$2; shift 2
+mount -t proc proc "$root/proc"
+mount --rbind /sys "$root/sys"
+mount --rbind /dev "$root/dev"
+for d in /run /tmp "$PWD" "$exe_dir" $PIPECAST_OMPI5_BIND; do
+  mkdir -p "$root$d" && mount --rbind "$d" "$root$d"
+done
+exec chroot "$root" sh -c "cd "\$0" && exec "\$@"" "$PWD" "$@"
+' sh {root} {exe_dir} "$@"
+"#,
+        exe_dir = shell_quote(&exe_dir.display().to_string()),
+        root = shell_quote(&root.display().to_string()),
+    );
+    write_run_file(state, "ompi5-enter", &text, 0o755)
+}
+
+/// The Open MPI 5 mpirun command line for the lab (without the user's arguments): as
+/// [`mpirun_command`], with PRRTE's names for the launcher's settings, entered into the root
+/// through `enter`.
+pub fn mpirun5_command(state: &LabState, exe: &Path, hostfile: &Path, enter: &Path) -> Vec<String> {
+    let mut cmd: Vec<String> = [
+        "ip",
+        "netns",
+        "exec",
+        &state.mgmt_netns,
+        &enter.display().to_string(),
+        "mpirun",
+        "--allow-run-as-root",
+        "--hostfile",
+        &hostfile.display().to_string(),
+        "--prtemca",
+        "plm_ssh_agent",
+        &format!("{} lab rsh --name {}", exe.display(), state.name),
+        "--prtemca",
+        "plm_ssh_no_tree_spawn",
+        "1",
+        "--prtemca",
+        "oob_tcp_if_include",
+        "198.19.0.0/16",
+        "--bind-to",
+        "none",
+        "--mca",
+        "btl",
+        "tcp,self",
+        "--mca",
+        "btl_tcp_if_include",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    cmd.push(data_networks(state));
+    cmd.extend(["-x".into(), "PIPECAST_LAB".into()]);
+    cmd
+}
+
+/// [`mpirun_with`] for Open MPI 5 (module comment). Needs root (mounts, chroot) and the root
+/// `bench/ompi5.sh root` makes.
+fn mpirun_ompi5(
+    state: &LabState,
+    exe: &Path,
+    args: &[String],
+    per_machine: Option<usize>,
+) -> Result<i32, LabError> {
+    let root = ompi5_root();
+    if !root.join(".pipecast-ready").exists() {
+        return Err(LabError::Command(format!(
+            "no Open MPI 5 root at {}: make it with `bench/ompi5.sh root` (or set PIPECAST_OMPI5_ROOT)",
+            root.display()
+        )));
+    }
+    if !super::is_root() {
+        return Err(LabError::Command(
+            "--mpi ompi5 enters the Open MPI 5 root with chroot: run as root".into(),
+        ));
+    }
+    prepare(state, ("unshare", "util-linux"), &["mg"])?;
+    let slots = super::machine_ranks(state, per_machine)?;
+    let hostfile = hostfile(state, &slots)?;
+    let enter = ompi5_enter_script(state, &root, exe)?;
+    let cmd = mpirun5_command(state, exe, &hostfile, &enter);
+    let tmpdir = Some(session_base(state, "mg"));
+    launch(
+        state,
+        cmd,
+        ("-np", &["-np", "-n", "--np"]),
+        args,
+        slots.iter().sum(),
+        tmpdir,
+    )
 }
 
 /// [`mpirun_with`] for MPICH. Hydra passes mpiexec's environment on to the ranks, so
@@ -320,7 +449,7 @@ fn launch(
     }
     let status = c
         .status()
-        .map_err(|e| LabError::Command(format!("cannot run {}: {e}", cmd[4])))?;
+        .map_err(|e| LabError::Command(format!("cannot run {}: {e}", cmd[4..6].join(" "))))?;
     Ok(status.code().unwrap_or(255))
 }
 
@@ -371,5 +500,23 @@ mod tests {
             after("btl_tcp_if_include"),
             Some("198.18.0.0/16,10.1.0.0/16")
         );
+        // Open MPI 5: entered into its root, PRRTE's names for the launcher's settings.
+        let cmd = mpirun5_command(
+            &state,
+            Path::new("/bin/pipecast"),
+            Path::new("/x/hostfile"),
+            Path::new("/r/ompi5-enter"),
+        );
+        let after = |k: &str| super::tests::after(&cmd, k);
+        assert_eq!(
+            &cmd[..6],
+            ["ip", "netns", "exec", "t-mg", "/r/ompi5-enter", "mpirun"]
+        );
+        assert_eq!(
+            after("plm_ssh_agent"),
+            Some("/bin/pipecast lab rsh --name t")
+        );
+        assert_eq!(after("oob_tcp_if_include"), Some("198.19.0.0/16"));
+        assert_eq!(after("btl_tcp_if_include"), Some("198.18.0.0/16"));
     }
 }

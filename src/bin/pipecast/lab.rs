@@ -34,7 +34,7 @@ enum LabCommand {
     /// Remote-shell agent for launchers (Open MPI's plm_rsh_agent): run CMD on HOST, where
     /// HOST is a machine name or one of its addresses.
     Rsh(RshArgs),
-    /// Run Open MPI's mpirun (or MPICH's mpiexec, --mpi mpich) in the management namespace
+    /// Run Open MPI's mpirun (or MPICH's mpiexec, --mpi mpich; Open MPI 5, --mpi ompi5) in the management namespace
     /// with ranks on the lab's machines.
     Mpirun(MpirunArgs),
     /// (internal) Send one broadcast from this machine so that the bridges learn its MAC.
@@ -134,7 +134,8 @@ struct MpirunArgs {
     /// 0's first.
     #[arg(long, value_name = "K")]
     ranks_per_machine: Option<usize>,
-    /// Which MPI: openmpi (mpirun) or mpich (mpiexec.mpich, hydra).
+    /// Which MPI: openmpi (mpirun), mpich (mpiexec.mpich, hydra) or ompi5 (Open MPI 5's mpirun
+    /// inside the Debian 13 root of `bench/ompi5.sh root`; needs root).
     #[arg(long, value_enum, default_value = "openmpi")]
     mpi: MpiKind,
     /// Arguments for mpirun (program and its arguments last); -np defaults to all slots.
@@ -146,6 +147,7 @@ struct MpirunArgs {
 enum MpiKind {
     Openmpi,
     Mpich,
+    Ompi5,
 }
 
 #[derive(clap::Args)]
@@ -192,6 +194,7 @@ pub fn run(args: Args) -> CliResult {
             let mpi = match a.mpi {
                 MpiKind::Openmpi => lab::Mpi::OpenMpi,
                 MpiKind::Mpich => lab::Mpi::Mpich,
+                MpiKind::Ompi5 => lab::Mpi::OpenMpi5,
             };
             let code = lab::mpirun_with(mpi, &state, &exe, &a.args, a.ranks_per_machine)?;
             if code != 0 {

@@ -1,0 +1,235 @@
+/* The MPI glue's shared part: see pipecast_glue.h. */
+#include "pipecast_glue.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void pcg_say(const pcg_host *h, int level, const char *fmt, ...)
+{
+    if (h->verbose < level) return;
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (h->comm_name != NULL)
+        fprintf(stderr, "%s: comm %s: %s\n", h->who, h->comm_name, line);
+    else
+        fprintf(stderr, "%s: %s\n", h->who, line);
+}
+
+void pcg_settings_default(pcg_settings *s)
+{
+    s->min_bytes = 65536;
+    s->pml_below = 524288;
+    s->pml_segment = 16384;
+    s->pml_window = 4;
+}
+
+int pcg_settings_check(const pcg_settings *s, char *why, size_t len)
+{
+    if (s->min_bytes < 0 || s->pml_below < 0 || s->pml_segment < 0 || s->pml_segment > INT32_MAX) {
+        snprintf(why, len, "min_bytes, pml_below and pml_segment must be from 0 (pml_segment at "
+                 "most 2147483647)");
+        return -1;
+    }
+    if (s->pml_window < 1 || s->pml_window > PCG_WINDOW_MAX) {
+        snprintf(why, len, "pml_window %lld is not from 1 to %d", (long long)s->pml_window,
+                 PCG_WINDOW_MAX);
+        return -1;
+    }
+    return 0;
+}
+
+void pcg_comm_init(pcg_comm *c)
+{
+    memset(c, 0, sizeof *c);
+}
+
+void pcg_comm_free(pcg_comm *c)
+{
+    if (c->pc != NULL) pipecast_comm_free(c->pc);
+    c->pc = NULL;
+}
+
+static const char *vote_reason(int64_t vote)
+{
+    switch (vote) {
+    case PCG_VOTE_BAD_SETTING: return "has a glue setting that is unparsable or out of range";
+    case PCG_VOTE_NO_MEMORY: return "could not allocate the glue's state (out of memory)";
+    default: return "voted pipecast off";
+    }
+}
+
+#define NSET 4
+
+void pcg_agree(pcg_comm *c, const pcg_settings *mine, const pcg_host *h)
+{
+    static const char *const names[NSET] = {"min_bytes", "pml_below", "pml_segment", "pml_window"};
+    const int64_t set[NSET] = {mine->min_bytes, mine->pml_below, mine->pml_segment,
+                               mine->pml_window};
+    /* One MAX-allreduce answers everything: the worst vote (with the highest rank casting it)
+     * and, per setting, its largest value and the negation of its smallest. Fixed size, on the
+     * stack: nothing here can fail before the collective. */
+    int64_t in[1 + 2 * NSET], out[1 + 2 * NSET];
+    in[0] = c->vote != PCG_VOTE_OK ? ((int64_t)c->vote << 32) | (int64_t)(uint32_t)h->rank : -1;
+    for (int i = 0; i < NSET; i++) {
+        int64_t v = set[i] < -INT64_MAX ? -INT64_MAX : set[i];
+        in[1 + 2 * i] = v;
+        in[2 + 2 * i] = -v;
+    }
+    c->agreed = 1;
+    if (h->allreduce_max(h->user, in, out, 1 + 2 * NSET) != 0) {
+        /* Every rank calls the same allreduce: an error there is the MPI's own, and alike. */
+        c->disabled = 1;
+        if (h->rank == 0) pcg_say(h, 1, "the settings agreement failed: pipecast is off here");
+        return;
+    }
+    if (out[0] >= 0) {
+        c->disabled = 1;
+        if (h->rank == 0)
+            pcg_say(h, 1, "rank %lld %s: pipecast is off on this communicator at every rank",
+                    (long long)(out[0] & 0xffffffff), vote_reason(out[0] >> 32));
+        return;
+    }
+    for (int i = 0; i < NSET; i++) {
+        if (out[1 + 2 * i] != -out[2 + 2 * i]) {
+            c->disabled = 1;
+            if (h->rank == 0)
+                pcg_say(h, 1, "ranks differ in %s (from %lld to %lld; all of min_bytes/pml_below/"
+                        "pml_segment/pml_window must match): pipecast is off on this "
+                        "communicator at every rank",
+                        names[i], (long long)-out[2 + 2 * i], (long long)out[1 + 2 * i]);
+            return;
+        }
+    }
+}
+
+/* pipecast_comm_create at the first broadcast pipecast takes; agreed, so every rank gets the
+ * same answer. */
+static int set_up(pcg_comm *c, const pcg_host *h)
+{
+    pipecast_result rc = h->create(h->user, &c->pc);
+    if (rc != PIPECAST_OK) {
+        c->pc = NULL;
+        c->disabled = 1;
+        if (h->rank == 0) {
+            char detail[512];
+            pipecast_last_error(detail, sizeof detail);
+            pcg_say(h, 1, "pipecast declined at every rank, the MPI's own broadcast runs: %s (%s)",
+                    pipecast_strerror(rc), detail);
+        }
+        return 0;
+    }
+    char link[128], why[512];
+    pipecast_comm_link(c->pc, link, sizeof link);
+    pcg_say(h, 1, "pipecast ready over %s (rank %d of %d)", link, h->rank, h->size);
+    if (h->rank == 0 && pipecast_comm_link_reason(c->pc, why, sizeof why) > 0)
+        pcg_say(h, 1, "transport auto chose %s: %s", link, why);
+    return 1;
+}
+
+pcg_path pcg_decide(pcg_comm *c, const pcg_settings *s, const pcg_host *h, size_t bytes,
+                    int blocking)
+{
+    if (c->failed) return PCG_FAILED;
+    if (!c->agreed) {
+        if (!blocking) {
+            c->fallback++;
+            return PCG_MPI;
+        }
+        pcg_agree(c, s, h);
+    }
+    uint64_t b = (uint64_t)bytes;
+    if (c->disabled || b < (uint64_t)s->min_bytes || (!blocking && b < (uint64_t)s->pml_below) ||
+        (c->pc == NULL && (!blocking || !set_up(c, h)))) {
+        c->fallback++;
+        return PCG_MPI;
+    }
+    if (b < pipecast_defers_below(c->pc)) {
+        /* Where pipecast cannot win (every rank on one host: a small message, or more ranks
+         * than the host's CPUs can carry) the MPI's own broadcast runs: the same answer at
+         * every rank. */
+        if (!c->deferral_said && h->rank == 0) {
+            char why[512];
+            pipecast_defer_reason(c->pc, why, sizeof why);
+            pcg_say(h, 1, "%s", why);
+        }
+        c->deferral_said = 1;
+        c->fallback++;
+        return PCG_MPI;
+    }
+    return blocking && b < (uint64_t)s->pml_below ? PCG_P2P : PCG_PIPECAST;
+}
+
+#define REQ(reqs, i) ((char *)(reqs) + (size_t)(i) * ops->req_size)
+
+/* This rank's part of the tree: see pcg_p2p_bcast. Returns the MPI's code. */
+static int tree_loop(const pcg_p2p_ops *ops, char *buf, size_t bytes, size_t seg, size_t window,
+                     int parent, const int *children, int nchildren)
+{
+    if (bytes == 0) return 0;
+    size_t nseg = (bytes + seg - 1) / seg;
+    /* recvs[window], then sends[window][nchildren]: slot i % window holds segment i's. */
+    size_t nreq = window * (1 + (size_t)nchildren);
+    char *reqs = malloc(nreq * ops->req_size);
+    if (reqs == NULL) return ops->no_memory;
+    for (size_t i = 0; i < nreq; i++) ops->set_null(REQ(reqs, i));
+    char *recvs = reqs, *sends = REQ(reqs, window);
+    int rc = 0;
+#define SEG_LEN(i) ((int)((i) + 1 < nseg ? seg : bytes - (i) * seg))
+    for (size_t i = 0; parent >= 0 && i < nseg && i < window && rc == 0; i++)
+        rc = ops->irecv(ops->user, buf + i * seg, SEG_LEN(i), parent, REQ(recvs, i));
+    for (size_t i = 0; i < nseg && rc == 0; i++) {
+        size_t slot = i % window;
+        if (parent >= 0) {
+            rc = ops->waitall(ops->user, 1, REQ(recvs, slot));
+            size_t next = i + window;
+            if (rc == 0 && next < nseg)
+                rc = ops->irecv(ops->user, buf + next * seg, SEG_LEN(next), parent,
+                                REQ(recvs, slot));
+        }
+        if (rc != 0 || nchildren == 0) continue;
+        char *mine = REQ(sends, slot * (size_t)nchildren);
+        rc = ops->waitall(ops->user, nchildren, mine); /* segment i - window's */
+        for (int k = 0; k < nchildren && rc == 0; k++)
+            rc = ops->isend(ops->user, buf + i * seg, SEG_LEN(i), children[k], REQ(mine, k));
+    }
+#undef SEG_LEN
+    /* Whatever happened, nothing stays posted into the buffer. */
+    int wrc = ops->waitall(ops->user, (int)(window * (size_t)nchildren), sends);
+    if (rc == 0) rc = wrc;
+    wrc = ops->waitall(ops->user, (int)window, recvs);
+    if (rc == 0) rc = wrc;
+    free(reqs);
+    return rc;
+}
+
+pipecast_result pcg_p2p_bcast(const pcg_comm *c, const pcg_settings *s, const pcg_p2p_ops *ops,
+                              char *buf, size_t bytes, int root, int size, int *mpi_rc)
+{
+    int parent = -1;
+    size_t nchildren = 0;
+    uint64_t seg = 0;
+    int *children = malloc(sizeof *children * (size_t)(size > 0 ? size : 1));
+    if (children == NULL) {
+        *mpi_rc = ops->no_memory;
+        return PIPECAST_OK;
+    }
+    pipecast_result rc = pipecast_tree_node(c->pc, root, bytes, &parent, children, (size_t)size,
+                                            &nchildren, &seg);
+    if (rc == PIPECAST_OK) {
+        /* The setting, else the model's segment; whole MPI messages (an int count). */
+        if (s->pml_segment > 0) seg = (uint64_t)s->pml_segment;
+        if (seg == 0 || seg > (uint64_t)INT32_MAX) seg = (uint64_t)1 << 20;
+        size_t window = s->pml_window < 1                ? 1
+                        : s->pml_window > PCG_WINDOW_MAX ? PCG_WINDOW_MAX
+                                                         : (size_t)s->pml_window;
+        *mpi_rc = tree_loop(ops, buf, bytes, (size_t)seg, window, parent, children,
+                            (int)nchildren);
+    }
+    free(children);
+    return rc;
+}
