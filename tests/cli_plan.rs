@@ -1,10 +1,13 @@
 //! `pipecast plan` end to end: runs the built binary on generated topology files and checks the
 //! DESIGN.md JSON contract field by field, the error exits and the Graphviz output.
 
+mod common;
+use common::{pipecast, pipecast_json, EXE};
+
 use pipecast::topology::{gen, to_json, Topology};
 use serde_json::Value;
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 
 fn write_topology(name: &str, t: &Topology) -> PathBuf {
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli-plan");
@@ -12,29 +15,6 @@ fn write_topology(name: &str, t: &Topology) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, to_json(t).to_string()).unwrap();
     path
-}
-
-fn pipecast(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pipecast"))
-        .args(args)
-        .output()
-        .expect("the pipecast binary runs")
-}
-
-fn plan_json(args: &[&str]) -> Value {
-    let out = pipecast(args);
-    assert!(
-        out.status.success(),
-        "pipecast {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
-    assert_eq!(
-        text.lines().count(),
-        1,
-        "one JSON object on one line: {text}"
-    );
-    serde_json::from_str(&text).unwrap()
 }
 
 /// Checks the contract's fields and that every lane is a spanning tree rooted at `root`.
@@ -105,7 +85,7 @@ fn json_contract_for_every_tree() {
         ("naive-linear", 1),
         ("naive-binary", 1),
     ] {
-        let v = plan_json(&[
+        let v = pipecast_json(&[
             "plan",
             "--topology",
             file,
@@ -122,9 +102,9 @@ fn json_contract_for_every_tree() {
         assert!(v.get("predicted_us").is_none());
     }
     // kbinomial without k is resolved; the linear chain has degree 1.
-    let v = plan_json(&["plan", "--topology", file, "--tree", "kbinomial", "--json"]);
+    let v = pipecast_json(&["plan", "--topology", file, "--tree", "kbinomial", "--json"]);
     assert!(v["tree"].as_str().unwrap().starts_with("kbinomial:"), "{v}");
-    let v = plan_json(&["plan", "--topology", file, "--format", "json"]);
+    let v = pipecast_json(&["plan", "--topology", file, "--format", "json"]);
     assert_eq!(v["tree"], "linear");
     assert_eq!(v["max_degree"], 1);
     assert_eq!(v["height"], 20);
@@ -137,7 +117,7 @@ fn msize_adds_segment_and_prediction() {
     let file = path.to_str().unwrap();
     let mut last = 0.0;
     for msize in ["8K", "64K", "1M"] {
-        let v = plan_json(&[
+        let v = pipecast_json(&[
             "plan",
             "--topology",
             file,
@@ -155,11 +135,11 @@ fn msize_adds_segment_and_prediction() {
         last = predicted;
     }
     // Default tree with --msize is auto, resolved to a concrete algorithm.
-    let v = plan_json(&["plan", "--topology", file, "--msize", "2M", "--json"]);
+    let v = pipecast_json(&["plan", "--topology", file, "--msize", "2M", "--json"]);
     check_contract(&v, 32, 0);
     assert!(v["predicted_us"].as_f64().unwrap() > 0.0);
     // The 1 Gbit/s profile is faster than the 100 Mbit/s one.
-    let slow = plan_json(&[
+    let slow = pipecast_json(&[
         "plan",
         "--topology",
         file,
@@ -169,7 +149,7 @@ fn msize_adds_segment_and_prediction() {
         "1M",
         "--json",
     ]);
-    let fast = plan_json(&[
+    let fast = pipecast_json(&[
         "plan",
         "--topology",
         file,
@@ -191,7 +171,7 @@ fn msize_adds_segment_and_prediction() {
             .to_json(),
     )
     .unwrap();
-    let from_file = plan_json(&[
+    let from_file = pipecast_json(&[
         "plan",
         "--topology",
         file,
@@ -297,6 +277,10 @@ fn dot_output_shape() {
     } else {
         assert!(!out.status.success());
         assert!(String::from_utf8_lossy(&out.stderr).contains("graphviz"));
+        common::skip_or_fail(
+            "graphviz",
+            "the SVG part: `dot` (graphviz) is not installed",
+        );
     }
 }
 
@@ -331,7 +315,7 @@ fn hetero_trees_report_their_throughput() {
                          {"name": "n2", "switch": "s1"}, {"name": "n3", "switch": "s1"}]}"#,
     )
     .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pipecast"))
+    let out = Command::new(EXE)
         .args(["plan", "--tree", "hetero:grow", "--json", "--topology"])
         .arg(&file)
         .output()
@@ -349,7 +333,7 @@ fn hetero_trees_report_their_throughput() {
     let tp = v["throughput"].as_f64().unwrap();
     // The 100 Mbit/s switch link bounds the rate: at most 100e6/8 / 65536 slices per second.
     assert!(tp > 0.0 && tp <= 100e6 / 8.0 / 65536.0 * 1.0001, "{tp}");
-    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_pipecast"))
+    let bad = Command::new(EXE)
         .args(["plan", "--tree", "hetero:nope", "--topology"])
         .arg(&file)
         .output()
@@ -374,7 +358,7 @@ fn ranks_per_machine_plan_two_levels() {
     )
     .unwrap();
     let file = file.to_str().unwrap();
-    let v = plan_json(&["plan", "--topology", file, "--tree", "linear", "--json"]);
+    let v = pipecast_json(&["plan", "--topology", file, "--tree", "linear", "--json"]);
     check_contract(&v, 6, 0);
     assert_eq!(v["contention_free"], true);
     let hosts = v["hosts"].as_array().expect("a hosts field");
@@ -403,7 +387,7 @@ fn ranks_per_machine_plan_two_levels() {
     assert_eq!(children[3], serde_json::json!([4]));
     assert_eq!(children[4], serde_json::json!([5]));
     // Root 5 leads n2; --ranks-per-machine overrides the file (2 × 3 = 6 ranks again).
-    let v = plan_json(&[
+    let v = pipecast_json(&[
         "plan",
         "--topology",
         file,
@@ -420,7 +404,7 @@ fn ranks_per_machine_plan_two_levels() {
     assert_eq!(v["hosts"][2]["ranks"], serde_json::json!([4, 5]));
     assert!(v["predicted_us"].as_f64().unwrap() > 0.0);
     // One rank per machine: no hosts field (the contract as before).
-    let v = plan_json(&[
+    let v = pipecast_json(&[
         "plan",
         "--topology",
         file,

@@ -2,27 +2,8 @@
 //! reported as `auto=TREE`, every tree `bench` knows (scatter-allgather included), the size
 //! and tree sweep, the SVG plot, contention on the interleaved hub, and clear errors.
 
-use serde_json::Value;
-use std::process::{Command, Output};
-
-fn pipecast(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pipecast"))
-        .args(args)
-        .output()
-        .expect("the pipecast binary runs")
-}
-
-fn sim_json(args: &[&str]) -> Value {
-    let out = pipecast(args);
-    assert!(
-        out.status.success(),
-        "pipecast {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).unwrap();
-    assert_eq!(text.lines().count(), 1, "one JSON object on one line");
-    serde_json::from_str(&text).unwrap()
-}
+mod common;
+use common::{pipecast, pipecast_json};
 
 const HUB: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/hub4x4.json");
 const INTERLEAVED: &str = concat!(
@@ -33,7 +14,7 @@ const INTERLEAVED: &str = concat!(
 #[test]
 fn json_contract_and_sweep() {
     let trees = "auto,linear,binary,naive-linear,binomial,scatter-allgather,kbinomial,flat";
-    let v = sim_json(&[
+    let v = pipecast_json(&[
         "sim",
         "--topology",
         HUB,
@@ -86,7 +67,7 @@ fn json_contract_and_sweep() {
 
 #[test]
 fn the_unaware_chain_contends_on_the_interleaved_hub() {
-    let v = sim_json(&[
+    let v = pipecast_json(&[
         "sim",
         "--topology",
         INTERLEAVED,
@@ -140,7 +121,7 @@ fn svg_has_one_line_per_tree_and_table_prints() {
 #[test]
 fn link_rate_takes_tc_spelling_or_bare_gbit() {
     let sim = |rate: &str| {
-        let v = sim_json(&[
+        let v = pipecast_json(&[
             "sim",
             "--topology",
             HUB,
@@ -178,7 +159,7 @@ fn link_rate_chooses_by_its_own_profile() {
             "--json",
         ];
         args.extend_from_slice(extra);
-        let v = sim_json(&args);
+        let v = pipecast_json(&args);
         let r = &v["results"][0];
         (
             r["predicted_us"].as_f64().unwrap(),

@@ -2,6 +2,9 @@
 //! (showing the `Bootstrap` trait is object-safe and all the communicator needs), every root,
 //! barriers, and a bad topology.
 
+mod common;
+use common::pattern;
+
 use pipecast::comm::{Algorithm, Bootstrap, Comm, CommError, Config};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
@@ -49,12 +52,6 @@ fn run_ranks<T: Send + 'static>(
         })
         .collect();
     threads.into_iter().map(|t| t.join().unwrap()).collect()
-}
-
-fn pattern(len: usize, root: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i * 31 + root * 7 + i / 251) as u8)
-        .collect()
 }
 
 #[test]

@@ -5,6 +5,7 @@
 //! broadcasts. Timing decides nothing here.
 
 // The demo builds its own lab: this file uses only the users and helpers of `lab`.
+mod common;
 #[allow(dead_code, unused_macros, unused_imports)]
 mod lab;
 
@@ -176,7 +177,10 @@ fn ctrl_c_during_the_broadcasts_removes_the_lab() {
 #[test]
 fn without_user_namespaces_the_demo_runs_the_local_benchmark() {
     if !pipecast::lab::is_root() {
-        eprintln!("SKIPPED: needs root (to map nobody into a user namespace that refuses more)");
+        common::skip_or_fail(
+            "root",
+            "needs root (to map nobody into a user namespace that refuses more)",
+        );
         return;
     }
     // The first shell waits for its uid map (written below, as root), then a PID namespace
@@ -200,9 +204,15 @@ fn without_user_namespaces_the_demo_runs_the_local_benchmark() {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn();
-    let Ok(mut child) = child else {
-        eprintln!("SKIPPED: unshare (util-linux) cannot run");
-        return;
+    let mut child = match child {
+        Ok(child) => child,
+        Err(e) => {
+            common::skip_or_fail(
+                "util-linux",
+                format!("unshare (util-linux) cannot run: {e}"),
+            );
+            return;
+        }
     };
     // The map can be written once the child is in its new user namespace.
     let ours = std::fs::read_link("/proc/self/ns/user").unwrap();
@@ -211,7 +221,10 @@ fn without_user_namespaces_the_demo_runs_the_local_benchmark() {
     while std::fs::read_link(&theirs).is_ok_and(|ns| ns == ours) {
         if child.try_wait().unwrap().is_some() || std::time::Instant::now() > deadline {
             let out = child.wait_with_output().unwrap();
-            eprintln!("SKIPPED: no user namespace of our own: {}", text(&out));
+            common::skip_or_fail(
+                "userns",
+                format!("no user namespace of our own: {}", text(&out)),
+            );
             return;
         }
         std::thread::sleep(std::time::Duration::from_millis(10));

@@ -8,7 +8,7 @@ mod common;
 use serde_json::Value;
 use std::process::{Command, Output};
 
-const EXE: &str = env!("CARGO_BIN_EXE_pipecast");
+use common::EXE;
 const CHECKS: [&str; 9] = [
     "open-mpi",
     "cap-net-raw",
@@ -78,13 +78,9 @@ fn doctor_reports_as_this_user() {
 
 #[test]
 fn doctor_reports_as_nobody() {
-    if !pipecast::lab::is_root() {
-        eprintln!("skipped: running as nobody needs root (setpriv)");
-        return;
-    }
-    let Some(mut cmd) = common::as_nobody(EXE) else {
-        eprintln!("skipped: setpriv (util-linux) is not installed");
-        return;
+    let mut cmd = match common::as_nobody(EXE) {
+        Ok(cmd) => cmd,
+        Err(missing) => return missing.skip(),
     };
     let out = cmd
         .args(["doctor", "--json", "--lldp-seconds", "3"])
@@ -121,6 +117,10 @@ fn a_component_for_another_release_and_a_missing_interface_fail() {
         assert!(String::from_utf8_lossy(&out.stderr).contains("check failed"));
     } else {
         assert_eq!(open_mpi["status"], "warn", "{v}");
+        common::skip_or_fail(
+            "openmpi",
+            "the component's check: `ompi_info` is not installed",
+        );
     }
     let out = Command::new(EXE)
         .args([

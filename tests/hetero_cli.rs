@@ -1,13 +1,12 @@
 //! `pipecast hetero` and `pipecast hetero gen`: the JSON contract and clear errors.
 
-use std::path::PathBuf;
-use std::process::Command;
+mod common;
 
+use std::path::PathBuf;
+
+/// `pipecast ARGS`: whether it succeeded, its stdout and its stderr.
 fn pipecast(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_pipecast"))
-        .args(args)
-        .output()
-        .unwrap();
+    let out = common::pipecast(args);
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -2,6 +2,7 @@
 //! LLDP and check that discovery reproduces the lab's own topology. Needs root and lldpd;
 //! without them each test prints why it skips. Every lab is removed by a guard.
 
+mod common;
 mod lab;
 
 use lab::{
@@ -319,10 +320,7 @@ fn up_refuses_bad_input_and_leaves_nothing_behind() {
 #[test]
 fn nobody_builds_uses_and_removes_a_lab() {
     let user = User::Nobody;
-    if let Some(reason) = user.skip_reason() {
-        eprintln!("skipping: {reason}");
-        return;
-    }
+    common::require!(user.missing());
     let lab = Lab::up_as(
         user,
         "n",
@@ -449,11 +447,12 @@ fn ranks_start_in_the_callers_working_directory() {
 
 #[test]
 fn mpirun_places_the_files_ranks_machine_by_machine() {
-    require_lab!();
-    if pipecast::lab::find_tool("mpirun").is_none() {
-        eprintln!("skipping: mpirun not installed (apt-get install openmpi-bin)");
-        return;
-    }
+    require_lab!(pipecast::lab::find_tool("mpirun")
+        .is_none()
+        .then(|| common::missing(
+            "openmpi",
+            "mpirun not installed (apt-get install openmpi-bin)"
+        )));
     let lab = Lab::up(
         "m",
         r#"{"switches": ["s0", "s1"], "links": [["s0", "s1"]],

@@ -7,20 +7,14 @@
 //! 4.0 on UCX's TCP transport deadlocks in MPI_Finalize now and then unless the shim meets
 //! the ranks in a PMI barrier first and keeps UCX progressing while MPICH's finalize waits on
 //! PMI (docs/results-mpich.md), which its verbose output must show at every rank. Skips when
-//! MPICH or the lab's tools are missing.
+//! MPICH or the lab's tools are missing (fails under `PIPECAST_REQUIRE`).
 
 mod common;
 mod lab;
 
-use common::have;
+use common::requirements::mpich;
 use lab::{as_each_user, require_lab, text, Lab, User, EXE};
 use std::path::Path;
-
-/// Why the MPICH side of the test cannot run here, if so.
-fn mpich_missing() -> Option<String> {
-    (!have("mpicc.mpich", &["-show"]) || !have("mpiexec.mpich", &["--version"]))
-        .then(|| "MPICH not installed (apt-get install mpich libmpich-dev)".to_string())
-}
 
 /// The MPICH shim and the test program (built with MPICH's mpicc) in `dir`.
 fn build(dir: &Path) {
@@ -106,7 +100,7 @@ fn lab_up(user: User, tag: &str) -> Lab {
 
 #[test]
 fn shim_carries_broadcasts_between_lab_hosts_under_mpich() {
-    require_lab!(mpich_missing());
+    require_lab!(mpich());
     as_each_user(|user| {
         let lab = lab_up(user, "mc");
         // Every broadcast through pipecast's transport.
@@ -148,7 +142,7 @@ fn shim_carries_broadcasts_between_lab_hosts_under_mpich() {
 /// both fixes together on a busy machine: all ended well.
 #[test]
 fn two_ranks_per_machine_under_mpich() {
-    require_lab!(mpich_missing());
+    require_lab!(mpich());
     let lab = lab_up(User::Me, "m2");
     let stderr = run(&lab, 2, &[("PIPECAST_HOST_MIN_BYTES", "0")]);
     let n = common::carried(&stderr, "pipecast-preload");

@@ -5,15 +5,16 @@
 //! (an unloadable component silently falls back, OMPI.md).
 
 mod common;
-use common::{carried, have};
+use common::requirements::{mpich, openmpi, tool};
+use common::{carried, missing, require};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// Where the test's artifacts go, built once per test binary run.
 fn build() -> Option<PathBuf> {
-    if !have("mpicc", &["--version"]) || !have("pkg-config", &["--exists", "ompi-c"]) {
-        eprintln!("SKIPPED: Open MPI development files not installed (apt-get install openmpi-bin libopenmpi-dev pkg-config)");
+    if let Some(missing) = openmpi() {
+        missing.skip();
         return None;
     }
     let out = common::artifact_dir("ompi");
@@ -183,10 +184,7 @@ fn one_host_defers_small_broadcasts_by_default() {
 fn one_host_oversubscribed_defers_below_16_mib() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let Some(dir) = build() else { return };
-    if !have("taskset", &["--version"]) {
-        eprintln!("SKIPPED: taskset (util-linux) not installed");
-        return;
-    }
+    require!(tool("util-linux", "taskset", &["--version"]));
     let test = dir.join("mpi_bcast_test");
     let args = component_args(&dir, &[]);
     let one_cpu = ["taskset", "-c", "0"];
@@ -457,11 +455,11 @@ fn a_send_pending_across_a_component_broadcast() {
     check_pending_send(&out, "coll:pipecast");
 }
 
-/// [`build`] with the MPICH shim: the directory and the shim; `None` (skipped, said why) where
-/// MPICH or Open MPI is missing.
+/// [`build`] with the MPICH shim: the directory and the shim; `None` (skipped, said why, or
+/// failed under `PIPECAST_REQUIRE`) where MPICH or Open MPI is missing.
 fn build_mpich() -> Option<(PathBuf, PathBuf)> {
-    if !have("mpicc.mpich", &["--version"]) {
-        eprintln!("SKIPPED: MPICH not installed (apt-get install mpich libmpich-dev)");
+    if let Some(missing) = mpich() {
+        missing.skip();
         return None;
     }
     let dir = build()?;
@@ -510,8 +508,8 @@ fn overlapping_ibcasts() {
     check_ibcast(&out, "coll:pipecast");
     let out = mpirun(4, &shim, &[program]);
     check_ibcast(&out, "pipecast-preload");
-    if !have("mpicc.mpich", &["--version"]) {
-        eprintln!("SKIPPED (MPICH part): MPICH not installed (apt-get install mpich libmpich-dev)");
+    if let Some(missing) = mpich() {
+        common::skip_or_fail(missing.kind, format!("the MPICH part: {}", missing.reason));
         return;
     }
     let program = compile(
@@ -559,16 +557,14 @@ fn check_ibcast(out: &Output, marker: &str) {
 #[test]
 fn mpi4py_suite() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Ok(tests) = std::env::var("PIPECAST_MPI4PY_TESTS") else {
-        eprintln!(
-            "SKIPPED: set PIPECAST_MPI4PY_TESTS to mpi4py 3.1.4's test/ directory (.ci/run does)"
-        );
-        return;
-    };
-    if !have("/usr/bin/python3", &["-c", "import mpi4py"]) {
-        eprintln!("SKIPPED: python3-mpi4py not installed");
-        return;
-    }
+    let tests = std::env::var("PIPECAST_MPI4PY_TESTS").unwrap_or_default();
+    require!(
+        tests.is_empty().then(|| missing(
+            "mpi4py",
+            "set PIPECAST_MPI4PY_TESTS to mpi4py 3.1.4's test/ directory (.ci/run does)"
+        )),
+        tool("mpi4py", "/usr/bin/python3", &["-c", "import mpi4py"]),
+    );
     let Some(dir) = build() else { return };
     let runtests = format!("{tests}/runtests.py");
     let suite = ["/usr/bin/python3", &runtests, "-q", "-i", "test_cco"];

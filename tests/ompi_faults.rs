@@ -13,7 +13,8 @@
 //!   which checks every broadcast that succeeded); the same in an `MPI_Ibcast`.
 
 mod common;
-use common::{carried, have, text};
+use common::requirements::{mpich, openmpi};
+use common::{carried, text};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -23,8 +24,8 @@ use std::time::{Duration, Instant};
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn build() -> Option<PathBuf> {
-    if !have("mpicc", &["--version"]) || !have("pkg-config", &["--exists", "ompi-c"]) {
-        eprintln!("SKIPPED: Open MPI development files not installed (apt-get install openmpi-bin libopenmpi-dev pkg-config)");
+    if let Some(missing) = openmpi() {
+        missing.skip();
         return None;
     }
     let out = common::artifact_dir("ompi-faults");
@@ -34,7 +35,7 @@ fn build() -> Option<PathBuf> {
         ("mpicc", "mpi_fault_test"),
         ("mpicc.mpich", "mpi_fault_test_mpich"),
     ] {
-        if mpicc == "mpicc.mpich" && !have(mpicc, &["--version"]) {
+        if mpicc == "mpicc.mpich" && mpich().is_some() {
             continue;
         }
         let cc = Command::new(mpicc)
@@ -62,13 +63,14 @@ enum Glue {
     Mpich,
 }
 
-/// The glues this machine has (MPICH is optional).
+/// The glues this machine has (MPICH is optional, but for `PIPECAST_REQUIRE=mpich`).
 fn glues() -> Vec<Glue> {
     let mut glues = vec![Glue::Component, Glue::Shim];
-    if have("mpicc.mpich", &["--version"]) && have("mpiexec.mpich", &["--version"]) {
-        glues.push(Glue::Mpich);
-    } else {
-        eprintln!("SKIPPED (MPICH part): MPICH not installed (apt-get install mpich libmpich-dev)");
+    match mpich() {
+        None => glues.push(Glue::Mpich),
+        Some(missing) => {
+            common::skip_or_fail(missing.kind, format!("the MPICH part: {}", missing.reason))
+        }
     }
     glues
 }

@@ -4,22 +4,16 @@
 //! between the namespaces. Before multi-host addressing a rank listened on 127.0.0.1, which no
 //! other namespace can reach, and every broadcast fell back; here the component's counters
 //! must show pipecast carried them, no fallback, and the data NIC `eth0` (not the management
-//! NIC `mgmt0`) must have carried the bytes. Needs root, the lab's tools and Open MPI; skips
-//! otherwise.
+//! NIC `mgmt0`) must have carried the bytes. Needs the lab's tools and Open MPI; skips
+//! otherwise (fails under `PIPECAST_REQUIRE`: tests/common/requirements.rs).
 
 mod common;
 mod lab;
 
-use common::have;
+use common::requirements::openmpi;
 use lab::{pipecast, require_lab, text, Lab, EXE};
 use std::path::Path;
 use std::process::Command;
-
-/// Why the Open MPI side of the test cannot run here, if so.
-fn open_mpi_missing() -> Option<String> {
-    (!have("mpicc", &["--version"]) || !have("pkg-config", &["--exists", "ompi-c"]))
-        .then(|| "Open MPI development files not installed (apt-get install openmpi-bin libopenmpi-dev pkg-config)".to_string())
-}
 
 /// The component and the test program, built into a directory of this test's own.
 fn build(out: &Path) {
@@ -41,7 +35,7 @@ fn tx_bytes(lab: &str, machines: &[&str], iface: &str) -> Vec<u64> {
 
 #[test]
 fn component_carries_broadcasts_between_lab_hosts() {
-    require_lab!(open_mpi_missing());
+    require_lab!(openmpi());
     let lab = Lab::up(
         "om",
         r#"{"switches": ["s0", "s1"], "links": [["s0", "s1"]],

@@ -1,13 +1,9 @@
 //! `pipecast topo` end to end: generate, check, and fail clearly on bad input.
 
-use std::process::Command;
+mod common;
+use common::{pipecast, EXE};
 
-fn pipecast(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_pipecast"))
-        .args(args)
-        .output()
-        .expect("the pipecast binary runs")
-}
+use std::process::Command;
 
 #[test]
 fn generate_then_check() {
@@ -127,7 +123,7 @@ fn a_very_long_switch_name_is_checked_without_a_panic() {
 #[test]
 fn a_closed_stdout_ends_the_tool_quietly() {
     use std::process::{Command, Stdio};
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pipecast"))
+    let mut child = Command::new(EXE)
         .args([
             "topo",
             "gen",
@@ -176,7 +172,7 @@ fn an_oversized_input_file_is_refused_with_the_limit() {
     )
     .unwrap();
     let check = |limit: &str| {
-        Command::new(env!("CARGO_BIN_EXE_pipecast"))
+        Command::new(EXE)
             .args(["topo", "check", path.to_str().unwrap()])
             .env("PIPECAST_MAX_INPUT_BYTES", limit)
             .output()

@@ -11,6 +11,7 @@
 mod common;
 mod lab;
 
+use common::requirements::tool;
 use lab::{as_each_user, require_lab, text, Lab, User, EXE};
 use std::process::Command;
 
@@ -19,15 +20,6 @@ use std::process::Command;
 const TOPOLOGY: &str = r#"{"switches": ["s0", "s1", "s2"], "links": [["s0", "s1"], ["s0", "s2"]],
  "machines": [{"name": "n0", "switch": "s1"}, {"name": "n1", "switch": "s2"}, {"name": "n2", "switch": "s0"},
               {"name": "n3", "switch": "s1"}, {"name": "n4", "switch": "s2"}]}"#;
-
-/// Why the loss test cannot drop frames here, if so.
-fn nft_missing() -> Option<String> {
-    Command::new("nft")
-        .arg("--version")
-        .output()
-        .is_err()
-        .then(|| "`nft` (nftables) is not installed".to_string())
-}
 
 /// This file's operations on its lab.
 impl Lab {
@@ -188,7 +180,7 @@ fn a_contending_chain_with_large_segments_recovers_lost_tails() {
 
 #[test]
 fn raweth_broadcasts_are_byte_exact_with_one_percent_loss_at_a_switch() {
-    require_lab!(nft_missing());
+    require_lab!(tool("nftables", "nft", &["--version"]));
     let lab = Lab::up("rwl", TOPOLOGY, &["--rate", "100mbit"]);
     // s0 carries every frame between the leaf switches.
     lab.lossy("s0", 1);
@@ -273,14 +265,9 @@ fn raweth_on_one_host_is_a_clear_error() {
 /// `auto` runs over tcp.
 #[test]
 fn without_cap_net_raw_raweth_names_the_capability_and_auto_uses_tcp() {
-    if !pipecast::lab::is_root() {
-        eprintln!(
-            "skipped: not root (the unprivileged case is raweth_on_one_host_is_a_clear_error)"
-        );
-        return;
-    }
-    if !common::have("setpriv", &["--version"]) {
-        eprintln!("skipped: setpriv (util-linux) is not installed");
+    // Not root: the unprivileged case is raweth_on_one_host_is_a_clear_error.
+    if let Err(missing) = common::as_nobody(EXE) {
+        missing.skip();
         return;
     }
     let run = |transport: &str| {
@@ -306,7 +293,11 @@ fn without_cap_net_raw_raweth_names_the_capability_and_auto_uses_tcp() {
     };
     let out = run("raweth");
     if text(&out).contains("Permission denied") && !text(&out).contains("CAP_NET_RAW") {
-        eprintln!("skipped: nobody cannot execute {EXE}: {}", text(&out));
+        // The build directory is not open to others (a home directory of mode 0700, say).
+        common::skip_or_fail(
+            "root",
+            format!("nobody cannot execute {EXE}: {}", text(&out)),
+        );
         return;
     }
     assert!(!out.status.success(), "{}", text(&out));

@@ -8,6 +8,8 @@
 
 mod common;
 
+use common::pattern;
+use common::requirements::tool;
 use pipecast::engine::{Bcast, Config as EngineConfig, Endpoint, Setup};
 use pipecast::plan::Lane;
 use pipecast::transport::raweth::socket::{Mac, RawSocket, RecvBatch};
@@ -109,31 +111,27 @@ fn wait_up(ns: &str, dev: &str) {
     }
 }
 
-fn why_skip(need_nft: bool) -> Option<String> {
-    // SAFETY-free check: root is uid 0 in /proc/self/status.
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let uid_root = status
-        .lines()
-        .find(|l| l.starts_with("Uid:"))
-        .is_some_and(|l| l.split_whitespace().nth(2) == Some("0"));
-    if !uid_root {
-        return Some("not root: network namespaces and CAP_NET_RAW are needed".into());
+/// What the test lacks here, if anything: root (network namespaces, CAP_NET_RAW), iproute2
+/// and, with `need_nft`, nftables.
+fn missing(need_nft: bool) -> Option<common::Missing> {
+    if !pipecast::lab::is_root() {
+        return Some(common::missing(
+            "root",
+            "not root: network namespaces and CAP_NET_RAW are needed",
+        ));
     }
-    if sh(&["ip", "-V"]).is_err() {
-        return Some("`ip` (iproute2) is not installed".into());
-    }
-    if need_nft && sh(&["nft", "--version"]).is_err() {
-        return Some("`nft` (nftables) is not installed".into());
-    }
-    None
+    tool("iproute2", "ip", &["-V"]).or_else(|| {
+        need_nft
+            .then(|| tool("nftables", "nft", &["--version"]))
+            .flatten()
+    })
 }
 
+/// Returns from the test when it cannot run here ([`missing`]): skipped, or failed under
+/// `PIPECAST_REQUIRE`.
 macro_rules! skip_unless_able {
     ($nft:expr) => {
-        if let Some(reason) = why_skip($nft) {
-            eprintln!("skipped: {reason}");
-            return;
-        }
+        common::require!(missing($nft))
     };
 }
 
@@ -249,12 +247,6 @@ fn tbf(ns: &str, dev: &str, rate: &str) {
         rate, "burst", "65536", "limit", "262144",
     ])
     .unwrap();
-}
-
-fn pattern(len: usize, salt: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i * 131 + salt * 17 + i / 977) as u8)
-        .collect()
 }
 
 #[derive(Clone)]
@@ -827,9 +819,9 @@ fn without_cap_net_raw_the_error_names_the_capability() {
     }
     skip_unless_able!(false);
     let me = std::env::current_exe().unwrap();
-    let Some(mut probe) = common::as_nobody(&me) else {
-        eprintln!("skipped: setpriv (util-linux) is not installed");
-        return;
+    let mut probe = match common::as_nobody(&me) {
+        Ok(probe) => probe,
+        Err(missing) => return missing.skip(),
     };
     let out = probe
         .args([

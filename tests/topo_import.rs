@@ -1,14 +1,11 @@
 //! `pipecast topo import --format mpich-coords|slurm FILE`: the written topology passes
 //! `topo check` and plans; bad files and endless ones end with a message naming the file.
 
+mod common;
+use common::{pipecast, EXE};
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-const EXE: &str = env!("CARGO_BIN_EXE_pipecast");
-
-fn pipecast(args: &[&str]) -> Output {
-    Command::new(EXE).args(args).output().unwrap()
-}
 
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("pipecast-import-{}-{name}", std::process::id()));

@@ -3,11 +3,13 @@
 //! distinct plan (not per broadcast), and the files agree: every rank's parent lists it among
 //! its children, in every lane, and only the root has none.
 
+mod common;
+
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::process::Command;
 
-const EXE: &str = env!("CARGO_BIN_EXE_pipecast");
+use common::EXE;
 const RANKS: usize = 4;
 
 #[test]

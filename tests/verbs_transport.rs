@@ -8,7 +8,7 @@ mod common;
 use common::text;
 use std::process::{Command, Output};
 
-const EXE: &str = env!("CARGO_BIN_EXE_pipecast");
+use common::EXE;
 
 fn bench(transport: &str, ranks: &str) -> Output {
     Command::new(EXE)

@@ -163,8 +163,6 @@ pub enum PlanError {
     Hetero { name: String, reason: String },
     #[error("tree hetero:{0} is built by seed 004's heuristics (hetero::build_plan), not by plan::build")]
     BuiltByHetero(String),
-    #[error("tree {0} is not implemented yet")]
-    NotImplemented(String),
     #[error("tree {tree}: {ranks} ranks exceed the planner's limit of {max} (its dynamic program needs O(P²) memory): use linear or kbinomial")]
     TooLarge {
         tree: String,

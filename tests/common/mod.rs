@@ -1,9 +1,57 @@
-//! Shared by the tests that link the library from C: `cargo test` builds only the rlib, so
-//! they build the cdylib and staticlib themselves (once per test binary).
+//! Shared by the integration tests: what a test needs that a machine may lack
+//! ([`requirements`], `PIPECAST_REQUIRE`), running the pipecast binary, the seeded pattern
+//! broadcasts are checked against, and for the tests that link the library from C, the
+//! cdylib and staticlib (`cargo test` builds only the rlib; built once per test binary).
+
+pub mod requirements;
+#[allow(unused_imports)] // not every test binary checks what it needs
+pub(crate) use requirements::require;
+#[allow(unused_imports)]
+pub use requirements::{missing, skip_or_fail, Missing};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
+
+/// The pipecast binary under test.
+#[allow(dead_code)] // not every test binary runs it
+pub const EXE: &str = env!("CARGO_BIN_EXE_pipecast");
+
+/// Runs `pipecast ARGS` to completion.
+#[allow(dead_code)] // not every test binary runs it
+pub fn pipecast(args: &[&str]) -> std::process::Output {
+    Command::new(EXE)
+        .args(args)
+        .output()
+        .expect("the pipecast binary runs")
+}
+
+/// Runs `pipecast ARGS`, which must succeed and print one JSON object on one line; returns it.
+#[allow(dead_code)] // used by the CLI tests only
+pub fn pipecast_json(args: &[&str]) -> serde_json::Value {
+    let out = pipecast(args);
+    assert!(
+        out.status.success(),
+        "pipecast {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        text.lines().count(),
+        1,
+        "one JSON object on one line: {text}"
+    );
+    serde_json::from_str(&text).unwrap()
+}
+
+/// `len` bytes of the seeded pattern a broadcast test sends (a different one per `seed`: say,
+/// per root), so that a byte landed at the wrong offset or from another broadcast shows.
+#[allow(dead_code)] // used by the tests that broadcast in process only
+pub fn pattern(len: usize, seed: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i * 131 + seed * 17 + i / 977) as u8)
+        .collect()
+}
 
 /// A fresh directory for a test binary's built artifacts (shared libraries, MPI programs),
 /// inside cargo's `target/tmp`: reused by the next run and gone with `cargo clean`, where a
@@ -116,11 +164,15 @@ pub fn make_ffi(out: &Path, targets: &[&str]) {
 }
 
 /// `program` to be run as `nobody` without any capability (setpriv, util-linux), for the
-/// unprivileged paths of tests that run as root; `None` when setpriv is missing.
-#[allow(dead_code)] // used by the raw Ethernet tests only
-pub fn as_nobody(program: impl AsRef<std::ffi::OsStr>) -> Option<Command> {
-    if !have("setpriv", &["--version"]) {
-        return None;
+/// unprivileged paths of tests that run as root; what is missing when this is not root or
+/// setpriv is not installed.
+#[allow(dead_code)] // used by the tests of unprivileged paths only
+pub fn as_nobody(program: impl AsRef<std::ffi::OsStr>) -> Result<Command, Missing> {
+    if let Some(missing) = requirements::root() {
+        return Err(missing);
+    }
+    if let Some(missing) = requirements::tool("util-linux", "setpriv", &["--version"]) {
+        return Err(missing);
     }
     let mut cmd = Command::new("setpriv");
     cmd.args([
@@ -131,7 +183,7 @@ pub fn as_nobody(program: impl AsRef<std::ffi::OsStr>) -> Option<Command> {
         "--bounding-set=-all",
     ])
     .arg(program);
-    Some(cmd)
+    Ok(cmd)
 }
 
 /// A finished process's status, stdout and stderr, for an assertion message.

@@ -1,20 +1,17 @@
 //! Shared by the tests that build a lab with `pipecast lab up` (`lab_discover`, `raweth_comm`,
 //! `ompi_lab`, `demo`): running the pipecast binary (as this user or, from root, as `nobody`
-//! through `setpriv`: the lab without root), the reason a lab test skips, and a lab that is
-//! taken down when dropped. Each test binary compiles this module on its own, so an item one
+//! through `setpriv`: the lab without root), what a lab test lacks here (a skip, or a failure
+//! under `PIPECAST_REQUIRE`: tests/common/requirements.rs), and a lab that is taken down when
+//! dropped. Each test binary compiles this module on its own, so an item one
 //! of them does not use carries `#[allow(dead_code)]`.
 
+use crate::common::requirements::{self, Missing};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-/// The pipecast binary under test.
-pub const EXE: &str = env!("CARGO_BIN_EXE_pipecast");
-
-/// Runs `pipecast ARGS` to completion.
-#[allow(dead_code)] // lab_rails and mpich_lab run everything through a `User`
-pub fn pipecast(args: &[&str]) -> Output {
-    User::Me.pipecast(args)
-}
+#[allow(unused_imports)] // lab_rails and mpich_lab run everything through a `User`
+pub use crate::common::pipecast;
+pub use crate::common::{text, EXE};
 
 /// Who runs the pipecast commands of a test.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -25,22 +22,14 @@ pub enum User {
     Nobody,
 }
 
-/// The users a lab test runs as here: this user, and `nobody` when this user is root (CI).
-#[allow(dead_code)]
-pub fn users() -> Vec<User> {
-    if pipecast::lab::is_root() {
-        vec![User::Me, User::Nobody]
-    } else {
-        vec![User::Me]
-    }
-}
-
-/// Runs `test` as each of [`users`] that can build a lab here, saying why it skips the others.
+/// Runs `test` as this user and as `nobody` (which needs root: CI), each where it can build a
+/// lab here; says why it skips the other, or fails when `PIPECAST_REQUIRE` names what is
+/// missing.
 #[allow(dead_code)]
 pub fn as_each_user(mut test: impl FnMut(User)) {
-    for user in users() {
-        match user.skip_reason() {
-            Some(reason) => eprintln!("skipping as {user:?}: {reason}"),
+    for user in [User::Me, User::Nobody] {
+        match user.missing() {
+            Some(m) => requirements::skip_or_fail(m.kind, format!("as {user:?}: {}", m.reason)),
             None => test(user),
         }
     }
@@ -70,26 +59,35 @@ impl User {
             .expect("runs pipecast")
     }
 
-    /// Why this user cannot build a lab here, if so.
+    /// What this user lacks to build a lab here, if anything.
     #[allow(dead_code)] // ompi_lab runs as root only
-    pub fn skip_reason(self) -> Option<String> {
+    pub fn missing(self) -> Option<Missing> {
         match self {
-            User::Me => skip_reason(),
+            User::Me => self::missing(),
             User::Nobody => {
                 if !pipecast::lab::is_root() {
-                    return Some("not root: cannot switch to nobody".into());
+                    return Some(requirements::missing(
+                        "root",
+                        "not root: cannot switch to nobody",
+                    ));
                 }
                 let out = self
                     .command("unshare")
                     .args(["--user", "--map-root-user", "--net", "--mount", "true"])
                     .output();
                 match out {
-                    Err(e) => Some(format!("setpriv (util-linux) cannot run: {e}")),
-                    Ok(o) if !o.status.success() => Some(format!(
-                        "nobody gets no user namespace here: {}",
-                        String::from_utf8_lossy(&o.stderr).trim()
+                    Err(e) => Some(requirements::missing(
+                        "util-linux",
+                        format!("setpriv (util-linux) cannot run: {e}"),
                     )),
-                    Ok(_) => skip_reason(),
+                    Ok(o) if !o.status.success() => Some(requirements::missing(
+                        "userns",
+                        format!(
+                            "nobody gets no user namespace here: {}",
+                            String::from_utf8_lossy(&o.stderr).trim()
+                        ),
+                    )),
+                    Ok(_) => self::missing(),
                 }
             }
         }
@@ -101,16 +99,6 @@ impl User {
             std::os::unix::fs::chown(path, Some(65_534), Some(65_534)).unwrap();
         }
     }
-}
-
-/// Status, stdout and stderr of a finished command, for assertion messages.
-pub fn text(o: &Output) -> String {
-    format!(
-        "status {}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// Rank 0's JSON report in the output of `lab run … pipecast bench --json` (its lines are
@@ -125,29 +113,35 @@ pub fn rank0_json(out: &Output) -> serde_json::Value {
     serde_json::from_str(line).unwrap()
 }
 
-/// Why no lab can be built here (a tool missing; without root: user namespaces refused), if so.
-pub fn skip_reason() -> Option<String> {
-    if let Err(e) = pipecast::lab::require_tools() {
-        return Some(e.to_string());
+/// What this user lacks to build a lab here (a tool, named by its package; without root: user
+/// namespaces), if anything.
+pub fn missing() -> Option<Missing> {
+    use pipecast::lab::LabError;
+    requirements::required_kinds();
+    match pipecast::lab::require_tools() {
+        Ok(()) => None,
+        Err(LabError::MissingTool { tool, package }) => {
+            let kind = requirements::KINDS
+                .iter()
+                .map(|(k, _)| *k)
+                .find(|k| *k == package)
+                .unwrap_or_else(|| panic!("lab tool {tool}'s package {package} is no kind"));
+            Some(requirements::missing(
+                kind,
+                format!("{tool} not installed (apt-get install {package})"),
+            ))
+        }
+        Err(e @ LabError::UserNamespaces(_)) => Some(requirements::missing("userns", e)),
+        Err(e) => panic!("pipecast::lab::require_tools: {e}"),
     }
-    None
 }
 
-/// Returns from the test, saying why, when no lab can be built here ([`skip_reason`]) or when
-/// the optional `Option<String>` expression, evaluated only if a lab can be built, gives a
-/// reason (a further tool the test needs).
+/// Returns from the test (skipped, or failed under `PIPECAST_REQUIRE`) when no lab can be
+/// built here ([`missing`]), or when one of the optional further `Option<Missing>`
+/// expressions (evaluated in order, only if a lab can be built) finds something missing.
 macro_rules! require_lab {
-    () => {
-        if let Some(reason) = $crate::lab::skip_reason() {
-            eprintln!("skipping: {reason}");
-            return;
-        }
-    };
-    ($also:expr) => {
-        if let Some(reason) = $crate::lab::skip_reason().or_else(|| $also) {
-            eprintln!("skipping: {reason}");
-            return;
-        }
+    ($($also:expr),* $(,)?) => {
+        $crate::common::require!($crate::lab::missing() $(, $also)*)
     };
 }
 pub(crate) use require_lab;
