@@ -1,6 +1,8 @@
 #!/bin/sh
-# Runs every fuzz target of fuzz/ for a given time (default 300 s each) and prints a markdown
-# table of runs, coverage and crashes (docs/fuzzing.md holds the last results).
+# Runs every fuzz target of fuzz/ for a given time (default 300 s each), each from its seeds
+# (fuzz/seeds/TARGET/) and its working corpus (fuzz/corpus/TARGET/, kept between runs; remove
+# it to start from the seeds alone), and prints a markdown table of runs, coverage and crashes
+# (docs/fuzzing.md holds the last results).
 #
 #   bench/fuzz.sh                 # every target, 5 minutes each
 #   bench/fuzz.sh 30              # 30 s each
@@ -38,35 +40,30 @@ max_len() {
   esac
 }
 
-# Seeds from the repository's own examples.
+# Seeds: fuzz/seeds/TARGET/, valid inputs made by the library's own encoders and checked by
+# tests/fuzz_seeds.rs (they get the fuzzer past magic numbers, versions and checksums), and for
+# the text formats the repository's own files, copied into the working corpus here.
 seed() {
   dir=corpus/$1
   mkdir -p "$dir"
   case $1 in
     files) cp ../tests/data/*.json ../profiles/*.json ../examples/*.json "$dir"/ 2>/dev/null || true ;;
     lldp) cp ../tests/data/lldp/*.bin "$dir"/ 2>/dev/null || true ;;
-    names) for s in linear binary kary:3 kbinomial:2 hetero:prune auto tcp raweth:eth0 \
-                    02:00:00:00:00:01 64KiB 4M eth0,198.18.0.0/16; do
-             printf '%s' "$s" > "$dir/$(printf '%s' "$s" | tr -c 'a-zA-Z0-9' _)"
-           done ;;
-    raweth_rx) # A 112-byte broadcast in 1000-byte segments; one sealed data frame from rank 0
-               # (control 0x18) of 100 + 112 bytes: kind 1, per-peer seq 1, payload 0xab.
-               { printf '\020\000\000\000\030\324\000\003\001'; head -c 62 /dev/zero
-                 printf '\001'; head -c 35 /dev/zero; head -c 112 /dev/zero | tr '\000' '\253'
-               } > "$dir/one_frame" ;;
-    topo_import) printf '# rank: group id, switch id, port number\n0: 1 7 -1\n1: 1 10 -1\n2: 2 3 5\n3: 2 3 5\n' > "$dir/coords"
-                 printf 'SwitchName=s0 Switches=s[1-2]\nSwitchName=s1 Nodes=n[0-3]\nSwitchName=s2 Nodes=n[4-7]\n' > "$dir/topology.conf" ;;
   esac
 }
 
-echo "| target | max_len | seconds | runs | coverage | result |"
-echo "|---|---|---|---|---|---|"
+echo "| target | max_len | seconds | runs | seed coverage | coverage | corpus | result |"
+echo "|---|---|---|---|---|---|---|---|"
 status=0
 for t in $TARGETS; do
   seed "$t"
   mkdir -p "artifacts/$t"
   log=$(mktemp)
-  if "$BIN/$t" "corpus/$t" -max_total_time="$SECONDS_EACH" -max_len="$(max_len "$t")" \
+  seeds=
+  [ -d "seeds/$t" ] && seeds=seeds/$t
+  # New inputs go to the first directory, corpus/TARGET; seeds/TARGET is only read.
+  # shellcheck disable=SC2086
+  if "$BIN/$t" "corpus/$t" $seeds -max_total_time="$SECONDS_EACH" -max_len="$(max_len "$t")" \
        -artifact_prefix="artifacts/$t/" -print_final_stats=1 >"$log" 2>&1; then
     result="no crash"
   else
@@ -75,7 +72,10 @@ for t in $TARGETS; do
   fi
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
-  echo "| $t | $(max_len "$t") | $SECONDS_EACH | ${runs:-?} | ${cov:-?} | $result |"
+  # Coverage once the seeds and the corpus so far are loaded, before any mutation.
+  inited=$(grep 'INITED' "$log" | grep -o 'cov: [0-9]*' | head -1 | cut -d' ' -f2)
+  corpus=$(find "corpus/$t" -type f | wc -l)
+  echo "| $t | $(max_len "$t") | $SECONDS_EACH | ${runs:-?} | ${inited:-?} | ${cov:-?} | $corpus | $result |"
   rm -f "$log"
 done
 exit $status

@@ -25,7 +25,7 @@ pub const KINDS: &[(&str, &str)] = &[
         "user namespaces: `nobody` (or, without root, this user) gets one of its own, for a \
          lab without root",
     ),
-    ("iproute2", "`ip` and `tc`"),
+    ("iproute2", "`ip`, `tc`, `ss`"),
     (
         "lldpd",
         "`lldpd` and `lldpcli` (a lab built as root runs them)",
@@ -37,7 +37,7 @@ pub const KINDS: &[(&str, &str)] = &[
     ("pkg-config", "`pkg-config`"),
     (
         "openmpi",
-        "Open MPI and its development files (`mpicc`, `mpirun`, `pkg-config ompi-c`)",
+        "Open MPI and its development files (`mpicc`, `mpirun`, `ompi_info`, `pkg-config ompi-c`)",
     ),
     (
         "mpich",
