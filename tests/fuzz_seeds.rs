@@ -298,7 +298,7 @@ fn raweth_rx() -> Seeds {
 }
 
 fn shm_record() -> Seeds {
-    let head = pipecast::transport::frame::encode(&Message::Data(data_header()));
+    let head = pipecast::wire::message::emit(&Message::Data(data_header()));
     [
         (
             "hello",
@@ -349,7 +349,7 @@ fn data_header() -> DataHeader {
 }
 
 fn tcp_frame() -> Seeds {
-    use pipecast::transport::frame::encode;
+    use pipecast::wire::message::emit as encode;
     BTreeMap::from([
         ("data", encode(&Message::Data(data_header())).to_vec()),
         (
@@ -429,9 +429,10 @@ fn passes(target: &str, seed: &[u8]) -> bool {
             rest.is_empty() && seed.len() > HEADER_LEN
         }
         "shm_record" => shm::Record::decode(seed).is_ok(),
-        "tcp_frame" => seed
-            .try_into()
-            .is_ok_and(|h| pipecast::transport::frame::decode(1, h).is_ok()),
+        "tcp_frame" => {
+            seed.len() == pipecast::wire::message::HEADER
+                && pipecast::wire::message::parse(seed).is_ok()
+        }
         "topo_import" => {
             pipecast::topology::mpich_coords::import_mpich_coords(text()).is_ok()
                 || pipecast::topology::slurm::parse_slurm_topology(text())
