@@ -175,10 +175,11 @@ fn mpich_hostfile(state: &LabState, slots: &[usize]) -> Result<PathBuf, LabError
     write_run_file(state, "hostfile-mpich", &text, 0o644)
 }
 
-/// Writes `<run dir>/mpich-rsh`: hydra's `-launcher-exec` takes one program, not a command
-/// line, so this script runs `pipecast lab rsh` (and names the lab directory: inside a rootless
-/// lab's user namespace the default would be root's).
-fn mpich_rsh_script(state: &LabState, exe: &Path) -> Result<PathBuf, LabError> {
+/// Writes `<run dir>/lab-rsh`: hydra's `-launcher-exec` and PRRTE's `plm_ssh_agent` take one
+/// program, not a command line (PRRTE keeps the first word), so this script runs `pipecast lab
+/// rsh` (and names the lab directory: inside a rootless lab's user namespace the default would
+/// be root's).
+fn rsh_script(state: &LabState, exe: &Path) -> Result<PathBuf, LabError> {
     let root = super::state::run_root();
     let text = format!(
         "#!/bin/sh\nPIPECAST_LAB_DIR={} exec {} lab rsh --name {} \"$@\"\n",
@@ -186,7 +187,7 @@ fn mpich_rsh_script(state: &LabState, exe: &Path) -> Result<PathBuf, LabError> {
         shell_quote(&exe.display().to_string()),
         shell_quote(&state.name),
     );
-    write_run_file(state, "mpich-rsh", &text, 0o755)
+    write_run_file(state, "lab-rsh", &text, 0o755)
 }
 
 /// `text` quoted for sh.
@@ -265,6 +266,8 @@ fn ompi5_enter_script(state: &LabState, root: &Path, exe: &Path) -> Result<PathB
 # and $PIPECAST_OMPI5_BIND bound at the same paths, then chroot.
 exec unshare --mount --propagation private -- sh -ec '
 root=$1; exe_dir=$2; shift 2
+# The root a mount point of its own: `ip netns exec` inside it remounts / (make-rslave).
+mount --bind "$root" "$root"
 mount -t proc proc "$root/proc"
 mount --rbind /sys "$root/sys"
 mount --rbind /dev "$root/dev"
@@ -283,7 +286,7 @@ exec chroot "$root" sh -c "cd "\$0" && exec "\$@"" "$PWD" "$@"
 /// The Open MPI 5 mpirun command line for the lab (without the user's arguments): as
 /// [`mpirun_command`], with PRRTE's names for the launcher's settings, entered into the root
 /// through `enter`.
-pub fn mpirun5_command(state: &LabState, exe: &Path, hostfile: &Path, enter: &Path) -> Vec<String> {
+pub fn mpirun5_command(state: &LabState, rsh: &Path, hostfile: &Path, enter: &Path) -> Vec<String> {
     let mut cmd: Vec<String> = [
         "ip",
         "netns",
@@ -296,7 +299,7 @@ pub fn mpirun5_command(state: &LabState, exe: &Path, hostfile: &Path, enter: &Pa
         &hostfile.display().to_string(),
         "--prtemca",
         "plm_ssh_agent",
-        &format!("{} lab rsh --name {}", exe.display(), state.name),
+        &rsh.display().to_string(),
         "--prtemca",
         "plm_ssh_no_tree_spawn",
         "1",
@@ -343,7 +346,8 @@ fn mpirun_ompi5(
     let slots = super::machine_ranks(state, per_machine)?;
     let hostfile = hostfile(state, &slots)?;
     let enter = ompi5_enter_script(state, &root, exe)?;
-    let cmd = mpirun5_command(state, exe, &hostfile, &enter);
+    let rsh = rsh_script(state, exe)?;
+    let cmd = mpirun5_command(state, &rsh, &hostfile, &enter);
     let tmpdir = Some(session_base(state, "mg"));
     launch(
         state,
@@ -367,7 +371,7 @@ fn mpiexec_mpich(
     prepare(state, ("mpiexec.mpich", "mpich"), &[])?;
     let slots = super::machine_ranks(state, per_machine)?;
     let hostfile = mpich_hostfile(state, &slots)?;
-    let rsh = mpich_rsh_script(state, exe)?;
+    let rsh = rsh_script(state, exe)?;
     let cmd = mpiexec_command(state, &rsh, &hostfile);
     launch(
         state,
@@ -503,7 +507,7 @@ mod tests {
         // Open MPI 5: entered into its root, PRRTE's names for the launcher's settings.
         let cmd = mpirun5_command(
             &state,
-            Path::new("/bin/pipecast"),
+            Path::new("/r/lab-rsh"),
             Path::new("/x/hostfile"),
             Path::new("/r/ompi5-enter"),
         );
@@ -512,10 +516,7 @@ mod tests {
             &cmd[..6],
             ["ip", "netns", "exec", "t-mg", "/r/ompi5-enter", "mpirun"]
         );
-        assert_eq!(
-            after("plm_ssh_agent"),
-            Some("/bin/pipecast lab rsh --name t")
-        );
+        assert_eq!(after("plm_ssh_agent"), Some("/r/lab-rsh"));
         assert_eq!(after("oob_tcp_if_include"), Some("198.19.0.0/16"));
         assert_eq!(after("btl_tcp_if_include"), Some("198.18.0.0/16"));
     }
