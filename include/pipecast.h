@@ -103,7 +103,9 @@ void pipecast_config_default(pipecast_config *config);
 
 // Reads `PIPECAST_TRANSPORT`, `PIPECAST_TREE`, `PIPECAST_SEGMENT` (bytes, K/M suffixes),
 // `PIPECAST_TOPOLOGY`, `PIPECAST_TIMEOUT_MS`, `PIPECAST_PROFILE` and `PIPECAST_IFACE` into `config` (defaults for unset ones) and
-// validates the result; `config` is written only on success.
+// validates every `PIPECAST_*` setting; `config` is written only on success. The variables
+// are read and parsed by `comm::Settings`, as `pipecast_comm_create` reads them: a value one
+// accepts the other accepts.
 //
 // # Safety
 // `config` must be NULL or point to a writable `pipecast_config`.

@@ -4,7 +4,9 @@
 //!
 //! This is the I/O edge of the pure parsers: [`crate::topology::parse_topology`],
 //! [`crate::model::Profile::parse`] and [`crate::hetero::parse_platform`] take text; the readers
-//! here open the file, refuse more than [`max_input_bytes`] bytes, and wrap errors with the path.
+//! here open the file, refuse more than the limit they are given (the caller's
+//! `PIPECAST_MAX_INPUT_BYTES`, read by `comm::Settings`, parsed by [`max_input_bytes`]) and wrap
+//! errors with the path.
 
 use crate::hetero::{parse_platform, HeteroError, Platform};
 use crate::model::{ModelError, Profile};
@@ -19,12 +21,13 @@ pub const MAX_INPUT_ENV: &str = "PIPECAST_MAX_INPUT_BYTES";
 /// ~5 MB), while a JSON value tree parsed from it stays within a few hundred MB.
 pub const DEFAULT_MAX_INPUT_BYTES: u64 = 16 << 20;
 
-/// The limit in force: `PIPECAST_MAX_INPUT_BYTES` when set (a whole number of bytes, optionally
-/// with a K/M/G suffix of powers of 1024), else [`DEFAULT_MAX_INPUT_BYTES`].
-pub fn max_input_bytes() -> Result<u64, String> {
-    match std::env::var(MAX_INPUT_ENV) {
-        Err(_) => Ok(DEFAULT_MAX_INPUT_BYTES),
-        Ok(v) => parse_bytes(&v).filter(|&n| n > 0).ok_or_else(|| {
+/// The limit `value`, the text of `PIPECAST_MAX_INPUT_BYTES`, sets: a whole number of bytes,
+/// optionally with a K/M/G suffix of powers of 1024; [`DEFAULT_MAX_INPUT_BYTES`] when unset
+/// (`None`). `comm::settings::max_input_bytes` reads it from the environment.
+pub fn max_input_bytes(value: Option<&str>) -> Result<u64, String> {
+    match value {
+        None => Ok(DEFAULT_MAX_INPUT_BYTES),
+        Some(v) => parse_bytes(v).filter(|&n| n > 0).ok_or_else(|| {
             format!(
                 "{MAX_INPUT_ENV}={v:?} is not a positive byte count: write e.g. 67108864 or 64M"
             )
@@ -121,14 +124,10 @@ pub fn rate_name(bits_per_s: u64) -> String {
     format!("{bits_per_s}bit")
 }
 
-/// Reads a UTF-8 text file of at most [`max_input_bytes`] bytes. The error says which limit was
-/// passed and how to raise it; it never reads more than one byte past the limit.
-pub fn read_text(path: &Path) -> Result<String, String> {
-    read_text_limited(path, max_input_bytes()?)
-}
-
-/// [`read_text`] with an explicit limit in bytes.
-pub fn read_text_limited(path: &Path, limit: u64) -> Result<String, String> {
+/// Reads a UTF-8 text file of at most `limit` bytes (see [`max_input_bytes`]). The error says
+/// which limit was passed and how to raise it; it never reads more than one byte past the
+/// limit.
+pub fn read_text(path: &Path, limit: u64) -> Result<String, String> {
     let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
     let mut bytes = Vec::new();
     file.take(limit.saturating_add(1))
@@ -147,38 +146,39 @@ pub fn read_text_limited(path: &Path, limit: u64) -> Result<String, String> {
     })
 }
 
-/// Reads and validates a topology file; errors carry the file name.
-pub fn read_topology(path: &Path) -> Result<Topology, TopologyError> {
+/// Reads and validates a topology file of at most `limit` bytes; errors carry the file name.
+pub fn read_topology(path: &Path, limit: u64) -> Result<Topology, TopologyError> {
     let wrap = |e: TopologyError| TopologyError::File {
         path: path.display().to_string(),
         source: Box::new(e),
     };
-    let text = read_text(path).map_err(|e| wrap(TopologyError::Io(e)))?;
+    let text = read_text(path, limit).map_err(|e| wrap(TopologyError::Io(e)))?;
     parse_topology(&text).map_err(wrap)
 }
 
-/// Reads a calibration profile file; errors carry the path.
-pub fn read_profile(path: &Path) -> Result<Profile, ModelError> {
+/// Reads a calibration profile file of at most `limit` bytes; errors carry the path.
+pub fn read_profile(path: &Path, limit: u64) -> Result<Profile, ModelError> {
     let wrap = |e: ModelError| ModelError::ProfileFile {
         path: path.display().to_string(),
         source: Box::new(e),
     };
-    let text =
-        read_text(path).map_err(|e| wrap(ModelError::ProfileJson(format!("cannot read: {e}"))))?;
+    let text = read_text(path, limit)
+        .map_err(|e| wrap(ModelError::ProfileJson(format!("cannot read: {e}"))))?;
     Profile::parse(&text).map_err(wrap)
 }
 
-/// A built-in profile name ([`crate::model::profile::BUILTIN_NAMES`]) or else a file path.
-pub fn load_profile(spec: &str) -> Result<Profile, ModelError> {
+/// A built-in profile name ([`crate::model::profile::BUILTIN_NAMES`]) or else a file path (of
+/// at most `limit` bytes).
+pub fn load_profile(spec: &str, limit: u64) -> Result<Profile, ModelError> {
     match Profile::builtin(spec) {
         Some(p) => Ok(p),
-        None => read_profile(Path::new(spec)),
+        None => read_profile(Path::new(spec), limit),
     }
 }
 
-/// Reads and parses a seed 004 platform file; errors name the file.
-pub fn read_platform(path: &Path) -> Result<Platform, HeteroError> {
-    let text = read_text(path)
+/// Reads and parses a seed 004 platform file of at most `limit` bytes; errors name the file.
+pub fn read_platform(path: &Path, limit: u64) -> Result<Platform, HeteroError> {
+    let text = read_text(path, limit)
         .map_err(|e| HeteroError::Platform(format!("platform file {}: {e}", path.display())))?;
     parse_platform(&text).map_err(|e| match e {
         HeteroError::Platform(m) => {
@@ -262,23 +262,34 @@ mod tests {
 
     #[test]
     fn file_errors_carry_the_path() {
-        let e = read_topology(Path::new("/nonexistent/t.json"))
+        let limit = DEFAULT_MAX_INPUT_BYTES;
+        let e = read_topology(Path::new("/nonexistent/t.json"), limit)
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("/nonexistent/t.json: cannot read"), "{e}");
-        let e = read_profile(Path::new("/nonexistent/p.json")).unwrap_err();
+        let e = read_profile(Path::new("/nonexistent/p.json"), limit).unwrap_err();
         assert!(e.to_string().contains("/nonexistent/p.json"), "{e}");
-        let e = read_platform(Path::new("/nonexistent/q.json")).unwrap_err();
+        let e = read_platform(Path::new("/nonexistent/q.json"), limit).unwrap_err();
         assert!(e.to_string().contains("/nonexistent/q.json"), "{e}");
     }
 
     #[test]
     fn an_endless_file_is_refused_at_the_limit() {
-        let e = read_text_limited(Path::new("/dev/zero"), 1 << 20).unwrap_err();
+        let e = read_text(Path::new("/dev/zero"), 1 << 20).unwrap_err();
         assert!(
             e.contains("1048576 bytes") && e.contains(MAX_INPUT_ENV),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_limit_setting() {
+        assert_eq!(max_input_bytes(None), Ok(DEFAULT_MAX_INPUT_BYTES));
+        assert_eq!(max_input_bytes(Some(" 64M")), Ok(64 << 20));
+        for bad in ["0", "lots", "-1"] {
+            let e = max_input_bytes(Some(bad)).unwrap_err();
+            assert!(e.contains(&format!("{MAX_INPUT_ENV}={bad:?}")), "{e}");
+        }
     }
 
     #[test]
@@ -287,10 +298,10 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("t.txt");
         std::fs::write(&path, "abcd").unwrap();
-        assert_eq!(read_text_limited(&path, 4).unwrap(), "abcd");
-        assert!(read_text_limited(&path, 3).is_err());
+        assert_eq!(read_text(&path, 4).unwrap(), "abcd");
+        assert!(read_text(&path, 3).is_err());
         std::fs::write(&path, [0xffu8, 0xfe]).unwrap();
-        assert!(read_text_limited(&path, 4).unwrap_err().contains("UTF-8"));
+        assert!(read_text(&path, 4).unwrap_err().contains("UTF-8"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

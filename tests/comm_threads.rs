@@ -237,3 +237,87 @@ fn ranks_with_different_settings_fail_together() {
         assert!(e.contains("disagree on their settings"), "{e}");
     }
 }
+
+/// Every rank joins with the settings of its assignments (`Settings::parse_assignments`, as
+/// the MPI glue passes them) and returns its outcome.
+fn join_with(texts: &[&'static str]) -> Vec<Result<Comm, String>> {
+    let n = texts.len();
+    let board = Arc::new((Mutex::new(vec![None; n]), Barrier::new(n)));
+    let threads: Vec<_> = texts
+        .iter()
+        .copied()
+        .enumerate()
+        .map(|(rank, text)| {
+            let board = board.clone();
+            std::thread::spawn(move || {
+                let mut c = Config {
+                    timeout: Duration::from_secs(10),
+                    ..Config::default()
+                };
+                let config = pipecast::comm::Settings::parse_assignments(text)
+                    .unwrap()
+                    .apply(&mut c)
+                    .map(|()| c)
+                    .map_err(Into::into);
+                Comm::join(rank, n, Box::new(Shared { rank, board }), config)
+                    .map_err(|e| e.to_string())
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+/// `PIPECAST_IO_URING` and `PIPECAST_MACHINE` are checked and agreed like the other settings
+/// (issue 29): a bad value at one rank fails every rank with the same error naming it, ranks
+/// that differ fail together, and ranks that agree broadcast.
+#[test]
+fn io_uring_and_machine_are_agreed() {
+    for (texts, says) in [
+        (
+            ["PIPECAST_IO_URING=1", "PIPECAST_IO_URING=maybe"],
+            "rank 1: environment variable PIPECAST_IO_URING: \"maybe\"",
+        ),
+        (
+            ["PIPECAST_MACHINE=m0", "PIPECAST_MACHINE=m 1"],
+            "rank 1: environment variable PIPECAST_MACHINE: \"m 1\"",
+        ),
+        (["", "PIPECAST_IO_URING=0"], "disagree on their settings"),
+        (["PIPECAST_MACHINE=m0", ""], "disagree on their settings"),
+    ] {
+        let errors: Vec<String> = join_with(&texts)
+            .into_iter()
+            .map(|r| r.err().expect("every rank fails"))
+            .collect();
+        assert!(errors.iter().all(|e| e == &errors[0]), "{errors:?}");
+        assert!(errors[0].contains(says), "{texts:?}: {}", errors[0]);
+    }
+    let joined = join_with(&[
+        "PIPECAST_IO_URING=0;PIPECAST_MACHINE=m0",
+        "PIPECAST_IO_URING=0;PIPECAST_MACHINE=m1",
+        "PIPECAST_IO_URING=0;PIPECAST_MACHINE=m1",
+    ]);
+    let threads: Vec<_> = joined
+        .into_iter()
+        .map(|c| {
+            let mut comm = c.unwrap();
+            std::thread::spawn(move || {
+                assert_eq!(comm.hosts(), 2);
+                for root in 0..comm.size() {
+                    for len in [0, 1, 999, 70_001, 1 << 20] {
+                        let want = pattern(len, root);
+                        let mut buf = if comm.rank() == root {
+                            want.clone()
+                        } else {
+                            vec![0; len]
+                        };
+                        comm.bcast(&mut buf, root).unwrap();
+                        assert!(buf == want, "rank {} root {root} len {len}", comm.rank());
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}

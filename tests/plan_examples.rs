@@ -1,7 +1,7 @@
 //! Every topology shipped in `examples/` parses, and the generated ones are what their
 //! generators produce today (regenerate with `pipecast topo gen …`, see docs/planner.md).
 
-use pipecast::input::read_topology;
+use pipecast::input::{read_topology, DEFAULT_MAX_INPUT_BYTES};
 use pipecast::topology::{gen, Topology};
 use std::path::Path;
 
@@ -16,7 +16,7 @@ fn every_example_parses() {
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "json") {
-            read_topology(&path).unwrap_or_else(|e| panic!("{e}"));
+            read_topology(&path, DEFAULT_MAX_INPUT_BYTES).unwrap_or_else(|e| panic!("{e}"));
             count += 1;
         }
     }
@@ -30,7 +30,7 @@ fn every_example_parses() {
 #[test]
 fn examples_match_their_generators() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
-    let read = |name: &str| read_topology(&dir.join(name)).unwrap();
+    let read = |name: &str| read_topology(&dir.join(name), DEFAULT_MAX_INPUT_BYTES).unwrap();
     assert!(same(&read("single16.json"), &Topology::single_switch(16)));
     assert!(same(&read("hub4x4.json"), &gen::hub(3, 4, false)));
     assert!(same(

@@ -1,7 +1,7 @@
 //! `pipecast_config`: the communicator configuration, from a struct or `PIPECAST_*` variables.
 
 use super::{boundary, fail, pipecast_result};
-use crate::comm::{parse_bytes, Settings};
+use crate::comm::Settings;
 use pipecast_result::*;
 use std::ffi::{c_char, CStr, CString};
 use std::sync::Mutex;
@@ -121,13 +121,11 @@ fn keep(value: String) -> Result<*const c_char, pipecast_result> {
     Ok(ptr)
 }
 
-fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
-}
-
 /// Reads `PIPECAST_TRANSPORT`, `PIPECAST_TREE`, `PIPECAST_SEGMENT` (bytes, K/M suffixes),
 /// `PIPECAST_TOPOLOGY`, `PIPECAST_TIMEOUT_MS`, `PIPECAST_PROFILE` and `PIPECAST_IFACE` into `config` (defaults for unset ones) and
-/// validates the result; `config` is written only on success.
+/// validates every `PIPECAST_*` setting; `config` is written only on success. The variables
+/// are read and parsed by `comm::Settings`, as `pipecast_comm_create` reads them: a value one
+/// accepts the other accepts.
 ///
 /// # Safety
 /// `config` must be NULL or point to a writable `pipecast_config`.
@@ -137,46 +135,7 @@ pub unsafe extern "C" fn pipecast_config_from_env(config: *mut pipecast_config) 
         if config.is_null() {
             return fail(PIPECAST_ERR_NULL_ARGUMENT, "config is NULL");
         }
-        let build = || -> Result<pipecast_config, pipecast_result> {
-            let mut c = pipecast_config::empty();
-            if let Some(v) = env("PIPECAST_PROFILE") {
-                c.profile = keep(v)?;
-            }
-            if let Some(v) = env("PIPECAST_TRANSPORT") {
-                c.transport = keep(v)?;
-            }
-            if let Some(v) = env("PIPECAST_IFACE") {
-                c.iface = keep(v)?;
-            }
-            if let Some(v) = env("PIPECAST_TREE") {
-                c.tree = keep(v)?;
-            }
-            if let Some(v) = env("PIPECAST_TOPOLOGY") {
-                c.topology = keep(v)?;
-            }
-            if let Some(v) = env("PIPECAST_SEGMENT") {
-                c.segment_bytes = parse_bytes(&v).ok_or_else(|| {
-                    fail(
-                        PIPECAST_ERR_CONFIG,
-                        format!("PIPECAST_SEGMENT={v:?}: expected bytes such as 65536 or 64K"),
-                    )
-                })?;
-            }
-            if let Some(v) = env("PIPECAST_TIMEOUT_MS") {
-                c.timeout_ms = v.parse().map_err(|_| {
-                    fail(
-                        PIPECAST_ERR_CONFIG,
-                        format!("PIPECAST_TIMEOUT_MS={v:?}: expected milliseconds"),
-                    )
-                })?;
-            }
-            let mut check = crate::comm::Config::default();
-            Settings::from_env()
-                .apply(&mut check)
-                .map_err(|e| fail(PIPECAST_ERR_CONFIG, e.to_string()))?;
-            Ok(c)
-        };
-        match build() {
+        match config_of(&Settings::from_env()) {
             Ok(c) => {
                 // SAFETY: non-NULL (checked) and writable by the caller's contract.
                 unsafe { config.write(c) };
@@ -184,6 +143,28 @@ pub unsafe extern "C" fn pipecast_config_from_env(config: *mut pipecast_config) 
             }
             Err(code) => code,
         }
+    })
+}
+
+/// The C struct of `settings`, every one of them checked (the error names the variable).
+fn config_of(settings: &Settings) -> Result<pipecast_config, pipecast_result> {
+    let mut parsed = crate::comm::Config::default();
+    settings
+        .apply(&mut parsed)
+        .map_err(|e| fail(PIPECAST_ERR_CONFIG, e.to_string()))?;
+    let text = |v: &Option<String>| v.clone().map_or(Ok(std::ptr::null()), keep);
+    Ok(pipecast_config {
+        transport: text(&settings.transport)?,
+        tree: text(&settings.tree)?,
+        segment_bytes: parsed.segment.unwrap_or(0),
+        topology: text(&settings.topology)?,
+        timeout_ms: match settings.timeout_ms {
+            // Settings bounds it to u32 milliseconds.
+            Some(_) => u32::try_from(parsed.timeout.as_millis()).unwrap_or(u32::MAX),
+            None => 0,
+        },
+        profile: text(&settings.profile)?,
+        iface: text(&settings.iface)?,
     })
 }
 
@@ -206,5 +187,41 @@ mod tests {
         assert_eq!(s.timeout_ms, None);
         c.iface = bad.as_ptr().cast();
         assert!(settings_from_c(&c).unwrap_err().contains("config.iface"));
+    }
+
+    /// `pipecast_config_from_env` parses as `pipecast_comm_create` does (blanks around a value
+    /// ignored), and the struct it gives reads back as the same settings.
+    #[test]
+    fn the_environment_struct_is_the_settings() {
+        let s = Settings::parse_assignments(
+            "PIPECAST_TIMEOUT_MS= 5000 ;PIPECAST_SEGMENT=64K;PIPECAST_TREE=binary",
+        )
+        .unwrap();
+        let c = config_of(&s).unwrap();
+        assert_eq!((c.timeout_ms, c.segment_bytes), (5000, 65536));
+        let back = settings_from_c(&c).unwrap();
+        assert_eq!(back.tree.as_deref(), Some("binary"));
+        let (mut a, mut b) = (
+            crate::comm::Config::default(),
+            crate::comm::Config::default(),
+        );
+        s.apply(&mut a).unwrap();
+        back.apply(&mut b).unwrap();
+        assert_eq!((a.timeout, a.segment), (b.timeout, b.segment));
+        for bad in [
+            "PIPECAST_TIMEOUT_MS=0",
+            "PIPECAST_TIMEOUT_MS=4294967296",
+            "PIPECAST_SEGMENT=lots",
+            "PIPECAST_IO_URING=maybe",
+            "PIPECAST_MACHINE=a b",
+        ] {
+            let s = Settings::parse_assignments(bad).unwrap();
+            assert_eq!(config_of(&s).unwrap_err(), PIPECAST_ERR_CONFIG, "{bad}");
+            let detail = super::super::LAST_ERROR.with(|e| e.borrow().clone());
+            assert!(
+                detail.contains(bad.split('=').next().unwrap()),
+                "{bad}: {detail}"
+            );
+        }
     }
 }

@@ -92,7 +92,9 @@ pub(crate) unsafe fn copy_out(text: &str, buf: *mut c_char, len: usize) -> usize
 pub(crate) fn init_log() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_env("PIPECAST_LOG") {
+        let filter = crate::comm::settings::log_filter()
+            .and_then(|f| tracing_subscriber::EnvFilter::try_new(f).ok());
+        if let Some(filter) = filter {
             let _ = tracing_subscriber::fmt()
                 .with_env_filter(filter)
                 .with_writer(std::io::stderr)

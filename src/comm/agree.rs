@@ -67,9 +67,12 @@ pub fn settings_text(config: &Config) -> String {
         Algorithm::Tree(t) => t.to_string(),
         other => other.to_string(),
     };
+    // Whether ranks name their machines (PIPECAST_MACHINE) or go by their kernels' host
+    // names: a mix would match some ranks to a topology's machines by one and some by the
+    // other. The names themselves differ by rank; each rank's travels in its blob.
     write!(
         s,
-        "tree={algorithm} segment={} window={} transport={} shm={} host_min_bytes={}",
+        "tree={algorithm} segment={} window={} transport={} shm={} host_min_bytes={} io_uring={} machine={}",
         config.segment.map_or("model".into(), |v| v.to_string()),
         config.engine.window,
         transport_kind(&config.transport),
@@ -77,6 +80,12 @@ pub fn settings_text(config: &Config) -> String {
         config
             .host_min_bytes
             .map_or("default".into(), |b| b.to_string()),
+        u8::from(config.io_uring),
+        if config.machine.is_some() {
+            "named"
+        } else {
+            "host"
+        },
     )
     .ok();
     // Raw Ethernet frames of another version are dropped unread (wire/frame.rs): ranks whose
@@ -370,6 +379,43 @@ mod tests {
                 let err = decide(&[ready(&text(64), 1), ready(&text(8), 2)]).unwrap_err();
                 assert!(err.to_string().contains("verbs_max_qps=8"), "{err}");
             }
+        }
+    }
+
+    /// Whether TCP runs through io_uring, and whether ranks name their machines, are agreed:
+    /// ranks that differ fail together, naming both texts (issue 29).
+    #[test]
+    fn io_uring_and_machine_naming_are_part_of_the_settings() {
+        let text = |io_uring, machine: Option<&str>| {
+            settings_text(&Config {
+                io_uring,
+                machine: machine.map(Into::into),
+                ..Config::default()
+            })
+        };
+        assert!(text(true, None).contains(" io_uring=1 machine=host"));
+        assert!(text(false, Some("a")).contains(" io_uring=0 machine=named"));
+        // Different names are the rule (one per machine), not a disagreement.
+        assert_eq!(text(true, Some("a")), text(true, Some("b")));
+        for (a, b) in [
+            (text(true, None), text(false, None)),
+            (text(true, Some("a")), text(true, None)),
+        ] {
+            let err = decide(&[ready(&a, 1), ready(&b, 2)]).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    CommError::Agreement {
+                        class: ErrorClass::Config,
+                        ..
+                    }
+                ),
+                "{err:?}"
+            );
+            assert!(
+                err.to_string().contains("disagree on their settings"),
+                "{err}"
+            );
         }
     }
 

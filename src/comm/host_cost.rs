@@ -47,13 +47,12 @@ const MESSAGE: u64 = 4 << 20;
 const SMALL: u64 = 4 << 10;
 const LARGE: u64 = 256 << 10;
 
-/// This host's cost for data interface `nic` (its name and speed, part of the cache key):
-/// from the cache, else measured (and cached). `None` when it cannot be measured (no
-/// loopback, no threads): the model then charges its default.
-pub fn host_cost(nic: &str) -> Option<HostCost> {
+/// This host's cost for data interface `nic` (its name and speed, part of the cache key, as
+/// is the host's identity `host`): from the cache, else measured (and cached). `None` when it
+/// cannot be measured (no loopback, no threads): the model then charges its default.
+pub fn host_cost(nic: &str, host: &str) -> Option<HostCost> {
     let key = format!(
-        "method {METHOD}; host {}; build {}; nic {nic}",
-        super::hosts::host_name(),
+        "method {METHOD}; host {host}; build {}; nic {nic}",
         build_id()
     );
     let Some(dir) = cache_dir() else {
@@ -149,15 +148,7 @@ fn sane(c: &HostCost) -> bool {
 }
 
 fn cache_dir() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .filter(|v| !v.is_empty())
-                .map(|h| PathBuf::from(h).join(".cache"))
-        })?;
-    Some(base.join("pipecast"))
+    Some(super::settings::cache_home()?.join("pipecast"))
 }
 
 /// The file this code runs from (the `pipecast` tool, `libpipecast.so`, or a program linking

@@ -11,33 +11,20 @@ use crate::transport::ifaddrs::{ipv4_interfaces, Ipv4Interface};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 
-/// The address to listen on: `PIPECAST_IP` if set; else the interface(s) `iface` names (or
-/// `PIPECAST_IFACE` when `iface` is `None`, see [`pick_ip`]); else the first interface that
-/// is up, not loopback, not named `mgmt*`, with an IPv4 address; else 127.0.0.1.
+/// The address to listen on when none is given (`Config::ip`, `PIPECAST_IP`): the
+/// interface(s) `iface` names (`Config::iface`, `PIPECAST_IFACE`; see [`pick_ip`]); else the
+/// first interface that is up, not loopback, not named `mgmt*`, with an IPv4 address; else
+/// 127.0.0.1.
 pub fn listen_ip(iface: Option<&str>) -> Result<String, CommError> {
-    if let Some(ip) = env_nonempty("PIPECAST_IP") {
-        return Ok(ip);
-    }
-    let (spec, interfaces) = spec_and_interfaces(iface)?;
-    pick_ip(spec.as_deref(), &interfaces).map(|ip| ip.to_string())
+    pick_ip(iface, &interfaces()?).map(|ip| ip.to_string())
 }
 
-/// `iface`, else `PIPECAST_IFACE`; and this host's IPv4 interfaces.
-fn spec_and_interfaces(
-    iface: Option<&str>,
-) -> Result<(Option<String>, Vec<Ipv4Interface>), CommError> {
-    let spec = iface
-        .map(str::to_string)
-        .or_else(|| env_nonempty("PIPECAST_IFACE"));
-    let interfaces = ipv4_interfaces().map_err(|e| CommError::Env {
+/// This host's IPv4 interfaces.
+fn interfaces() -> Result<Vec<Ipv4Interface>, CommError> {
+    ipv4_interfaces().map_err(|e| CommError::Env {
         name: "PIPECAST_IFACE",
         problem: format!("cannot list the network interfaces (getifaddrs: {e}): set PIPECAST_IP"),
-    })?;
-    Ok((spec, interfaces))
-}
-
-fn env_nonempty(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+    })
 }
 
 /// Chooses among `interfaces` (pure, for [`listen_ip`]). `spec` is a comma-separated list in
@@ -95,13 +82,12 @@ pub fn pick_ip(spec: Option<&str>, interfaces: &[Ipv4Interface]) -> Result<Ipv4A
 }
 
 /// The address of each of this rank's NICs on a topology with `rails` rails (NIC i = rail
-/// i, `docs/topology.md`): item i of `iface` (or `PIPECAST_IFACE`), a comma-separated list
+/// i, `docs/topology.md`): item i of `iface` (`PIPECAST_IFACE`), a comma-separated list
 /// like `eth0,eth1` or `198.18.0.0/16,198.19.0.0/16`, names rail i's interface. `None` when
 /// the list names fewer than `rails` interfaces: the rank then uses one NIC (every lane on
 /// rail 0, right data at one NIC's speed), as it does without a topology with rails.
 pub fn rail_ips(iface: Option<&str>, rails: usize) -> Result<Option<Vec<Ipv4Addr>>, CommError> {
-    let (spec, interfaces) = spec_and_interfaces(iface)?;
-    pick_rail_ips(spec.as_deref(), &interfaces, rails)
+    pick_rail_ips(iface, &interfaces()?, rails)
 }
 
 /// [`rail_ips`] on a list of interfaces (pure).
@@ -170,10 +156,11 @@ fn bad_iface(spec: &str, item: &str) -> CommError {
     }
 }
 
-/// This rank's host identity for the bootstrap blob: `PIPECAST_MACHINE` (which `pipecast lab
-/// run` sets), else the host name. Whitespace is replaced (the blob is space-separated).
-pub fn host_name() -> String {
-    let name = env_nonempty("PIPECAST_MACHINE").unwrap_or_else(|| {
+/// This rank's host identity for the bootstrap blob: `machine` (`Config::machine`,
+/// `PIPECAST_MACHINE`, which `pipecast lab run` sets), else the host name. Whitespace is
+/// replaced (the blob is space-separated).
+pub fn host_name(machine: Option<&str>) -> String {
+    let name = machine.map(str::to_string).unwrap_or_else(|| {
         std::fs::read_to_string("/proc/sys/kernel/hostname")
             .ok()
             .map(|s| s.trim().to_string())

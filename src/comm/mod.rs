@@ -142,6 +142,13 @@ pub struct Config {
     /// PIPECAST_VERBS_MAX_QPS; default 64). Its completion queue is sized from it. Every
     /// rank must have the same (the agreement checks it when verbs may run).
     pub verbs_max_qps: usize,
+    /// Move TCP data through io_uring where the kernel offers it (env PIPECAST_IO_URING;
+    /// default on; `false`: plain `sendmsg`/`readv`). Every rank the same (agreed).
+    pub io_uring: bool,
+    /// This rank's host identity in the bootstrap (env PIPECAST_MACHINE; `None`: the kernel's
+    /// host name, [`hosts::host_name`]). Ranks differ, but either all give one or none does
+    /// (agreed).
+    pub machine: Option<String>,
 }
 
 /// The default of [`Config::round`].
@@ -213,6 +220,8 @@ impl Default for Config {
             tree_dump: None,
             verbs: Default::default(),
             verbs_max_qps: crate::transport::verbs::LinkConfig::default().max_qps,
+            io_uring: true,
+            machine: None,
         }
     }
 }
@@ -314,7 +323,7 @@ impl Comm {
             return Err(CommError::BadRank { rank, size }.into());
         }
         let _span = tracing::info_span!("comm_setup", rank, size).entered();
-        let host = hosts::host_name();
+        let host = hosts::host_name(config.as_ref().ok().and_then(|c| c.machine.as_deref()));
         let local = config.and_then(|config| Local::open(rank, size, config));
         let mine = match &local {
             Ok(l) => l.blob(&host),
@@ -383,21 +392,18 @@ impl Comm {
     /// ([`Settings`]) over `config`. A bad setting is reported to every rank (see
     /// [`Comm::join`]).
     pub fn from_env(config: Config) -> crate::Result<Comm> {
-        let var = |name: &'static str| {
-            std::env::var(name).map_err(|_| CommError::Env {
-                name,
+        let Some(settings::Job {
+            rank,
+            size,
+            rendezvous,
+        }) = settings::Job::from_env()?
+        else {
+            return Err(CommError::Env {
+                name: "PIPECAST_RANK",
                 problem: "not set: launch ranks with `pipecast bench --local N` or set PIPECAST_RANK, PIPECAST_SIZE and PIPECAST_RENDEZVOUS=host:port".into(),
-            })
+            }
+            .into());
         };
-        let number = |name: &'static str| -> Result<usize, CommError> {
-            let v = var(name)?;
-            v.parse().map_err(|_| CommError::Env {
-                name,
-                problem: format!("{v:?} is not a whole number"),
-            })
-        };
-        let (rank, size) = (number("PIPECAST_RANK")?, number("PIPECAST_SIZE")?);
-        let rendezvous = var("PIPECAST_RENDEZVOUS")?;
         let mut config = config;
         let applied = Settings::from_env().apply(&mut config);
         let boot = TcpRendezvous::new(

@@ -22,7 +22,8 @@ pub fn observe(config: &Config, ip: &str) -> Option<LinkSeen> {
         return None;
     }
     let (rate, nic) = local_rate(config, ip)?;
-    let cost = super::host_cost::host_cost(&nic);
+    let host = super::hosts::host_name(config.machine.as_deref());
+    let cost = super::host_cost::host_cost(&nic, &host);
     Some(LinkSeen {
         rate_mbps: (rate / 1_000_000).clamp(1, u64::from(u32::MAX)) as u32,
         segment_ns: cost.map_or(0, |c| (c.segment_us * 1e3).round().clamp(1.0, 1e9) as u32),

@@ -1,10 +1,21 @@
-//! Every `PIPECAST_*` setting of a communicator, read from the environment in one place for
-//! the tool ([`Comm::from_env`](super::Comm::from_env)), the C API and the MPI glue
-//! (`pipecast_comm_create`), and parsed into a [`Config`] by one function.
+//! Every environment variable pipecast reads, read here and nowhere else: the `PIPECAST_*`
+//! settings of a communicator ([`Settings`]) for the tool
+//! ([`Comm::from_env`](super::Comm::from_env)), the C API and the MPI glue
+//! (`pipecast_comm_create`, `pipecast_config_from_env`), parsed into a [`Config`] by one
+//! function; a job's place ([`Job`]); the tracing filter ([`log_filter`]); the input size limit
+//! of the tool's files ([`max_input_bytes`]); the cache directory ([`cache_home`]). The links
+//! and the rest of the crate receive what they need as values.
 //!
 //! Settings are kept as text until [`Settings::apply`]: a bad value is then an error that
 //! names the variable, and the communicator reports it to every rank through the bootstrap
-//! agreement instead of failing alone (a rank that fails alone hangs an MPI job).
+//! agreement instead of failing alone (a rank that fails alone hangs an MPI job). Values are
+//! read with blanks around them ignored, and an empty or blank value counts as unset,
+//! wherever they come from (environment, C struct, MCA assignments).
+//!
+//! Exceptions, outside the library's settings: `lab` reads `PIPECAST_LAB_DIR` (where labs keep
+//! their state) and `PATH` (where its commands are); `pipecast doctor` reads the MPI's
+//! `OMPI_MCA_mca_base_component_path` and `HOME` to diagnose the MPI's installation. Child
+//! processes get their settings through `Command::env`, which reads nothing.
 
 use super::{Algorithm, CommError, Config, Transport};
 pub use crate::input::parse_bytes;
@@ -54,10 +65,18 @@ pub struct Settings {
     /// `PIPECAST_VERBS_MAX_QPS`: queue pairs the verbs link keeps before it closes idle ones
     /// (default 64; every rank the same).
     pub verbs_max_qps: Option<String>,
+    /// `PIPECAST_IO_URING`: 0 moves TCP data with plain `sendmsg`/`readv`, 1 (the default)
+    /// through io_uring where the kernel offers it (every rank the same).
+    pub io_uring: Option<String>,
+    /// `PIPECAST_MACHINE`: this rank's host identity (default: the kernel's host name).
+    pub machine: Option<String>,
+    /// `PIPECAST_MAX_INPUT_BYTES`: the largest topology or profile file read
+    /// ([`crate::input::max_input_bytes`]).
+    pub max_input_bytes: Option<String>,
 }
 
 /// The variables, in the order errors and documentation list them.
-pub const VARIABLES: [&str; 20] = [
+pub const VARIABLES: [&str; 23] = [
     "PIPECAST_TRANSPORT",
     "PIPECAST_TREE",
     "PIPECAST_SEGMENT",
@@ -78,20 +97,135 @@ pub const VARIABLES: [&str; 20] = [
     "PIPECAST_VERBS_PORT",
     "PIPECAST_VERBS_GID_INDEX",
     "PIPECAST_VERBS_MAX_QPS",
+    "PIPECAST_IO_URING",
+    "PIPECAST_MACHINE",
+    "PIPECAST_MAX_INPUT_BYTES",
 ];
 
 /// Longest text [`Settings::parse_assignments`] reads.
 pub const MAX_ASSIGNMENTS: usize = 64 * 1024;
 
+/// The one read of the process environment: `name`'s value, `None` when it is unset, empty or
+/// blank (or not UTF-8).
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// `PIPECAST_LOG`: the tracing filter of the tool and the C library (`pipecast=debug`).
+pub fn log_filter() -> Option<String> {
+    var("PIPECAST_LOG")
+}
+
+/// The limit on the files the tool reads (`PIPECAST_MAX_INPUT_BYTES`, parsed by
+/// [`crate::input::max_input_bytes`]): the error names the variable and its value.
+pub fn max_input_bytes() -> Result<u64, String> {
+    crate::input::max_input_bytes(var(crate::input::MAX_INPUT_ENV).as_deref())
+}
+
+/// Where per-user caches go: `$XDG_CACHE_HOME`, else `$HOME/.cache` (`None`: neither set).
+pub fn cache_home() -> Option<std::path::PathBuf> {
+    var("XDG_CACHE_HOME")
+        .map(Into::into)
+        .or_else(|| var("HOME").map(|h| std::path::Path::new(&h).join(".cache")))
+}
+
+/// This process's place in a job started by any launcher: `PIPECAST_RANK`, `PIPECAST_SIZE`
+/// and `PIPECAST_RENDEZVOUS` (`host:port` where rank 0 listens for the bootstrap).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Job {
+    pub rank: usize,
+    pub size: usize,
+    pub rendezvous: String,
+}
+
+impl Job {
+    /// The job of the environment; `None` when `PIPECAST_RANK` is not set (a lone process).
+    /// The others missing, or a rank not below the size, is an error naming the variable.
+    pub fn from_env() -> Result<Option<Job>, CommError> {
+        Job::parse(
+            var("PIPECAST_RANK").as_deref(),
+            var("PIPECAST_SIZE").as_deref(),
+            var("PIPECAST_RENDEZVOUS").as_deref(),
+        )
+    }
+
+    /// [`Job::from_env`] on given values (pure).
+    pub fn parse(
+        rank: Option<&str>,
+        size: Option<&str>,
+        rendezvous: Option<&str>,
+    ) -> Result<Option<Job>, CommError> {
+        let Some(rank) = rank else {
+            return Ok(None);
+        };
+        fn given<'a>(name: &'static str, v: Option<&'a str>) -> Result<&'a str, CommError> {
+            v.map(str::trim).ok_or_else(|| CommError::Env {
+                name,
+                problem: "not set, but PIPECAST_RANK is: set PIPECAST_RANK, PIPECAST_SIZE and PIPECAST_RENDEZVOUS=host:port together".into(),
+            })
+        }
+        let number = |name: &'static str, v: &str| {
+            v.trim().parse::<usize>().map_err(|_| CommError::Env {
+                name,
+                problem: format!("{v:?}: expected a whole number"),
+            })
+        };
+        let rank = number("PIPECAST_RANK", rank)?;
+        let size = number("PIPECAST_SIZE", given("PIPECAST_SIZE", size)?)?;
+        let rendezvous = given("PIPECAST_RENDEZVOUS", rendezvous)?.to_string();
+        if rank >= size {
+            return Err(CommError::Env {
+                name: "PIPECAST_RANK",
+                problem: format!("{rank} is not below PIPECAST_SIZE={size}"),
+            });
+        }
+        Ok(Some(Job {
+            rank,
+            size,
+            rendezvous,
+        }))
+    }
+}
+
+/// The longest `PIPECAST_MACHINE`, in bytes (a host name has at most 64).
+pub const MAX_MACHINE: usize = 255;
+
+/// A machine name as `PIPECAST_MACHINE` gives it: blanks around it ignored; at most
+/// [`MAX_MACHINE`] bytes, none of them blank or a control character (the name travels in the
+/// bootstrap blob and names a topology's machine).
+pub fn check_machine(v: &str) -> Result<String, String> {
+    let name = v.trim();
+    if name.is_empty()
+        || name.len() > MAX_MACHINE
+        || name.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(format!(
+            "{v:?}: expected a machine name of 1 to {MAX_MACHINE} bytes without blanks or control characters"
+        ));
+    }
+    Ok(name.to_string())
+}
+
 impl Settings {
     /// Reads the `PIPECAST_*` variables (empty ones count as unset).
     pub fn from_env() -> Settings {
-        let get = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
         let mut s = Settings::default();
         for (name, slot) in VARIABLES.iter().zip(s.slots()) {
-            *slot = get(name);
+            *slot = var(name);
         }
         s
+    }
+
+    /// The input size limit these settings give (`PIPECAST_MAX_INPUT_BYTES`, else the
+    /// default): the bound on the topology and profile files [`Settings::apply`] reads.
+    pub fn input_limit(&self) -> Result<u64, CommError> {
+        crate::input::max_input_bytes(self.max_input_bytes.as_deref()).map_err(|_| CommError::Env {
+            name: "PIPECAST_MAX_INPUT_BYTES",
+            problem: format!(
+                "{:?}: expected a positive byte count such as 67108864 or 64M",
+                self.max_input_bytes.as_deref().unwrap_or_default()
+            ),
+        })
     }
 
     /// Reads settings written as `PIPECAST_NAME=value` assignments, one per line or separated
@@ -132,7 +266,7 @@ impl Settings {
         Ok(s)
     }
 
-    fn slots(&mut self) -> [&mut Option<String>; 20] {
+    fn slots(&mut self) -> [&mut Option<String>; VARIABLES.len()] {
         [
             &mut self.transport,
             &mut self.tree,
@@ -154,6 +288,9 @@ impl Settings {
             &mut self.verbs_port,
             &mut self.verbs_gid_index,
             &mut self.verbs_max_qps,
+            &mut self.io_uring,
+            &mut self.machine,
+            &mut self.max_input_bytes,
         ]
     }
 
@@ -170,6 +307,22 @@ impl Settings {
     /// Parses every setting that is present into `config`; the error names the variable.
     pub fn apply(&self, config: &mut Config) -> Result<(), CommError> {
         let bad = |name: &'static str, problem: String| CommError::Env { name, problem };
+        let limit = self.input_limit()?;
+        if let Some(v) = &self.io_uring {
+            config.io_uring = match v.trim() {
+                "0" => false,
+                "1" => true,
+                _ => {
+                    return Err(bad(
+                        "PIPECAST_IO_URING",
+                        format!("{v:?}: expected 0 (plain sendmsg and readv) or 1 (io_uring where the kernel has it)"),
+                    ))
+                }
+            };
+        }
+        if let Some(v) = &self.machine {
+            config.machine = Some(check_machine(v).map_err(|e| bad("PIPECAST_MACHINE", e))?);
+        }
         if let Some(v) = &self.transport {
             config.transport = v
                 .parse::<Transport>()
@@ -193,12 +346,18 @@ impl Settings {
             config.segment = Some(s);
         }
         if let Some(v) = &self.timeout_ms {
-            let ms: u64 = v.trim().parse().ok().filter(|ms| *ms > 0).ok_or_else(|| {
-                bad(
-                    "PIPECAST_TIMEOUT_MS",
-                    format!("{v:?}: expected milliseconds, at least 1"),
-                )
-            })?;
+            // At most u32 milliseconds (49 days): the C config's field holds it.
+            let ms: u64 = v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|ms| (1..=u64::from(u32::MAX)).contains(ms))
+                .ok_or_else(|| {
+                    bad(
+                        "PIPECAST_TIMEOUT_MS",
+                        format!("{v:?}: expected milliseconds from 1 to 4294967295"),
+                    )
+                })?;
             config.timeout = Duration::from_millis(ms);
         }
         if let Some(v) = &self.window {
@@ -305,7 +464,7 @@ impl Settings {
             config.tree_dump = Some(v.into());
         }
         if let Some(v) = &self.profile {
-            config.profile = crate::input::load_profile(v)
+            config.profile = crate::input::load_profile(v, limit)
                 .map_err(|e| bad("PIPECAST_PROFILE", e.to_string()))?;
             config.profile_given = true;
         }
@@ -323,7 +482,7 @@ impl Settings {
         }
         if let Some(v) = &self.topology {
             config.topology = Some(
-                crate::input::read_topology(v.as_ref())
+                crate::input::read_topology(v.as_ref(), limit)
                     .map_err(|e| bad("PIPECAST_TOPOLOGY", e.to_string()))?,
             );
         }
@@ -400,15 +559,69 @@ mod tests {
             "PIPECAST_LINK_RATE=fast",
             "PIPECAST_ROUND_MS=0",
             "PIPECAST_VERBS_GID_INDEX=300",
+            "PIPECAST_TIMEOUT_MS=4294967296",
+            "PIPECAST_IO_URING=maybe",
+            "PIPECAST_IO_URING=2",
+            "PIPECAST_MACHINE=two words",
+            "PIPECAST_MAX_INPUT_BYTES=lots",
+            "PIPECAST_MAX_INPUT_BYTES=0",
         ]
         .map(String::from)
         .into_iter()
+        .chain([format!("PIPECAST_MACHINE={}", "m".repeat(MAX_MACHINE + 1))])
         .chain(["0", "-1", "many", "1000000"].map(|v| format!("PIPECAST_VERBS_MAX_QPS={v}")));
         for text in bad {
             let name = text.split('=').next().unwrap();
             let s = Settings::parse_assignments(&text).unwrap();
             let e = s.apply(&mut Config::default()).unwrap_err().to_string();
             assert!(e.contains(name), "{text}: {e}");
+        }
+    }
+
+    /// One parser, one behaviour: blanks around a value are ignored wherever it comes from
+    /// (the C API's own parser once refused `PIPECAST_TIMEOUT_MS=" 5000"`).
+    #[test]
+    fn values_as_every_path_reads_them() {
+        let s = Settings::parse_assignments(
+            "PIPECAST_TIMEOUT_MS= 5000 ;PIPECAST_IO_URING= 0;PIPECAST_MACHINE= node7 ",
+        )
+        .unwrap();
+        let mut c = Config::default();
+        s.apply(&mut c).unwrap();
+        assert_eq!(c.timeout, Duration::from_millis(5000));
+        assert!(!c.io_uring);
+        assert_eq!(c.machine.as_deref(), Some("node7"));
+        let mut c = Config::default();
+        Settings::default().apply(&mut c).unwrap();
+        assert!(c.io_uring && c.machine.is_none());
+        assert_eq!(
+            Settings::default().input_limit().unwrap(),
+            crate::input::DEFAULT_MAX_INPUT_BYTES
+        );
+    }
+
+    #[test]
+    fn a_job_is_all_three_variables_or_none() {
+        assert_eq!(Job::parse(None, Some("2"), None).unwrap(), None);
+        assert_eq!(
+            Job::parse(Some(" 1"), Some("2 "), Some("h:7000")).unwrap(),
+            Some(Job {
+                rank: 1,
+                size: 2,
+                rendezvous: "h:7000".into()
+            })
+        );
+        for (rank, size, rendezvous, says) in [
+            ("1", None, Some("h:1"), "PIPECAST_SIZE: not set"),
+            ("1", Some("2"), None, "PIPECAST_RENDEZVOUS: not set"),
+            ("one", Some("2"), Some("h:1"), "PIPECAST_RANK: \"one\""),
+            ("1", Some("-2"), Some("h:1"), "PIPECAST_SIZE: \"-2\""),
+            ("2", Some("2"), Some("h:1"), "PIPECAST_RANK: 2 is not below"),
+        ] {
+            let e = Job::parse(Some(rank), size, rendezvous)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(says), "{e}");
         }
     }
 }

@@ -68,7 +68,7 @@ impl Local {
     /// Listens and opens the raw socket `config` asks for.
     pub fn open(rank: usize, size: usize, mut config: Config) -> crate::Result<Local> {
         if let Some(t) = &config.topology {
-            hosts::check_file(t, size, &hosts::host_name())?;
+            hosts::check_file(t, size, &hosts::host_name(config.machine.as_deref()))?;
         }
         // On a topology with rails, one address per NIC (PIPECAST_IFACE=eth0,eth1, or the
         // interfaces of PIPECAST_TRANSPORT=raweth:eth0,eth1).
@@ -86,7 +86,7 @@ impl Local {
             (None, None) => hosts::listen_ip(config.iface.as_deref())?,
         };
         config.ip = Some(ip.clone());
-        let mut tcp = TcpTransport::bind(rank, &ip)?;
+        let mut tcp = TcpTransport::bind_with(rank, &ip, config.io_uring)?;
         let extra: Vec<std::net::IpAddr> = rail_ips
             .iter()
             .flat_map(|ips| ips[1..].iter().map(|&ip| ip.into()))

@@ -42,6 +42,7 @@ pub fn uid() -> u32 {
 
 /// Finds `tool` in PATH or the sbin directories.
 pub fn find_tool(tool: &str) -> Option<PathBuf> {
+    // Not a pipecast setting (comm::settings lists the exceptions): where commands are.
     let path = std::env::var("PATH").unwrap_or_default();
     let found = path
         .split(':')

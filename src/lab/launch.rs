@@ -96,7 +96,7 @@ pub fn rank_env(
     env.extend(state.link_rate_env(placed[rank]));
     // A machine with several NICs listens on each (one per rail), unless the caller chose.
     if let Some(iface) = state.machines[placed[rank]].iface() {
-        if std::env::var_os("PIPECAST_IFACE").is_none() {
+        if crate::comm::Settings::from_env().iface.is_none() {
             env.push(("PIPECAST_IFACE".into(), iface));
         }
     }

@@ -84,12 +84,15 @@ impl LabState {
     /// one): the rate the lab shaped its links to, which the model's profile derives from
     /// (`comm::network`; a veth reports 10 Gbit/s whatever the shaping).
     pub fn link_rate_env(&self, machine: usize) -> Option<(String, String)> {
-        std::env::var_os("PIPECAST_LINK_RATE").is_none().then(|| {
-            (
-                "PIPECAST_LINK_RATE".to_string(),
-                format!("{}bit", self.machine_rate_bits(machine)),
-            )
-        })
+        crate::comm::Settings::from_env()
+            .link_rate
+            .is_none()
+            .then(|| {
+                (
+                    "PIPECAST_LINK_RATE".to_string(),
+                    format!("{}bit", self.machine_rate_bits(machine)),
+                )
+            })
     }
 
     /// All namespaces of the lab, switches first.
@@ -129,6 +132,7 @@ impl LabState {
 /// `/tmp/pipecast-lab-<uid>` for other users (outside /run, which a rootless lab may cover
 /// with its own tmpfs; [`super::userns`]).
 pub fn run_root() -> PathBuf {
+    // The lab's own setting, not the library's (an exception comm::settings lists).
     std::env::var_os("PIPECAST_LAB_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
@@ -194,10 +198,12 @@ pub fn load(name: &str) -> Result<LabState, LabError> {
     }
     // Bounded like every input file (PIPECAST_MAX_INPUT_BYTES): the state file lives in a
     // directory other users may be able to write to.
-    let text = crate::input::read_text(&path).map_err(|reason| LabError::State {
-        path: path.display().to_string(),
-        reason,
-    })?;
+    let text = crate::comm::settings::max_input_bytes()
+        .and_then(|limit| crate::input::read_text(&path, limit))
+        .map_err(|reason| LabError::State {
+            path: path.display().to_string(),
+            reason,
+        })?;
     serde_json::from_str(&text).map_err(|e| LabError::State {
         path: path.display().to_string(),
         reason: format!(

@@ -152,7 +152,8 @@ pub fn run(args: Args) -> CliResult {
         }
         if let Some(path) = &args.topology {
             // The machines' `ranks` (default 1 each) fill them in file order.
-            let file = pipecast::input::read_topology(path)?;
+            let file =
+                pipecast::input::read_topology(path, pipecast::comm::settings::max_input_bytes()?)?;
             let ranks = file.ranks();
             if ranks != n {
                 return Err(format!(
@@ -165,11 +166,12 @@ pub fn run(args: Args) -> CliResult {
         }
         return spawn_local(n, "--local", true);
     }
+    let limit = pipecast::comm::settings::max_input_bytes()?;
     let config = Config {
         topology: args
             .topology
             .as_deref()
-            .map(pipecast::input::read_topology)
+            .map(|p| pipecast::input::read_topology(p, limit))
             .transpose()?,
         segment,
         timeout: Duration::from_millis(args.timeout_ms),

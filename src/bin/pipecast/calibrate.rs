@@ -62,20 +62,18 @@ pub fn run(args: Args) -> CliResult {
     if args.local {
         return spawn_local(2, "--local", false);
     }
-    let env = |name: &str| {
-        std::env::var(name).map_err(|_| {
-            format!("{name} is not set: run `pipecast calibrate --local`, or set PIPECAST_RANK, PIPECAST_SIZE=2 and PIPECAST_RENDEZVOUS")
-        })
+    let Some(job) = pipecast::comm::settings::Job::from_env()? else {
+        return Err("PIPECAST_RANK is not set: run `pipecast calibrate --local`, or set PIPECAST_RANK, PIPECAST_SIZE=2 and PIPECAST_RENDEZVOUS".into());
     };
-    let rank: usize = env("PIPECAST_RANK")?.parse()?;
-    let size: usize = env("PIPECAST_SIZE")?.parse()?;
+    let (rank, size) = (job.rank, job.size);
     if size != 2 {
         return Err(format!("calibrate runs between exactly 2 ranks, not {size}").into());
     }
     let timeout = Duration::from_millis(args.timeout_ms);
-    let mut boot = TcpRendezvous::new(rank, 2, &env("PIPECAST_RENDEZVOUS")?, timeout)?;
-    let ip = std::env::var("PIPECAST_IP")
-        .ok()
+    let mut boot = TcpRendezvous::new(rank, 2, &job.rendezvous, timeout)?;
+    let ip = pipecast::comm::Settings::from_env()
+        .ip
+        .map(|ip| ip.trim().to_string())
         .or_else(|| boot.local_ip().map(|ip| ip.to_string()))
         .unwrap_or_else(|| "127.0.0.1".into());
     let listener = TcpListener::bind((ip.as_str(), 0))?;

@@ -159,7 +159,7 @@ fn in_lab(
     show_plan(&topology_file, sizes, &args.svg)?;
     // The lab runs at 100 mbit: the cost model's segment sizes from seed 003 Table 2's
     // 100 Mbit/s column (as bench/lab_bcast.sh does).
-    if state.rate_bits == 100_000_000 && std::env::var_os("PIPECAST_PROFILE").is_none() {
+    if state.rate_bits == 100_000_000 && pipecast::comm::Settings::from_env().profile.is_none() {
         std::env::set_var("PIPECAST_PROFILE", "100mbit");
     }
     let report = dir.join("bench.json");
@@ -252,7 +252,7 @@ fn learn_by_lldp(
     if outcomes.iter().any(|o| !o.success()) {
         return Err("discovering the topology over LLDP failed (see the messages above)".into());
     }
-    let learned = read_topology(&found)?;
+    let learned = read_topology(&found, pipecast::comm::settings::max_input_bytes()?)?;
     let same = to_json(&learned) == to_json(built)
         || (learned.size() == built.size()
             && learned.switches().len() == built.switches().len()
@@ -276,14 +276,14 @@ fn learn_by_lldp(
 /// The plan `auto` picks for the largest size: the table of `pipecast plan`, and its SVG.
 fn show_plan(topology_file: &Path, sizes: &[u64], svg_path: &Path) -> CliResult {
     use pipecast::plan::TreeKind;
-    let topology = read_topology(topology_file)?;
+    let topology = read_topology(topology_file, pipecast::comm::settings::max_input_bytes()?)?;
     let msize = sizes.iter().copied().max().unwrap_or(1 << 20).max(1);
     let profile = "100mbit";
     let chosen = pipecast::hetero::plan_for(
         &topology,
         0,
         &TreeKind::Auto,
-        &pipecast::input::load_profile(profile)?,
+        &pipecast::input::load_profile(profile, pipecast::comm::settings::max_input_bytes()?)?,
         msize,
     )?;
     let priced = Some((msize, chosen.segment_bytes, chosen.predicted_us));

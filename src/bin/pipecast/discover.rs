@@ -58,16 +58,18 @@ pub struct DiscoverArgs {
     pub exchange_seconds: u64,
 }
 
-fn machine_name(args: &DiscoverArgs) -> String {
-    args.machine
-        .clone()
-        .or_else(|| std::env::var("PIPECAST_MACHINE").ok())
-        .or_else(|| {
-            std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .ok()
-                .map(|s| s.trim().to_string())
-        })
-        .unwrap_or_else(|| "localhost".into())
+fn machine_name(args: &DiscoverArgs) -> Result<String, String> {
+    let machine = match &args.machine {
+        Some(m) => Some(m.clone()),
+        None => pipecast::comm::Settings::from_env()
+            .machine
+            .map(|m| {
+                pipecast::comm::settings::check_machine(&m)
+                    .map_err(|e| format!("PIPECAST_MACHINE: {e}"))
+            })
+            .transpose()?,
+    };
+    Ok(pipecast::comm::hosts::host_name(machine.as_deref()))
 }
 
 pub fn run(args: DiscoverArgs) -> CliResult {
@@ -78,7 +80,7 @@ pub fn run(args: DiscoverArgs) -> CliResult {
     if sources > 1 {
         return Err("give at most one of --switch-lldp, --slurm, --topology".into());
     }
-    let machine = machine_name(&args);
+    let machine = machine_name(&args)?;
     // `--iface eth0,eth1`: one interface per NIC, NIC i on rail i; each is observed alone.
     let ifaces: Vec<Option<String>> = match &args.iface {
         Some(list) => list
@@ -158,7 +160,10 @@ fn exchange_and_assemble(args: &DiscoverArgs, mine: Observation) -> CliResult {
     } else if let Some(path) = &args.slurm {
         read_slurm(path)?
     } else if let Some(path) = &args.topology {
-        SwitchLayer::File(pipecast::input::read_topology(path)?)
+        SwitchLayer::File(pipecast::input::read_topology(
+            path,
+            pipecast::comm::settings::max_input_bytes()?,
+        )?)
     } else {
         SwitchLayer::None
     };
@@ -193,10 +198,12 @@ fn read_switch_lldp(dir: &Path) -> Result<SwitchLayer, DiscoverError> {
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let text = pipecast::input::read_text(&path).map_err(|reason| DiscoverError::Io {
-            path: path.display().to_string(),
-            reason,
-        })?;
+        let text = pipecast::comm::settings::max_input_bytes()
+            .and_then(|limit| pipecast::input::read_text(&path, limit))
+            .map_err(|reason| DiscoverError::Io {
+                path: path.display().to_string(),
+                reason,
+            })?;
         dumps.push(LldpDump {
             switch: name,
             path: path.display().to_string(),
@@ -208,34 +215,18 @@ fn read_switch_lldp(dir: &Path) -> Result<SwitchLayer, DiscoverError> {
 
 /// Reads a Slurm topology.conf.
 fn read_slurm(path: &Path) -> Result<SwitchLayer, DiscoverError> {
-    let text = pipecast::input::read_text(path).map_err(|reason| DiscoverError::Io {
-        path: path.display().to_string(),
-        reason,
-    })?;
+    let text = pipecast::comm::settings::max_input_bytes()
+        .and_then(|limit| pipecast::input::read_text(path, limit))
+        .map_err(|reason| DiscoverError::Io {
+            path: path.display().to_string(),
+            reason,
+        })?;
     discover::parse_slurm_layer(&path.display().to_string(), &text)
 }
 
 /// `PIPECAST_RANK`, `PIPECAST_SIZE`, `PIPECAST_RENDEZVOUS` (host:port of rank 0) when this
 /// process is one rank of a job (`pipecast lab run` sets them); `None` for a lone process.
 fn job_from_env() -> Result<Option<(usize, usize, String)>, String> {
-    let Ok(rank) = std::env::var("PIPECAST_RANK") else {
-        return Ok(None);
-    };
-    let var = |name: &str| {
-        std::env::var(name).map_err(|_| format!("PIPECAST_RANK is set but {name} is not: set PIPECAST_SIZE and PIPECAST_RENDEZVOUS=host:port too"))
-    };
-    let number = |name: &str, value: &str| {
-        value
-            .trim()
-            .parse::<usize>()
-            .map_err(|_| format!("{name}={value:?} is not a whole number"))
-    };
-    let size = number("PIPECAST_SIZE", &var("PIPECAST_SIZE")?)?;
-    let rank = number("PIPECAST_RANK", &rank)?;
-    if size == 0 || rank >= size {
-        return Err(format!(
-            "PIPECAST_RANK={rank} must be below PIPECAST_SIZE={size}"
-        ));
-    }
-    Ok(Some((rank, size, var("PIPECAST_RENDEZVOUS")?)))
+    let job = pipecast::comm::settings::Job::from_env().map_err(|e| e.to_string())?;
+    Ok(job.map(|j| (j.rank, j.size, j.rendezvous)))
 }

@@ -60,7 +60,8 @@ pub fn run(args: Args) -> CliResult {
     let Some(path) = args.platform else {
         return Err("pipecast hetero: give --platform FILE (or use `pipecast hetero gen`)".into());
     };
-    let platform = pipecast::input::read_platform(&path)?;
+    let platform =
+        pipecast::input::read_platform(&path, pipecast::comm::settings::max_input_bytes()?)?;
     let model: Model = args.model.parse()?;
     let names: Vec<&str> = if args.heuristic == "all" {
         HEURISTICS.to_vec()

@@ -210,7 +210,8 @@ pub fn run(args: Args) -> CliResult {
 
 fn up(a: UpArgs) -> CliResult {
     lab::require_tools()?;
-    let topology = pipecast::input::read_topology(&a.topology)?;
+    let topology =
+        pipecast::input::read_topology(&a.topology, pipecast::comm::settings::max_input_bytes()?)?;
     let interrupted = Arc::new(AtomicBool::new(false));
     let flag = interrupted.clone();
     // Ctrl-C during `up` abandons the build; `up` then removes what it built.

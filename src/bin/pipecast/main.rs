@@ -74,8 +74,18 @@ fn exit_quietly_on_broken_pipe() {
 
 fn main() -> ExitCode {
     exit_quietly_on_broken_pipe();
-    let filter = tracing_subscriber::EnvFilter::try_from_env("PIPECAST_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let filter = match pipecast::comm::settings::log_filter()
+        .map(|f| tracing_subscriber::EnvFilter::try_new(&f).map_err(|e| (f, e)))
+    {
+        Some(Ok(filter)) => filter,
+        Some(Err((f, e))) => {
+            eprintln!(
+                "pipecast: PIPECAST_LOG={f:?} is not a tracing filter ({e}): logging warnings only"
+            );
+            tracing_subscriber::EnvFilter::new("warn")
+        }
+        None => tracing_subscriber::EnvFilter::new("warn"),
+    };
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -59,7 +59,10 @@ fn parse_bytes(text: &str) -> Result<u64, String> {
 }
 
 pub fn run(args: Args) -> CliResult {
-    let topology = hosts::expand(&read_topology(&args.topology)?, args.ranks_per_machine)?;
+    let topology = hosts::expand(
+        &read_topology(&args.topology, pipecast::comm::settings::max_input_bytes()?)?,
+        args.ranks_per_machine,
+    )?;
     let kind: TreeKind = match &args.tree {
         Some(name) => name.parse()?,
         None if args.msize.is_some() => TreeKind::Auto,
@@ -67,7 +70,10 @@ pub fn run(args: Args) -> CliResult {
     };
     let (plan, priced) = match args.msize {
         Some(msize) => {
-            let profile = pipecast::input::load_profile(&args.profile)?;
+            let profile = pipecast::input::load_profile(
+                &args.profile,
+                pipecast::comm::settings::max_input_bytes()?,
+            )?;
             let c = hetero::plan_for(&topology, args.root, &kind, &profile, msize)?;
             (c.plan, Some((msize, c.segment_bytes, c.predicted_us)))
         }

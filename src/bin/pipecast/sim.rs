@@ -100,7 +100,10 @@ struct Output<'a> {
 }
 
 pub fn run(args: Args) -> CliResult {
-    let topology = hosts::expand(&read_topology(&args.topology)?, None)?;
+    let topology = hosts::expand(
+        &read_topology(&args.topology, pipecast::comm::settings::max_input_bytes()?)?,
+        None,
+    )?;
     let size = topology.size();
     if args.root >= size {
         return Err(format!(
@@ -131,9 +134,13 @@ pub fn run(args: Args) -> CliResult {
         None => None,
     };
     let profile = match (&args.profile, rate) {
-        (Some(p), _) => pipecast::input::load_profile(p)?,
+        (Some(p), _) => {
+            pipecast::input::load_profile(p, pipecast::comm::settings::max_input_bytes()?)?
+        }
         (None, Some(bits)) => Timing::rate_profile(bits),
-        (None, None) => pipecast::input::load_profile("100mbit")?,
+        (None, None) => {
+            pipecast::input::load_profile("100mbit", pipecast::comm::settings::max_input_bytes()?)?
+        }
     };
     let timing = match rate {
         Some(bits) => Timing::Rate {

@@ -113,7 +113,7 @@ pub fn run(args: Args) -> CliResult {
     match args.command {
         Command::Gen(args) => generate(args),
         Command::Check { file } => {
-            let topology = read_topology(&file)?;
+            let topology = read_topology(&file, pipecast::comm::settings::max_input_bytes()?)?;
             print!("{}", summary(&file.display().to_string(), &topology));
             Ok(())
         }
@@ -124,7 +124,9 @@ pub fn run(args: Args) -> CliResult {
 
 fn import(args: ImportArgs) -> CliResult {
     let name = args.file.display().to_string();
-    let text = read_text(&args.file).map_err(|e| format!("{name}: cannot read: {e}"))?;
+    let text = pipecast::comm::settings::max_input_bytes()
+        .and_then(|limit| read_text(&args.file, limit))
+        .map_err(|e| format!("{name}: cannot read: {e}"))?;
     let (topology, notes) = match args.format {
         ImportFormat::MpichCoords => {
             import_mpich_coords(&text).map_err(|e| format!("{name}: {e}"))?

@@ -91,7 +91,7 @@ pub struct TcpTransport {
     rails: usize,
     conns: BTreeMap<Key, Conn>,
     scratch: Vec<u8>,
-    /// Batched sends; `None` when io_uring is unavailable or disabled (`PIPECAST_IO_URING=0`).
+    /// Batched sends; `None` when io_uring is unavailable or not wanted (`bind_with`).
     ring: Option<Ring>,
     /// The progress thread's wake descriptor, polled beside the connections.
     wake: Option<std::os::fd::RawFd>,
@@ -101,14 +101,22 @@ pub struct TcpTransport {
 }
 
 impl TcpTransport {
-    /// Listens on `ip` (any port). Its address goes into the bootstrap blob.
+    /// Listens on `ip` (any port), through io_uring where the kernel has it: see
+    /// [`TcpTransport::bind_with`].
     pub fn bind(me: usize, ip: &str) -> Result<TcpTransport, TransportError> {
+        TcpTransport::bind_with(me, ip, true)
+    }
+
+    /// Listens on `ip` (any port). Its address goes into the bootstrap blob. With `io_uring`
+    /// (the communicator's `PIPECAST_IO_URING`), sends and receives are batched through
+    /// io_uring where the kernel offers it; without, plain `sendmsg`/`readv`.
+    pub fn bind_with(me: usize, ip: &str, io_uring: bool) -> Result<TcpTransport, TransportError> {
         let listener = TcpListener::bind((ip, 0)).map_err(|e| TransportError::Setup {
             what: format!("listen on {ip}"),
             error: e.to_string(),
         })?;
-        let ring = if std::env::var("PIPECAST_IO_URING").is_ok_and(|v| v == "0") {
-            tracing::info!("io_uring disabled by PIPECAST_IO_URING=0: using sendmsg");
+        let ring = if !io_uring {
+            tracing::info!("io_uring off (PIPECAST_IO_URING=0): using sendmsg");
             None
         } else {
             match Ring::new() {

@@ -34,6 +34,7 @@ pub fn parse_ompi_info(text: &str) -> Option<String> {
 /// Debian's and of source installs, and `PREFIX/lib/openmpi` beside this executable (where
 /// `make -C ffi install PREFIX=…` puts it).
 fn search_dirs() -> Vec<PathBuf> {
+    // The MPI's own variables, read to diagnose them (an exception comm::settings lists).
     let mut dirs: Vec<PathBuf> = std::env::var("OMPI_MCA_mca_base_component_path")
         .map(|p| {
             p.split(':')
