@@ -44,6 +44,11 @@ pub const KINDS: &[(&str, &str)] = &[
         "MPICH and its development files (`mpicc.mpich`, `mpiexec.mpich`)",
     ),
     (
+        "ompi5",
+        "the Debian 13 root with Open MPI 5 that `bench/ompi5.sh root` makes (root, and the \
+         network to the Debian archive once; `.ci/run` makes it)",
+    ),
+    (
         "mpi4py",
         "python3-mpi4py, and mpi4py 3.1.4's test suite in the directory PIPECAST_MPI4PY_TESTS \
          names (`.ci/run` downloads it)",
