@@ -1,0 +1,29 @@
+//! What went wrong in a communicator.
+
+use super::ErrorClass;
+
+/// What went wrong in a communicator.
+#[derive(Debug, thiserror::Error)]
+pub enum CommError {
+    #[error("bootstrap: {0}")]
+    Bootstrap(String),
+    #[error("rank {rank} is not below the job size {size}")]
+    BadRank { rank: usize, size: usize },
+    #[error("environment variable {name}: {problem}")]
+    Env { name: &'static str, problem: String },
+    #[error("the topology has {machines} machines but the job has {size} ranks: rank r is machine r, so they must match")]
+    TopologySize { machines: usize, size: usize },
+    #[error("the topology has {machines} machines, the job {size} ranks, and these ranks' hosts are not machines of it (by `host` or `name`): {missing}; name the hosts in the file or set PIPECAST_MACHINE")]
+    TopologyHosts {
+        machines: usize,
+        size: usize,
+        missing: String,
+    },
+    #[error("this communicator failed earlier ({0}) and can no longer be used")]
+    Failed(String),
+    /// Some rank could not set up (or ranks disagree): every rank returns this same error.
+    #[error("pipecast is not used on this communicator: {detail}")]
+    Agreement { class: ErrorClass, detail: String },
+    #[error("the progress thread is gone (it panicked)")]
+    ProgressGone,
+}
