@@ -129,8 +129,8 @@ for mpi in $MPIS; do
   fi
   VERSION=$(version "$venv" "$pkg")
   if [ $mpi = impi ]; then export I_MPI_ROOT=$venv; else unset I_MPI_ROOT; fi
-  if ! "$venv/bin/mpicc" -O2 -fPIC -shared -I"$ROOT/include" -o "$OUT/shim-$mpi.so" \
-         "$ROOT/ffi/preload/pipecast_preload.c" "$LIB" -lpthread -ldl -lm -Wl,--exclude-libs,ALL ||
+  if ! "$venv/bin/mpicc" -O2 -fPIC -shared -I"$ROOT/include" -I"$ROOT/ffi/common" \
+         -o "$OUT/shim-$mpi.so" "$ROOT/ffi/preload/pipecast_preload.c" "$ROOT/ffi/common/pipecast_glue.c" "$LIB" -lpthread -ldl -lm -Wl,--exclude-libs,ALL ||
      ! "$venv/bin/mpicc" -O1 -Wall -Werror -o "$OUT/test-$mpi" "$ROOT/tests/c/mpi_bcast_test.c"; then
     echo "| $NAME | $VERSION | | | | | FAIL (build) |"; FAILED=1; continue
   fi
