@@ -122,6 +122,11 @@ pub fn max_input_bytes() -> Result<u64, String> {
     crate::input::max_input_bytes(var(crate::input::MAX_INPUT_ENV).as_deref())
 }
 
+/// `PIPECAST_OMPI5_ROOT`: where `bench/ompi5.sh` keeps the Open MPI 5 root, if not in the cache.
+pub fn ompi5_root() -> Option<std::path::PathBuf> {
+    var("PIPECAST_OMPI5_ROOT").map(Into::into)
+}
+
 /// Where per-user caches go: `$XDG_CACHE_HOME`, else `$HOME/.cache` (`None`: neither set).
 pub fn cache_home() -> Option<std::path::PathBuf> {
     var("XDG_CACHE_HOME")

@@ -34,15 +34,13 @@ pub enum Mpi {
 /// else `${XDG_CACHE_HOME:-~/.cache}/pipecast/ompi5-root`. It is ready when it holds
 /// `.pipecast-ready`.
 pub fn ompi5_root() -> PathBuf {
-    let nonempty = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
-    if let Some(root) = nonempty("PIPECAST_OMPI5_ROOT") {
-        return PathBuf::from(root);
+    if let Some(root) = crate::comm::settings::ompi5_root() {
+        return root;
     }
-    let cache = nonempty("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| nonempty("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(|| PathBuf::from("/root/.cache"));
-    cache.join("pipecast").join("ompi5-root")
+    crate::comm::settings::cache_home()
+        .unwrap_or_else(|| PathBuf::from("/root/.cache"))
+        .join("pipecast")
+        .join("ompi5-root")
 }
 
 /// Finds the machine by name, data address or management address.
