@@ -6,7 +6,8 @@
 //! RTT(m): ping-pong of m-byte messages, averaged over `reps`. L(m) = RTT(m)/2 − g(m)
 //! (clamped at 0: on loopback a large message's g can exceed RTT/2).
 
-use crate::bench::{parse_sizes, spawn_local};
+use crate::bench::parse_sizes;
+use crate::launch::spawn_local;
 use crate::CliResult;
 use pipecast::comm::{Bootstrap, TcpRendezvous};
 use serde::Serialize;

@@ -7,6 +7,7 @@ mod discover;
 mod doctor;
 mod hetero;
 mod lab;
+mod launch;
 mod observe;
 mod plan;
 mod sim;
