@@ -136,9 +136,11 @@ pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-/// What every rank said, once every rank said it is ready and all agree.
+/// The job's roster: every rank's addresses, host, CPUs and link as its bootstrap blob gave
+/// them, once every rank said it is ready and all agree (not `engine::reliable::Peers`, the
+/// reliability of a lossy link).
 #[derive(Debug, Clone)]
-pub struct Peers {
+pub struct Roster {
     pub addrs: Vec<SocketAddr>,
     pub macs: Vec<Option<[u8; 6]>>,
     pub hosts: Vec<String>,
@@ -159,7 +161,7 @@ pub struct Peers {
 
 /// Reads everybody's blobs: the same answer at every rank, since every rank reads the same
 /// blobs. An error lists every failed rank and its reason.
-pub fn decide(blobs: &[Vec<u8>]) -> Result<Peers, CommError> {
+pub fn decide(blobs: &[Vec<u8>]) -> Result<Roster, CommError> {
     let mut parsed = Vec::with_capacity(blobs.len());
     for (r, b) in blobs.iter().enumerate() {
         parsed.push(Repr::parse(b).map_err(|e| CommError::Agreement {
@@ -192,7 +194,7 @@ pub fn decide(blobs: &[Vec<u8>]) -> Result<Peers, CommError> {
             ),
         });
     }
-    Ok(Peers {
+    Ok(Roster {
         addrs: parsed.iter().map(|p| p.addr).collect(),
         macs: parsed.iter().map(|p| p.mac).collect(),
         hosts: parsed.iter().map(|p| p.host.to_string()).collect(),

@@ -12,7 +12,7 @@
 //! and `verbs`/`raweth` fail naming the ranks. A rank whose device cannot open with `verbs`
 //! fails its local setup, which the agreement reports to every rank.
 
-use super::agree::Peers;
+use super::agree::Roster;
 use super::{CommError, Config};
 use crate::transport::raweth::{self, socket, RawEthTransport};
 use crate::transport::verbs::{self, ops::Verbs, VerbsLink};
@@ -242,7 +242,7 @@ pub fn choose(
     transport: &Transport,
     tcp: TcpTransport,
     links: Candidates,
-    peers: &Peers,
+    peers: &Roster,
     hosts: &OnHosts<'_>,
     why_not: &mut Vec<String>,
 ) -> Result<BoxedLink, CommError> {
@@ -332,7 +332,7 @@ fn one_nic_without_shm(macs: &[socket::Mac], host_of: &[usize]) -> Option<String
 /// MAC for its NIC r (and for every NIC before it). The same answer at every rank: it reads
 /// the same blobs. Fewer rails than lanes is right data at one NIC's speed for the lanes
 /// beyond (they go on rail 0), as with TCP. `peers.macs` must all be present.
-pub fn rail_macs(peers: &Peers) -> Vec<Vec<socket::Mac>> {
+pub fn rail_macs(peers: &Roster) -> Vec<Vec<socket::Mac>> {
     let mut rails = vec![peers.macs.iter().flatten().copied().collect::<Vec<_>>()];
     let common = peers
         .rail_macs
@@ -377,7 +377,7 @@ mod tests {
     #[test]
     fn raw_rails_are_those_every_rank_has() {
         let m = |rank: u8, nic: u8| [2, 0, 0, 0, nic, rank];
-        let peers = |rail_macs: Vec<Vec<Option<socket::Mac>>>| Peers {
+        let peers = |rail_macs: Vec<Vec<Option<socket::Mac>>>| Roster {
             addrs: Vec::new(),
             macs: vec![Some(m(0, 0)), Some(m(1, 0))],
             hosts: Vec::new(),
@@ -416,7 +416,7 @@ mod tests {
     #[test]
     fn tcp_stays_tcp_and_auto_without_raw_endpoint_is_tcp() {
         let tcp = TcpTransport::bind(0, "127.0.0.1").unwrap();
-        let peers = Peers {
+        let peers = Roster {
             addrs: vec![tcp.local_addr(); 2],
             macs: vec![None, None],
             hosts: vec!["h".into(); 2],

@@ -3,7 +3,7 @@
 //! what needs everybody's blobs (the hosts' topology, the link, the connections, the progress
 //! thread).
 
-use super::agree::{self, Peers};
+use super::agree::{self, Roster};
 use super::progress::{self, Op};
 use super::{cpus, hosts, link, CommError, Config};
 use crate::topology::Topology;
@@ -153,7 +153,7 @@ impl Local {
 
     /// Builds the rest from everybody's blobs: topology, link (connected to every peer, so
     /// that no broadcast ever waits for a connection from a late rank), progress thread.
-    pub fn finish(self, rank: usize, size: usize, peers: &Peers) -> crate::Result<Finished> {
+    pub fn finish(self, rank: usize, size: usize, peers: &Roster) -> crate::Result<Finished> {
         let Local {
             mut config,
             mut tcp,
@@ -286,7 +286,7 @@ fn on_host(
     net: link::BoxedLink,
     shm: Option<ShmLink>,
     keys: &[String],
-    peers: &Peers,
+    peers: &Roster,
 ) -> link::BoxedLink {
     let local: Vec<bool> = keys.iter().map(|k| *k == keys[rank]).collect();
     let Some(mut shm) = shm.filter(|_| local.iter().filter(|&&l| l).count() > 1) else {
