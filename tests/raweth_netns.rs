@@ -10,11 +10,12 @@ mod common;
 
 use common::pattern;
 use common::requirements::tool;
-use pipecast::engine::{Bcast, Config as EngineConfig, Endpoint, Setup};
+use pipecast::comm::drive::{drive, Engine};
+use pipecast::engine::{Bcast, Config as EngineConfig, Setup};
 use pipecast::plan::Lane;
 use pipecast::transport::raweth::socket::{Mac, RawSocket, RecvBatch};
 use pipecast::transport::raweth::{Config, Counters, RawEthTransport};
-use pipecast::transport::{drive, Buffer, Buffers, Link};
+use pipecast::transport::{Buffer, Buffers, Link};
 use pipecast::wire::frame::{Kind, Repr, HEADER_LEN};
 use std::io::IoSlice;
 use std::process::Command;
@@ -28,7 +29,7 @@ static NEXT: AtomicUsize = AtomicUsize::new(0);
 /// which keeps what arrives early for later broadcasts).
 fn run_bcast(
     t: &mut dyn Link,
-    endpoint: &mut Endpoint,
+    endpoint: &mut Engine,
     bcast: Bcast,
     buf: &mut Vec<u8>,
     clock: &dyn Fn() -> u64,
@@ -48,7 +49,7 @@ fn run_bcast(
 /// heartbeats, frames of broadcasts not posted yet.
 fn serve(
     t: &mut dyn Link,
-    endpoint: &mut Endpoint,
+    endpoint: &mut Engine,
     clock: &dyn Fn() -> u64,
     d: Duration,
 ) -> pipecast::Result<()> {
@@ -294,7 +295,7 @@ fn run_job(hosts: &[String], cases: &[Case], config: Config, cookie: u64) -> Vec
                 t.set_peers(all, cookie).unwrap();
                 let start = Instant::now();
                 let clock = move || start.elapsed().as_nanos() as u64;
-                let mut endpoint = Endpoint::new();
+                let mut endpoint = Engine::new();
                 for (seq, case) in cases.iter().enumerate() {
                     let lanes = (case.lanes)(n, case.root);
                     let setup = Setup {
@@ -643,7 +644,7 @@ fn timed_job(hosts: &[String], via: Via, msize: usize, segment: u64, reps: usize
                 let clock = move || start.elapsed().as_nanos() as u64;
                 let lanes = chain(n, 0);
                 let mut buf = pattern(msize, 0);
-                let mut endpoint = Endpoint::new();
+                let mut endpoint = Engine::new();
                 for rep in 0..reps {
                     if rank != 0 {
                         buf.fill(0);
@@ -881,7 +882,7 @@ fn liveness_job(hosts: &[String], before: [Before; 3]) -> Vec<(Result<(), String
                 t.set_peers(all, 0x11fe).unwrap();
                 let start = Instant::now();
                 let clock = move || start.elapsed().as_nanos() as u64;
-                let mut endpoint = Endpoint::new();
+                let mut endpoint = Engine::new();
                 match before[rank] {
                     Before::Join => {}
                     Before::Late(d) => serve(&mut t, &mut endpoint, &clock, d).unwrap(),

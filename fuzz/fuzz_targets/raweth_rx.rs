@@ -17,7 +17,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pipecast::engine::{Bcast, Config as EngineConfig, Endpoint, Setup};
+use pipecast::comm::drive::Engine;
+use pipecast::engine::{Bcast, Config as EngineConfig, Setup};
 use pipecast::plan::Lane;
 use pipecast::transport::raweth::{Config, FrameLink};
 use pipecast::transport::{Buffer, Buffers, TransportError};
@@ -58,7 +59,7 @@ fuzz_target!(|data: &[u8]| {
         segment,
         deep: head[3] & 0x40 != 0,
     };
-    let mut endpoint = Endpoint::new();
+    let mut endpoint = Engine::new();
     let mut bufs = Buffers::new();
     bufs.insert(1, Buffer::Owned(vec![0; msize as usize]));
     let Ok(bcast) = Bcast::new(ME, &lanes, setup, EngineConfig::default(), 0) else {

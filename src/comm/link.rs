@@ -6,10 +6,12 @@
 //! or `auto` it also opens its RDMA device and puts its port, queue pair numbers and ring in
 //! the blob; with `raweth` or `auto` it opens a raw Ethernet socket and puts its MAC there
 //! (on a topology with rails, one socket per NIC, each NIC's MAC in its rail entry).
-//! After the allgather every rank decides the same way from the same blobs: verbs when every
-//! rank published a verbs endpoint; else raw Ethernet when every rank published a MAC and no
-//! two hosts share one (ranks of one host may, when shared memory links them); otherwise `auto` falls back to TCP (logging why at info level, verbose 1)
-//! and `verbs`/`raweth` fail naming the ranks. A rank whose device cannot open with `verbs`
+//! After the allgather every rank decides the same way from the same blobs ([`choose`]):
+//! verbs when every rank published a verbs endpoint (it has a usable RDMA device); else raw
+//! Ethernet when every rank published a MAC (it has CAP_NET_RAW and an interface) and no two
+//! ranks share one unless they are on one host and shared memory links them; otherwise
+//! `auto` falls back to TCP (logging why at info level, verbose 1) and `verbs`/`raweth` fail
+//! naming the ranks. A rank whose device cannot open with `verbs`
 //! fails its local setup, which the agreement reports to every rank.
 
 use super::agree::Roster;
@@ -36,9 +38,8 @@ pub enum Transport {
     /// RDMA verbs (RoCE v2 or InfiniBand): segments written straight into the children's
     /// buffers. Needs a build with the `verbs` feature and an RDMA device at every rank.
     Verbs,
-    /// Verbs when every rank has a usable RDMA device; else raw Ethernet when CAP_NET_RAW is
-    /// available, an interface is found and every host has its own MAC address (ranks of one
-    /// host may share it when shared memory links them); TCP otherwise.
+    /// The first that every rank can run, decided alike everywhere (the module's rule):
+    /// verbs, then raw Ethernet, then TCP.
     Auto,
 }
 

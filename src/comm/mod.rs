@@ -20,6 +20,7 @@ mod bootstrap;
 mod config;
 pub mod cpus;
 mod defer;
+pub mod drive;
 mod error;
 pub mod host_cost;
 pub mod hosts;
@@ -254,8 +255,9 @@ impl Comm {
         })
     }
 
-    /// The transport's monotonic counters by name (raw Ethernet: frames, retransmits,
-    /// timeouts, drops by reason; empty for TCP).
+    /// The monotonic counters of every link in use, by name (shared memory: bytes by path;
+    /// raw Ethernet: frames, retransmits, timeouts, drops by reason; verbs: writes, queue
+    /// pairs, registrations, ring bytes; TCP: bytes per rail, only with several rails).
     pub fn transport_counters(&mut self) -> crate::Result<BTreeMap<String, u64>> {
         self.check()?;
         let (reply, answer) = crossbeam_channel::bounded(1);

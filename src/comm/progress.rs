@@ -1,15 +1,16 @@
-//! The progress thread: one loop joins the communicator's [`Endpoint`] (every broadcast in
+//! The progress thread: one loop joins the communicator's [`Engine`] (every broadcast in
 //! flight), its link and the real clock. Broadcasts are posted in the order the caller posts
 //! them (the same at every rank: MPI's rule), several may run at once, and the link is
 //! served between broadcasts too (a lossy link's acknowledgements and heartbeats), so a rank
 //! that computes while others broadcast is late, never gone.
 
+use super::drive::{round_wait, Engine};
 use super::link::BoxedLink;
 use super::CommError;
-use crate::engine::{Bcast, Config as EngineConfig, Endpoint, Setup};
+use crate::engine::{Bcast, Config as EngineConfig, Setup};
 use crate::plan::Lane;
 use crate::transport::wake::spin;
-use crate::transport::{round_wait, Buffer, Buffers, Wake};
+use crate::transport::{Buffer, Buffers, Wake};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -39,7 +40,8 @@ pub enum Op {
         jobs: Vec<Job>,
         reply: Sender<Outcome>,
     },
-    /// The link's counters by name (monotonic; TCP has some only on several rails).
+    /// The counters of every link in use by name (monotonic; `Link::counters`: TCP has
+    /// some only on several rails).
     Counters {
         reply: Sender<BTreeMap<String, u64>>,
     },
@@ -63,7 +65,7 @@ const STALL_REPORT: Duration = Duration::from_secs(30);
 struct Driver {
     me: usize,
     link: BoxedLink,
-    endpoint: Endpoint,
+    endpoint: Engine,
     bufs: Buffers,
     /// By the sequence number of the job running now.
     runs: BTreeMap<u64, Run>,
@@ -93,7 +95,7 @@ pub fn serve(
         registers,
         round,
         link,
-        endpoint: Endpoint::new(),
+        endpoint: Engine::new(),
         bufs: Buffers::new(),
         runs: BTreeMap::new(),
         start: Instant::now(),

@@ -473,17 +473,8 @@ impl Bcast {
 
     /// The header of segment `index` of lane `lane`, or `None` if there is none.
     pub fn header(&self, lane: usize, index: u32) -> Option<DataHeader> {
-        let range = self.layout.range(lane, index)?;
-        Some(DataHeader {
-            seq: self.setup.seq,
-            root: self.setup.root as u32,
-            msize: self.setup.msize,
-            segment: self.layout.segment() as u32,
-            lanes: self.layout.lanes() as u16,
-            lane: lane as u16,
-            index,
-            len: (range.end - range.start) as u32,
-        })
+        self.layout
+            .header(self.setup.seq, self.setup.root as u32, lane, index)
     }
 
     /// The segments this rank may receive next, per lane: those its parent may send now

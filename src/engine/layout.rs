@@ -4,6 +4,7 @@
 //! last one is shorter. Seed 002 §3.1 splits the message across lanes (one share per tree); the
 //! scatter + allgather baseline uses one lane per non-root rank.
 
+use super::DataHeader;
 use std::ops::Range;
 
 /// The cut of one message: `lanes[l]` is the byte range of lane l; segments are `segment`
@@ -86,6 +87,22 @@ impl Layout {
             n -= k;
         }
         None
+    }
+
+    /// The header of segment `i` of lane `l` of broadcast `seq` from `root`, or `None` if
+    /// there is none.
+    pub fn header(&self, seq: u64, root: u32, l: usize, i: u32) -> Option<DataHeader> {
+        let range = self.range(l, i)?;
+        Some(DataHeader {
+            seq,
+            root,
+            msize: self.msize,
+            segment: self.segment as u32,
+            lanes: self.lanes() as u16,
+            lane: l as u16,
+            index: i,
+            len: (range.end - range.start) as u32,
+        })
     }
 }
 

@@ -19,7 +19,8 @@ use super::shm::{ShmLink, ShmMode};
 use super::verbs::model::Fabric;
 use super::verbs::{LinkConfig, VerbsLink};
 use super::{Buffer, Buffers, Link, TcpTransport};
-use crate::engine::{Bcast, Config, Endpoint, Setup};
+use crate::comm::drive::Engine;
+use crate::engine::{Bcast, Config, Setup};
 use crate::plan::{baseline, Lane};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -120,7 +121,7 @@ fn pattern(seq: u64, len: usize) -> Vec<u8> {
 /// One rank: its link, endpoint, buffers, and whether it failed (with what).
 struct Rank {
     link: Box<dyn Link>,
-    endpoint: Endpoint,
+    endpoint: Engine,
     bufs: Buffers,
     /// The buffers of finished broadcasts, handed back (the driver takes them out of the
     /// link's sight).
@@ -170,7 +171,7 @@ impl Ranks {
                 } else {
                     l
                 },
-                endpoint: Endpoint::new(),
+                endpoint: Engine::new(),
                 bufs: Buffers::new(),
                 done: Buffers::new(),
                 failed: None,

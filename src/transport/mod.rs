@@ -5,21 +5,25 @@
 //! progress thread. `unsafe` code of the crate lives here (and in `capi/`), each block with
 //! a `// SAFETY:` comment.
 //!
-//! A link frames [`Message`](crate::engine::Message)s (the header is
-//! [`wire::message`](crate::wire::message)), sends data segments straight from their
-//! broadcast's buffer, and asks the endpoint where an arriving segment goes
-//! (`Endpoint::route_data`, the one landing decision) before reading its payload straight
-//! into that buffer ([`slot`]) or holding it for a broadcast not posted yet ([`deliver`]
-//! once it is whole); [`round_wait`] is the one rule for how long a round may sleep. A lossy
-//! link (raw Ethernet) holds one [`Peers`](crate::engine::reliable::Peers), the pure
-//! per-peer reliability of the engine, because reliability runs per frame and only the link
-//! cuts segments into frames. A link that must prepare memory (RDMA verbs) says so in its
+//! A link moves bytes and gets no engine: each round it is handed a [`Driver`], everything
+//! it may ask of the layer above (the communicator's progress thread implements it over its
+//! broadcasts, `comm::drive`). It frames the [`Message`](crate::engine::Message)s the driver
+//! hands out ([`Driver::next`]; the header is [`wire::message`](crate::wire::message)),
+//! sends data segments straight from their broadcast's buffer, and asks the driver where an
+//! arriving segment goes ([`Driver::header`], the one landing decision) before reading its
+//! payload straight into that buffer ([`slot`]) or holding it for a broadcast not posted
+//! yet ([`Driver::held`] once it is whole); [`Driver::may_wait`] is the one rule for how
+//! long a round may sleep, [`check_closed`] the one for a closed peer. A lossy link (raw
+//! Ethernet) holds one [`Peers`](crate::engine::reliable::Peers), the pure per-peer
+//! reliability of the engine, because reliability runs per frame and only the link cuts
+//! segments into frames. A link that must prepare memory (RDMA verbs) says so in its
 //! [`Capabilities`]; the progress thread then calls [`Link::register`]/[`Link::deregister`]
-//! around each broadcast, and the link may pre-post what `Endpoint::expected` lists.
-//! docs/engine.md, "Links", says where this is going: links that get no endpoint at all.
+//! around each broadcast, and the link may pre-post what [`Driver::expected`] lists.
+//! docs/engine.md, "Links", says how far this got.
 
 #[cfg(test)]
 mod conformance;
+pub mod driver;
 pub mod loan;
 #[cfg(test)]
 pub(crate) mod recording;
@@ -30,15 +34,15 @@ pub mod uring;
 pub mod verbs;
 pub mod wake;
 
+pub use driver::Driver;
 pub use loan::{lend, BufLoan, Buffer, Buffers, RawBuf};
 pub use tcp::TcpTransport;
 pub use wake::Wake;
 
-use crate::engine::Endpoint;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// What a link can do, for the endpoint and the driver above it.
+/// What a link can do, for the driver above it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Capabilities {
     /// Delivers every message exactly once (TCP, shared memory). A lossy link (raw Ethernet)
@@ -73,11 +77,10 @@ impl Default for Capabilities {
     }
 }
 
-/// A link the communicator's progress thread drives: it moves the endpoint's messages
+/// A link the communicator's progress thread drives: it moves the driver's messages
 /// between ranks, sending payloads straight from their broadcasts'
 /// buffers and writing arriving segments straight into them. It knows nothing of trees:
-/// routing by broadcast, holding early messages and completion live in
-/// [`Endpoint`](crate::engine::Endpoint).
+/// routing by broadcast, holding early messages and completion live above the [`Driver`].
 pub trait Link: Send {
     /// What runs (`tcp`, `shm:cma+ring`, `raweth:IFACE`, …), for logs and failure reports.
     fn describe(&self) -> String;
@@ -90,12 +93,13 @@ pub trait Link: Send {
 
     fn connect(&mut self, peers: &[usize], timeout: Duration) -> Result<(), TransportError>;
 
-    /// One round: sends what the endpoint wants sent, waits up to `wait` for arrivals and
-    /// delivers them. Fails when a peer that a broadcast in flight waits for is gone.
+    /// One round: sends what the driver hands out, waits up to `wait` for arrivals (less if
+    /// [`Driver::may_wait`] says so) and hands them to the driver. Fails when a peer that a
+    /// broadcast in flight waits for is gone.
     fn progress(
         &mut self,
         bufs: &mut Buffers,
-        endpoint: &mut Endpoint,
+        driver: &mut dyn Driver,
         clock: &dyn Fn() -> u64,
         wait: Duration,
     ) -> crate::Result<()>;
@@ -104,7 +108,7 @@ pub trait Link: Send {
     /// verbs register memory; NCCL's net plugin `regMr` is the model). The driver calls it
     /// only on links whose [`Capabilities::needs_registration`] is true, when a broadcast's
     /// buffer is posted, and [`Link::deregister`] once that broadcast finished or
-    /// failed; a link may then pre-post what `Endpoint::expected` lists. Default: nothing.
+    /// failed; a link may then pre-post what [`Driver::expected`] lists. Default: nothing.
     fn register(&mut self, _seq: u64, _buf: &Buffer) -> Result<(), TransportError> {
         Ok(())
     }
@@ -140,25 +144,8 @@ pub trait Link: Send {
     fn shutdown(&mut self);
 }
 
-/// A payload read whole for a broadcast that was not posted when its header arrived
-/// (`Route::Hold`): [`Endpoint::deliver`] lands it in its buffer if that broadcast was posted
-/// meanwhile, otherwise holds it.
-pub(crate) fn deliver(
-    endpoint: &mut Endpoint,
-    bufs: &mut Buffers,
-    from: usize,
-    message: crate::engine::Message,
-    payload: Vec<u8>,
-    now: u64,
-) -> crate::Result<()> {
-    endpoint.deliver(now, from, message, payload, |seq, range, payload| {
-        let buf = bufs.get_mut(&seq).ok_or_else(|| gone_buffer(from, seq))?;
-        crate::engine::copy_into(buf.as_mut_slice(), range, payload).map_err(crate::Error::from)
-    })
-}
-
 /// Broadcast `seq`'s bytes at `range`, where the payload of a segment from `peer` that
-/// `Endpoint::route_data` sent `Into` them lands: the one destination lookup of the links
+/// [`Driver::header`] sent `Into` them lands: the one destination lookup of the links
 /// (its buffer still here, the range inside it).
 pub(crate) fn slot(
     bufs: &mut Buffers,
@@ -180,17 +167,6 @@ pub(crate) fn slot(
         })
 }
 
-/// The one "may I sleep" rule: how long a round may wait for the network. Not at all once a
-/// broadcast in flight is over here (everything it needed arrived, or this round's sends
-/// finished it): its driver must hand it back first.
-pub fn round_wait(endpoint: &Endpoint, wait: Duration) -> Duration {
-    if endpoint.any_done() {
-        Duration::ZERO
-    } else {
-        wait
-    }
-}
-
 /// The engine message in a header from `peer` ([`wire::message`](crate::wire::message)), or
 /// why it is not one.
 pub(crate) fn decode_header(
@@ -206,10 +182,10 @@ pub(crate) fn decode_header(
 /// Fails if a peer that a broadcast in flight waits for is gone (`closed(peer)`): how a
 /// reliable link (TCP, shared memory) learns of a dead process, its connection closed.
 pub(crate) fn check_closed(
-    endpoint: &Endpoint,
+    driver: &dyn Driver,
     closed: impl Fn(usize) -> bool,
 ) -> Result<(), TransportError> {
-    match endpoint.waiting_for().into_iter().find(|&p| closed(p)) {
+    match driver.waiting_for().into_iter().find(|&p| closed(p)) {
         Some(peer) => Err(TransportError::Closed { peer }),
         None => Ok(()),
     }
@@ -217,29 +193,11 @@ pub(crate) fn check_closed(
 
 /// A payload routed into a broadcast whose buffer is gone: cannot happen (a broadcast cannot
 /// finish while one of its segments is still arriving), reported rather than trusted.
-pub(crate) fn gone_buffer(peer: usize, seq: u64) -> TransportError {
+pub fn gone_buffer(peer: usize, seq: u64) -> TransportError {
     TransportError::BadFrame {
         peer,
         reason: format!("a segment of broadcast {seq} arrived after it finished here"),
     }
-}
-
-/// Runs broadcast `seq` (posted on `endpoint`, its buffer in `bufs`) over `link` until it is
-/// done here, then removes it: the loop of the communicator's progress thread for one
-/// broadcast, for tests and tools that drive a link themselves.
-pub fn drive(
-    link: &mut dyn Link,
-    bufs: &mut Buffers,
-    endpoint: &mut Endpoint,
-    seq: u64,
-    clock: &dyn Fn() -> u64,
-) -> crate::Result<()> {
-    while !endpoint.is_done(seq) {
-        endpoint.handle_timeout(clock())?;
-        link.progress(bufs, endpoint, clock, Duration::from_millis(5))?;
-    }
-    endpoint.finish(seq);
-    Ok(())
 }
 
 /// What went wrong in a transport.

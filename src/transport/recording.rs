@@ -1,8 +1,7 @@
 //! A link for tests that needs buffer registration (as the RDMA verbs link does) and records
 //! the calls the driver makes: it wraps a real link, which moves the bytes.
 
-use super::{Buffer, Buffers, Capabilities, Link, TransportError};
-use crate::engine::Endpoint;
+use super::{Buffer, Buffers, Capabilities, Driver, Link, TransportError};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -83,7 +82,7 @@ impl Link for Recording {
     fn progress(
         &mut self,
         bufs: &mut Buffers,
-        endpoint: &mut Endpoint,
+        driver: &mut dyn Driver,
         clock: &dyn Fn() -> u64,
         wait: Duration,
     ) -> crate::Result<()> {
@@ -96,7 +95,7 @@ impl Link for Recording {
         if !seqs.is_empty() {
             self.record(Event::Progress(seqs));
         }
-        self.inner.progress(bufs, endpoint, clock, wait)
+        self.inner.progress(bufs, driver, clock, wait)
     }
 
     fn set_wake(&mut self, fd: std::os::fd::RawFd) {

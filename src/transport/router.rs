@@ -3,11 +3,10 @@
 //! round, and makes the link that waits (the network's) also wake up when another link has
 //! something to read, through one `epoll` descriptor that stands for all of them.
 //!
-//! Each link takes from the endpoint only the messages to its own peers
-//! (`Endpoint::poll_transmit_to`), so the router never touches a message itself.
+//! Each link takes from the driver only the messages to its own peers
+//! ([`Driver::next`]), so the router never touches a message itself.
 
-use super::{Buffer, Buffers, Link, TransportError};
-use crate::engine::Endpoint;
+use super::{Buffer, Buffers, Driver, Link, TransportError};
 use std::collections::BTreeMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -117,20 +116,20 @@ impl Link for Router {
     fn progress(
         &mut self,
         bufs: &mut Buffers,
-        endpoint: &mut Endpoint,
+        driver: &mut dyn Driver,
         clock: &dyn Fn() -> u64,
         wait: Duration,
     ) -> crate::Result<()> {
         let waiter = self.waiter();
         for l in 0..self.links.len() {
             if l != waiter && self.used(l) {
-                self.links[l].progress(bufs, endpoint, clock, Duration::ZERO)?;
+                self.links[l].progress(bufs, driver, clock, Duration::ZERO)?;
             }
         }
-        self.links[waiter].progress(bufs, endpoint, clock, wait)?;
+        self.links[waiter].progress(bufs, driver, clock, wait)?;
         for l in 0..self.links.len() {
             if l != waiter && self.used(l) {
-                self.links[l].progress(bufs, endpoint, clock, Duration::ZERO)?;
+                self.links[l].progress(bufs, driver, clock, Duration::ZERO)?;
             }
         }
         Ok(())

@@ -20,7 +20,7 @@
 
 use super::{Assembly, Config, Counters, Item, Target};
 use crate::engine::reliable::Peers;
-use crate::engine::Endpoint;
+use crate::transport::driver::Driver;
 use crate::transport::raweth::socket::{mac_to_string, Mac};
 use crate::transport::{Buffers, TransportError};
 use crate::wire::frame::{Kind, Repr, HEADER_LEN};
@@ -41,7 +41,7 @@ pub struct FrameLink {
     pub(super) macs: Vec<BTreeMap<usize, Mac>>,
     /// Every MAC of `macs[rail]`: a frame from any other is dropped before it is read.
     pub(super) by_mac: Vec<BTreeSet<Mac>>,
-    /// The ranks this link reaches: those with a MAC on every rail. The endpoint's messages to
+    /// The ranks this link reaches: those with a MAC on every rail. The driver's messages to
     /// other ranks are another link's (shared memory's, behind the Router).
     pub(super) peers: BTreeSet<usize>,
     /// The per-peer reliability of every frame, one per rail (per (peer, rail), see above).
@@ -308,14 +308,14 @@ impl FrameLink {
             .min()
     }
 
-    /// Fails when a peer that `endpoint` waits for stayed silent too long; queues heartbeats
-    /// to quiet ones.
-    pub fn check_liveness(&mut self, now: u64, endpoint: &Endpoint) -> Result<(), TransportError> {
+    /// Fails when a peer that a broadcast in flight waits for ([`Driver::waiting_for`])
+    /// stayed silent too long; queues heartbeats to quiet ones.
+    pub fn check_liveness(&mut self, now: u64, driver: &dyn Driver) -> Result<(), TransportError> {
         let heartbeat = Item {
             head: self.head(Kind::Nop),
             payload: 0..0,
         };
-        let waiting = endpoint.waiting_for();
+        let waiting = driver.waiting_for();
         let rails = self.rails();
         for r in &mut self.reliable[..rails] {
             r.check_liveness(now, &waiting, || heartbeat.clone())

@@ -5,15 +5,15 @@
 //! pacing, round robin between peers, heartbeats and liveness; all pure, in
 //! `engine::reliable`) and keeps only framing, the socket, reassembly and MAC addresses.
 //! Reliability runs per frame and only this link cuts segments into frames, so the instance
-//! lives here while the [`Endpoint`] above stays frame-agnostic.
+//! lives here while the engine above stays frame-agnostic.
 //!
 //! Same shape as [`TcpTransport`](crate::transport::TcpTransport): the communicator gives it
-//! the peers' MAC addresses and the job cookie from the bootstrap, then drives it with the
-//! [`Endpoint`] of every broadcast in flight. An engine segment larger than one frame goes
+//! the peers' MAC addresses and the job cookie from the bootstrap, then drives it through a
+//! [`Driver`]. An engine segment larger than one frame goes
 //! out as several frames (payload per frame = MTU − 100-byte header); the receiver copies each
-//! frame's payload straight to its offset in its broadcast's buffer and hands the segment to
-//! the endpoint (`handle_data`) once distinct frames covered it. A segment of a broadcast not
-//! posted yet is assembled in a buffer of its own and held by the endpoint.
+//! frame's payload straight to its offset in its broadcast's buffer and tells the driver
+//! ([`Driver::landed`]) once distinct frames covered it. A segment of a broadcast not
+//! posted yet is assembled in a buffer of its own and handed over whole ([`Driver::held`]).
 //!
 //! Every frame carries a CRC32C of its addresses, header and payload (wire/frame.rs), checked
 //! before anything in it is trusted: a frame corrupted in a host's memory, a switch's buffer
@@ -48,7 +48,8 @@ mod tx;
 pub use link::FrameLink;
 
 use crate::engine::reliable;
-use crate::engine::{DataHeader, Endpoint};
+use crate::engine::DataHeader;
+use crate::transport::driver::Driver;
 use crate::transport::{Buffers, Link, TransportError};
 use crate::wire::frame::{Repr, HEADER_LEN};
 use socket::{Mac, RawSocket, RecvBatch};
@@ -385,25 +386,23 @@ impl Link for RawEthTransport {
         }
     }
 
-    /// One round: queue what the endpoint wants sent, send what credit and pacing allow,
+    /// One round: queue what the driver hands out, send what credit and pacing allow,
     /// wait up to `wait` for frames on every rail's socket, and deliver arrivals to the
-    /// endpoint. Between broadcasts (nothing in flight) it keeps acknowledging and
+    /// driver. Between broadcasts (nothing in flight) it keeps acknowledging and
     /// retransmitting: peers may still need its acks, and a late peer's heartbeats its
     /// answers.
     fn progress(
         &mut self,
         bufs: &mut Buffers,
-        endpoint: &mut Endpoint,
+        driver: &mut dyn Driver,
         clock: &dyn Fn() -> u64,
         wait: Duration,
     ) -> crate::Result<()> {
         self.link.forget_finished(bufs);
-        self.link.queue(endpoint)?;
+        self.link.queue(driver)?;
         self.send(bufs, clock())?;
         let now = clock();
-        let mut ms = super::round_wait(endpoint, wait)
-            .as_millis()
-            .min(i32::MAX as u128) as u64;
+        let mut ms = driver.may_wait(wait).as_millis().min(i32::MAX as u128) as u64;
         if let Some(t) = self.link.next_timeout(now) {
             ms = ms.min(t.saturating_sub(now).div_ceil(1_000_000));
         }
@@ -418,11 +417,11 @@ impl Link for RawEthTransport {
         self.link.unblock();
         for (rail, &(readable, _)) in ready.iter().enumerate() {
             if readable {
-                self.receive(rail, bufs, endpoint, clock)?;
+                self.receive(rail, bufs, driver, clock)?;
             }
         }
-        self.link.queue(endpoint)?;
-        self.link.check_liveness(clock(), endpoint)?;
+        self.link.queue(driver)?;
+        self.link.check_liveness(clock(), driver)?;
         self.send(bufs, clock())?;
         Ok(())
     }

@@ -5,9 +5,10 @@
 
 use super::{io_err, ring, Assembly, FrameLink, RawEthTransport, Target};
 use crate::engine::reliable::Accept;
-use crate::engine::{DataHeader, Endpoint, Message, Route};
+use crate::engine::{DataHeader, Message};
+use crate::transport::driver::{Driver, Landing};
 use crate::transport::raweth::socket::{Addressed, Mac, RecvBatch};
-use crate::transport::{deliver, slot, Buffers};
+use crate::transport::{slot, Buffers};
 use crate::wire::frame::{flags, Frame, Kind, Repr};
 use crate::wire::WireError;
 use std::io;
@@ -19,12 +20,12 @@ impl RawEthTransport {
         &mut self,
         rail: usize,
         bufs: &mut Buffers,
-        endpoint: &mut Endpoint,
+        driver: &mut dyn Driver,
         clock: &dyn Fn() -> u64,
     ) -> Result<(), crate::Error> {
         if !self.rings.is_empty() {
             let mut rings = std::mem::take(&mut self.rings);
-            let result = self.receive_ring(rail, &mut rings[rail], bufs, endpoint, clock);
+            let result = self.receive_ring(rail, &mut rings[rail], bufs, driver, clock);
             self.rings = rings;
             return result;
         }
@@ -53,7 +54,7 @@ impl RawEthTransport {
                 }
                 if let Err(e) = self
                     .link
-                    .receive_frame_on(rail, bufs, endpoint, now, mac, truncated, bytes)
+                    .receive_frame_on(rail, bufs, driver, now, mac, truncated, bytes)
                 {
                     result = Err(e);
                     break;
@@ -62,7 +63,7 @@ impl RawEthTransport {
             if result.is_err() {
                 break;
             }
-            self.link.queue(endpoint)?;
+            self.link.queue(driver)?;
             self.send(bufs, clock())?;
         }
         self.recv = recv;
@@ -74,7 +75,7 @@ impl RawEthTransport {
         rail: usize,
         ring: &mut ring::RxRing,
         bufs: &mut Buffers,
-        endpoint: &mut Endpoint,
+        driver: &mut dyn Driver,
         clock: &dyn Fn() -> u64,
     ) -> Result<(), crate::Error> {
         for _ in 0..16 {
@@ -90,13 +91,13 @@ impl RawEthTransport {
                 }
                 result = self
                     .link
-                    .receive_frame_on(rail, bufs, endpoint, now, mac, cut, bytes);
+                    .receive_frame_on(rail, bufs, driver, now, mac, cut, bytes);
             });
             result?;
             if taken == 0 {
                 break;
             }
-            self.link.queue(endpoint)?;
+            self.link.queue(driver)?;
             self.send(bufs, clock())?;
         }
         Ok(())
@@ -110,19 +111,19 @@ impl FrameLink {
     /// the rank the frame names as its sender has that MAC (ranks of one host share it) and
     /// that the frame is for this rank, then the cookie and communicator. Passes the frame through the per-peer
     /// reliability and lands its content (a data frame's payload at its offset in its
-    /// broadcast's buffer in `bufs`, a control message at `endpoint`). A frame that fails a
+    /// broadcast's buffer in `bufs`, a control message to `driver`). A frame that fails a
     /// check is dropped and counted; an error means a peer that passed every check sent
     /// something impossible (a segment beyond its buffer).
     pub fn receive_frame(
         &mut self,
         bufs: &mut Buffers,
-        endpoint: &mut Endpoint,
+        driver: &mut dyn Driver,
         now: u64,
         mac: Mac,
         truncated: bool,
         bytes: &[u8],
     ) -> Result<(), crate::Error> {
-        self.receive_frame_on(0, bufs, endpoint, now, mac, truncated, bytes)
+        self.receive_frame_on(0, bufs, driver, now, mac, truncated, bytes)
     }
 
     /// [`FrameLink::receive_frame`] for a frame that arrived on rail `rail`'s NIC: its
@@ -134,7 +135,7 @@ impl FrameLink {
         &mut self,
         rail: usize,
         bufs: &mut Buffers,
-        endpoint: &mut Endpoint,
+        driver: &mut dyn Driver,
         now: u64,
         mac: Mac,
         truncated: bool,
@@ -199,7 +200,7 @@ impl FrameLink {
         }
         let retransmit = (head.flags & flags::RETRANSMIT != 0).then_some(copy);
         match self.reliable[rail].handle_seq(rank, head.peer_seq, retransmit) {
-            Accept::Fresh => self.content(bufs, endpoint, now, rank, &head, frame.payload()),
+            Accept::Fresh => self.content(bufs, driver, now, rank, &head, frame.payload()),
             Accept::Duplicate => Ok(()),
             Accept::OutOfWindow => {
                 self.counters.out_of_window += 1;
@@ -210,12 +211,12 @@ impl FrameLink {
 
     /// Acts on a frame's content: a data frame goes to its offset in its broadcast's buffer
     /// (or into a segment held for a broadcast not posted yet), a credit or done to the
-    /// endpoint. Segments are assembled by distinct, non-overlapping frames: a duplicated or
+    /// driver. Segments are assembled by distinct, non-overlapping frames: a duplicated or
     /// overlapping frame never completes a segment early.
     fn content(
         &mut self,
         bufs: &mut Buffers,
-        endpoint: &mut Endpoint,
+        driver: &mut dyn Driver,
         now: u64,
         rank: usize,
         head: &Repr,
@@ -235,20 +236,20 @@ impl FrameLink {
                     len: head.segment_len,
                 };
                 if !self.assembly.contains_key(&key) {
-                    let target = match endpoint.route_data(rank, &h)? {
-                        Route::Into { seq, range } => {
+                    let target = match driver.header(rank, &h)? {
+                        Landing::Into { seq, range } => {
                             slot(bufs, rank, seq, range.clone())?;
                             Target::Buffer {
                                 seq,
                                 start: range.start,
                             }
                         }
-                        // At most a segment: `route_data` checked it.
-                        Route::Hold => {
+                        // At most a segment: the driver checked it.
+                        Landing::Hold => {
                             self.counters.later_kept += 1;
                             Target::Hold(vec![0; h.len as usize])
                         }
-                        Route::Discard => return Ok(()),
+                        Landing::Discard => return Ok(()),
                     };
                     self.assembly.insert(
                         key,
@@ -279,9 +280,11 @@ impl FrameLink {
                 if a.got >= a.len {
                     let a = self.assembly.remove(&key).expect("present");
                     match a.target {
-                        Target::Buffer { .. } => endpoint.handle_data(now, &a.head),
+                        Target::Buffer { .. } => {
+                            driver.landed(now, rank, &Message::Data(a.head))?
+                        }
                         Target::Hold(v) => {
-                            deliver(endpoint, bufs, rank, Message::Data(a.head), v, now)?
+                            driver.held(bufs, now, rank, Message::Data(a.head), v)?
                         }
                     }
                 }
@@ -300,7 +303,7 @@ impl FrameLink {
                         lane: head.lane,
                     }
                 };
-                endpoint.handle_message(now, rank, &msg)?;
+                driver.landed(now, rank, &msg)?;
                 Ok(())
             }
             _ => Ok(()),

@@ -4,7 +4,8 @@
 //! reliability recovers them: every rank ends with every byte right.
 
 use super::{Config, Counters, FrameLink};
-use crate::engine::{Bcast, Config as EngineConfig, Endpoint, Setup};
+use crate::comm::drive::Engine;
+use crate::engine::{Bcast, Config as EngineConfig, Setup};
 use crate::plan::Lane;
 use crate::transport::raweth::socket::Mac;
 use crate::transport::{Buffer, Buffers, TransportError};
@@ -52,7 +53,7 @@ fn run(
     let mut links: Vec<FrameLink> = (0..n)
         .map(|r| FrameLink::new(r, mac(r), config, 1000))
         .collect();
-    let mut endpoints: Vec<Endpoint> = (0..n).map(|_| Endpoint::new()).collect();
+    let mut endpoints: Vec<Engine> = (0..n).map(|_| Engine::new()).collect();
     let mut bufs: Vec<Buffers> = (0..n).map(|_| Buffers::new()).collect();
     for link in &mut links {
         link.set_peers((0..n).map(mac).collect(), 0xc0ffee).unwrap();
@@ -125,7 +126,7 @@ fn setup_of(root: usize, msize: usize) -> Setup {
 }
 
 /// Every rank's link, endpoint and buffers.
-type Ranks<'a> = (&'a mut [FrameLink], &'a mut [Endpoint], &'a mut [Buffers]);
+type Ranks<'a> = (&'a mut [FrameLink], &'a mut [Engine], &'a mut [Buffers]);
 
 /// Hands rank `to` a frame that arrived on `rail` from MAC `from`; panics on an error.
 fn deliver(ranks: Ranks<'_>, now: u64, rail: usize, to: usize, from: Mac, bytes: &[u8]) {
@@ -146,7 +147,7 @@ fn deliver(ranks: Ranks<'_>, now: u64, rail: usize, to: usize, from: Mac, bytes:
 /// Posts broadcast 1 ([`setup_of`]) at every rank: the root's buffer holds `want`, the
 /// others' zeros; the lanes on `rails` when given (`Plan::rails`).
 fn post_everywhere(
-    endpoints: &mut [Endpoint],
+    endpoints: &mut [Engine],
     bufs: &mut [Buffers],
     lanes: &[Lane],
     root: usize,
@@ -196,7 +197,7 @@ fn send_round(ranks: Ranks<'_>, now: u64, wire: &mut impl FnMut(usize, usize, &M
 /// Panics unless every rank finished broadcast 1 with `want` in its buffer.
 fn check_every_byte(
     links: &[FrameLink],
-    endpoints: &mut [Endpoint],
+    endpoints: &mut [Engine],
     bufs: &mut [Buffers],
     want: &[u8],
     now: u64,
@@ -279,7 +280,7 @@ fn run_rails(n: usize, root: usize, msize: usize, lose: usize) -> Vec<(Counters,
     let mut links: Vec<FrameLink> = (0..n)
         .map(|r| FrameLink::on_rails(r, vec![mac(r), mac1(r)], config, 1000))
         .collect();
-    let mut endpoints: Vec<Endpoint> = (0..n).map(|_| Endpoint::new()).collect();
+    let mut endpoints: Vec<Engine> = (0..n).map(|_| Engine::new()).collect();
     let mut bufs: Vec<Buffers> = (0..n).map(|_| Buffers::new()).collect();
     for link in &mut links {
         let rails = nics.iter().map(|m| (0..n).map(m).collect()).collect();
@@ -370,7 +371,7 @@ fn a_frame_on_the_wrong_rail_is_dropped_and_macs_are_distinct_over_rails() {
     let mut link = FrameLink::on_rails(0, vec![mac(0), mac1(0)], config, 1000);
     let rails = vec![(0..3).map(mac).collect(), (0..3).map(mac1).collect()];
     link.set_rail_peers(rails, 7).unwrap();
-    let mut endpoint = Endpoint::new();
+    let mut endpoint = Engine::new();
     let mut bufs = Buffers::new();
     let frame = vec![0u8; 200];
     link.receive_frame_on(1, &mut bufs, &mut endpoint, 0, mac(1), false, &frame)
@@ -435,7 +436,7 @@ fn run_hosts(
             FrameLink::on_rails(r, own, config, 1000)
         })
         .collect();
-    let mut endpoints: Vec<Endpoint> = (0..n).map(|_| Endpoint::new()).collect();
+    let mut endpoints: Vec<Engine> = (0..n).map(|_| Engine::new()).collect();
     let mut bufs: Vec<Buffers> = (0..n).map(|_| Buffers::new()).collect();
     for (r, link) in links.iter_mut().enumerate() {
         let macs = (0..rails)

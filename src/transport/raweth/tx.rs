@@ -2,12 +2,13 @@
 //! the per-peer reliability ([`Peers`](crate::engine::reliable::Peers)), which says what to
 //! send next; frames, sealed with their checksum, leave in `sendmmsg` batches,
 //! acknowledgements piggybacked. Up to the batch, it is [`FrameLink::send`]: no socket.
-//! With several rails, a lane's frames go on its rail (`Endpoint::rail_of`), each rail's
+//! With several rails, a lane's frames go on its rail (`Outgoing::rail`), each rail's
 //! reliability hands out its own frames, and each batch goes to its rail's socket.
 
 use super::{io_err, FrameLink, Item, RawEthTransport};
 use crate::engine::reliable::Outgoing;
-use crate::engine::{Endpoint, Message};
+use crate::engine::Message;
+use crate::transport::driver::Driver;
 use crate::transport::raweth::socket::Mac;
 use crate::transport::Buffers;
 use crate::transport::TransportError;
@@ -41,14 +42,14 @@ impl RawEthTransport {
 }
 
 impl FrameLink {
-    /// Turns the endpoint's transmits to this link's peers ([`FrameLink::knows`]) into frames
+    /// Turns the driver's messages to this link's peers ([`FrameLink::knows`]) into frames
     /// on each peer's queue; messages to other ranks are left to the link that reaches them.
-    pub fn queue(&mut self, endpoint: &mut Endpoint) -> Result<(), TransportError> {
+    pub fn queue(&mut self, driver: &mut dyn Driver) -> Result<(), TransportError> {
         let peers = std::mem::take(&mut self.peers);
         // The engine ignores the time here.
-        while let Some((_, t)) = endpoint.poll_transmit_to(0, &|p| peers.contains(&p)) {
+        while let Some(t) = driver.next(0, &|p| peers.contains(&p)) {
             // Lane i of a plan on rails leaves through NIC i (its data, and its credits back).
-            let rail = self.rail(endpoint.rail_of(&t.message));
+            let rail = self.rail(t.rail);
             let mut head = self.head(Kind::Data);
             let max_payload = self.max_payload;
             let reliable = &mut self.reliable[rail];

@@ -23,9 +23,10 @@ mod stream;
 
 pub use setup::socket_name;
 
+use super::driver::{Driver, Landing};
 use super::wake::spin;
-use super::{deliver, gone_buffer, slot, Buffers, Link, TransportError};
-use crate::engine::{Endpoint, Message, Route};
+use super::{gone_buffer, slot, Buffers, Link, TransportError};
+use crate::engine::Message;
 use crate::wire::message::{self, HEADER};
 use crate::wire::shm::{Record, HEAD, RECORD};
 use ring::Ring;
@@ -252,10 +253,10 @@ impl ShmLink {
         Ok(())
     }
 
-    fn queue(&mut self, endpoint: &mut Endpoint, now: u64) -> Result<(), TransportError> {
+    fn queue(&mut self, driver: &mut dyn Driver, now: u64) -> Result<(), TransportError> {
         loop {
             let peers = &self.peers;
-            let Some((seq, t)) = endpoint.poll_transmit_to(now, &|p| peers.contains_key(&p)) else {
+            let Some(t) = driver.next(now, &|p| peers.contains_key(&p)) else {
                 break;
             };
             let peer = self.peers.get_mut(&t.to).expect("served");
@@ -265,7 +266,7 @@ impl ShmLink {
             peer.out.push_back(Out {
                 head: message::emit(&t.message),
                 message: t.message,
-                seq,
+                seq: t.seq,
                 payload: t.payload,
                 at: 0,
             });
@@ -361,7 +362,7 @@ impl ShmLink {
         &mut self,
         rank: usize,
         bufs: &mut Buffers,
-        endpoint: &mut Endpoint,
+        driver: &mut dyn Driver,
         now: u64,
     ) -> crate::Result<bool> {
         let deferred = std::mem::take(&mut self.peers.get_mut(&rank).expect("a peer").deferred);
@@ -369,14 +370,14 @@ impl ShmLink {
         for record in deferred {
             if let Record::Message { head, .. } = &record {
                 if let Message::Data(h) = super::decode_header(rank, head)? {
-                    if endpoint.route_data(rank, &h)? == Route::Hold {
+                    if driver.header(rank, &h)? == Landing::Hold {
                         let p = self.peers.get_mut(&rank).expect("a peer");
                         p.deferred.push_back(record);
                         continue;
                     }
                 }
             }
-            self.handle(rank, record, bufs, endpoint, now)?;
+            self.handle(rank, record, bufs, driver, now)?;
             handled = true;
         }
         Ok(handled)
@@ -387,7 +388,7 @@ impl ShmLink {
         &mut self,
         rank: usize,
         bufs: &mut Buffers,
-        endpoint: &mut Endpoint,
+        driver: &mut dyn Driver,
         now: u64,
     ) -> crate::Result<()> {
         let p = self.peers.get_mut(&rank).expect("a peer");
@@ -410,7 +411,7 @@ impl ShmLink {
         let records: Vec<u8> = p.rbuf.drain(..whole).collect();
         for r in records.chunks_exact(RECORD) {
             let record = Record::decode(r).map_err(|e| bad(rank, e.to_string()))?;
-            self.handle(rank, record, bufs, endpoint, now)?;
+            self.handle(rank, record, bufs, driver, now)?;
         }
         Ok(())
     }
@@ -420,7 +421,7 @@ impl ShmLink {
         rank: usize,
         record: Record,
         bufs: &mut Buffers,
-        endpoint: &mut Endpoint,
+        driver: &mut dyn Driver,
         now: u64,
     ) -> crate::Result<()> {
         let p = self.peers.get_mut(&rank).expect("a peer");
@@ -428,8 +429,7 @@ impl ShmLink {
             Record::Message { head, addr } => {
                 let message = super::decode_header(rank, &head)?;
                 let Message::Data(h) = message else {
-                    endpoint.handle_message(now, rank, &message)?;
-                    return Ok(());
+                    return driver.landed(now, rank, &message);
                 };
                 if h.len > 0 && !p.attach {
                     return Err(crate::Error::from(bad(
@@ -439,13 +439,13 @@ impl ShmLink {
                 }
                 let len = h.len as usize;
                 let pid = p.pid;
-                match endpoint.route_data(rank, &h)? {
-                    Route::Into { seq, range } => {
+                match driver.header(rank, &h)? {
+                    Landing::Into { seq, range } => {
                         attach(rank, pid, addr, slot(bufs, rank, seq, range)?)?;
                         self.cma_bytes += len as u64;
-                        endpoint.handle_data(now, &h);
+                        driver.landed(now, rank, &message)?;
                     }
-                    Route::Hold => {
+                    Landing::Hold => {
                         // Of a broadcast not posted here yet: its bytes stay in the writer's
                         // buffer until this rank acknowledges them, so the record waits
                         // rather than a copy (a whole message, often, on a host of more ranks
@@ -453,7 +453,7 @@ impl ShmLink {
                         self.deferred_bytes += len as u64;
                         p.deferred.push_back(Record::Message { head, addr });
                     }
-                    Route::Discard => {}
+                    Landing::Discard => {}
                 }
             }
             Record::RingChunk { head, pos, at, len } => {
@@ -474,10 +474,10 @@ impl ShmLink {
                 let rx = &*rx;
                 let (at, len, total) = (at as usize, len as usize, h.len as usize);
                 if at == 0 && p.partial.is_none() {
-                    let dest = match endpoint.route_data(rank, &h)? {
-                        Route::Into { seq, range } => Dest::Buffer { seq, range },
-                        Route::Hold => Dest::Hold(Vec::new()),
-                        Route::Discard => Dest::Discard,
+                    let dest = match driver.header(rank, &h)? {
+                        Landing::Into { seq, range } => Dest::Buffer { seq, range },
+                        Landing::Hold => Dest::Hold(Vec::new()),
+                        Landing::Discard => Dest::Discard,
                     };
                     p.partial = Some(Partial {
                         message,
@@ -501,7 +501,7 @@ impl ShmLink {
                 if let Dest::Hold(v) = &part.dest {
                     // Its broadcast was posted since the segment began: the rest goes straight
                     // into the buffer, and only what came before is copied once more.
-                    if let Route::Into { seq, range } = endpoint.route_data(rank, &h)? {
+                    if let Landing::Into { seq, range } = driver.header(rank, &h)? {
                         slot(bufs, rank, seq, range.start..range.start + v.len())?
                             .copy_from_slice(v);
                         part.dest = Dest::Buffer { seq, range };
@@ -537,8 +537,8 @@ impl ShmLink {
                 if whole {
                     let part = p.partial.take().expect("present");
                     match part.dest {
-                        Dest::Buffer { .. } => endpoint.handle_data(now, &h),
-                        Dest::Hold(v) => deliver(endpoint, bufs, rank, message, v, now)?,
+                        Dest::Buffer { .. } => driver.landed(now, rank, &message)?,
+                        Dest::Hold(v) => driver.held(bufs, now, rank, message, v)?,
                         Dest::Discard => {}
                     }
                 }
@@ -576,11 +576,11 @@ impl ShmLink {
     }
 
     /// Fails if a peer that a broadcast in flight waits for is gone.
-    fn check_closed(&self, endpoint: &Endpoint) -> Result<(), TransportError> {
+    fn check_closed(&self, driver: &dyn Driver) -> Result<(), TransportError> {
         if !self.peers.values().any(|p| p.closed) {
             return Ok(());
         }
-        super::check_closed(endpoint, |r| self.peers.get(&r).is_some_and(|p| p.closed))
+        super::check_closed(driver, |r| self.peers.get(&r).is_some_and(|p| p.closed))
     }
 
     fn modes(&self) -> String {
@@ -615,33 +615,33 @@ impl Link for ShmLink {
     fn progress(
         &mut self,
         bufs: &mut Buffers,
-        endpoint: &mut Endpoint,
+        driver: &mut dyn Driver,
         clock: &dyn Fn() -> u64,
         wait: Duration,
     ) -> crate::Result<()> {
         let ranks: Vec<usize> = self.peers.keys().copied().collect();
         let mut landed = false;
         for &r in &ranks {
-            landed |= self.receive_deferred(r, bufs, endpoint, clock())?;
+            landed |= self.receive_deferred(r, bufs, driver, clock())?;
         }
-        self.queue(endpoint, clock())?;
-        self.check_closed(endpoint)?;
+        self.queue(driver, clock())?;
+        self.check_closed(driver)?;
         for &r in &ranks {
             self.flush(r, bufs)?;
         }
         let wait = if landed {
             Duration::ZERO
         } else {
-            super::round_wait(endpoint, wait)
+            driver.may_wait(wait)
         };
         if !wait.is_zero() {
             self.wait(&ranks, wait)?;
         }
         for &r in &ranks {
-            self.receive(r, bufs, endpoint, clock())?;
+            self.receive(r, bufs, driver, clock())?;
         }
-        self.queue(endpoint, clock())?;
-        self.check_closed(endpoint)?;
+        self.queue(driver, clock())?;
+        self.check_closed(driver)?;
         for &r in &ranks {
             self.flush(r, bufs)?;
         }
@@ -890,6 +890,7 @@ mod tests {
     /// came before the posting are (a full ring's worth), the rest go straight into the buffer.
     #[test]
     fn a_late_reader_copies_nothing_or_only_what_came_early() {
+        use crate::comm::drive::Engine;
         use crate::engine::{Bcast, Config, Setup};
         use crate::transport::Buffer;
         let n = (RING_BYTES + RING_BYTES / 2) * 2 + 5;
@@ -898,7 +899,7 @@ mod tests {
         for mode in [ShmMode::Cma, ShmMode::Ring] {
             let (a, b) = pair(mode);
             let mut links = [a, b];
-            let mut endpoints = [Endpoint::new(), Endpoint::new()];
+            let mut endpoints = [Engine::new(), Engine::new()];
             let mut bufs = [Buffers::new(), Buffers::new()];
             let setup = Setup {
                 seq: 1,
@@ -910,7 +911,7 @@ mod tests {
             let lanes = [crate::plan::baseline::flat(2, 0)];
             let start = std::time::Instant::now();
             let clock = move || start.elapsed().as_nanos() as u64;
-            let post = |me: usize, endpoints: &mut [Endpoint; 2], bufs: &mut [Buffers; 2]| {
+            let post = |me: usize, endpoints: &mut [Engine; 2], bufs: &mut [Buffers; 2]| {
                 let b = Bcast::new(me, &lanes, setup, Config::default(), 0).unwrap();
                 let buf = if me == 0 { data.clone() } else { vec![0; n] };
                 bufs[me].insert(1, Buffer::Owned(buf));

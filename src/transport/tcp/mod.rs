@@ -4,9 +4,10 @@
 //! io_uring submission each (`../uring.rs`), or plain `sendmsg`/`read` without io_uring:
 //! segments leave straight from the user buffer and land straight in it.
 
+use super::driver::{Driver, Landing};
 use super::uring::{RecvTarget, Ring};
-use super::{deliver, slot, Buffers, Link, TransportError};
-use crate::engine::{Endpoint, Message, Route};
+use super::{slot, Buffers, Link, TransportError};
+use crate::engine::Message;
 use crate::wire::message::{self, HEADER};
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{self, IoSlice, IoSliceMut, Read};
@@ -245,24 +246,23 @@ impl TcpTransport {
     }
 
     /// Fails if a peer that a broadcast in flight waits for has closed its connection.
-    fn check_closed(&self, endpoint: &Endpoint) -> Result<(), TransportError> {
+    fn check_closed(&self, driver: &dyn Driver) -> Result<(), TransportError> {
         if !self.conns.values().any(|c| c.closed) {
             return Ok(());
         }
-        super::check_closed(endpoint, |p| {
+        super::check_closed(driver, |p| {
             self.conns.range((p, 0)..(p + 1, 0)).any(|(_, c)| c.closed)
         })
     }
 
-    fn queue(&mut self, endpoint: &mut Endpoint, now: u64) -> Result<(), TransportError> {
+    fn queue(&mut self, driver: &mut dyn Driver, now: u64) -> Result<(), TransportError> {
         loop {
             let conns = &self.conns;
-            let Some((seq, t)) = endpoint.poll_transmit_to(now, &|p| conns.contains_key(&(p, 0)))
-            else {
+            let Some(t) = driver.next(now, &|p| conns.contains_key(&(p, 0))) else {
                 break;
             };
             // Lane i of a plan on rails leaves through NIC i (its data, and its credits back).
-            let rail = Some(endpoint.rail_of(&t.message)).filter(|&r| r < self.rails);
+            let rail = Some(t.rail).filter(|&r| r < self.rails);
             let conn = self
                 .conns
                 .get_mut(&(t.to, rail.unwrap_or(0)))
@@ -273,7 +273,7 @@ impl TcpTransport {
             conn.out.push_back(Out {
                 head: message::emit(&t.message),
                 sent: 0,
-                seq,
+                seq: t.seq,
                 payload: t.payload,
             });
         }
@@ -300,7 +300,7 @@ impl TcpTransport {
         &mut self,
         key: Key,
         bufs: &mut Buffers,
-        endpoint: &mut Endpoint,
+        driver: &mut dyn Driver,
         now: u64,
     ) -> Result<(), crate::Error> {
         let peer = key.0;
@@ -345,7 +345,7 @@ impl TcpTransport {
                 Ok(0) => return eof(peer, conn).map_err(Into::into),
                 Ok(n) => {
                     budget = budget.saturating_sub(n);
-                    received(peer, conn, n, endpoint, bufs, now)?;
+                    received(peer, conn, n, driver, bufs, now)?;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -360,7 +360,7 @@ impl TcpTransport {
         &mut self,
         mut active: Vec<Key>,
         bufs: &mut Buffers,
-        endpoint: &mut Endpoint,
+        driver: &mut dyn Driver,
         clock: &dyn Fn() -> u64,
     ) -> Result<(), crate::Error> {
         for _round in 0..64 {
@@ -376,7 +376,7 @@ impl TcpTransport {
                 )
             });
             for p in discard {
-                self.read(p, bufs, endpoint, clock())?;
+                self.read(p, bufs, driver, clock())?;
             }
             if batched.is_empty() {
                 break;
@@ -426,7 +426,7 @@ impl TcpTransport {
             }
             let ring = self.ring.as_mut().expect("checked by the caller");
             // SAFETY: each target is a connection's own header, spare or hold buffer (the map
-            // is not changed during the call) or the payload range the endpoint routed for
+            // is not changed during the call) or the payload range the driver routed for
             // that connection inside its broadcast's buffer, which `bufs` (borrowed mutably
             // and not touched meanwhile) keeps alive; ranges of different connections are
             // different segments, hence disjoint.
@@ -436,7 +436,7 @@ impl TcpTransport {
                     tracing::warn!(error = %e, "io_uring failed: falling back to read");
                     self.ring = None;
                     for p in batched {
-                        self.read(p, bufs, endpoint, clock())?;
+                        self.read(p, bufs, driver, clock())?;
                     }
                     return Ok(());
                 }
@@ -449,7 +449,7 @@ impl TcpTransport {
                 match r {
                     Ok(0) => eof(peer, conn)?,
                     Ok(n) => {
-                        received(peer, conn, n, endpoint, bufs, now)?;
+                        received(peer, conn, n, driver, bufs, now)?;
                         next.push(key);
                     }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => next.push(key),
@@ -457,8 +457,8 @@ impl TcpTransport {
                     Err(e) => return Err(io_error(peer, e).into()),
                 }
             }
-            self.queue(endpoint, now)?;
-            self.check_closed(endpoint)?;
+            self.queue(driver, now)?;
+            self.check_closed(driver)?;
             active = next;
         }
         Ok(())
@@ -488,17 +488,17 @@ impl Link for TcpTransport {
         self.wake = Some(fd);
     }
 
-    /// One round: queue what the endpoint wants sent, wait up to `wait` for readiness, then
-    /// write and read what can be (delivering arrivals to the endpoint).
+    /// One round: queue what the driver hands out, wait up to `wait` for readiness, then
+    /// write and read what can be (delivering arrivals to the driver).
     fn progress(
         &mut self,
         bufs: &mut Buffers,
-        endpoint: &mut Endpoint,
+        driver: &mut dyn Driver,
         clock: &dyn Fn() -> u64,
         wait: Duration,
     ) -> crate::Result<()> {
-        self.queue(endpoint, clock())?;
-        self.check_closed(endpoint)?;
+        self.queue(driver, clock())?;
+        self.check_closed(driver)?;
         let peers: Vec<Key> = self.conns.keys().copied().collect();
         let mut fds: Vec<libc::pollfd> = peers
             .iter()
@@ -530,7 +530,7 @@ impl Link for TcpTransport {
             revents: 0,
         });
         // A broadcast that this round's sends completed must not wait for the network.
-        let wait = super::round_wait(endpoint, wait);
+        let wait = driver.may_wait(wait);
         let ms = wait.as_millis().min(i32::MAX as u128) as i32;
         // SAFETY: `fds` is a live, exclusively borrowed array of `fds.len()` pollfd structs
         // whose descriptors stay open (owned by `self.conns`, and the wake descriptor by the
@@ -555,12 +555,12 @@ impl Link for TcpTransport {
             .map(|(_, &p)| p)
             .collect();
         if self.ring.is_some() {
-            self.read_batch(readable, bufs, endpoint, clock)?;
+            self.read_batch(readable, bufs, driver, clock)?;
         } else {
             for peer in readable {
-                self.read(peer, bufs, endpoint, clock())?;
-                self.queue(endpoint, clock())?;
-                self.check_closed(endpoint)?;
+                self.read(peer, bufs, driver, clock())?;
+                self.queue(driver, clock())?;
+                self.check_closed(driver)?;
             }
         }
         for (i, &peer) in peers.iter().enumerate() {
@@ -638,7 +638,7 @@ fn received(
     peer: usize,
     conn: &mut Conn,
     n: usize,
-    endpoint: &mut Endpoint,
+    driver: &mut dyn Driver,
     bufs: &mut Buffers,
     now: u64,
 ) -> Result<(), crate::Error> {
@@ -646,7 +646,7 @@ fn received(
         Rx::Header { got, .. } => {
             *got += n;
             if *got == HEADER {
-                header_done(peer, conn, endpoint, now)?;
+                header_done(peer, conn, driver, bufs, now)?;
             }
         }
         Rx::Payload { len, got, .. } => {
@@ -662,13 +662,13 @@ fn received(
                 );
                 if let Rx::Payload { msg, dest, .. } = done {
                     match (msg, dest) {
-                        (Message::Data(h), Dest::Buffer { .. }) => endpoint.handle_data(now, &h),
-                        (msg, Dest::Hold(v)) => deliver(endpoint, bufs, peer, msg, v, now)?,
+                        (msg, Dest::Buffer { .. }) => driver.landed(now, peer, &msg)?,
+                        (msg, Dest::Hold(v)) => driver.held(bufs, now, peer, msg, v)?,
                         _ => {}
                     }
                 }
                 if extra == HEADER {
-                    header_done(peer, conn, endpoint, now)?;
+                    header_done(peer, conn, driver, bufs, now)?;
                 }
             }
         }
@@ -676,11 +676,12 @@ fn received(
     Ok(())
 }
 
-/// `conn.rx` holds a whole header: decode it and hand it to the endpoint.
+/// `conn.rx` holds a whole header: decode it and hand it to the driver.
 fn header_done(
     peer: usize,
     conn: &mut Conn,
-    endpoint: &mut Endpoint,
+    driver: &mut dyn Driver,
+    bufs: &mut Buffers,
     now: u64,
 ) -> Result<(), crate::Error> {
     let Rx::Header { buf: head, .. } = &conn.rx else {
@@ -691,32 +692,32 @@ fn header_done(
         buf: [0; HEADER],
         got: 0,
     };
-    offer(peer, conn, msg, endpoint, now)
+    offer(peer, conn, msg, driver, bufs, now)
 }
 
-/// Hands a freshly read header to the endpoint and sets up the read of its payload.
+/// Hands a freshly read header to the driver and sets up the read of its payload.
 fn offer(
     peer: usize,
     conn: &mut Conn,
     msg: Message,
-    endpoint: &mut Endpoint,
+    driver: &mut dyn Driver,
+    bufs: &mut Buffers,
     now: u64,
 ) -> Result<(), crate::Error> {
     let Message::Data(h) = msg else {
-        endpoint.handle_message(now, peer, &msg)?;
-        return Ok(());
+        return driver.landed(now, peer, &msg);
     };
     let len = h.len as usize;
-    let dest = match endpoint.route_data(peer, &h)? {
-        Route::Into { seq, range } => Dest::Buffer { seq, range },
-        // At most a segment: `route_data` checked it.
-        Route::Hold => Dest::Hold(vec![0; len]),
-        Route::Discard => Dest::Discard,
+    let dest = match driver.header(peer, &h)? {
+        Landing::Into { seq, range } => Dest::Buffer { seq, range },
+        // At most a segment: the driver checked it.
+        Landing::Hold => Dest::Hold(vec![0; len]),
+        Landing::Discard => Dest::Discard,
     };
     if len == 0 {
         match dest {
-            Dest::Buffer { .. } => endpoint.handle_data(now, &h),
-            Dest::Hold(v) => endpoint.hold(peer, msg, v),
+            Dest::Buffer { .. } => driver.landed(now, peer, &msg)?,
+            Dest::Hold(v) => driver.held(bufs, now, peer, msg, v)?,
             Dest::Discard => {}
         }
         return Ok(());

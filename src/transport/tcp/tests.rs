@@ -3,9 +3,11 @@
 //! across network namespaces with two real NICs per host.
 
 use super::TcpTransport;
-use crate::engine::{Bcast, Config, Endpoint, Setup};
+use crate::comm::drive::drive;
+use crate::comm::drive::Engine;
+use crate::engine::{Bcast, Config, Setup};
 use crate::plan::Lane;
-use crate::transport::{drive, Buffer, Buffers, Link};
+use crate::transport::{Buffer, Buffers, Link};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -67,7 +69,7 @@ fn each_lane_leaves_through_its_own_rail() {
                 t.connect(&others, Duration::from_secs(10)).unwrap();
                 let start = Instant::now();
                 let clock = move || start.elapsed().as_nanos() as u64;
-                let mut endpoint = Endpoint::new();
+                let mut endpoint = Engine::new();
                 let mut out = Vec::new();
                 for (i, &(root, n)) in cases.iter().enumerate() {
                     let seq = i as u64 + 1;

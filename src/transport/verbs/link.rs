@@ -15,7 +15,7 @@
 //! - Credits and the engine's other messages go back as small inline SENDs; the engine's
 //!   window (seed 000 §3.1's pipeline under R segments per child) bounds what is in flight,
 //!   and the child keeps a receive posted for each segment it may receive next
-//!   ([`Endpoint::expected`]), plus some for control messages.
+//!   ([`Driver::expected`]), plus some for control messages.
 //! - A buffer that cannot be registered (a locked-memory limit) falls back to rings registered
 //!   at setup: a child's segments go into its ring block for that parent, in pieces, and it
 //!   copies each piece out and releases ring slots by cumulative count; a parent copies its
@@ -35,7 +35,8 @@ use super::ops::{
     Completion, Local, Mr, Op, QpId, RecvWr, SendWr, Verbs, VerbsError, WcKind, WcStatus,
 };
 use super::waitset::WaitSet;
-use crate::engine::{DataHeader, Endpoint, Message, Route};
+use crate::engine::{DataHeader, Message};
+use crate::transport::driver::{Broadcast, Driver, Landing};
 use crate::transport::{Buffer, Buffers, Capabilities, Link, TransportError};
 use crate::wire::bootstrap::VerbsAddr;
 use crate::wire::verbs::{self as control, Control, Target, MAX_SEGMENTS};
@@ -417,12 +418,12 @@ impl<V: Verbs> VerbsLink<V> {
 }
 
 /// What broadcast `b` is, as every rank must agree (an advert carries the child's).
-fn shape_of(b: &crate::engine::Bcast) -> control::Shape {
+fn shape_of(b: Broadcast<'_>) -> control::Shape {
     control::Shape {
-        root: b.setup().root as u32,
-        msize: b.setup().msize,
-        segment: b.layout().segment() as u32,
-        lanes: b.layout().lanes() as u16,
+        root: b.root,
+        msize: b.layout.msize(),
+        segment: b.layout.segment() as u32,
+        lanes: b.layout.lanes() as u16,
     }
 }
 
@@ -431,7 +432,7 @@ fn same_shape(
     peer: usize,
     seq: u64,
     theirs: control::Shape,
-    b: &crate::engine::Bcast,
+    b: Broadcast<'_>,
 ) -> Result<(), TransportError> {
     let ours = shape_of(b);
     if ours == theirs {
@@ -509,17 +510,17 @@ impl<V: Verbs> Link for VerbsLink<V> {
     fn progress(
         &mut self,
         bufs: &mut Buffers,
-        endpoint: &mut Endpoint,
+        driver: &mut dyn Driver,
         clock: &dyn Fn() -> u64,
         wait: Duration,
     ) -> crate::Result<()> {
         let now = clock();
         self.waitset.lower(); // raised again at the end if the backlog still holds some
-        self.poll_all(bufs, endpoint, now)?;
+        self.poll_all(bufs, driver, now)?;
         // The edges the broadcasts in flight use: asked for when new, handshakes advanced,
         // idle ones over the bound closed.
-        let busy: BTreeSet<usize> = endpoint
-            .peers()
+        let busy: BTreeSet<usize> = driver
+            .talks_to()
             .into_iter()
             .filter(|p| self.routed.contains(p))
             .collect();
@@ -534,12 +535,13 @@ impl<V: Verbs> Link for VerbsLink<V> {
             .filter(|(_, p)| matches!(p.edge, Edge::Ready))
             .map(|(&r, _)| r)
             .collect();
-        while let Some((seq, t)) = endpoint.poll_transmit_to(now, &|p| served.contains(&p)) {
+        while let Some(t) = driver.next(now, &|p| served.contains(&p)) {
+            let seq = t.seq;
             let p = self.peers.get_mut(&t.to).expect("served");
             match t.message {
                 Message::Data(h) => {
-                    let b = endpoint.get(seq).expect("it just sent");
-                    let segment = b.layout().number(usize::from(h.lane), h.index);
+                    let b = driver.broadcast(seq).expect("it just sent");
+                    let segment = b.layout.number(usize::from(h.lane), h.index);
                     if segment >= u64::from(MAX_SEGMENTS) {
                         return Err(setup(format!(
                             "broadcast {seq} has more than {MAX_SEGMENTS} segments: raise the segment size (PIPECAST_SEGMENT)"
@@ -556,11 +558,16 @@ impl<V: Verbs> Link for VerbsLink<V> {
                 m => p.control_out.push_back(Control::Engine(m)),
             }
             if let (Message::Data(_), Some(a)) = (t.message, self.adverts.get(&(t.to, seq))) {
-                same_shape(t.to, seq, a.shape, endpoint.get(seq).expect("it just sent"))?;
+                same_shape(
+                    t.to,
+                    seq,
+                    a.shape,
+                    driver.broadcast(seq).expect("it just sent"),
+                )?;
             }
         }
         // Adverts to parents, and receives for what may arrive next.
-        let expected = endpoint.expected(&|p| served.contains(&p));
+        let expected = driver.expected(&|p| served.contains(&p));
         let mut per_peer: BTreeMap<usize, u32> = BTreeMap::new();
         for e in &expected {
             *per_peer.entry(e.from).or_default() += 1;
@@ -582,7 +589,7 @@ impl<V: Verbs> Link for VerbsLink<V> {
                     },
                     None => Target::Ring,
                 };
-                let shape = shape_of(endpoint.get(e.seq).expect("expected of it"));
+                let shape = shape_of(driver.broadcast(e.seq).expect("expected of it"));
                 let p = self.peers.get_mut(&e.from).expect("served");
                 p.control_out.push_back(Control::Advert {
                     seq: e.seq,
@@ -597,7 +604,7 @@ impl<V: Verbs> Link for VerbsLink<V> {
             self.post_recvs(peer, want)?;
         }
         // Ring releases, and heartbeats to the peers broadcasts wait for.
-        let waiting = endpoint.waiting_for();
+        let waiting = driver.waiting_for();
         for &peer in &peers {
             let half = u64::from(self.cfg.ring_slots).div_ceil(2);
             let p = self.peers.get_mut(&peer).expect("listed");
@@ -631,7 +638,7 @@ impl<V: Verbs> Link for VerbsLink<V> {
             return Err(TransportError::Closed { peer }.into());
         }
         self.arm()?;
-        let wait = crate::transport::round_wait(endpoint, wait);
+        let wait = driver.may_wait(wait);
         if wait.is_zero() {
             return Ok(());
         }

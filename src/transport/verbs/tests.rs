@@ -5,7 +5,8 @@
 use super::link::{LinkConfig, VerbsLink};
 use super::model::{Fabric, ModelVerbs};
 use super::ops::{Local, Op, QpState, RecvWr, Remote, SendWr, Verbs, VerbsError, WcKind, WcStatus};
-use crate::engine::{Bcast, Config, Endpoint, Setup};
+use crate::comm::drive::Engine;
+use crate::engine::{Bcast, Config, Setup};
 use crate::plan::{self, Lane};
 use crate::topology::{gen, Topology};
 use crate::transport::{Buffer, Buffers, Link};
@@ -15,7 +16,7 @@ use std::time::Duration;
 
 /// One rank: its endpoint, link and buffers.
 struct Rank {
-    ep: Endpoint,
+    ep: Engine,
     link: VerbsLink<ModelVerbs>,
     bufs: Buffers,
 }
@@ -71,7 +72,7 @@ fn ranks_of(links: Vec<VerbsLink<ModelVerbs>>) -> Vec<Rank> {
             let others: Vec<usize> = (0..n).filter(|&p| p != r).collect();
             link.connect(&others, Duration::from_secs(10)).unwrap();
             Rank {
-                ep: Endpoint::new(),
+                ep: Engine::new(),
                 link,
                 bufs: Buffers::new(),
             }
@@ -468,7 +469,7 @@ fn queue_pairs_only_to_the_peers_routed_to_the_link() {
     let fabric = Fabric::new(7);
     let mut ls = links(&fabric, 3, LinkConfig::default());
     let mut r0 = Rank {
-        ep: Endpoint::new(),
+        ep: Engine::new(),
         link: ls.remove(0),
         bufs: Buffers::new(),
     };
@@ -688,7 +689,7 @@ fn a_peer_gone_mid_connect_is_an_error_not_a_hang() {
     let mut ls = links(&fabric, 2, LinkConfig::default());
     drop(ls.remove(1));
     let mut r0 = Rank {
-        ep: Endpoint::new(),
+        ep: Engine::new(),
         link: ls.remove(0),
         bufs: Buffers::new(),
     };
@@ -1099,7 +1100,7 @@ fn under_a_router_waiting_on_shared_memory_verbs_broadcasts_are_byte_exact() {
             router.connect(&others, Duration::from_secs(30)).unwrap();
             let start = std::time::Instant::now();
             let clock = move || start.elapsed().as_nanos() as u64;
-            let mut ep = Endpoint::new();
+            let mut ep = Engine::new();
             let mut bufs = Buffers::new();
             for (seq, root, tree, msize) in runs {
                 let plan = plan::build(&topo, root, &tree.parse().unwrap(), None).unwrap();

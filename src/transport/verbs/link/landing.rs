@@ -1,6 +1,6 @@
 //! The verbs link's receiving side: completions, control messages in, and segments that
 //! landed (written into the user buffer, or into the ring and copied out), told to the
-//! endpoint.
+//! driver.
 
 use super::*;
 
@@ -10,7 +10,7 @@ impl<V: Verbs> VerbsLink<V> {
         &mut self,
         c: Completion,
         bufs: &mut Buffers,
-        endpoint: &mut Endpoint,
+        driver: &mut dyn Driver,
         now: u64,
     ) -> crate::Result<()> {
         if c.wr_id & KIND != WR_RECV {
@@ -31,14 +31,14 @@ impl<V: Verbs> VerbsLink<V> {
                 let imm = c
                     .imm
                     .ok_or_else(|| bad(peer, "a write without immediate"))?;
-                self.landed(peer, imm, c.byte_len as usize, bufs, endpoint, now)
+                self.landed(peer, imm, c.byte_len as usize, bufs, driver, now)
             }
             _ => {
                 let at = slot * SLOT;
                 let len = (c.byte_len as usize).min(SLOT);
                 let msg = Control::parse(&p.recv.bytes[at..at + len])
                     .map_err(|e| bad(peer, &e.to_string()))?;
-                self.control_in(peer, msg, endpoint, now)
+                self.control_in(peer, msg, driver, now)
             }
         }
     }
@@ -66,13 +66,13 @@ impl<V: Verbs> VerbsLink<V> {
         &mut self,
         peer: usize,
         msg: Control,
-        endpoint: &mut Endpoint,
+        driver: &mut dyn Driver,
         now: u64,
     ) -> crate::Result<()> {
         match msg {
-            Control::Engine(m) => endpoint.handle_message(now, peer, &m)?,
+            Control::Engine(m) => driver.landed(now, peer, &m)?,
             Control::Advert { seq, shape, target } => {
-                if let Some(b) = endpoint.get(seq) {
+                if let Some(b) = driver.broadcast(seq) {
                     same_shape(peer, seq, shape, b)?;
                 }
                 self.adverts.insert((peer, seq), Advert { target, shape });
@@ -95,7 +95,7 @@ impl<V: Verbs> VerbsLink<V> {
         imm: u32,
         len: usize,
         bufs: &mut Buffers,
-        endpoint: &mut Endpoint,
+        driver: &mut dyn Driver,
         now: u64,
     ) -> crate::Result<()> {
         let (token, segment) = control::split_imm(imm);
@@ -106,7 +106,7 @@ impl<V: Verbs> VerbsLink<V> {
             )
             .into());
         };
-        let Some(b) = endpoint.get(seq) else {
+        let Some(b) = driver.broadcast(seq) else {
             return Err(bad(
                 peer,
                 &format!("a segment of broadcast {seq}, which is not running"),
@@ -120,7 +120,7 @@ impl<V: Verbs> VerbsLink<V> {
             )
         })?;
         let range = b
-            .layout()
+            .layout
             .range(usize::from(h.lane), h.index)
             .map(|r| r.start as usize..r.end as usize)
             .expect("header checked it");
@@ -162,11 +162,8 @@ impl<V: Verbs> VerbsLink<V> {
             }
             p.assembling = None;
         }
-        match endpoint.route_data(peer, &h)? {
-            Route::Into { range: r, .. } if r == range => {
-                endpoint.handle_data(now, &h);
-                Ok(())
-            }
+        match driver.header(peer, &h)? {
+            Landing::Into { range: r, .. } if r == range => driver.landed(now, peer, &Message::Data(h)),
             other => Err(bad(
                 peer,
                 &format!("segment {segment} of broadcast {seq} landed but the engine routes it {other:?}"),
@@ -179,7 +176,7 @@ impl<V: Verbs> VerbsLink<V> {
     pub(super) fn poll_all(
         &mut self,
         bufs: &mut Buffers,
-        endpoint: &mut Endpoint,
+        driver: &mut dyn Driver,
         now: u64,
     ) -> crate::Result<usize> {
         let mut n = 0;
@@ -196,14 +193,14 @@ impl<V: Verbs> VerbsLink<V> {
             }
             n += batch.len();
             for c in std::mem::take(&mut batch) {
-                self.complete(c, bufs, endpoint, now)?;
+                self.complete(c, bufs, driver, now)?;
             }
         }
     }
 }
 
 /// The header of segment number `segment` (lanes one after another) of broadcast `b`.
-pub(super) fn header(b: &crate::engine::Bcast, segment: u32) -> Option<DataHeader> {
-    let (lane, index) = b.layout().locate(u64::from(segment))?;
+pub(super) fn header(b: Broadcast<'_>, segment: u32) -> Option<DataHeader> {
+    let (lane, index) = b.layout.locate(u64::from(segment))?;
     b.header(lane, index)
 }

@@ -78,7 +78,7 @@ impl<V: Verbs> VerbsLink<V> {
             }
             for c in batch.drain(..) {
                 if c.wr_id & KIND == WR_RECV {
-                    self.backlog.push_back(c); // for the next round, which has the endpoint
+                    self.backlog.push_back(c); // for the next round, which has the driver
                 } else if let Err(e) = self.send_done(&c) {
                     tracing::debug!(seq, error = %e, "verbs: a send failed while a broadcast ended");
                 }

@@ -160,7 +160,7 @@ impl<V: Verbs> VerbsLink<V> {
     }
 
     /// A send work request (control message or write) completed: frees its queue slot
-    /// and staging slot, counts its write done. Needs no endpoint, so that `deregister` can
+    /// and staging slot, counts its write done. Needs no driver, so that `deregister` can
     /// wait for writes.
     pub(super) fn send_done(&mut self, c: &Completion) -> Result<(), TransportError> {
         let peer = self.peer_of(c.qp);
