@@ -36,12 +36,16 @@
 #   PIPECAST_MCA="" (more --mca arguments for every pipecast configuration, e.g.
 #   "--mca coll_pipecast_pml_below 0")
 #   STOP_AT=HH:MM:SS (UTC; configurations not started by then are skipped)
+#   ROUNDS=1 (the configurations of a placement alternate this many times, one after the
+#   other: the table gives each the median round and, with MPI=ompi5, the range over rounds
+#   and the worst single iteration)
 set -eu
 cd "$(dirname "$0")/.."
 OUT=${1:-/tmp/pipecast-lab-ompi}
 PLACEMENTS=${PLACEMENTS:-"hub4x4-interleaved hub4x4"}
 SIZES=${SIZES:-64K,256K,1M,4M,16M}
 ITERS=${ITERS:-10}
+ROUNDS=${ROUNDS:-1}
 BUDGET=${BUDGET:-3}
 SEGS=${SEGS:-"16384 65536 262144"}
 RATE=${RATE:-100mbit}
@@ -86,6 +90,8 @@ run() { # PLACEMENT LABEL MPIRUN-ARGS...
 for placement in $PLACEMENTS; do
   topo=${TOPODIR:-$PWD/examples}/$placement.json
   "$P" lab up --name "$NAME" --topology "$topo" --rate "$RATE" --lldp-wait 0 >&2
+  for round in $(seq "$ROUNDS"); do
+  [ "$ROUNDS" = 1 ] || echo "== $placement round $round of $ROUNDS" >&2
   for config in $CONFIGS; do
     case $config in
       default) run "$placement" default ;;
@@ -134,6 +140,7 @@ for placement in $PLACEMENTS; do
         fi ;;
       *) echo "unknown configuration $config" >&2; exit 2 ;;
     esac
+  done
   done
   "$P" lab down --name "$NAME" >&2
 done

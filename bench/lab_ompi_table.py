@@ -33,10 +33,19 @@ def main(path):
                 bad.append(r["label"])
             if r["p2p_s"] <= 0:
                 continue
-            rows[(placement, r["bytes"])][config] = (r["bcast_s"] / r["p2p_s"], r)
+            rows[(placement, r["bytes"])].setdefault(config, []).append(r)
+    # One entry per configuration: the median round by ratio (bench/lab_ompi.sh ROUNDS), with
+    # every round's lines kept for the spread.
+    for c in rows.values():
+        for config, runs in c.items():
+            runs.sort(key=lambda r: r["bcast_s"] / r["p2p_s"])
+            mid = runs[len(runs) // 2]
+            c[config] = (mid["bcast_s"] / mid["p2p_s"], mid, runs)
     if bad:
         print(f"WRONG DATA in: {', '.join(sorted(set(bad)))}\n")
     placements = sorted({p for p, _ in rows}, key=lambda p: (len(p), p))
+    if any("tuned" in c for c in rows.values()):
+        return ompi5(rows, placements)
     for placement in placements:
         print(f"### {placement}\n")
         print("| size | T(msize) s | OMPI default | best pipeline | best chain | pipecast "
@@ -63,6 +72,40 @@ def main(path):
             speedup = lambda ref, x: f"{ref[0] / x[0]:.2f}×" if ref and x else "—"
             print(f"| {human(size)} | {t:.4f} | {cell(d)} | {seg(pl)} | {seg(ch)} | {cell(pc)} | {seg(fixed)} | {wcell(win)} "
                   f"| {cell(raw)} | {speedup(d, pc)} | {speedup(forced, pc)} | {speedup(d, raw)} | {speedup(forced, raw)} |")
+        print()
+
+
+def ompi5(rows, placements):
+    """Open MPI 5 (MPI=ompi5): HAN (its default), tuned (HAN excluded) and the component.
+    Each cell: the median round's bcast / T(msize), with the range over rounds in brackets
+    when there were several; "worst iteration" is the longest single iteration of any round
+    over T(msize); the speed-ups compare medians."""
+    for placement in placements:
+        print(f"### {placement}\n")
+        print("| size | T(msize) s | HAN | tuned | pipecast | pipecast worst iteration "
+              "| HAN worst iteration | pipecast vs HAN | vs best of HAN, tuned |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for (p, size) in sorted(k for k in rows if k[0] == placement):
+            c = rows[(p, size)]
+
+            def cell(x):
+                if x is None:
+                    return "—"
+                ratios = [r["bcast_s"] / r["p2p_s"] for r in x[2]]
+                spread = f" [{min(ratios):.2f}–{max(ratios):.2f}]" if len(ratios) > 1 else ""
+                return f"{x[0]:.2f}{spread}"
+
+            def worst(x):
+                if x is None or "iter_max_s" not in x[1]:
+                    return "—"
+                return f"{max(r['iter_max_s'] / r['p2p_s'] for r in x[2]):.2f}"
+
+            han, tuned, pc = c.get("default"), c.get("tuned"), c.get("pipecast")
+            t = (pc or han or next(iter(c.values())))[1]["p2p_s"]
+            best = min([x for x in (han, tuned) if x], default=None, key=lambda x: x[0])
+            speedup = lambda ref, x: f"{ref[0] / x[0]:.2f}×" if ref and x else "—"
+            print(f"| {human(size)} | {t:.4f} | {cell(han)} | {cell(tuned)} | {cell(pc)} | {worst(pc)} "
+                  f"| {worst(han)} | {speedup(han, pc)} | {speedup(best, pc)} |")
         print()
 
 

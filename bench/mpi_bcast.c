@@ -13,8 +13,10 @@
  * receivers then clear their buffer, and after the loop every rank checks every byte against
  * the root's pattern. One JSON line per size on stdout (rank 0):
  *   {"label":"…","np":16,"bytes":65536,"iters":5,"bcast_s":…,"bcast_max_s":…,"p2p_s":…,
- *    "ratio":…,"memcpy_s":…,"ok":true}
- * bcast_s is the slowest rank's elapsed/ITER, p2p_s the round trip's elapsed/ITER, memcpy_s one
+ *    "ratio":…,"iter_max_s":…,"iter_min_s":…,"memcpy_s":…,"ok":true}
+ * bcast_s is the slowest rank's elapsed/ITER; iter_max_s and iter_min_s the longest and the
+ * shortest single iteration (broadcast + barrier; the largest over ranks of each rank's own), so
+ * a stall that the mean hides shows; p2p_s the round trip's elapsed/ITER, memcpy_s one
  * memcpy of the message at rank 0 (the limit inside one host), each measured in the same run.
  * Exit code 1 when any byte is wrong anywhere.
  *
@@ -146,13 +148,18 @@ int main(int argc, char **argv)
 
         /* Seed 003 Fig. 10. */
         MPI_Barrier(MPI_COMM_WORLD);
-        double start = MPI_Wtime();
+        double start = MPI_Wtime(), lap = start, longest = 0, shortest = 0;
         for (int i = 0; i < n; i++) {
             bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD);
             MPI_Barrier(MPI_COMM_WORLD);
+            double now = MPI_Wtime(), d = now - lap;
+            lap = now;
+            if (d > longest) longest = d;
+            if (i == 0 || d < shortest) shortest = d;
         }
-        double mine = (MPI_Wtime() - start) / n, slowest = 0, at_root = mine;
+        double mine = (lap - start) / n, slowest = 0, at_root = mine, spread[2] = {longest, shortest}, worst[2] = {0, 0};
         MPI_Reduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+        MPI_Reduce(spread, worst, 2, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
         MPI_Bcast(&at_root, 1, MPI_DOUBLE, root, MPI_COMM_WORLD);
 
         int ok = 1;
@@ -172,9 +179,9 @@ int main(int argc, char **argv)
         if (rank == 0) {
             printf("{\"label\":\"%s\",\"np\":%d,\"root\":%d,\"bytes\":%zu,\"iters\":%d,\"bcast_s\":%.6f,"
                    "\"bcast_root_s\":%.6f,\"p2p_s\":%.6f,\"p2p_peer\":%d,\"ratio\":%.4f,"
-                   "\"memcpy_s\":%.9f,\"ok\":%s}\n",
+                   "\"iter_max_s\":%.6f,\"iter_min_s\":%.6f,\"memcpy_s\":%.9f,\"ok\":%s}\n",
                    label, np, root, bytes, n, slowest, at_root, t, peer, t > 0 ? slowest / t : 0,
-                   copy, every ? "true" : "false");
+                   worst[0], worst[1], copy, every ? "true" : "false");
             fflush(stdout);
         }
         free(buf);

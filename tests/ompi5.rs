@@ -4,10 +4,12 @@
 //! tests: byte-exact broadcasts of every size class from every root on WORLD, a dup and a
 //! split (contiguous and strided), `MPI_Ibcast`, mpi4py's broadcast tests, and the faults: a
 //! late rank is waited for, a killed rank ends the job, one misconfigured rank makes every rank
-//! decline. Without the root (or without root rights) every test says it skipped, unless
+//! decline; and between the machines of a lab (`pipecast lab mpirun --mpi ompi5`), Open MPI
+//! 5's own broadcast (HAN) and the component. Without the root (or without root rights) every test says it skipped, unless
 //! `PIPECAST_REQUIRE` names `ompi5` (`.ci/run` does): then it fails.
 
 mod common;
+mod lab;
 use common::{carried, text};
 
 use std::path::{Path, PathBuf};
@@ -436,4 +438,70 @@ if rank == 0:
         "bcast_mpi4py: ok",
         4 * 4 * 4,
     );
+}
+
+/// Between machines: a 4-machine lab (two switches), one rank per machine started by
+/// `pipecast lab mpirun --mpi ompi5`, `tests/c/mpi_bcast_test.c` byte-exact first under Open
+/// MPI 5's own broadcast (HAN, its default: it hung in its first broadcast while the lab's
+/// machines shared one host name, their node-local communicators disagreeing), then with the
+/// component, which must carry the broadcasts (no fallback).
+#[test]
+fn han_and_the_component_between_lab_machines() {
+    lab::require_lab!();
+    let Some(built) = build() else { return };
+    let lab = lab::Lab::up(
+        "o5",
+        r#"{"switches": ["s0", "s1"], "links": [["s0", "s1"]],
+            "machines": [{"name": "h0", "switch": "s0"}, {"name": "h1", "switch": "s1"},
+                         {"name": "h2", "switch": "s0"}, {"name": "h3", "switch": "s1"}]}"#,
+        &["--rate", "1gbit", "--lldp-wait", "0"],
+    );
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let program = built.join("mpi_bcast_test").display().to_string();
+    let topology = lab.topology_file().display().to_string();
+    let hostnames = lab::pipecast(&[
+        "lab",
+        "mpirun",
+        "--mpi",
+        "ompi5",
+        "--name",
+        lab.name(),
+        "--",
+        "hostname",
+    ]);
+    let mut names: Vec<String> = String::from_utf8_lossy(&hostnames.stdout)
+        .lines()
+        .map(|l| l.trim().to_string())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["h0", "h1", "h2", "h3"], "{}", text(&hostnames));
+    for with_component in [false, true] {
+        let mut cmd = Command::new("timeout");
+        cmd.args(["300", lab::EXE, "lab", "mpirun", "--mpi", "ompi5"])
+            .args(["--name", lab.name(), "--"]);
+        if with_component {
+            cmd.args(Glue::Component.args(built))
+                .args(["--mca", "coll_pipecast_timeout_ms", "20000"])
+                .args(["--mca", "coll_pipecast_topology", &topology]);
+        }
+        let out = cmd.arg(&program).output().expect("run pipecast lab mpirun");
+        let what = if with_component {
+            "the component"
+        } else {
+            "HAN"
+        };
+        assert!(
+            out.status.success()
+                && String::from_utf8_lossy(&out.stdout).contains("mpi_bcast_test: ok"),
+            "{what} between lab machines: {}",
+            text(&out)
+        );
+        if with_component {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(!stderr.contains("falling back"), "{}", text(&out));
+            let n = carried(&stderr, Glue::Component.marker());
+            assert!(n >= 4 * 3 * 4, "pipecast carried only {n}: {}", text(&out));
+        }
+    }
+    drop(lab);
 }

@@ -1,7 +1,7 @@
 //! `lab run`, `lab exec` and `lab lldp`: using a built lab.
 
 use super::command;
-use super::state::LabState;
+use super::state::{LabState, MachineState};
 use super::userns::Owner;
 use super::LabError;
 use std::io::{BufRead, BufReader, Write};
@@ -59,13 +59,22 @@ impl RankOutcome {
     }
 }
 
-/// `ip netns exec NETNS` in the lab's namespaces, or why the lab cannot be used.
-pub(super) fn netns_exec(state: &LabState, netns: &str) -> Result<Command, LabError> {
+/// A command on machine `m`, to which the caller adds the program and its arguments: in its
+/// network namespace (`ip netns exec`) and in a host-name (UTS) namespace of its own whose
+/// host name is the machine's name, as on a real cluster; or why the lab cannot be used.
+/// The host name matters to MPIs that tell machines apart by it: with one name for all,
+/// Open MPI 5's node-local communicators disagree between ranks and `coll/han` hangs.
+pub(super) fn machine_exec(state: &LabState, m: &MachineState) -> Result<Command, LabError> {
     if !state.owner.alive() {
         return Err(LabError::Gone(state.name.clone()));
     }
     let mut c = command::command(&state.owner, "ip")?;
-    c.args(["netns", "exec", netns]);
+    c.args([
+        "netns", "exec", &m.netns, "unshare", "--uts", "--", "sh", "-c",
+    ])
+    // `hostname` (Debian's essential package) calls sethostname(2), which the namespace's
+    // owner may do without root; /proc/sys/kernel/hostname refuses an unprivileged lab.
+    .args([r#"hostname "$0" && exec "$@""#, &m.name]);
     Ok(c)
 }
 
@@ -153,7 +162,7 @@ pub fn run(
     let mut pumps = Vec::new();
     for (rank, &machine) in placed.iter().enumerate() {
         let m = &state.machines[machine];
-        let spawned = netns_exec(state, &m.netns)?
+        let spawned = machine_exec(state, m)?
             .args(cmd)
             .envs(rank_env(state, &placed, rank, opts.port))
             .stdin(Stdio::null())
@@ -253,7 +262,7 @@ pub fn exec(state: &LabState, machine: &str, cmd: &[String]) -> Result<i32, LabE
             "no command given: write `pipecast lab exec --name N MACHINE -- CMD ARGS…`".into(),
         ));
     }
-    let status = netns_exec(state, &state.machines[rank].netns)?
+    let status = machine_exec(state, &state.machines[rank])?
         .args(cmd)
         // Not a job: only the machine's identity (a lone PIPECAST_RANK would make pipecast
         // wait for the other ranks).

@@ -44,12 +44,11 @@ pub fn ompi5_root() -> PathBuf {
 }
 
 /// Finds the machine by name, data address or management address.
-fn machine_netns<'a>(state: &'a LabState, host: &str) -> Result<&'a str, LabError> {
+fn machine_index(state: &LabState, host: &str) -> Result<usize, LabError> {
     state
         .machines
         .iter()
-        .find(|m| m.name == host || m.address == host || m.mgmt_address == host)
-        .map(|m| m.netns.as_str())
+        .position(|m| m.name == host || m.address == host || m.mgmt_address == host)
         .ok_or_else(|| LabError::NoSuchMachine {
             lab: state.name.clone(),
             machine: host.into(),
@@ -65,11 +64,10 @@ fn machine_netns<'a>(state: &'a LabState, host: &str) -> Result<&'a str, LabErro
 /// Runs a command line on a machine as ssh would: the words joined by spaces, run by `sh -c`
 /// in the machine's namespace with our stdin/stdout/stderr. Returns the exit code.
 pub fn rsh(state: &LabState, host: &str, command: &[String]) -> Result<i32, LabError> {
-    let netns = machine_netns(state, host)?;
-    let machine = state.machines.iter().position(|m| m.netns == netns);
-    let status = super::launch::netns_exec(state, netns)?
+    let machine = machine_index(state, host)?;
+    let status = super::launch::machine_exec(state, &state.machines[machine])?
         .args(["sh", "-c", &command.join(" ")])
-        .envs(machine.and_then(|m| state.link_rate_env(m)))
+        .envs(state.link_rate_env(machine))
         .env("OMPI_MCA_orte_tmpdir_base", session_base(state, host))
         .env("TMPDIR", session_base(state, host))
         .env("PIPECAST_MACHINE", machine_name(state, host))
@@ -89,9 +87,11 @@ fn machine_name<'a>(state: &'a LabState, host: &'a str) -> &'a str {
         .map_or(host, |m| m.name.as_str())
 }
 
-/// Open MPI's session-directory base for one machine (or `mg` for mpirun). The lab's machines
-/// share one host name, so orteds sharing a base collide in `<base>/ompi.<hostname>.<uid>/…`
-/// ("orte_session_dir failed … File exists") and the launch hangs — one in ten or so.
+/// Open MPI's session-directory base for one machine (or `mg` for mpirun): the machines share
+/// one /tmp, and orteds whose host names were alike (before each machine had its own,
+/// [`super::launch::machine_exec`]) collided in `<base>/ompi.<hostname>.<uid>/…`
+/// ("orte_session_dir failed … File exists") and the launch hung. A base per machine keeps
+/// each machine's session files apart, whatever its name.
 fn session_base(state: &LabState, machine: &str) -> String {
     Path::new(&state.run_dir)
         .join("ompi")
@@ -478,7 +478,7 @@ mod tests {
             after("plm_rsh_agent"),
             Some("/bin/pipecast lab rsh --name t")
         );
-        assert_eq!(machine_netns(&state, "198.19.0.2").unwrap(), "t-h1");
+        assert_eq!(machine_index(&state, "198.19.0.2").unwrap(), 1);
         let cmd = mpiexec_command(&state, Path::new("/r/mpich-rsh"), Path::new("/r/hosts"));
         let after = |k: &str| super::tests::after(&cmd, k);
         assert_eq!(&cmd[..5], ["ip", "netns", "exec", "t-mg", "mpiexec.mpich"]);
@@ -487,8 +487,8 @@ mod tests {
         assert_eq!(after("UCX_NET_DEVICES"), Some("eth0"));
         assert_eq!(after("UCX_TLS"), Some("tcp,self"));
         assert_eq!(shell_quote("a'b c"), r"'a'\''b c'");
-        assert_eq!(machine_netns(&state, "h0").unwrap(), "t-h0");
-        assert!(machine_netns(&state, "10.0.0.1").is_err());
+        assert_eq!(machine_index(&state, "h0").unwrap(), 0);
+        assert!(machine_index(&state, "10.0.0.1").is_err());
         let mut two = state.clone();
         for m in &mut two.machines {
             m.rails.push(crate::lab::state::RailNic {
