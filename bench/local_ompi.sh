@@ -40,13 +40,16 @@
 #   this repository for MPI=ompi5: the root sees those)
 # Environment (defaults): NPS="2 4"  SIZES=4K,16K,64K,256K,1M,4M,16M  ITERS=50  BUDGET=2
 #   CONFIGS="default sm han pipecast pipecast-forced" (MPI=ompi5: "default tuned pipecast")
-#   BUILD=1 (0: use what is built)  MPI=ompi (or ompi5)
+#   BUILD=1 (0: use what is built)  MPI=ompi (or ompi5)  ROUNDS=1 (the configurations alternate
+#   this many times per NP; each cell is then the median round, and w the longest single
+#   iteration over every round)
 set -eu
 cd "$(dirname "$0")/.."
 OUT=${1:-/tmp/pipecast-local-ompi}
 NPS=${NPS:-"2 4"}
 SIZES=${SIZES:-4K,16K,64K,256K,1M,4M,16M}
 ITERS=${ITERS:-50}
+ROUNDS=${ROUNDS:-1}
 BUDGET=${BUDGET:-2}
 MPI=${MPI:-ompi}
 case $MPI in
@@ -67,6 +70,7 @@ ROOT_ARGS=""
 COMPONENT="--mca mca_base_component_path SYS_DEFAULT:$PWD/$BUILT --mca coll_pipecast_verbose 1"
 
 for np in $NPS; do
+  for round in $(seq "$ROUNDS"); do
   for config in $CONFIGS; do
     case $config in
       default) args="" ;;
@@ -81,8 +85,8 @@ for np in $NPS; do
       pipecast-forced-ring) args="$COMPONENT --mca coll_pipecast_min_bytes 1 --mca coll_pipecast_pml_below 0 -x PIPECAST_HOST_MIN_BYTES=1 -x PIPECAST_SHM=ring" ;;
       *) echo "unknown configuration $config" >&2; exit 2 ;;
     esac
-    err="$OUT/np$np.$config.err"
-    echo "== np $np $config ($(date -u +%T))" >&2
+    err="$OUT/np$np.$config.r$round.err"
+    echo "== np $np $config round $round ($(date -u +%T))" >&2
     # shellcheck disable=SC2086
     if ! $IN timeout 600 mpirun $ROOT_ARGS --oversubscribe -np "$np" --mca mpi_yield_when_idle 1 $args \
         "$OUT/mpi_bcast" --sizes "$SIZES" --iters "$ITERS" --budget "$BUDGET" --no-p2p \
@@ -90,23 +94,30 @@ for np in $NPS; do
       echo "   FAILED (see $err)" >&2
     fi
   done
+  done
 done
 
 python3 - "$OUT/results.jsonl" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
-by = {}
+runs = {}
 for r in rows:
     np, config = r["label"].split("/", 1)
-    by[(np, config, r["bytes"])] = r
+    runs.setdefault((np, config, r["bytes"]), []).append(r)
+by = {}  # the median round (ROUNDS), with the worst single iteration of every round
+for k, rs in runs.items():
+    rs.sort(key=lambda r: r["bcast_s"])
+    by[k] = dict(rs[len(rs) // 2], ok=all(r["ok"] for r in rs),
+                 worst=max(r.get("iter_max_s", 0) for r in rs), rounds=len(rs))
 nps = sorted({k[0] for k in by}, key=lambda s: int(s[2:]))
 configs = []
 for k in by:
     if k[1] not in configs:
         configs.append(k[1])
 sizes = sorted({k[2] for k in by})
-print("# MPI_Bcast + barrier per iteration, one host; x = Open MPI default / config (>1: faster); m = config / one memcpy")
-print("%-4s %9s" % ("np", "bytes") + "".join("  %22s" % c for c in configs))
+print("# MPI_Bcast + barrier per iteration, one host; median of %d round(s); x = Open MPI default / config (>1: faster);"
+      " m = config / one memcpy; w = longest single iteration" % max(r["rounds"] for r in by.values()))
+print("%-4s %9s" % ("np", "bytes") + "".join("  %33s" % c for c in configs))
 for np in nps:
     for b in sizes:
         base = by.get((np, "default", b))
@@ -114,12 +125,12 @@ for np in nps:
         for c in configs:
             r = by.get((np, c, b))
             if r is None:
-                cells.append("  %22s" % "-")
+                cells.append("  %33s" % "-")
                 continue
             us = r["bcast_s"] * 1e6
             x = base["bcast_s"] / r["bcast_s"] if base and r["bcast_s"] > 0 else 0
             m = r["bcast_s"] / r["memcpy_s"] if r.get("memcpy_s") else 0
             bad = "" if r["ok"] else " WRONG"
-            cells.append("  %9.1fus %4.2fx %4.1fm%s" % (us, x, m, bad))
+            cells.append("  %9.1fus %4.2fx %4.1fm %9.1fus w%s" % (us, x, m, r["worst"] * 1e6, bad))
         print("%-4s %9d" % (np, b) + "".join(cells))
 EOF
