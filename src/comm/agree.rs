@@ -216,10 +216,6 @@ pub fn decide(blobs: &[Vec<u8>]) -> Result<Roster, CommError> {
 /// The blob of a rank whose local setup failed.
 pub fn failed_blob(e: &crate::Error, host: &str) -> Vec<u8> {
     let reason = e.to_string();
-    let mut end = reason.len().min(crate::wire::bootstrap::MAX_TEXT);
-    while !reason.is_char_boundary(end) {
-        end -= 1;
-    }
     Repr {
         status: Status::Failed,
         code: ErrorClass::of(e) as u8,
@@ -228,7 +224,7 @@ pub fn failed_blob(e: &crate::Error, host: &str) -> Vec<u8> {
         mac: None,
         host: truncate(host),
         settings: "",
-        reason: &reason[..end],
+        reason: truncate(&reason),
         verbs: None,
         rails: crate::wire::bootstrap::RailNics::default(),
         cpus: None,
@@ -307,6 +303,20 @@ mod tests {
         .unwrap()
     }
 
+    /// `err` is the agreement failure of a setting (class `Config`, alike at every rank).
+    fn assert_config_failure(err: &CommError) {
+        assert!(
+            matches!(
+                err,
+                CommError::Agreement {
+                    class: ErrorClass::Config,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+    }
+
     #[test]
     fn every_rank_ready_and_agreeing_gives_the_peers() {
         let p = decide(&[ready("a", 1), ready("a", 2)]).unwrap();
@@ -323,16 +333,7 @@ mod tests {
         .into();
         let blobs = [ready("a", 1), failed_blob(&e, "h"), ready("a", 3)];
         let err = decide(&blobs).unwrap_err();
-        assert!(
-            matches!(
-                err,
-                CommError::Agreement {
-                    class: ErrorClass::Config,
-                    ..
-                }
-            ),
-            "{err:?}"
-        );
+        assert_config_failure(&err);
         let text = err.to_string();
         assert!(
             text.contains("rank 1: environment variable PIPECAST_IFACE"),
@@ -404,16 +405,7 @@ mod tests {
             (text(true, Some("a")), text(true, None)),
         ] {
             let err = decide(&[ready(&a, 1), ready(&b, 2)]).unwrap_err();
-            assert!(
-                matches!(
-                    err,
-                    CommError::Agreement {
-                        class: ErrorClass::Config,
-                        ..
-                    }
-                ),
-                "{err:?}"
-            );
+            assert_config_failure(&err);
             assert!(
                 err.to_string().contains("disagree on their settings"),
                 "{err}"
