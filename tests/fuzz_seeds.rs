@@ -222,6 +222,8 @@ fn lab_state() -> Seeds {
 }
 
 fn lldpd_json() -> Seeds {
+    // Trimmed from a real `lldpcli -f json0 show neighbors` of switch s0 in the lab (the unit
+    // tests of `topology::lldpd` read it from the seed).
     let neighbours = r#"{"lldp": [{"interface": [
       {"name": "s1", "via": "LLDP", "rid": "1", "age": "0 day, 00:00:02",
        "chassis": [{"id": [{"type": "local", "value": "s1"}], "name": [{"value": "s1"}],

@@ -123,16 +123,9 @@ pub fn parse_neighbors(text: &str) -> Result<Vec<Neighbor>, LldpdError> {
 mod tests {
     use super::*;
 
-    /// Trimmed from a real `lldpcli -f json0 show neighbors` of switch s0 in the lab.
-    const S0: &str = r#"{"lldp": [{"interface": [
-      {"name": "s1", "via": "LLDP", "rid": "1", "age": "0 day, 00:00:02",
-       "chassis": [{"id": [{"type": "local", "value": "s1"}], "name": [{"value": "s1"}],
-                    "capability": [{"type": "Bridge", "enabled": true}, {"type": "Router", "enabled": false}]}],
-       "port": [{"id": [{"type": "ifname", "value": "s0"}], "descr": [{"value": "s0"}], "ttl": [{"value": "4"}]}]},
-      {"name": "s2", "via": "LLDP",
-       "chassis": [{"id": [{"type": "mac", "value": "aa:bb:cc:dd:ee:ff"}]}],
-       "port": [{"id": [{"type": "ifname", "value": "s0"}]}]}
-    ]}]}"#;
+    /// Trimmed from a real `lldpcli -f json0 show neighbors` of switch s0 in the lab: the
+    /// `lldpd_json` fuzz target's seed (`tests/fuzz_seeds.rs` writes it).
+    const S0: &str = include_str!("../../fuzz/seeds/lldpd_json/lldpcli");
 
     #[test]
     fn parses_a_switch_dump() {

@@ -502,31 +502,30 @@ impl<'a> Repr<'a> {
 mod tests {
     use super::*;
 
+    // The samples are the fuzz seeds' blobs: `tests/fuzz_seeds.rs` makes them with this
+    // encoder and checks that the committed files are what it makes now
+    // (`PIPECAST_FUZZ_SEEDS=write cargo test --test fuzz_seeds` writes them anew).
+    const SEED_READY: &[u8] = include_bytes!("../../fuzz/seeds/bootstrap/blob_ready");
+    const SEED_FULL: &[u8] = include_bytes!("../../fuzz/seeds/bootstrap/blob_full");
+
+    /// A ready rank's blob: IPv4 address, a MAC, a CPU range; no rails, verbs or link.
     fn sample() -> Repr<'static> {
-        Repr {
-            status: Status::Ready,
-            code: 0,
-            cookie: 0x0123_4567_89ab_cdef,
-            addr: "198.18.0.7:40123".parse().unwrap(),
-            mac: Some([2, 0, 0, 0, 0, 7]),
-            host: "n7",
-            settings: "tree=auto window=16",
-            reason: "",
-            rails: RailNics::default(),
-            verbs: None,
-            cpus: Some(CpuRange { first: 4, count: 2 }),
-            link: None,
-        }
+        Repr::parse(SEED_READY).expect("fuzz/seeds/bootstrap/blob_ready parses")
+    }
+
+    /// A blob with every section: rails, verbs and the link.
+    fn full() -> Repr<'static> {
+        Repr::parse(SEED_FULL).expect("fuzz/seeds/bootstrap/blob_full parses")
+    }
+
+    fn verbs() -> VerbsAddr {
+        full().verbs.expect("blob_full has a verbs section")
     }
 
     /// The link section rides at the very end, behind a flag, with or without verbs.
     #[test]
     fn the_link_section_round_trips_behind_its_flag() {
-        let seen = LinkSeen {
-            rate_mbps: 10_000,
-            segment_ns: 12_345,
-            host_mb_s: 2_500,
-        };
+        let seen = full().link.expect("blob_full has a link section");
         for verbs in [None, Some(verbs())] {
             let plain = Repr {
                 verbs: verbs.clone(),
@@ -546,18 +545,6 @@ mod tests {
             let mut unflagged = bytes.clone();
             unflagged[6] &= !2;
             assert!(Repr::parse(&unflagged).is_err());
-        }
-    }
-    fn verbs() -> VerbsAddr {
-        VerbsAddr {
-            port: 1,
-            gid_index: 3,
-            lid: 0,
-            gid: [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0xff, 0xfe, 0, 0, 7],
-            mtu: 3,
-            listen: "10.1.2.3:45678".parse().unwrap(),
-            ring_slot: 32768,
-            ring_slots: 4,
         }
     }
 
