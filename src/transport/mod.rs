@@ -12,7 +12,8 @@
 //! sends data segments straight from their broadcast's buffer, and asks the driver where an
 //! arriving segment goes ([`Driver::header`], the one landing decision) before reading its
 //! payload straight into that buffer ([`slot`]) or holding it for a broadcast not posted
-//! yet ([`Driver::held`] once it is whole); [`Driver::may_wait`] is the one rule for how
+//! yet ([`Driver::held`] once it is whole): `arrival::Dest` is that receive path, shared by
+//! TCP, shared memory's ring and raw Ethernet's reassembly; [`Driver::may_wait`] is the one rule for how
 //! long a round may sleep, [`check_closed`] the one for a closed peer. A lossy link (raw
 //! Ethernet) holds one [`Peers`](crate::engine::reliable::Peers), the pure per-peer
 //! reliability of the engine, because reliability runs per frame and only the link cuts
@@ -21,6 +22,7 @@
 //! around each broadcast, and the link may pre-post what [`Driver::expected`] lists.
 //! docs/engine.md, "Links", says how far this got.
 
+mod arrival;
 #[cfg(test)]
 mod conformance;
 pub mod driver;

@@ -18,11 +18,10 @@
 //! [`RawEthTransport`](super::RawEthTransport), in the in-memory tests below it, and in the
 //! fuzz target `raweth_rx`.
 
-use super::{Assembly, Config, Counters, Item, Target};
+use super::{Assembly, Config, Counters, Item};
 use crate::engine::reliable::Peers;
-use crate::transport::driver::Driver;
 use crate::transport::raweth::socket::{mac_to_string, Mac};
-use crate::transport::{Buffers, TransportError};
+use crate::transport::{arrival::Dest, Buffers, Driver, TransportError};
 use crate::wire::frame::{Kind, Repr, HEADER_LEN};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -293,8 +292,8 @@ impl FrameLink {
     /// Ends the reassembly of finished broadcasts' segments (their buffers are gone).
     pub fn forget_finished(&mut self, bufs: &Buffers) {
         self.assembly.retain(|_, a| match a.target {
-            Target::Buffer { seq, .. } => bufs.contains_key(&seq),
-            Target::Hold(_) => true,
+            Dest::Buffer { seq, .. } => bufs.contains_key(&seq),
+            Dest::Hold(_) | Dest::Discard => true,
         });
     }
 

@@ -49,6 +49,7 @@ pub use link::FrameLink;
 
 use crate::engine::reliable;
 use crate::engine::DataHeader;
+use crate::transport::arrival::Dest;
 use crate::transport::driver::Driver;
 use crate::transport::{Buffers, Link, TransportError};
 use crate::wire::frame::{Repr, HEADER_LEN};
@@ -139,18 +140,11 @@ struct Item {
     payload: Range<usize>,
 }
 
-/// Where a segment being reassembled goes.
-enum Target {
-    /// Broadcast `seq`'s buffer, from `start`.
-    Buffer { seq: u64, start: usize },
-    /// A buffer of its own, for a broadcast not posted yet.
-    Hold(Vec<u8>),
-}
-
 /// A segment being reassembled: where it goes, which frames arrived (offset → length,
 /// distinct and non-overlapping) and how many bytes they cover.
 struct Assembly {
-    target: Target,
+    /// Never `Dest::Discard`: a discarded segment is not assembled.
+    target: Dest,
     len: usize,
     pieces: BTreeMap<usize, usize>,
     got: usize,

@@ -3,10 +3,11 @@
 //! communicator), passed through the per-peer reliability, then copied to their offset in the
 //! user buffer. From the bytes on, it is [`FrameLink::receive_frame`]: no socket.
 
-use super::{io_err, ring, Assembly, FrameLink, RawEthTransport, Target};
+use super::{io_err, ring, Assembly, FrameLink, RawEthTransport};
 use crate::engine::reliable::Accept;
 use crate::engine::{DataHeader, Message};
-use crate::transport::driver::{Driver, Landing};
+use crate::transport::arrival::Dest;
+use crate::transport::driver::Driver;
 use crate::transport::raweth::socket::{Addressed, Mac, RecvBatch};
 use crate::transport::{slot, Buffers};
 use crate::wire::frame::{flags, Frame, Kind, Repr};
@@ -236,21 +237,15 @@ impl FrameLink {
                     len: head.segment_len,
                 };
                 if !self.assembly.contains_key(&key) {
-                    let target = match driver.header(rank, &h)? {
-                        Landing::Into { seq, range } => {
-                            slot(bufs, rank, seq, range.clone())?;
-                            Target::Buffer {
-                                seq,
-                                start: range.start,
-                            }
+                    // At most a segment to hold: the driver checked it.
+                    let target = Dest::of(driver, rank, &h, h.len as usize)?;
+                    match &target {
+                        Dest::Buffer { seq, range } => {
+                            slot(bufs, rank, *seq, range.clone())?;
                         }
-                        // At most a segment: the driver checked it.
-                        Landing::Hold => {
-                            self.counters.later_kept += 1;
-                            Target::Hold(vec![0; h.len as usize])
-                        }
-                        Landing::Discard => return Ok(()),
-                    };
+                        Dest::Hold(_) => self.counters.later_kept += 1,
+                        Dest::Discard => return Ok(()),
+                    }
                     self.assembly.insert(
                         key,
                         Assembly {
@@ -269,24 +264,19 @@ impl FrameLink {
                     return Ok(());
                 }
                 match &mut a.target {
-                    Target::Buffer { seq, start } => {
-                        slot(bufs, rank, *seq, *start + off..*start + off + n)?
-                            .copy_from_slice(payload);
+                    Dest::Buffer { seq, range } => {
+                        let at = range.start + off;
+                        slot(bufs, rank, *seq, at..at + n)?.copy_from_slice(payload);
                     }
-                    Target::Hold(v) => v[off..off + n].copy_from_slice(payload),
+                    Dest::Hold(v) => v[off..off + n].copy_from_slice(payload),
+                    Dest::Discard => {}
                 }
                 a.pieces.insert(off, n);
                 a.got += n;
                 if a.got >= a.len {
                     let a = self.assembly.remove(&key).expect("present");
-                    match a.target {
-                        Target::Buffer { .. } => {
-                            driver.landed(now, rank, &Message::Data(a.head))?
-                        }
-                        Target::Hold(v) => {
-                            driver.held(bufs, now, rank, Message::Data(a.head), v)?
-                        }
-                    }
+                    a.target
+                        .landed(driver, bufs, now, rank, Message::Data(a.head))?;
                 }
                 Ok(())
             }

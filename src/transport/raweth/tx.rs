@@ -8,10 +8,8 @@
 use super::{io_err, FrameLink, Item, RawEthTransport};
 use crate::engine::reliable::Outgoing;
 use crate::engine::Message;
-use crate::transport::driver::Driver;
 use crate::transport::raweth::socket::Mac;
-use crate::transport::Buffers;
-use crate::transport::TransportError;
+use crate::transport::{Buffers, Driver, TransportError};
 use crate::wire::frame::{flags, Kind, Repr};
 use std::io::{self, IoSlice};
 

@@ -23,6 +23,7 @@ mod stream;
 
 pub use setup::socket_name;
 
+use super::arrival::Dest;
 use super::driver::{Driver, Landing};
 use super::wake::spin;
 use super::{gone_buffer, slot, Buffers, Link, TransportError};
@@ -95,13 +96,6 @@ struct Out {
     seq: u64,
     payload: Range<usize>,
     at: usize,
-}
-
-/// Where an arriving segment goes.
-enum Dest {
-    Buffer { seq: u64, range: Range<usize> },
-    Hold(Vec<u8>),
-    Discard,
 }
 
 /// A ring segment being assembled from its chunks.
@@ -474,11 +468,8 @@ impl ShmLink {
                 let rx = &*rx;
                 let (at, len, total) = (at as usize, len as usize, h.len as usize);
                 if at == 0 && p.partial.is_none() {
-                    let dest = match driver.header(rank, &h)? {
-                        Landing::Into { seq, range } => Dest::Buffer { seq, range },
-                        Landing::Hold => Dest::Hold(Vec::new()),
-                        Landing::Discard => Dest::Discard,
-                    };
+                    // Held bytes grow chunk by chunk: a segment is often the whole message.
+                    let dest = Dest::of(driver, rank, &h, 0)?;
                     p.partial = Some(Partial {
                         message,
                         len: total,
@@ -536,11 +527,7 @@ impl ShmLink {
                 write_out(rank, p)?;
                 if whole {
                     let part = p.partial.take().expect("present");
-                    match part.dest {
-                        Dest::Buffer { .. } => driver.landed(now, rank, &message)?,
-                        Dest::Hold(v) => driver.held(bufs, now, rank, message, v)?,
-                        Dest::Discard => {}
-                    }
+                    part.dest.landed(driver, bufs, now, rank, message)?;
                 }
             }
             Record::RingFreed { chunks } => {

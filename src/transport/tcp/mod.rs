@@ -4,7 +4,8 @@
 //! io_uring submission each (`../uring.rs`), or plain `sendmsg`/`read` without io_uring:
 //! segments leave straight from the user buffer and land straight in it.
 
-use super::driver::{Driver, Landing};
+use super::arrival::Dest;
+use super::driver::Driver;
 use super::uring::{RecvTarget, Ring};
 use super::{slot, Buffers, Link, TransportError};
 use crate::engine::Message;
@@ -37,16 +38,6 @@ impl Out {
     fn len(&self) -> usize {
         HEADER + self.payload.len()
     }
-}
-
-/// Where an arriving payload goes.
-enum Dest {
-    /// Straight into broadcast `seq`'s buffer.
-    Buffer { seq: u64, range: Range<usize> },
-    /// Kept for a broadcast this rank has not posted yet.
-    Hold(Vec<u8>),
-    /// Read and dropped.
-    Discard,
 }
 
 enum Rx {
@@ -661,11 +652,7 @@ fn received(
                     },
                 );
                 if let Rx::Payload { msg, dest, .. } = done {
-                    match (msg, dest) {
-                        (msg, Dest::Buffer { .. }) => driver.landed(now, peer, &msg)?,
-                        (msg, Dest::Hold(v)) => driver.held(bufs, now, peer, msg, v)?,
-                        _ => {}
-                    }
+                    dest.landed(driver, bufs, now, peer, msg)?;
                 }
                 if extra == HEADER {
                     header_done(peer, conn, driver, bufs, now)?;
@@ -708,19 +695,10 @@ fn offer(
         return driver.landed(now, peer, &msg);
     };
     let len = h.len as usize;
-    let dest = match driver.header(peer, &h)? {
-        Landing::Into { seq, range } => Dest::Buffer { seq, range },
-        // At most a segment: the driver checked it.
-        Landing::Hold => Dest::Hold(vec![0; len]),
-        Landing::Discard => Dest::Discard,
-    };
+    // At most a segment to hold: the driver checked it.
+    let dest = Dest::of(driver, peer, &h, len)?;
     if len == 0 {
-        match dest {
-            Dest::Buffer { .. } => driver.landed(now, peer, &msg)?,
-            Dest::Hold(v) => driver.held(bufs, now, peer, msg, v)?,
-            Dest::Discard => {}
-        }
-        return Ok(());
+        return dest.landed(driver, bufs, now, peer, msg);
     }
     conn.rx = Rx::Payload {
         msg,
