@@ -20,7 +20,6 @@
  */
 #include "ompi_config.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,17 +143,9 @@ static opal_mutex_t pending_lock;
 static bool progress_registered = false;
 static void pc_progress_stop(void);
 
-static void say(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void say(int level, const char *fmt, ...)
-{
-    if (C->verbose < level) return;
-    char line[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "coll:pipecast: %s\n", line);
-}
+/* A message at verbose `level` and above, prefixed "coll:pipecast: " (the glue's pcg_say). */
+#define say(level, ...) \
+    pcg_say(&(pcg_host){.who = "coll:pipecast", .verbose = C->verbose}, (level), __VA_ARGS__)
 
 /* Open MPI's levels: 1-3 are the user's (1 basic, 2 detail, 3 all), 9 the developer's;
  * `ompi_info --param coll pipecast` shows level 1, `--level 3` all of ours. */
