@@ -5,21 +5,44 @@
 //! (an unloadable component silently falls back, OMPI.md).
 
 mod common;
-use common::requirements::{mpich, openmpi, tool};
+use common::mpi::{self, assert_byte_exact, serial, Glue};
+use common::requirements::{mpich, tool};
 use common::{carried, missing, require};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::MutexGuard;
 
-/// Where the test's artifacts go, built once per test binary run.
-fn build() -> Option<PathBuf> {
-    if let Some(missing) = openmpi() {
-        missing.skip();
-        return None;
+/// This test's turn to run MPI jobs ([`serial`], held while it runs) and where its artifacts
+/// go, built anew; `None` (skipped, said why, or failed under `PIPECAST_REQUIRE`) without
+/// Open MPI.
+fn build() -> Option<Built> {
+    let turn = serial();
+    let dir = mpi::build_for_open_mpi("ompi")?;
+    Some(Built { dir, _turn: turn })
+}
+
+/// A test's artifacts and its turn: the artifacts are removed when the test passes (kept
+/// for a look when it fails), then the next test may run its jobs.
+struct Built {
+    dir: PathBuf,
+    _turn: MutexGuard<'static, ()>,
+}
+
+impl std::ops::Deref for Built {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.dir
     }
-    let out = common::artifact_dir("ompi");
-    common::build_ffi_and_mpi_test(&out, &[]);
-    Some(out)
+}
+
+impl Drop for Built {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
 }
 
 fn mpirun(np: usize, extra: &[&str], program: &[&str]) -> Output {
@@ -47,19 +70,9 @@ fn mpirun_on(
     if !prefix.is_empty() {
         cmd.args(&prefix[1..]).arg("timeout");
     }
-    cmd.args(["300", "mpirun", "--oversubscribe", "-np", &np.to_string()]);
-    // mpirun refuses to run as root without this flag.
-    if is_root() {
-        cmd.arg("--allow-run-as-root");
-    }
-    cmd.args([
-        "--mca",
-        "btl",
-        "self,tcp",
-        "--mca",
-        "btl_tcp_if_include",
-        "lo",
-    ]);
+    cmd.args(["300", "mpirun"]);
+    mpi::one_host(&mut cmd);
+    cmd.args(["-np", &np.to_string()]);
     cmd.args(extra).args(program);
     cmd.env("PIPECAST_TIMEOUT_MS", "20000");
     // Every rank runs on this one host, where pipecast leaves broadcasts below 1 MiB to the
@@ -72,33 +85,15 @@ fn mpirun_on(
     cmd.output().expect("run mpirun")
 }
 
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-}
-
 /// Sum of "(N of them over … point-to-point)" over the summary lines containing `marker`: the
 /// broadcasts that followed pipecast's tree over the MPI's own point-to-point layer.
 fn over_pml(stderr: &str, marker: &str) -> u64 {
-    stderr
-        .lines()
-        .filter(|l| l.contains(marker))
-        .filter_map(|l| {
-            let i = l.find(" of them over ")?;
-            l[..i].rsplit('(').next()?.parse::<u64>().ok()
-        })
-        .sum()
+    common::summed(stderr, marker, " of them over ", '(')
 }
 
 fn check(out: &Output, marker: &str, ranks: u64) {
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_byte_exact(out, "mpi_bcast_test: ok", marker);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stdout.contains("mpi_bcast_test: ok"),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
     let n = carried(&stderr, marker);
     // World, dup and split each carry the large contiguous broadcasts of every root at every rank.
     assert!(
@@ -118,18 +113,14 @@ fn check(out: &Output, marker: &str, ranks: u64) {
     );
 }
 
-/// mpirun jobs of this file run one at a time: the machine has 2 cores.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// The test program of [`build`]: broadcasts of every size class and root, checked.
+fn bcast_test(dir: &Path) -> String {
+    dir.join("mpi_bcast_test").display().to_string()
+}
 
+/// The component's options (verbose 1) and `extra`.
 fn component_args(dir: &Path, extra: &[&str]) -> Vec<String> {
-    let mut args: Vec<String> = vec![
-        "--mca".into(),
-        "mca_base_component_path".into(),
-        format!("SYS_DEFAULT:{}", dir.display()),
-        "--mca".into(),
-        "coll_pipecast_verbose".into(),
-        "1".into(),
-    ];
+    let mut args = Glue::Component.args(dir);
     args.extend(extra.iter().map(|s| s.to_string()));
     args
 }
@@ -145,9 +136,8 @@ fn strs(v: &[String]) -> Vec<&str> {
 /// Byte-exact either way (the test program checks every rank).
 #[test]
 fn one_host_defers_small_broadcasts_by_default() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let Some(dir) = build() else { return };
-    let test = dir.join("mpi_bcast_test");
+    let test = bcast_test(&dir);
     let args = component_args(&dir, &[]);
     for np in [4, 3, 2] {
         let said = match np {
@@ -155,13 +145,9 @@ fn one_host_defers_small_broadcasts_by_default() {
             3 => "a fan-out to two readers, which the MPI's own broadcast makes at least as fast below 67108864 bytes",
             _ => "broadcasts below 4194304 bytes go to the MPI's own broadcast",
         };
-        let out = mpirun_default(np, &strs(&args), &[test.to_str().unwrap()]);
-        let stdout = String::from_utf8_lossy(&out.stdout);
+        let out = mpirun_default(np, &strs(&args), &[&test]);
+        assert_byte_exact(&out, "mpi_bcast_test: ok", np);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            out.status.success() && stdout.contains("mpi_bcast_test: ok"),
-            "stdout:\n{stdout}\nstderr:\n{stderr}"
-        );
         assert!(stderr.contains(said), "{np} ranks: {stderr}");
         assert_eq!(over_pml(&stderr, "coll:pipecast"), 0, "{stderr}");
         // With 4 ranks the test's 4 MiB broadcasts (every root) on the world and its
@@ -182,19 +168,14 @@ fn one_host_defers_small_broadcasts_by_default() {
 /// (`PIPECAST_HOST_MIN_BYTES`), pipecast runs.
 #[test]
 fn one_host_oversubscribed_defers_below_16_mib() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let Some(dir) = build() else { return };
     require!(tool("util-linux", "taskset", &["--version"]));
-    let test = dir.join("mpi_bcast_test");
+    let test = bcast_test(&dir);
     let args = component_args(&dir, &[]);
     let one_cpu = ["taskset", "-c", "0"];
-    let out = mpirun_on(&one_cpu, 3, &strs(&args), &[test.to_str().unwrap()], None);
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let out = mpirun_on(&one_cpu, 3, &strs(&args), &[&test], None);
+    assert_byte_exact(&out, "mpi_bcast_test: ok", "3 ranks on one CPU");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stdout.contains("mpi_bcast_test: ok"),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
     assert!(
         stderr.contains("3 ranks on 1 CPU (more than 2 per CPU): broadcasts below 16777216 bytes go to the MPI's own broadcast"),
         "{stderr}"
@@ -204,22 +185,14 @@ fn one_host_oversubscribed_defers_below_16_mib() {
     assert_eq!(carried(&stderr, "comm MPI_COMM_WORLD:"), 0, "{stderr}");
     assert_eq!(carried(&stderr, "DUP FROM 0:"), 0, "{stderr}");
     assert_eq!(carried(&stderr, "SPLIT FROM 0:"), 0, "{stderr}");
-    let forced = mpirun_on(
-        &one_cpu,
-        3,
-        &strs(&args),
-        &[test.to_str().unwrap()],
-        Some("0"),
-    );
+    let forced = mpirun_on(&one_cpu, 3, &strs(&args), &[&test], Some("0"));
     check(&forced, "coll:pipecast", 3);
 }
 
 #[test]
 fn component_under_mpirun() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let Some(dir) = build() else { return };
-    let test = dir.join("mpi_bcast_test");
-    let test = test.to_str().unwrap();
+    let test = &bcast_test(&dir);
     let args = component_args(&dir, &[]);
     for np in [4, 8] {
         let out = mpirun(np, &strs(&args), &[test]);
@@ -228,11 +201,8 @@ fn component_under_mpirun() {
     // Everything through pipecast's transport (the point-to-point path off).
     let engine_only = component_args(&dir, &["--mca", "coll_pipecast_pml_below", "0"]);
     let out = mpirun(4, &strs(&engine_only), &[test]);
+    assert_byte_exact(&out, "mpi_bcast_test: ok", "pml_below 0");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("mpi_bcast_test: ok"),
-        "{stderr}"
-    );
     assert!(carried(&stderr, "coll:pipecast") >= 4 * 3 * 4, "{stderr}");
     assert!(!stderr.contains("falling back"), "{stderr}");
     assert_eq!(over_pml(&stderr, "coll:pipecast"), 0);
@@ -241,7 +211,6 @@ fn component_under_mpirun() {
     // MPI_THREAD_MULTIPLE: nothing may block in module enable (OMPI.md).
     let out = mpirun(4, &strs(&args), &[test, "multiple"]);
     check(&out, "coll:pipecast", 4);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Issue 17, on these machines without an RDMA device: `coll_pipecast_transport auto` runs
@@ -252,10 +221,8 @@ fn component_under_mpirun() {
 /// broadcast runs, byte-exact.
 #[test]
 fn component_transport_auto_and_verbs_without_a_device() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let Some(dir) = build() else { return };
-    let test = dir.join("mpi_bcast_test");
-    let test = test.to_str().unwrap();
+    let test = &bcast_test(&dir);
     let run_with = |transport: &str, gid_index: &str, max_qps: &str| {
         let args = component_args(
             &dir,
@@ -283,11 +250,8 @@ fn component_transport_auto_and_verbs_without_a_device() {
     };
     let run = |transport: &str| run_with(transport, "3", "16");
     let out = run("auto");
+    assert_byte_exact(&out, "mpi_bcast_test: ok", "auto");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("mpi_bcast_test: ok"),
-        "{stderr}"
-    );
     if !stderr.contains("pipecast ready over verbs:") {
         assert!(stderr.contains("pipecast ready over tcp"), "{stderr}");
         assert!(
@@ -298,11 +262,8 @@ fn component_transport_auto_and_verbs_without_a_device() {
     assert!(carried(&stderr, "coll:pipecast") >= 2 * 3 * 4, "{stderr}");
     assert!(!stderr.contains("falling back"), "{stderr}");
     let out = run("verbs");
+    assert_byte_exact(&out, "mpi_bcast_test: ok", "verbs");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("mpi_bcast_test: ok"),
-        "{stderr}"
-    );
     if !stderr.contains("pipecast ready over verbs:") {
         assert!(
             stderr.contains("pipecast declined at every rank")
@@ -318,75 +279,42 @@ fn component_transport_auto_and_verbs_without_a_device() {
         ("3", "-1", "PIPECAST_VERBS_MAX_QPS"),
     ] {
         let out = run_with("auto", gid_index, max_qps);
+        assert_byte_exact(&out, "mpi_bcast_test: ok", names);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            out.status.success()
-                && String::from_utf8_lossy(&out.stdout).contains("mpi_bcast_test: ok"),
-            "{stderr}"
-        );
         assert!(
             stderr.contains("pipecast declined at every rank") && stderr.contains(names),
             "{stderr}"
         );
         assert_eq!(carried(&stderr, "coll:pipecast"), 0, "{stderr}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn preload_under_open_mpi() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let Some(dir) = build() else { return };
-    let test = dir.join("mpi_bcast_test");
-    let preload = format!(
-        "LD_PRELOAD={}",
-        dir.join("libpipecast_preload.so").display()
-    );
-    let out = mpirun(
-        4,
-        &["-x", &preload, "-x", "PIPECAST_VERBOSE=1"],
-        &[test.to_str().unwrap()],
-    );
+    let test = bcast_test(&dir);
+    let shim = Glue::Shim.args(&dir);
+    let out = mpirun(4, &strs(&shim), &[&test]);
     check(&out, "pipecast-preload", 4);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("pipecast-preload: pipecast ready over shm:"),
         "{stderr}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn preload_under_mpich() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some((dir, preload)) = build_mpich() else {
-        return;
-    };
+    let Some(dir) = build_mpich() else { return };
     let test = compile(
         "mpicc.mpich",
         &dir,
         "mpi_bcast_test",
         "mpi_bcast_test_mpich",
     );
-    let out = Command::new("timeout")
-        .args(["300", "mpirun.mpich", "-np", "4", "-env", "LD_PRELOAD"])
-        .arg(&preload)
-        .args([
-            "-env",
-            "PIPECAST_VERBOSE",
-            "1",
-            "-env",
-            "PIPECAST_TIMEOUT_MS",
-            "20000",
-            "-env",
-            "PIPECAST_HOST_MIN_BYTES",
-            "0",
-        ])
-        .arg(&test)
-        .output()
-        .unwrap();
+    let timeout = ["-env", "PIPECAST_TIMEOUT_MS", "20000"];
+    let out = mpiexec_mpich_with_shim("300", 4, &dir, &timeout, &test);
     check(&out, "pipecast-preload", 4);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A send still pending at its sender while pipecast carries a broadcast
@@ -397,31 +325,27 @@ fn preload_under_mpich() {
 /// `tests/mpich_lab.rs`, deterministic here). Bounded by `timeout`: a hang fails the test.
 #[test]
 fn a_send_pending_across_a_shim_broadcast_under_mpich() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some((dir, preload)) = build_mpich() else {
-        return;
-    };
+    let Some(dir) = build_mpich() else { return };
     let program = compile("mpicc.mpich", &dir, "mpi_pending_send", "mpi_pending_send");
-    let out = mpiexec_mpich_with_shim("60", 2, &preload, &program);
+    let out = mpiexec_mpich_with_shim("60", 2, &dir, &[], &program);
     check_pending_send(&out, "pipecast-preload");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `program` under MPICH's `mpiexec`, `np` ranks on this host, the MPICH shim `preload`
-/// loaded, verbose 1, pipecast taking every size on one host; ended after `secs` seconds.
-fn mpiexec_mpich_with_shim(secs: &str, np: usize, preload: &Path, program: &Path) -> Output {
+/// `program` under MPICH's `mpiexec`, `np` ranks on this host, the MPICH shim of `dir`
+/// loaded, verbose 1, pipecast taking every size on one host, `extra` options; ended after
+/// `secs` seconds.
+fn mpiexec_mpich_with_shim(
+    secs: &str,
+    np: usize,
+    dir: &Path,
+    extra: &[&str],
+    program: &Path,
+) -> Output {
     Command::new("timeout")
-        .args([
-            secs,
-            "mpiexec.mpich",
-            "-np",
-            &np.to_string(),
-            "-env",
-            "LD_PRELOAD",
-        ])
-        .arg(preload)
-        .args(["-env", "PIPECAST_VERBOSE", "1"])
+        .args([secs, "mpiexec.mpich", "-np", &np.to_string()])
+        .args(Glue::Mpich.args(dir))
         .args(["-env", "PIPECAST_HOST_MIN_BYTES", "0"])
+        .args(extra)
         .arg(program)
         .output()
         .expect("run mpiexec.mpich")
@@ -430,12 +354,8 @@ fn mpiexec_mpich_with_shim(secs: &str, np: usize, preload: &Path, program: &Path
 /// `mpi_pending_send` ended well, and the three 1 MiB + 3 broadcasts at each of its 2 ranks
 /// went through pipecast's transport (the summaries of `marker`).
 fn check_pending_send(out: &Output, marker: &str) {
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_byte_exact(out, "mpi_pending_send: ok", marker);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stdout.contains("mpi_pending_send: ok"),
-        "stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
     assert_eq!(carried(&stderr, marker), 2 * 3, "{stderr}");
 }
 
@@ -446,7 +366,6 @@ fn check_pending_send(out: &Output, marker: &str) {
 /// the test.
 #[test]
 fn a_send_pending_across_a_component_broadcast() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let Some(dir) = build() else { return };
     let program = compile("mpicc", &dir, "mpi_pending_send", "mpi_pending_send");
     // mpirun's own bound: it ends the job after 90 s.
@@ -455,9 +374,9 @@ fn a_send_pending_across_a_component_broadcast() {
     check_pending_send(&out, "coll:pipecast");
 }
 
-/// [`build`] with the MPICH shim: the directory and the shim; `None` (skipped, said why, or
-/// failed under `PIPECAST_REQUIRE`) where MPICH or Open MPI is missing.
-fn build_mpich() -> Option<(PathBuf, PathBuf)> {
+/// [`build`] with the MPICH shim; `None` (skipped, said why, or failed under
+/// `PIPECAST_REQUIRE`) where MPICH or Open MPI is missing.
+fn build_mpich() -> Option<Built> {
     if let Some(missing) = mpich() {
         missing.skip();
         return None;
@@ -468,20 +387,13 @@ fn build_mpich() -> Option<(PathBuf, PathBuf)> {
         preload.exists(),
         "make -C ffi built no MPICH shim although mpicc.mpich exists"
     );
-    Some((dir, preload))
+    Some(dir)
 }
 
 /// `mpicc` (or `mpicc.mpich`) of `tests/c/<name>.c` into `dir/<output>`.
 fn compile(mpicc: &str, dir: &Path, name: &str, output: &str) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let program = dir.join(output);
-    let cc = Command::new(mpicc)
-        .args(["-O1", "-Wall", "-Werror", "-o"])
-        .arg(&program)
-        .arg(root.join(format!("tests/c/{name}.c")))
-        .status()
-        .unwrap_or_else(|e| panic!("run {mpicc}: {e}"));
-    assert!(cc.success(), "{name}.c does not compile with {mpicc}");
+    mpi::compile(mpicc, name, &program, &[]);
     program
 }
 
@@ -494,19 +406,14 @@ fn compile(mpicc: &str, dir: &Path, name: &str, output: &str) -> PathBuf {
 /// completed by the interposed wait/test calls).
 #[test]
 fn overlapping_ibcasts() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let Some(dir) = build() else { return };
     let program = compile("mpicc", &dir, "mpi_ibcast_test", "mpi_ibcast_test");
     let program = program.to_str().unwrap();
-    let preload = format!(
-        "LD_PRELOAD={}",
-        dir.join("libpipecast_preload.so").display()
-    );
     let component = component_args(&dir, &[]);
-    let shim = ["-x", &preload, "-x", "PIPECAST_VERBOSE=1"];
+    let shim = Glue::Shim.args(&dir);
     let out = mpirun(4, &strs(&component), &[program]);
     check_ibcast(&out, "coll:pipecast");
-    let out = mpirun(4, &shim, &[program]);
+    let out = mpirun(4, &strs(&shim), &[program]);
     check_ibcast(&out, "pipecast-preload");
     if let Some(missing) = mpich() {
         common::skip_or_fail(missing.kind, format!("the MPICH part: {}", missing.reason));
@@ -518,27 +425,14 @@ fn overlapping_ibcasts() {
         "mpi_ibcast_test",
         "mpi_ibcast_test_mpich",
     );
-    let out = mpiexec_mpich_with_shim(
-        "120",
-        4,
-        &dir.join("libpipecast_preload_mpich.so"),
-        &program,
-    );
+    let out = mpiexec_mpich_with_shim("120", 4, &dir, &[], &program);
     check_ibcast(&out, "pipecast-preload");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn check_ibcast(out: &Output, marker: &str) {
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_byte_exact(out, "mpi_ibcast_test: ok", marker);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stdout.contains("mpi_ibcast_test: ok"),
-        "{marker}: stdout:\n{stdout}\nstderr:\n{stderr}"
-    );
-    assert!(
-        !stderr.contains("WRONG DATA") && !stderr.contains("failed"),
-        "{marker}: {stderr}"
-    );
+    assert!(!stderr.contains("failed"), "{marker}: {stderr}");
     // Per rank: the blocking 1 MiB broadcast that sets pipecast up, then in each of 4 rounds
     // the 4 ibcasts of at least pml_below (512 KiB), and the strided one. The ibcasts of the
     // round before it go to the MPI's own ibcast.
@@ -556,7 +450,6 @@ fn check_ibcast(out: &Output, marker: &str) {
 /// non-contiguous and intercommunicator cases must take the fallback path.
 #[test]
 fn mpi4py_suite() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let tests = std::env::var("PIPECAST_MPI4PY_TESTS").unwrap_or_default();
     require!(
         tests.is_empty().then(|| missing(
@@ -568,9 +461,9 @@ fn mpi4py_suite() {
     let Some(dir) = build() else { return };
     let runtests = format!("{tests}/runtests.py");
     let suite = ["/usr/bin/python3", &runtests, "-q", "-i", "test_cco"];
-    // Through pipecast's transport, then along its trees over Open MPI's PML.
-    for pml_below in ["0", "1000000000"] {
-        let args = component_args(
+    // The component taking every size, over the PML below `pml_below` bytes.
+    let every_size = |pml_below: &str| {
+        component_args(
             &dir,
             &[
                 "--mca",
@@ -580,28 +473,18 @@ fn mpi4py_suite() {
                 "coll_pipecast_pml_below",
                 pml_below,
             ],
-        );
-        let out = mpirun(4, &strs(&args), &suite);
+        )
+    };
+    // Through pipecast's transport, then along its trees over Open MPI's PML.
+    for pml_below in ["0", "1000000000"] {
+        let out = mpirun(4, &strs(&every_size(pml_below)), &suite);
         check_suite(&out, "coll:pipecast");
         let pml = over_pml(&String::from_utf8_lossy(&out.stderr), "coll:pipecast");
         assert_eq!(pml > 0, pml_below != "0", "{pml} broadcasts over the PML");
     }
-    let preload = format!(
-        "LD_PRELOAD={}",
-        dir.join("libpipecast_preload.so").display()
-    );
-    let out = mpirun(
-        4,
-        &[
-            "-x",
-            &preload,
-            "-x",
-            "PIPECAST_VERBOSE=1",
-            "-x",
-            "PIPECAST_MIN_BYTES=1",
-        ],
-        &suite,
-    );
+    let mut shim = Glue::Shim.args(&dir);
+    shim.extend(["-x".into(), "PIPECAST_MIN_BYTES=1".into()]);
+    let out = mpirun(4, &strs(&shim), &suite);
     check_suite(&out, "pipecast-preload");
     // mpi4py's MPI_Ibcast tests (test_cco_nb_buf's Bcast cases: contiguous arrays of every
     // type and indexed datatypes, waited with Request.Wait) after its MPI_Bcast tests
@@ -616,32 +499,11 @@ fn mpi4py_suite() {
         "-k",
         "Bcast",
     ];
-    let args = component_args(
-        &dir,
-        &[
-            "--mca",
-            "coll_pipecast_min_bytes",
-            "1",
-            "--mca",
-            "coll_pipecast_pml_below",
-            "0",
-        ],
-    );
-    let out = mpirun(4, &strs(&args), &ibcast);
+    let out = mpirun(4, &strs(&every_size("0")), &ibcast);
     check_ibcast_suite(&out, "coll:pipecast");
-    let shim = [
-        "-x",
-        &preload,
-        "-x",
-        "PIPECAST_VERBOSE=1",
-        "-x",
-        "PIPECAST_MIN_BYTES=1",
-        "-x",
-        "PIPECAST_PML_BELOW=0",
-    ];
-    let out = mpirun(4, &shim, &ibcast);
+    shim.extend(["-x".into(), "PIPECAST_PML_BELOW=0".into()]);
+    let out = mpirun(4, &strs(&shim), &ibcast);
     check_ibcast_suite(&out, "pipecast-preload");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn check_ibcast_suite(out: &Output, marker: &str) {
@@ -693,7 +555,6 @@ fn check_suite(out: &Output, marker: &str) {
 /// component path, so the path goes through the environment).
 #[test]
 fn ompi_info_lists_the_parameters() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let Some(dir) = build() else { return };
     let out = Command::new("ompi_info")
         .args(["--param", "coll", "pipecast", "--level", "9"])
@@ -727,5 +588,4 @@ fn ompi_info_lists_the_parameters() {
             "ompi_info does not list coll_pipecast_{p}:\n{text}"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }

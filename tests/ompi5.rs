@@ -10,15 +10,13 @@
 
 mod common;
 mod lab;
+use common::mpi::{self, serial, Glue};
 use common::{carried, text};
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
-use std::time::{Duration, Instant};
-
-/// mpirun jobs of this file run one at a time: the machine has 2 cores.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+use std::sync::{MutexGuard, OnceLock};
+use std::time::Duration;
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -30,11 +28,7 @@ fn script() -> PathBuf {
 
 /// Whether the root is there and usable (we are root: chroot and mounts).
 fn root_ready() -> Result<(), String> {
-    let uid = Command::new("id")
-        .arg("-u")
-        .output()
-        .map_err(|e| e.to_string())?;
-    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+    if !pipecast::lab::is_root() {
         return Err("not root (the Open MPI 5 root is entered with chroot)".into());
     }
     let out = Command::new(script())
@@ -113,101 +107,46 @@ fn build() -> Option<&'static Path> {
     .as_deref()
 }
 
-/// How pipecast is loaded.
-#[derive(Clone, Copy, Debug)]
-enum Glue {
-    Component,
-    Shim,
+/// This test's turn to run MPI jobs ([`serial`], held while it runs), the build directory and
+/// its `mpi_fault_test`; `None` as [`build`].
+fn fault_test() -> Option<(MutexGuard<'static, ()>, &'static Path, String)> {
+    let turn = serial();
+    let dir = build()?;
+    Some((turn, dir, dir.join("mpi_fault_test").display().to_string()))
 }
 
-impl Glue {
-    fn marker(self) -> &'static str {
-        match self {
-            Glue::Component => "coll:pipecast",
-            Glue::Shim => "pipecast-preload",
-        }
-    }
-
-    fn args(self, dir: &Path) -> Vec<String> {
-        match self {
-            Glue::Component => vec![
-                "--mca".into(),
-                "mca_base_component_path".into(),
-                format!("SYS_DEFAULT:{}", dir.display()),
-                "--mca".into(),
-                "coll_pipecast_verbose".into(),
-                "1".into(),
-            ],
-            Glue::Shim => vec![
-                "-x".into(),
-                format!(
-                    "LD_PRELOAD={}",
-                    dir.join("libpipecast_preload.so").display()
-                ),
-                "-x".into(),
-                "PIPECAST_VERBOSE=1".into(),
-            ],
-        }
-    }
-}
-
-/// One app context: `np` ranks of `program` with `extra` options (several make an MPMD line,
-/// which Open MPI 5.0.7's mpirun cannot run: it crashes).
-struct Context<'a> {
+/// Open MPI 5's mpirun of `np` ranks of `program` with `extra` options under `glue`, inside the
+/// root, within `limit` seconds, on this host over TCP (`btl self,tcp` on lo); pipecast takes
+/// every size (its one-host default leaves small ones to the MPI). One app context: Open MPI
+/// 5.0.7's mpirun crashes on MPMD lines. Returns the output and how long it took.
+fn mpirun(
+    glue: Glue,
+    dir: &Path,
     np: usize,
-    extra: &'a [&'a str],
-    program: &'a [&'a str],
-}
-
-/// Open MPI 5's mpirun of `contexts` under `glue` inside the root, within `limit` seconds, on
-/// this host over TCP (`btl self,tcp` on lo); pipecast takes every size (its one-host default
-/// leaves small ones to the MPI). Returns the output and how long it took.
-fn mpirun(glue: Glue, dir: &Path, contexts: &[Context], limit: u64) -> (Output, Duration) {
+    extra: &[&str],
+    program: &[&str],
+    limit: u64,
+) -> (Output, Duration) {
     let mut cmd = Command::new(script());
+    cmd.args(["run", "timeout", &limit.to_string(), "mpirun"]);
+    mpi::one_host(&mut cmd);
+    cmd.args(["--bind-to", "none", "-np", &np.to_string()]);
+    cmd.args(glue.args(dir));
     cmd.args([
-        "run",
-        "timeout",
-        &limit.to_string(),
-        "mpirun",
-        "--oversubscribe",
+        "-x",
+        "PIPECAST_HOST_MIN_BYTES=0",
+        "-x",
+        "PIPECAST_TIMEOUT_MS",
     ]);
-    cmd.args(["--allow-run-as-root", "--bind-to", "none"]);
-    cmd.args([
-        "--mca",
-        "btl",
-        "self,tcp",
-        "--mca",
-        "btl_tcp_if_include",
-        "lo",
-    ]);
-    for (i, c) in contexts.iter().enumerate() {
-        if i > 0 {
-            cmd.arg(":");
-        }
-        cmd.args(["-np", &c.np.to_string()]);
-        cmd.args(glue.args(dir));
-        cmd.args([
-            "-x",
-            "PIPECAST_HOST_MIN_BYTES=0",
-            "-x",
-            "PIPECAST_TIMEOUT_MS",
-        ]);
-        cmd.args(c.extra);
-        cmd.args(c.program);
-    }
+    cmd.args(extra);
+    cmd.args(program);
     cmd.env("PIPECAST_TIMEOUT_MS", "5000");
-    let t0 = Instant::now();
-    let out = cmd.output().expect("run mpirun");
-    (out, t0.elapsed())
-}
-
-fn one(glue: Glue, dir: &Path, np: usize, extra: &[&str], program: &[&str]) -> Output {
-    mpirun(glue, dir, &[Context { np, extra, program }], 300).0
+    mpi::timed(&mut cmd)
 }
 
 #[test]
 fn ompi_info_lists_the_component_its_release_and_user_level_parameters() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = serial();
     let Some(dir) = build() else { return };
     // ompi_info reads the component path from the environment only (its --mca comes late).
     let path = format!(
@@ -252,7 +191,7 @@ fn ompi_info_lists_the_component_its_release_and_user_level_parameters() {
 /// (its every-byte check), no rank may report wrong data or a failed broadcast, and pipecast
 /// must carry at least `at_least` broadcasts (its verbose summaries).
 fn each_glue_byte_exact(program: &[&str], ok: &str, at_least: u64) {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = serial();
     let Some(dir) = build() else { return };
     let program: Vec<String> = program
         .iter()
@@ -260,13 +199,8 @@ fn each_glue_byte_exact(program: &[&str], ok: &str, at_least: u64) {
         .collect();
     let program: Vec<&str> = program.iter().map(String::as_str).collect();
     for glue in [Glue::Component, Glue::Shim] {
-        let out = one(glue, dir, 4, &[], &program);
-        let all = text(&out);
-        assert!(out.status.success() && all.contains(ok), "{glue:?}: {all}");
-        assert!(
-            !all.contains("WRONG") && !all.contains("broadcast failed"),
-            "{glue:?}: {all}"
-        );
+        let (out, _) = mpirun(glue, dir, 4, &[], &program, 300);
+        let all = mpi::assert_byte_exact(&out, ok, glue);
         let n = carried(&String::from_utf8_lossy(&out.stderr), glue.marker());
         assert!(n >= at_least, "{glue:?}: pipecast carried only {n}: {all}");
     }
@@ -285,66 +219,34 @@ fn mpi_ibcast_arrives_byte_exact() {
 
 #[test]
 fn a_late_rank_is_waited_for() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(dir) = build() else { return };
-    let program = dir.join("mpi_fault_test").display().to_string();
+    let Some((_serial, dir, program)) = fault_test() else {
+        return;
+    };
     for glue in [Glue::Component, Glue::Shim] {
         // Late by 8 s, beyond the 5 s timeout: MPI has none, so it is waited for.
-        let (out, _) = mpirun(
-            glue,
-            dir,
-            &[Context {
-                np: 4,
-                extra: &["-x", "PIPECAST_TEST_SLEEP=8"],
-                program: &[&program, "late"],
-            }],
-            120,
-        );
-        let all = text(&out);
-        assert!(
-            out.status.success() && all.contains("mpi_fault_test: ok"),
-            "{glue:?}: {all}"
-        );
-        assert!(!all.contains("WRONG DATA"), "{glue:?}: {all}");
+        let sleep = ["-x", "PIPECAST_TEST_SLEEP=8"];
+        let (out, _) = mpirun(glue, dir, 4, &sleep, &[&program, "late"], 120);
+        mpi::assert_byte_exact(&out, "mpi_fault_test: ok", glue);
         assert!(carried(&String::from_utf8_lossy(&out.stderr), glue.marker()) > 0);
     }
 }
 
 #[test]
 fn a_killed_rank_ends_the_job_without_wrong_data() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(dir) = build() else { return };
-    let program = dir.join("mpi_fault_test").display().to_string();
+    let Some((_serial, dir, program)) = fault_test() else {
+        return;
+    };
     for glue in [Glue::Component, Glue::Shim] {
-        let (out, took) = mpirun(
-            glue,
-            dir,
-            &[Context {
-                np: 4,
-                extra: &[],
-                program: &[&program, "kill"],
-            }],
-            120,
-        );
-        let all = text(&out);
-        assert!(
-            !out.status.success(),
-            "{glue:?}: the job must end in error: {all}"
-        );
-        assert_ne!(out.status.code(), Some(124), "{glue:?}: mpirun hung: {all}");
-        assert!(!all.contains("WRONG DATA"), "{glue:?}: {all}");
-        assert!(
-            took < Duration::from_secs(60),
-            "{glue:?} took {took:?}: {all}"
-        );
+        let (out, took) = mpirun(glue, dir, 4, &[], &[&program, "kill"], 120);
+        mpi::assert_ended_without_wrong_data(&out, took, glue);
     }
 }
 
 #[test]
 fn one_misconfigured_rank_makes_every_rank_decline() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(dir) = build() else { return };
-    let program = dir.join("mpi_fault_test").display().to_string();
+    let Some((_serial, dir, program)) = fault_test() else {
+        return;
+    };
     for (glue, bad, reason) in [
         (Glue::Component, "PIPECAST_IFACE=nosuch0", "nosuch0"),
         (Glue::Shim, "PIPECAST_IFACE=nosuch0", "nosuch0"),
@@ -361,29 +263,8 @@ fn one_misconfigured_rank_makes_every_rank_decline() {
         let line = format!(
             "if [ \"$OMPI_COMM_WORLD_RANK\" = 3 ]; then export {bad}; fi; exec {program} plain"
         );
-        let (out, took) = mpirun(
-            glue,
-            dir,
-            &[Context {
-                np: 4,
-                extra: &[],
-                program: &["sh", "-c", &line],
-            }],
-            120,
-        );
-        let all = text(&out);
-        assert!(
-            out.status.success() && all.contains("mpi_fault_test: ok"),
-            "{glue:?} with {bad}: {all}"
-        );
-        assert!(!all.contains("WRONG DATA"), "{glue:?}: {all}");
-        assert!(
-            all.contains(reason),
-            "{glue:?} with {bad}: the reason is logged: {all}"
-        );
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(carried(&stderr, glue.marker()), 0, "{glue:?}: {all}");
-        assert!(took < Duration::from_secs(60), "{glue:?} took {took:?}");
+        let (out, took) = mpirun(glue, dir, 4, &[], &["sh", "-c", &line], 120);
+        mpi::assert_declined_together(&out, took, glue.marker(), reason, (glue, bad));
     }
 }
 
@@ -456,7 +337,7 @@ fn han_and_the_component_between_lab_machines() {
                          {"name": "h2", "switch": "s0"}, {"name": "h3", "switch": "s1"}]}"#,
         &["--rate", "1gbit", "--lldp-wait", "0"],
     );
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = serial();
     let program = built.join("mpi_bcast_test").display().to_string();
     let topology = lab.topology_file().display().to_string();
     let hostnames = lab::pipecast(&[

@@ -13,24 +13,16 @@
 //!   which checks every broadcast that succeeded); the same in an `MPI_Ibcast`.
 
 mod common;
-use common::requirements::{mpich, openmpi};
-use common::{carried, text};
+use common::carried;
+use common::mpi::{self, serial, Glue};
+use common::requirements::mpich;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
-
-/// mpirun jobs of this file run one at a time: the machine has 2 cores.
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+use std::time::Duration;
 
 fn build() -> Option<PathBuf> {
-    if let Some(missing) = openmpi() {
-        missing.skip();
-        return None;
-    }
-    let out = common::artifact_dir("ompi-faults");
-    common::build_ffi_and_mpi_test(&out, &[]);
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = mpi::build_for_open_mpi("ompi-faults")?;
     for (mpicc, program) in [
         ("mpicc", "mpi_fault_test"),
         ("mpicc.mpich", "mpi_fault_test_mpich"),
@@ -38,29 +30,9 @@ fn build() -> Option<PathBuf> {
         if mpicc == "mpicc.mpich" && mpich().is_some() {
             continue;
         }
-        let cc = Command::new(mpicc)
-            .args(["-O1", "-Wall", "-Werror", "-pthread", "-o"])
-            .arg(out.join(program))
-            .arg(root.join("tests/c/mpi_fault_test.c"))
-            .status()
-            .expect("run mpicc");
-        assert!(
-            cc.success(),
-            "mpi_fault_test.c does not compile with {mpicc}"
-        );
+        mpi::compile(mpicc, "mpi_fault_test", &out.join(program), &["-pthread"]);
     }
     Some(out)
-}
-
-/// The three ways pipecast runs under an MPI.
-#[derive(Clone, Copy, Debug)]
-enum Glue {
-    /// The Open MPI coll component.
-    Component,
-    /// The preload shim under Open MPI.
-    Shim,
-    /// The preload shim under MPICH.
-    Mpich,
 }
 
 /// The glues this machine has (MPICH is optional, but for `PIPECAST_REQUIRE=mpich`).
@@ -75,62 +47,11 @@ fn glues() -> Vec<Glue> {
     glues
 }
 
-impl Glue {
-    fn marker(self) -> &'static str {
-        match self {
-            Glue::Component => "coll:pipecast",
-            Glue::Shim | Glue::Mpich => "pipecast-preload",
-        }
-    }
-
-    fn program(self, dir: &Path) -> PathBuf {
-        match self {
-            Glue::Component | Glue::Shim => dir.join("mpi_fault_test"),
-            Glue::Mpich => dir.join("mpi_fault_test_mpich"),
-        }
-    }
-
-    /// Options that load this glue into one app context (verbose: its summary shows what it
-    /// carried).
-    fn args(self, dir: &Path) -> Vec<String> {
-        match self {
-            Glue::Component => vec![
-                "--mca".into(),
-                "mca_base_component_path".into(),
-                format!("SYS_DEFAULT:{}", dir.display()),
-                "--mca".into(),
-                "coll_pipecast_verbose".into(),
-                "1".into(),
-            ],
-            Glue::Shim => vec![
-                "-x".into(),
-                format!(
-                    "LD_PRELOAD={}",
-                    dir.join("libpipecast_preload.so").display()
-                ),
-                "-x".into(),
-                "PIPECAST_VERBOSE=1".into(),
-            ],
-            Glue::Mpich => vec![
-                "-env".into(),
-                "LD_PRELOAD".into(),
-                dir.join("libpipecast_preload_mpich.so")
-                    .display()
-                    .to_string(),
-                "-env".into(),
-                "PIPECAST_VERBOSE".into(),
-                "1".into(),
-            ],
-        }
-    }
-
-    /// `VAR=VALUE` for one app context.
-    fn env(self, var: &str) -> Vec<String> {
-        let (name, value) = var.split_once('=').expect("VAR=VALUE");
-        match self {
-            Glue::Component | Glue::Shim => vec!["-x".into(), var.into()],
-            Glue::Mpich => vec!["-env".into(), name.into(), value.into()],
-        }
+/// The test program built for `glue`'s MPI.
+fn program(glue: Glue, dir: &Path) -> PathBuf {
+    match glue {
+        Glue::Component | Glue::Shim => dir.join("mpi_fault_test"),
+        Glue::Mpich => dir.join("mpi_fault_test_mpich"),
     }
 }
 
@@ -148,18 +69,8 @@ fn mpirun(glue: Glue, dir: &Path, contexts: &[Context], limit: u64) -> (Output, 
     cmd.arg(limit.to_string());
     match glue {
         Glue::Component | Glue::Shim => {
-            cmd.args(["mpirun", "--oversubscribe"]);
-            if is_root() {
-                cmd.arg("--allow-run-as-root");
-            }
-            cmd.args([
-                "--mca",
-                "btl",
-                "self,tcp",
-                "--mca",
-                "btl_tcp_if_include",
-                "lo",
-            ]);
+            cmd.arg("mpirun");
+            mpi::one_host(&mut cmd);
         }
         Glue::Mpich => {
             cmd.arg("mpiexec.mpich");
@@ -175,26 +86,23 @@ fn mpirun(glue: Glue, dir: &Path, contexts: &[Context], limit: u64) -> (Output, 
         for e in c.env {
             cmd.args(glue.env(e));
         }
-        cmd.arg(glue.program(dir)).arg(c.mode);
+        cmd.arg(program(glue, dir)).arg(c.mode);
     }
     cmd.env_remove("PIPECAST_TIMEOUT_MS");
     // One host: pipecast takes every size (its default leaves small ones to the MPI).
     cmd.env("PIPECAST_HOST_MIN_BYTES", "0");
-    let t0 = Instant::now();
-    let out = cmd.output().expect("run mpirun");
-    (out, t0.elapsed())
+    mpi::timed(&mut cmd)
 }
 
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+/// [`mpirun`] of one app context: 4 ranks in `mode`, with `env`.
+fn four_ranks(glue: Glue, dir: &Path, env: &[&str], mode: &str, limit: u64) -> (Output, Duration) {
+    let context = Context { np: 4, env, mode };
+    mpirun(glue, dir, &[context], limit)
 }
 
 #[test]
 fn a_rank_late_by_twenty_seconds_is_waited_for() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = serial();
     let Some(dir) = build() else { return };
     // Blocking broadcasts late by 20 s; MPI_Ibcast + MPI_Wait late by 8 s (still beyond the
     // 5 s timeout; shorter to keep the test quick).
@@ -203,25 +111,8 @@ fn a_rank_late_by_twenty_seconds_is_waited_for() {
         .flat_map(|g| [(g, "late", "20"), (g, "ilate", "8")])
     {
         let sleep = format!("PIPECAST_TEST_SLEEP={sleep}");
-        let (out, _) = mpirun(
-            glue,
-            &dir,
-            &[Context {
-                np: 4,
-                env: &[&sleep],
-                mode,
-            }],
-            240,
-        );
-        let all = text(&out);
-        assert!(
-            out.status.success() && all.contains("mpi_fault_test: ok"),
-            "{glue:?}: {all}"
-        );
-        assert!(
-            !all.contains("WRONG DATA") && !all.contains("broadcast failed"),
-            "{glue:?}: {all}"
-        );
+        let (out, _) = four_ranks(glue, &dir, &[&sleep], mode, 240);
+        let all = mpi::assert_byte_exact(&out, "mpi_fault_test: ok", (glue, mode));
         let stderr = String::from_utf8_lossy(&out.stderr);
         // 8 broadcasts at each of 4 ranks, all large enough for pipecast; of the ibcasts
         // pipecast takes those from pml_below (512 KiB): the 4 MiB ones.
@@ -240,7 +131,7 @@ fn a_rank_late_by_twenty_seconds_is_waited_for() {
 /// `bench/soak.sh` uses 30).
 #[test]
 fn a_rank_stopped_mid_broadcast_is_waited_for() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = serial();
     let Some(dir) = build() else { return };
     let stop_s: u64 = std::env::var("PIPECAST_SOAK_STOP_S")
         .ok()
@@ -248,25 +139,8 @@ fn a_rank_stopped_mid_broadcast_is_waited_for() {
         .unwrap_or(8);
     let sleep = format!("PIPECAST_TEST_SLEEP={stop_s}");
     for glue in glues() {
-        let (out, took) = mpirun(
-            glue,
-            &dir,
-            &[Context {
-                np: 4,
-                env: &[&sleep],
-                mode: "stop",
-            }],
-            stop_s + 180,
-        );
-        let all = text(&out);
-        assert!(
-            out.status.success() && all.contains("mpi_fault_test: ok"),
-            "{glue:?}: {all}"
-        );
-        assert!(
-            !all.contains("WRONG DATA") && !all.contains("broadcast failed"),
-            "{glue:?}: {all}"
-        );
+        let (out, took) = four_ranks(glue, &dir, &[&sleep], "stop", stop_s + 180);
+        let all = mpi::assert_byte_exact(&out, "mpi_fault_test: ok", glue);
         assert!(took >= Duration::from_secs(stop_s), "{glue:?}: {took:?}");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(carried(&stderr, glue.marker()), 32, "{glue:?}: {all}");
@@ -278,7 +152,7 @@ fn a_rank_stopped_mid_broadcast_is_waited_for() {
 /// has no such setting). Every rank must decline together: the MPI's own broadcast carries
 /// everything, byte-exact, in seconds, and rank 0 logs `reason`.
 fn one_bad_rank(env: impl Fn(Glue) -> Option<&'static str>, reason: &str) {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = serial();
     let Some(dir) = build() else { return };
     for glue in glues() {
         let Some(env) = env(glue) else { continue };
@@ -299,19 +173,7 @@ fn one_bad_rank(env: impl Fn(Glue) -> Option<&'static str>, reason: &str) {
             ],
             120,
         );
-        let all = text(&out);
-        assert!(
-            out.status.success() && all.contains("mpi_fault_test: ok"),
-            "{glue:?} with {env}: {all}"
-        );
-        assert!(!all.contains("WRONG DATA"), "{glue:?}: {all}");
-        assert!(
-            all.contains(reason),
-            "{glue:?} with {env}: the reason is logged: {all}"
-        );
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(carried(&stderr, glue.marker()), 0, "{glue:?}: {all}");
-        assert!(took < Duration::from_secs(60), "{glue:?} took {took:?}");
+        mpi::assert_declined_together(&out, took, glue.marker(), reason, (glue, env));
     }
 }
 
@@ -360,25 +222,11 @@ fn one_rank_with_another_threshold_makes_every_rank_decline_together() {
 /// packed around it), byte-exact.
 #[test]
 fn ranks_with_different_datatype_layouts_take_one_path() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = serial();
     let Some(dir) = build() else { return };
     for glue in glues() {
-        let (out, _) = mpirun(
-            glue,
-            &dir,
-            &[Context {
-                np: 4,
-                env: &[],
-                mode: "layouts",
-            }],
-            120,
-        );
-        let all = text(&out);
-        assert!(
-            out.status.success() && all.contains("mpi_fault_test: ok"),
-            "{glue:?}: {all}"
-        );
-        assert!(!all.contains("WRONG DATA"), "{glue:?}: {all}");
+        let (out, _) = four_ranks(glue, &dir, &[], "layouts", 120);
+        let all = mpi::assert_byte_exact(&out, "mpi_fault_test: ok", glue);
         // Per rank: the loop's 8, then 2 sizes from each of 4 roots.
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(carried(&stderr, glue.marker()), 4 * 16, "{glue:?}: {all}");
@@ -387,36 +235,13 @@ fn ranks_with_different_datatype_layouts_take_one_path() {
 
 #[test]
 fn a_rank_killed_mid_broadcast_ends_the_job_without_wrong_data() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _serial = serial();
     let Some(dir) = build() else { return };
     for (glue, mode) in glues()
         .into_iter()
         .flat_map(|g| [(g, "kill"), (g, "ikill")])
     {
-        let (out, took) = mpirun(
-            glue,
-            &dir,
-            &[Context {
-                np: 4,
-                env: &[],
-                mode,
-            }],
-            120,
-        );
-        let all = text(&out);
-        assert!(
-            !out.status.success(),
-            "{glue:?} {mode}: the job must end in error: {all}"
-        );
-        assert_ne!(
-            out.status.code(),
-            Some(124),
-            "{glue:?} {mode}: mpirun hung: {all}"
-        );
-        assert!(!all.contains("WRONG DATA"), "{glue:?}: {all}");
-        assert!(
-            took < Duration::from_secs(60),
-            "{glue:?} took {took:?}: {all}"
-        );
+        let (out, took) = four_ranks(glue, &dir, &[], mode, 120);
+        mpi::assert_ended_without_wrong_data(&out, took, (glue, mode));
     }
 }

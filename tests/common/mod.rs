@@ -3,6 +3,7 @@
 //! broadcasts are checked against, and for the tests that link the library from C, the
 //! cdylib and staticlib (`cargo test` builds only the rlib; built once per test binary).
 
+pub mod mpi;
 pub mod requirements;
 #[allow(unused_imports)] // not every test binary checks what it needs
 pub(crate) use requirements::require;
@@ -99,12 +100,19 @@ pub fn built_lib_dir() -> &'static Path {
 /// component's `coll:pipecast`, the shim's `pipecast-preload`).
 #[allow(dead_code)] // used by the MPI tests only
 pub fn carried(stderr: &str, marker: &str) -> u64 {
+    summed(stderr, marker, " broadcasts by pipecast", ' ')
+}
+
+/// Sum of the numbers that stand right before `words` (from the last `opener` before them) on
+/// the lines containing `marker`.
+#[allow(dead_code)] // used by the MPI tests only
+pub fn summed(stderr: &str, marker: &str, words: &str, opener: char) -> u64 {
     stderr
         .lines()
         .filter(|l| l.contains(marker))
         .filter_map(|l| {
-            let i = l.find(" broadcasts by pipecast")?;
-            l[..i].rsplit(' ').next()?.parse::<u64>().ok()
+            let i = l.find(words)?;
+            l[..i].rsplit(opener).next()?.parse::<u64>().ok()
         })
         .sum()
 }
@@ -124,14 +132,7 @@ pub fn have(cmd: &str, args: &[&str]) -> bool {
 #[allow(dead_code)] // used by the Open MPI tests only
 pub fn build_ffi_and_mpi_test(out: &Path, targets: &[&str]) {
     make_ffi(out, targets);
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let cc = Command::new("mpicc")
-        .args(["-O1", "-Wall", "-Werror", "-o"])
-        .arg(out.join("mpi_bcast_test"))
-        .arg(root.join("tests/c/mpi_bcast_test.c"))
-        .status()
-        .expect("run mpicc");
-    assert!(cc.success(), "mpi_bcast_test.c does not compile");
+    mpi::compile("mpicc", "mpi_bcast_test", &out.join("mpi_bcast_test"), &[]);
 }
 
 /// `make -C ffi` into `out` against the library of [`built_lib_dir`] (all of ffi/, or only

@@ -1,0 +1,183 @@
+//! What the MPI tests on this host share (tests/ompi.rs, ompi_faults.rs, ompi5.rs): one job at
+//! a time, how pipecast is loaded into a job (the glue), the options of a one-host `mpirun`,
+//! the C test programs built, and what a job's output must show.
+
+// Each test binary compiles this module on its own and uses a part of it.
+#![allow(dead_code)]
+
+use super::{carried, text};
+use std::fmt::Debug;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Held while a test runs its MPI jobs: they run one at a time (the machine has 2 cores).
+pub fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The ways pipecast runs under an MPI.
+#[derive(Clone, Copy, Debug)]
+pub enum Glue {
+    /// The Open MPI coll component.
+    Component,
+    /// The preload shim under Open MPI.
+    Shim,
+    /// The preload shim under MPICH.
+    Mpich,
+}
+
+impl Glue {
+    /// What starts the lines of its verbose summary (what [`carried`] counts).
+    pub fn marker(self) -> &'static str {
+        match self {
+            Glue::Component => "coll:pipecast",
+            Glue::Shim | Glue::Mpich => "pipecast-preload",
+        }
+    }
+
+    /// Options that load this glue from `dir` into one app context (verbose: its summary
+    /// shows what it carried).
+    pub fn args(self, dir: &Path) -> Vec<String> {
+        match self {
+            Glue::Component => vec![
+                "--mca".into(),
+                "mca_base_component_path".into(),
+                format!("SYS_DEFAULT:{}", dir.display()),
+                "--mca".into(),
+                "coll_pipecast_verbose".into(),
+                "1".into(),
+            ],
+            Glue::Shim => vec![
+                "-x".into(),
+                format!(
+                    "LD_PRELOAD={}",
+                    dir.join("libpipecast_preload.so").display()
+                ),
+                "-x".into(),
+                "PIPECAST_VERBOSE=1".into(),
+            ],
+            Glue::Mpich => vec![
+                "-env".into(),
+                "LD_PRELOAD".into(),
+                dir.join("libpipecast_preload_mpich.so")
+                    .display()
+                    .to_string(),
+                "-env".into(),
+                "PIPECAST_VERBOSE".into(),
+                "1".into(),
+            ],
+        }
+    }
+
+    /// `VAR=VALUE` for one app context.
+    pub fn env(self, var: &str) -> Vec<String> {
+        let (name, value) = var.split_once('=').expect("VAR=VALUE");
+        match self {
+            Glue::Component | Glue::Shim => vec!["-x".into(), var.into()],
+            Glue::Mpich => vec!["-env".into(), name.into(), value.into()],
+        }
+    }
+}
+
+/// Open MPI's `mpirun` options for a job of this host: more ranks than CPUs, root allowed
+/// when we are root (mpirun refuses it without the flag), the TCP BTL over loopback.
+pub fn one_host(cmd: &mut Command) {
+    cmd.arg("--oversubscribe");
+    if pipecast::lab::is_root() {
+        cmd.arg("--allow-run-as-root");
+    }
+    cmd.args([
+        "--mca",
+        "btl",
+        "self,tcp",
+        "--mca",
+        "btl_tcp_if_include",
+        "lo",
+    ]);
+}
+
+/// Runs the job `cmd` to its end: its output and how long it took.
+pub fn timed(cmd: &mut Command) -> (Output, Duration) {
+    let t0 = Instant::now();
+    let out = cmd.output().expect("run mpirun");
+    (out, t0.elapsed())
+}
+
+/// ffi/ (component and shims) and tests/c/mpi_bcast_test.c built for Open MPI into a fresh
+/// artifact directory `name`; `None` (skipped, said why, or failed under `PIPECAST_REQUIRE`)
+/// without Open MPI.
+pub fn build_for_open_mpi(name: &str) -> Option<PathBuf> {
+    if let Some(missing) = super::requirements::openmpi() {
+        missing.skip();
+        return None;
+    }
+    let out = super::artifact_dir(name);
+    super::build_ffi_and_mpi_test(&out, &[]);
+    Some(out)
+}
+
+/// `mpicc` (or `mpicc.mpich`) of `tests/c/<name>.c` with `flags` into `program`.
+pub fn compile(mpicc: &str, name: &str, program: &Path, flags: &[&str]) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let cc = Command::new(mpicc)
+        .args(["-O1", "-Wall", "-Werror"])
+        .args(flags)
+        .arg("-o")
+        .arg(program)
+        .arg(root.join(format!("tests/c/{name}.c")))
+        .status()
+        .unwrap_or_else(|e| panic!("run {mpicc}: {e}"));
+    assert!(cc.success(), "{name}.c does not compile with {mpicc}");
+}
+
+/// The job ended well and printed `ok` (its program's check of every byte at every rank), no
+/// rank said WRONG and no pipecast broadcast failed. Returns the job's whole output; `what`
+/// names the run in messages.
+pub fn assert_byte_exact(out: &Output, ok: &str, what: impl Debug) -> String {
+    let all = text(out);
+    assert!(out.status.success() && all.contains(ok), "{what:?}: {all}");
+    assert!(
+        !all.contains("WRONG") && !all.contains("broadcast failed"),
+        "{what:?}: {all}"
+    );
+    all
+}
+
+/// Every rank declined pipecast together (`mpi_fault_test` with one rank set apart): the MPI's
+/// own broadcast carried everything byte-exact, `reason` is logged, pipecast carried nothing
+/// (the summaries of `marker`), and the job ended in seconds.
+pub fn assert_declined_together(
+    out: &Output,
+    took: Duration,
+    marker: &str,
+    reason: &str,
+    what: impl Debug,
+) {
+    let all = assert_byte_exact(out, "mpi_fault_test: ok", &what);
+    assert!(
+        all.contains(reason),
+        "{what:?}: the reason is logged: {all}"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(carried(&stderr, marker), 0, "{what:?}: {all}");
+    assert!(took < Duration::from_secs(60), "{what:?} took {took:?}");
+}
+
+/// A rank was killed mid-broadcast: the job ended in error, by itself (not by `timeout`: a
+/// hang) and within a minute, and no rank saw wrong data.
+pub fn assert_ended_without_wrong_data(out: &Output, took: Duration, what: impl Debug) {
+    let all = text(out);
+    assert!(
+        !out.status.success(),
+        "{what:?}: the job must end in error: {all}"
+    );
+    assert_ne!(out.status.code(), Some(124), "{what:?}: mpirun hung: {all}");
+    assert!(!all.contains("WRONG DATA"), "{what:?}: {all}");
+    assert!(
+        took < Duration::from_secs(60),
+        "{what:?} took {took:?}: {all}"
+    );
+}
