@@ -105,47 +105,79 @@ fn session_base(state: &LabState, machine: &str) -> String {
 /// mapping puts machine 0's ranks first, then machine 1's: the lab's block placement,
 /// [`super::fill`]).
 pub fn hostfile(state: &LabState, slots: &[usize]) -> Result<std::path::PathBuf, LabError> {
-    let path = Path::new(&state.run_dir).join("hostfile");
+    write_hostfile(state, "hostfile", slots, |address, k| {
+        format!("{address} slots={k}\n")
+    })
+}
+
+/// Writes `<run dir>/NAME`: a line per machine, in rank order, of its management address and
+/// its count of `slots` as `line` writes them.
+fn write_hostfile(
+    state: &LabState,
+    name: &str,
+    slots: &[usize],
+    line: impl Fn(&str, usize) -> String,
+) -> Result<PathBuf, LabError> {
     let text: String = state
         .machines
         .iter()
         .zip(slots)
-        .map(|(m, k)| format!("{} slots={k}\n", m.mgmt_address))
+        .map(|(m, &k)| line(&m.mgmt_address, k))
         .collect();
-    std::fs::write(&path, text)
-        .map_err(|e| LabError::Io(format!("cannot write {}: {e}", path.display())))?;
-    Ok(path)
+    write_run_file(state, name, &text, 0o644)
 }
 
 /// The mpirun command line for the lab (without the user's arguments).
 pub fn mpirun_command(state: &LabState, exe: &Path, hostfile: &Path) -> Vec<String> {
-    let mut cmd: Vec<String> = [
-        "ip",
-        "netns",
-        "exec",
-        &state.mgmt_netns,
-        "mpirun",
-        "--allow-run-as-root",
-        "--hostfile",
-        &hostfile.display().to_string(),
-        "--mca",
-        "plm_rsh_agent",
-        &format!("{} lab rsh --name {}", exe.display(), state.name),
-        "--mca",
-        "plm_rsh_no_tree_spawn",
-        "1",
-        "--mca",
-        "oob_tcp_if_include",
-        "198.19.0.0/16",
-        "--mca",
-        "btl",
-        "tcp,self",
-        "--mca",
-        "btl_tcp_if_include",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let agent = format!("{} lab rsh --name {}", exe.display(), state.name);
+    mpirun_line(state, &agent, hostfile, None)
+}
+
+/// Open MPI's mpirun line for the lab: run from the management namespace, starting its daemons
+/// through `agent` over the management network (one hop each, no tree), MPI data over the TCP
+/// BTL on the data networks. `ompi5_enter`: Open MPI 5's mpirun, entered into its root through
+/// that script, which PRRTE launches (its own names for the launcher's settings) and binds to
+/// no CPU; `None`: Open MPI 4's (ORTE).
+fn mpirun_line(
+    state: &LabState,
+    agent: &str,
+    hostfile: &Path,
+    ompi5_enter: Option<&Path>,
+) -> Vec<String> {
+    let (set, plm) = match ompi5_enter {
+        Some(_) => ("--prtemca", "plm_ssh"),
+        None => ("--mca", "plm_rsh"),
+    };
+    let mut cmd: Vec<String> = vec!["ip".into(), "netns".into(), "exec".into()];
+    cmd.push(state.mgmt_netns.clone());
+    cmd.extend(ompi5_enter.map(|e| e.display().to_string()));
+    cmd.extend(
+        [
+            "mpirun",
+            "--allow-run-as-root",
+            "--hostfile",
+            &hostfile.display().to_string(),
+            set,
+            &format!("{plm}_agent"),
+            agent,
+            set,
+            &format!("{plm}_no_tree_spawn"),
+            "1",
+            set,
+            "oob_tcp_if_include",
+            "198.19.0.0/16",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    if ompi5_enter.is_some() {
+        cmd.extend(["--bind-to".into(), "none".into()]);
+    }
+    cmd.extend(
+        ["--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include"]
+            .iter()
+            .map(|s| s.to_string()),
+    );
     cmd.push(data_networks(state));
     cmd.extend(["-x".into(), "PIPECAST_LAB".into()]);
     cmd
@@ -164,13 +196,9 @@ fn data_networks(state: &LabState) -> String {
 /// Writes `<run dir>/hostfile-mpich`: `ADDRESS:K` per machine (management addresses), in
 /// rank order, as hydra reads it.
 fn mpich_hostfile(state: &LabState, slots: &[usize]) -> Result<PathBuf, LabError> {
-    let text: String = state
-        .machines
-        .iter()
-        .zip(slots)
-        .map(|(m, k)| format!("{}:{k}\n", m.mgmt_address))
-        .collect();
-    write_run_file(state, "hostfile-mpich", &text, 0o644)
+    write_hostfile(state, "hostfile-mpich", slots, |address, k| {
+        format!("{address}:{k}\n")
+    })
 }
 
 /// Writes `<run dir>/lab-rsh`: hydra's `-launcher-exec` and PRRTE's `plm_ssh_agent` take one
@@ -285,39 +313,7 @@ exec chroot "$root" sh -c "cd "\$0" && exec "\$@"" "$PWD" "$@"
 /// [`mpirun_command`], with PRRTE's names for the launcher's settings, entered into the root
 /// through `enter`.
 pub fn mpirun5_command(state: &LabState, rsh: &Path, hostfile: &Path, enter: &Path) -> Vec<String> {
-    let mut cmd: Vec<String> = [
-        "ip",
-        "netns",
-        "exec",
-        &state.mgmt_netns,
-        &enter.display().to_string(),
-        "mpirun",
-        "--allow-run-as-root",
-        "--hostfile",
-        &hostfile.display().to_string(),
-        "--prtemca",
-        "plm_ssh_agent",
-        &rsh.display().to_string(),
-        "--prtemca",
-        "plm_ssh_no_tree_spawn",
-        "1",
-        "--prtemca",
-        "oob_tcp_if_include",
-        "198.19.0.0/16",
-        "--bind-to",
-        "none",
-        "--mca",
-        "btl",
-        "tcp,self",
-        "--mca",
-        "btl_tcp_if_include",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    cmd.push(data_networks(state));
-    cmd.extend(["-x".into(), "PIPECAST_LAB".into()]);
-    cmd
+    mpirun_line(state, &rsh.display().to_string(), hostfile, Some(enter))
 }
 
 /// [`mpirun_with`] for Open MPI 5 (module comment). Needs root (mounts, chroot) and the root
@@ -346,15 +342,7 @@ fn mpirun_ompi5(
     let enter = ompi5_enter_script(state, &root, exe)?;
     let rsh = rsh_script(state, exe)?;
     let cmd = mpirun5_command(state, &rsh, &hostfile, &enter);
-    let tmpdir = Some(session_base(state, "mg"));
-    launch(
-        state,
-        cmd,
-        ("-np", &["-np", "-n", "--np"]),
-        args,
-        slots.iter().sum(),
-        tmpdir,
-    )
+    launch_mpirun(state, cmd, args, &slots)
 }
 
 /// [`mpirun_with`] for MPICH. Hydra passes mpiexec's environment on to the ranks, so
@@ -394,7 +382,18 @@ pub fn mpirun(
     let slots = super::machine_ranks(state, per_machine)?;
     let hostfile = hostfile(state, &slots)?;
     let cmd = mpirun_command(state, exe, &hostfile);
-    // TMPDIR, not an MCA parameter: mpirun forwards MCA parameters to every orted.
+    launch_mpirun(state, cmd, args, &slots)
+}
+
+/// Runs Open MPI's mpirun line `cmd` with the user's `args` ([`launch`]): `-np` every one of
+/// the `slots` unless `args` say otherwise, mpirun's session directory under the management
+/// namespace's (TMPDIR, not an MCA parameter: mpirun forwards MCA parameters to every orted).
+fn launch_mpirun(
+    state: &LabState,
+    cmd: Vec<String>,
+    args: &[String],
+    slots: &[usize],
+) -> Result<i32, LabError> {
     let tmpdir = Some(session_base(state, "mg"));
     launch(
         state,
@@ -478,6 +477,11 @@ mod tests {
             after("plm_rsh_agent"),
             Some("/bin/pipecast lab rsh --name t")
         );
+        assert_eq!(after("plm_rsh_no_tree_spawn"), Some("1"));
+        assert_eq!(
+            (after("--bind-to"), after("-x")),
+            (None, Some("PIPECAST_LAB"))
+        );
         assert_eq!(machine_index(&state, "198.19.0.2").unwrap(), 1);
         let cmd = mpiexec_command(&state, Path::new("/r/mpich-rsh"), Path::new("/r/hosts"));
         let after = |k: &str| super::tests::after(&cmd, k);
@@ -515,6 +519,12 @@ mod tests {
             ["ip", "netns", "exec", "t-mg", "/r/ompi5-enter", "mpirun"]
         );
         assert_eq!(after("plm_ssh_agent"), Some("/r/lab-rsh"));
+        assert_eq!(after("plm_ssh_no_tree_spawn"), Some("1"));
+        assert_eq!(after("--prtemca"), Some("plm_ssh_agent"));
+        assert_eq!(
+            (after("--bind-to"), after("-x")),
+            (Some("none"), Some("PIPECAST_LAB"))
+        );
         assert_eq!(after("oob_tcp_if_include"), Some("198.19.0.0/16"));
         assert_eq!(after("btl_tcp_if_include"), Some("198.18.0.0/16"));
     }
