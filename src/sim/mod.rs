@@ -4,8 +4,9 @@
 //! directed edge of a topology (seeded delay, loss, reordering, duplication, optionally a
 //! rate); [`SimNet`] puts a rank on each machine and runs there the code that runs on the
 //! real links: the engine's [`Endpoint`](crate::engine::Endpoint) with every broadcast in
-//! flight and, between ranks whose path is lossy, the per-peer reliability of
-//! [`engine::reliable`](crate::engine::reliable), which raw Ethernet runs. [`simulate`] runs
+//! flight and, between ranks whose path is lossy, raw Ethernet's lossy-path adapter
+//! ([`reliable::Lossy`](crate::engine::reliable::Lossy): its round robin, pacer,
+//! acknowledgements and heartbeats). [`simulate`] runs
 //! one whole broadcast at scale (timing only) and reports what `pipecast sim` prints.
 
 #![deny(unsafe_code)]

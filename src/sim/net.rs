@@ -1,19 +1,22 @@
 //! The simulated network: ranks on a topology's machines, each running the real
-//! [`Endpoint`], and over every pair whose path is lossy the real per-peer reliability's
-//! [`Sender`] and [`Receiver`] ([`engine::reliable`](crate::engine::reliable)). Not yet as
-//! raw Ethernet runs them: it pairs them itself, without [`reliable::Peers`]' round robin,
-//! pacer and heartbeats (docs/engine.md, "Links": the lossy adapter it should run).
+//! [`Endpoint`], and toward every peer whose path is lossy the lossy-path adapter raw
+//! Ethernet runs ([`reliable::Lossy`]: per-peer sequence numbers, selective
+//! acknowledgements, RTO, [`Peers::poll_send`](reliable::Peers::poll_send)'s round robin
+//! between peers, the [`Pacer`](reliable::Pacer), heartbeats and liveness), one per rank as
+//! raw Ethernet runs one per NIC.
 //!
 //! A message from rank a to rank b crosses the directed edges of `Topology::path(a, b)`, one
 //! [`SimLink`] each (on a topology with rails, `Topology::path_on` of the rail its lane runs
-//! on, [`SimNet::rails`]: rails are edges like any other) (store and forward: each edge delays, loses, duplicates and reorders on its
-//! own). Each engine message is one reliable item; acknowledgements are messages of their own
-//! on the way back. Broadcasts are posted at chosen virtual times, several per rank, so ranks
+//! on, [`SimNet::rails`]: rails are edges like any other) (store and forward: each edge
+//! delays, loses, duplicates and reorders on its own). On a lossy path each engine message is
+//! one frame of the adapter (the simulator does not cut segments into MTU-sized frames) and
+//! carries the acknowledgement of what came the other way; bare acknowledgements go when
+//! nothing else does. Broadcasts are posted at chosen virtual times, several per rank, so ranks
 //! can be late and broadcasts overlap. Everything is seeded and ordered (`BTreeMap`), so a run
 //! is reproducible.
 
 use super::{LinkModel, SimLink, Through};
-use crate::engine::reliable::{self, Accept, Receiver, Sender};
+use crate::engine::reliable::{self, Accept, Frame, Lossy, Piece};
 use crate::engine::{self, Bcast, Endpoint, EngineError, Message, Setup};
 use crate::model::Profile;
 use crate::plan::Lane;
@@ -22,10 +25,15 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::convert::Infallible;
 use std::sync::Arc;
 
 /// Bytes of header counted for every message on an edge with a finite rate.
 pub const HEADER_BYTES: usize = 40;
+
+/// What one frame of the lossy adapter costs its pacer: a numbered message counts as one
+/// Ethernet frame (1500 bytes), as raw Ethernet charges each of its frames.
+const PACED_FRAME_BYTES: u64 = 1500;
 
 /// In [`Hop::part`]: this share of a message is not its last (it is not delivered).
 const NOT_LAST: u32 = 1 << 31;
@@ -33,31 +41,33 @@ const NOT_LAST: u32 = 1 << 31;
 /// What travels between ranks.
 #[derive(Debug, Clone)]
 enum Packet {
-    /// An engine message and its payload. `number` is its per-peer sequence number when the
-    /// path is lossy (0: sent bare), `copy` which send of that number this is.
-    Engine {
-        number: u64,
-        copy: u8,
-        message: Message,
-        payload: Vec<u8>,
-    },
-    /// The receiver's acknowledgement of numbered messages.
-    Ack {
-        ack: u64,
-        sack: u64,
-        credit: u32,
-        repaired: Option<(u64, u8)>,
-    },
+    /// An engine message and its payload, on a loss-free path.
+    Bare { message: Message, payload: Vec<u8> },
+    /// A frame of the lossy adapter ([`reliable::Frame`]: a numbered message or heartbeat,
+    /// or a bare acknowledgement) and its payload.
+    Frame { frame: Frame, payload: Vec<u8> },
 }
 
 impl Packet {
+    fn message(&self) -> Option<&Message> {
+        match self {
+            Packet::Bare { message, .. }
+            | Packet::Frame {
+                frame:
+                    Frame {
+                        piece: Some(Piece::Message { message, .. }),
+                        ..
+                    },
+                ..
+            } => Some(message),
+            Packet::Frame { .. } => None,
+        }
+    }
+
     /// Payload bytes (counted from the header: without payloads the vector is empty).
     fn payload_len(&self) -> usize {
-        match self {
-            Packet::Engine {
-                message: Message::Data(h),
-                ..
-            } => h.len as usize,
+        match self.message() {
+            Some(Message::Data(h)) => h.len as usize,
             _ => 0,
         }
     }
@@ -67,13 +77,7 @@ impl Packet {
     }
 
     fn is_data(&self) -> bool {
-        matches!(
-            self,
-            Packet::Engine {
-                message: Message::Data(_),
-                ..
-            }
-        )
+        matches!(self.message(), Some(Message::Data(_)))
     }
 }
 
@@ -166,22 +170,6 @@ enum Event {
     Timer(u32),
 }
 
-/// An engine message kept for retransmission, with a copy of its payload.
-#[derive(Debug, Clone)]
-struct Item {
-    message: Message,
-    payload: Vec<u8>,
-}
-
-/// The reliability toward one peer.
-#[derive(Debug)]
-struct Peer {
-    tx: Sender<Item>,
-    rx: Receiver,
-    /// New items waiting for the peer's credit.
-    queue: VecDeque<Item>,
-}
-
 /// How a rank's simulation ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
@@ -189,6 +177,9 @@ pub enum Outcome {
     Done,
     /// A broadcast failed here; the rank stopped.
     Failed(EngineError),
+    /// A peer its broadcasts waited for left a frame unacknowledged for the liveness limit
+    /// ([`SimNet::liveness`]); the rank stopped, as raw Ethernet's link fails then.
+    PeerGone { peer: usize, silent_ns: u64 },
     /// The rank was killed: it neither sent nor received.
     Dead,
 }
@@ -198,12 +189,14 @@ pub enum Outcome {
 pub struct Stats {
     /// Engine messages the endpoints handed out.
     pub messages: u64,
-    /// Engine messages put on the network, retransmissions included.
+    /// Engine messages put on the network, retransmissions included (heartbeats not).
     pub sends: u64,
     /// Of these, retransmissions.
     pub retransmits: u64,
-    /// Acknowledgements put on the network.
+    /// Bare acknowledgements put on the network (most ride on frames going the other way).
     pub acks: u64,
+    /// Heartbeats put on the network.
+    pub heartbeats: u64,
     /// Retransmission timer expiries.
     pub timeouts: u64,
 }
@@ -212,11 +205,14 @@ pub struct Stats {
 struct Rank {
     endpoint: Endpoint,
     bufs: BTreeMap<u64, Vec<u8>>,
-    peers: BTreeMap<usize, Peer>,
+    /// The lossy-path adapter toward the peers whose path is lossy (made at the first).
+    lossy: Option<Lossy>,
     /// Broadcasts posted and not complete yet, and posts still scheduled.
     open: usize,
     dead: bool,
     failed: Option<EngineError>,
+    /// A peer found gone (its rank, how long it was silent).
+    gone: Option<(usize, u64)>,
     /// Sequence number → when this rank's part of that broadcast was over.
     finished: BTreeMap<u64, u64>,
     /// Sequence number → payload bytes landed so far (the root counts as holding all).
@@ -235,7 +231,7 @@ type PeerRail = (usize, usize);
 
 impl Rank {
     fn runs(&self) -> bool {
-        !self.dead && self.failed.is_none()
+        !self.dead && self.failed.is_none() && self.gone.is_none()
     }
 }
 
@@ -301,6 +297,8 @@ pub struct SimNet {
     engine: engine::Config,
     reliable: reliable::Config,
     reliable_everywhere: bool,
+    /// The adapter's liveness limit (ns); `None`: the engine's idle timeout.
+    liveness: Option<u64>,
     seed: u64,
     /// (time, order) → post.
     posts: BTreeMap<(u64, u64), Post>,
@@ -354,10 +352,11 @@ impl SimNet {
             .map(|_| Rank {
                 endpoint: Endpoint::new(),
                 bufs: BTreeMap::new(),
-                peers: BTreeMap::new(),
+                lossy: None,
                 open: 0,
                 dead: false,
                 failed: None,
+                gone: None,
                 finished: BTreeMap::new(),
                 landed: BTreeMap::new(),
                 holds: BTreeMap::new(),
@@ -374,6 +373,7 @@ impl SimNet {
             engine: engine::Config::default(),
             reliable: reliable::Config::default(),
             reliable_everywhere: false,
+            liveness: None,
             seed,
             posts: BTreeMap::new(),
             messages: BTreeMap::new(),
@@ -458,6 +458,14 @@ impl SimNet {
     /// The reliability's tuning, for every pair that uses it.
     pub fn reliable_config(&mut self, config: reliable::Config) -> &mut SimNet {
         self.reliable = config;
+        self
+    }
+
+    /// The lossy adapter's liveness limit (ns): a peer a broadcast waits for is gone when a
+    /// frame to it stays unacknowledged this long, and a quiet one gets a heartbeat every
+    /// quarter of it (at least 10 ms). Unless set, the engine's idle timeout.
+    pub fn liveness(&mut self, ns: u64) -> &mut SimNet {
+        self.liveness = Some(ns);
         self
     }
 
@@ -559,7 +567,16 @@ impl SimNet {
     }
 
     pub fn stats(&self) -> Stats {
-        self.stats
+        let timeouts = self
+            .ranks
+            .iter()
+            .filter_map(|r| r.lossy.as_ref())
+            .map(|l| l.totals().timeouts)
+            .sum();
+        Stats {
+            timeouts,
+            ..self.stats
+        }
     }
 
     /// Every edge's counters, by `DirEdge.0`.
@@ -599,10 +616,11 @@ impl SimNet {
         }
         self.ranks
             .iter()
-            .map(|r| match (&r.failed, r.dead) {
-                (_, true) => Outcome::Dead,
-                (Some(e), _) => Outcome::Failed(e.clone()),
-                (None, false) => Outcome::Done,
+            .map(|r| match (&r.failed, r.gone, r.dead) {
+                (_, _, true) => Outcome::Dead,
+                (Some(e), _, _) => Outcome::Failed(e.clone()),
+                (None, Some((peer, silent_ns)), _) => Outcome::PeerGone { peer, silent_ns },
+                (None, None, false) => Outcome::Done,
             })
             .collect()
     }
@@ -614,11 +632,16 @@ impl SimNet {
 
     /// Rank `r` fails with `e` (a broadcast failed there; it stops).
     fn fail(&mut self, r: usize, e: EngineError) {
-        let rank = &mut self.ranks[r];
+        self.stop(r);
+        self.ranks[r].failed = Some(e);
+    }
+
+    /// Rank `r` stops running (it is failed or finds a peer gone).
+    fn stop(&mut self, r: usize) {
+        let rank = &self.ranks[r];
         if rank.runs() && rank.open > 0 {
             self.busy_ranks -= 1;
         }
-        rank.failed = Some(e);
     }
 
     /// Nothing left to do: every running rank completed, and what it sent to another running
@@ -627,9 +650,9 @@ impl SimNet {
         self.ranks.iter().all(|r| {
             !r.runs()
                 || (r.open == 0
-                    && r.peers
-                        .iter()
-                        .all(|(&p, peer)| peer.tx.is_idle() || !self.ranks[p].runs()))
+                    && r.lossy.as_ref().is_none_or(|l| {
+                        l.peers().all(|p| l.is_idle_to(p) || !self.ranks[p].runs())
+                    }))
         })
     }
 
@@ -703,27 +726,24 @@ impl SimNet {
         if !self.ranks[r].runs() || self.next_timeout(r).is_none_or(|t| t > now) {
             return false;
         }
-        let rank = &mut self.ranks[r];
-        if let Err(e) = rank.endpoint.handle_timeout(now) {
+        // The adapter's timers (retransmission, pacing, liveness) run when the rank
+        // flushes.
+        if let Err(e) = self.ranks[r].endpoint.handle_timeout(now) {
             self.fail(r, e);
-            return true;
-        }
-        for peer in rank.peers.values_mut() {
-            let before = peer.tx.timeouts;
-            peer.tx.handle_timeout(now);
-            self.stats.timeouts += peer.tx.timeouts - before;
         }
         true
     }
 
-    /// Rank `r`'s earliest timer: the engine's idle timer or a retransmission timer.
+    /// Rank `r`'s earliest timer: the engine's idle timer, or the lossy adapter's
+    /// (retransmission, pacing, a heartbeat or a peer's liveness limit).
     fn next_timeout(&self, r: usize) -> Option<u64> {
         let rank = &self.ranks[r];
-        rank.endpoint
-            .poll_timeout()
-            .into_iter()
-            .chain(rank.peers.values().filter_map(|p| p.tx.poll_timeout()))
-            .min()
+        let lossy = rank.lossy.as_ref().and_then(|l| {
+            let waiting = rank.endpoint.waiting_for();
+            let timers = l.poll_timeout(self.now, false);
+            timers.into_iter().chain(l.liveness_timeout(&waiting)).min()
+        });
+        rank.endpoint.poll_timeout().into_iter().chain(lossy).min()
     }
 
     /// Schedules rank `r`'s earliest timer unless an event at or before it is scheduled. The
@@ -735,7 +755,7 @@ impl SimNet {
             return;
         }
         let pending = self.ranks[r].timer_at;
-        if pending.is_some() && self.ranks[r].peers.is_empty() {
+        if pending.is_some() && self.ranks[r].lossy.is_none() {
             return;
         }
         if let Some(t) = self.next_timeout(r) {
@@ -786,13 +806,18 @@ impl SimNet {
             .any(|e| self.links[e.0 as usize].model().is_lossy())
     }
 
-    fn peer(&mut self, r: usize, p: usize) -> &mut Peer {
-        let config = self.reliable;
-        self.ranks[r].peers.entry(p).or_insert_with(|| Peer {
-            tx: Sender::new(config),
-            rx: Receiver::new(config),
-            queue: VecDeque::new(),
-        })
+    /// Rank `r`'s lossy adapter, knowing peer `p`.
+    fn lossy(&mut self, r: usize, p: usize) -> &mut Lossy {
+        // Simulated edges take every frame: the batch only bounds a vector.
+        let (config, batch) = (self.reliable, 64);
+        let liveness = self.liveness.unwrap_or(self.engine.idle_timeout);
+        let lossy = self.ranks[r].lossy.get_or_insert_with(|| {
+            Lossy::new(config, liveness, PACED_FRAME_BYTES, usize::MAX, batch)
+        });
+        if !lossy.contains(p) {
+            lossy.add(p);
+        }
+        lossy
     }
 
     fn transmit(&mut self, from: usize, to: usize, packet: Packet) {
@@ -970,36 +995,24 @@ impl SimNet {
             return;
         }
         let now = self.now;
-        match packet {
-            Packet::Ack {
-                ack,
-                sack,
-                credit,
-                repaired,
-            } => {
-                self.peer(to, from)
-                    .tx
-                    .on_ack(now, ack, sack, credit, repaired);
-            }
-            Packet::Engine {
-                number,
-                copy,
-                message,
-                payload,
-            } => {
-                if number != 0 {
-                    let rx = &mut self.peer(to, from).rx;
-                    if rx.accept(number) != Accept::Fresh {
-                        return;
+        let (message, payload) = match packet {
+            Packet::Bare { message, payload } => (message, payload),
+            Packet::Frame { frame, payload } => {
+                let acked = (frame.ack, frame.sack, frame.credit);
+                let seq = frame.piece.as_ref().map(|_| (frame.seq, frame.copy));
+                let verdict = self
+                    .lossy(to, from)
+                    .receive(now, from, acked, frame.repaired, seq);
+                match (verdict, frame.piece) {
+                    (Some(Accept::Fresh), Some(Piece::Message { message, .. })) => {
+                        (message, payload)
                     }
-                    if copy != 1 {
-                        rx.repaired(number, copy);
-                    }
-                }
-                if let Err(e) = self.engine_in(to, from, message, payload) {
-                    self.fail(to, e);
+                    _ => return,
                 }
             }
+        };
+        if let Err(e) = self.engine_in(to, from, message, payload) {
+            self.fail(to, e);
         }
     }
 
@@ -1047,22 +1060,22 @@ impl SimNet {
             self.shared_port.is_some() && !self.reliable_everywhere && self.lossy_links == 0;
         while let Some((seq, t)) = self.ranks[r].endpoint.poll_transmit(now) {
             self.stats.messages += 1;
+            if self.numbered(r, t.to) {
+                self.lossy(r, t.to).queue(t.to, t.message, t.payload);
+                continue;
+            }
             let payload = if self.payloads {
                 self.ranks[r].bufs[&seq][t.payload.clone()].to_vec()
             } else {
                 Vec::new()
             };
-            let item = Item {
+            self.stats.sends += 1;
+            let rail = self.ranks[r].endpoint.rail_of(&t.message);
+            let packet = Packet::Bare {
                 message: t.message,
                 payload,
             };
-            if self.numbered(r, t.to) {
-                self.peer(r, t.to).queue.push_back(item);
-            } else {
-                self.stats.sends += 1;
-                let rail = self.ranks[r].endpoint.rail_of(&item.message);
-                self.transmit_on(r, t.to, rail, bare(item));
-            }
+            self.transmit_on(r, t.to, rail, packet);
         }
         if self.batching {
             self.batching = false;
@@ -1070,44 +1083,10 @@ impl SimNet {
             self.put_round(&mut round);
             self.batch = round;
         }
-        let peers: Vec<usize> = self.ranks[r].peers.keys().copied().collect();
-        for p in peers {
-            let mut out = Vec::new();
-            let peer = self.peer(r, p);
-            while let Some((number, item)) = peer.tx.poll_retransmit(now) {
-                let item = item.clone();
-                let copy = peer.tx.next_copy(number).expect("unacknowledged");
-                peer.tx.sent(number, now);
-                out.push(numbered(number, copy, item));
-            }
-            let retransmits = out.len() as u64;
-            while peer.tx.can_send() {
-                let Some(item) = peer.queue.pop_front() else {
-                    break;
-                };
-                let number = peer.tx.push(now, item.clone());
-                peer.tx.sent(number, now);
-                out.push(numbered(number, 1, item));
-            }
-            if peer.rx.ack_due() {
-                let (ack, sack, credit) = peer.rx.ack();
-                peer.rx.acked();
-                let repaired = peer.rx.take_repaired();
-                out.push(Packet::Ack {
-                    ack,
-                    sack,
-                    credit,
-                    repaired,
-                });
-                self.stats.acks += 1;
-            }
-            self.stats.retransmits += retransmits;
-            self.stats.sends += out
-                .iter()
-                .filter(|p| matches!(p, Packet::Engine { .. }))
-                .count() as u64;
-            for packet in out {
-                self.transmit(r, p, packet);
+        if self.ranks[r].lossy.is_some() {
+            self.flush_lossy(r);
+            if !self.ranks[r].runs() {
+                return;
             }
         }
         let rank = &mut self.ranks[r];
@@ -1129,39 +1108,71 @@ impl SimNet {
         }
     }
 
+    /// Rank `r`'s lossy adapter checks its peers' liveness (queueing heartbeats, or stopping
+    /// the rank when a waited-for peer is gone) and sends what it hands out: numbered
+    /// messages and heartbeats, each with its acknowledgement, then bare acknowledgements.
+    /// Simulated edges take every frame (they have no send buffer to fill).
+    fn flush_lossy(&mut self, r: usize) {
+        let now = self.now;
+        let rank = &mut self.ranks[r];
+        let Some(lossy) = rank.lossy.as_mut() else {
+            return;
+        };
+        let waiting = rank.endpoint.waiting_for();
+        if let Err(g) = lossy.check_liveness(now, &waiting) {
+            self.stop(r);
+            self.ranks[r].gone = Some((g.peer, g.silent));
+            return;
+        }
+        let mut frames = Vec::new();
+        let sent = lossy.send::<Infallible>(now, &mut |batch| {
+            frames.extend_from_slice(batch);
+            Ok(batch.len())
+        });
+        let Ok(_) = sent;
+        for frame in frames {
+            let payload = match &frame.piece {
+                Some(Piece::Message {
+                    message, payload, ..
+                }) => {
+                    self.stats.sends += 1;
+                    self.stats.retransmits += u64::from(frame.copy.is_some());
+                    match self.ranks[r].bufs.get(&message.seq()) {
+                        Some(buf) if self.payloads => buf[payload.clone()].to_vec(),
+                        _ => Vec::new(),
+                    }
+                }
+                Some(Piece::Heartbeat) => {
+                    self.stats.heartbeats += 1;
+                    Vec::new()
+                }
+                None => {
+                    self.stats.acks += 1;
+                    Vec::new()
+                }
+            };
+            let to = frame.peer;
+            self.transmit(r, to, Packet::Frame { frame, payload });
+        }
+    }
+
     /// Every running rank's state, for a panic message.
     fn describe(&self) -> String {
         let mut out = String::new();
         for (r, rank) in self.ranks.iter().enumerate() {
             out += &format!(
-                "rank {r}: open {} dead {} failed {:?}\n{}\n",
+                "rank {r}: open {} dead {} failed {:?} gone {:?}\n{}\n",
                 rank.open,
                 rank.dead,
                 rank.failed,
+                rank.gone,
                 rank.endpoint.describe()
             );
-            for (p, peer) in &rank.peers {
-                out += &format!(
-                    "  peer {p}: tx {} | rx {} | queued {}\n",
-                    peer.tx.describe(self.now),
-                    peer.rx.describe(),
-                    peer.queue.len()
-                );
+            if let Some(l) = &rank.lossy {
+                out += &l.describe(self.now);
+                out += "\n";
             }
         }
         out
-    }
-}
-
-fn bare(item: Item) -> Packet {
-    numbered(0, 1, item)
-}
-
-fn numbered(number: u64, copy: u8, item: Item) -> Packet {
-    Packet::Engine {
-        number,
-        copy,
-        message: item.message,
-        payload: item.payload,
     }
 }

@@ -23,22 +23,27 @@
 //! payloads go straight to their offset in the user buffer and engine credits are cumulative.
 //!
 //! One concept per file: [`Pacer`] (the token bucket shared by a link's peers), [`Sender`]
-//! and [`Receiver`] (the two halves toward one peer), and [`Peers`]: the per-peer
+//! and [`Receiver`] (the two halves toward one peer), [`Peers`]: the per-peer
 //! reliability of one lossy link as a whole — every peer's halves, the queue of new items
 //! per peer, the round-robin choice of what to send next within credit and pacing, the
-//! acknowledgements to piggyback or send bare, the next timer, heartbeats and liveness.
+//! acknowledgements to piggyback or send bare, the next timer, heartbeats and liveness —
+//! and [`Lossy`], the lossy-path adapter around a `Peers`: engine messages cut into frames,
+//! the send round, heartbeats, a segment's [`Assembly`] from its frames.
 //!
-//! Why the link holds a [`Peers`] rather than the [`Endpoint`](super::Endpoint): reliability
-//! runs per *frame*, and only the link cuts segments into frames (its largest frame,
+//! Why the link holds a [`Lossy`] rather than the [`Endpoint`](super::Endpoint): reliability
+//! runs per *frame*, and only the link knows its frame size (its largest frame,
 //! `transport::Capabilities::max_frame`). The endpoint stays frame-agnostic and sees whole
-//! segments exactly once; the link owns one `Peers<T>` instance, whose logic is all here,
-//! pure, on a virtual clock, and keeps only framing, sockets, reassembly and addresses.
+//! segments exactly once; the link (raw Ethernet, and the simulator's network) owns a
+//! `Lossy`, whose logic is all here, pure, on a virtual clock, and keeps only its header
+//! format, sockets, reassembly targets and addresses.
 
+mod lossy;
 mod pacer;
 mod peers;
 mod receiver;
 mod sender;
 
+pub use lossy::{Assembly, Frame, Lossy, Piece, Sent};
 pub use pacer::Pacer;
 pub use peers::{Outgoing, PeerGone, Peers, Totals};
 pub use receiver::{Accept, Receiver};

@@ -114,6 +114,11 @@ impl<T: Clone> Peers<T> {
         self.peers.contains_key(&peer)
     }
 
+    /// Every peer, by rank.
+    pub fn ranks(&self) -> impl Iterator<Item = usize> + '_ {
+        self.peers.keys().copied()
+    }
+
     /// Queues a new item for `peer`; `false` if `peer` is unknown.
     pub fn enqueue(&mut self, peer: usize, item: T) -> bool {
         match self.peers.get_mut(&peer) {
@@ -274,8 +279,7 @@ impl<T: Clone> Peers<T> {
         waiting: &[usize],
         mut heartbeat: impl FnMut() -> T,
     ) -> Result<(), PeerGone> {
-        let limit = self.liveness.max(1);
-        let ping_every = (limit / 4).max(10_000_000);
+        let (limit, ping_every) = self.liveness_limits();
         for &peer in waiting {
             let Some(p) = self.peers.get_mut(&peer) else {
                 continue;
@@ -290,6 +294,39 @@ impl<T: Clone> Peers<T> {
             }
         }
         Ok(())
+    }
+
+    /// The liveness limit and the heartbeat period (a quarter of it, at least 10 ms).
+    fn liveness_limits(&self) -> (u64, u64) {
+        let limit = self.liveness.max(1);
+        (limit, (limit / 4).max(10_000_000))
+    }
+
+    /// When [`Peers::check_liveness`] next has something to do for `waiting`: a heartbeat
+    /// falls due to a quiet peer, or a peer that owes an acknowledgement reaches the limit.
+    pub fn liveness_timeout(&self, waiting: &[usize]) -> Option<u64> {
+        let (limit, ping_every) = self.liveness_limits();
+        waiting
+            .iter()
+            .filter_map(|peer| self.peers.get(peer))
+            .filter_map(|p| {
+                if !p.tx.is_idle() {
+                    Some(p.tx.last_progress().saturating_add(limit))
+                } else if p.queue.is_empty() {
+                    Some(p.pinged.saturating_add(ping_every))
+                } else {
+                    None
+                }
+            })
+            .min()
+    }
+
+    /// Whether everything to `peer` is acknowledged and nothing waits to go to it (an
+    /// unknown peer is).
+    pub fn is_idle_to(&self, peer: usize) -> bool {
+        self.peers
+            .get(&peer)
+            .is_none_or(|p| p.tx.is_idle() && p.queue.is_empty())
     }
 
     /// Forgets everything in flight (after a failed broadcast): numbers restart at 1 and

@@ -121,10 +121,13 @@ fn dead_rank_makes_others_time_out() {
             let neighbours = lane.parents[3]
                 .into_iter()
                 .chain(lane.children[3].iter().copied());
+            // On a lossy path the lossy adapter's liveness (as raw Ethernet's) may find 3
+            // gone before the engine's idle timeout fires: either way the rank fails naming 3.
             for r in neighbours {
                 assert!(
-                    matches!(&outcome[r], Outcome::Failed(EngineError::Timeout { waiting_for, .. }) if waiting_for.contains(&3)),
-                    "{tree}, loss {}: rank {r} must time out waiting for 3: {outcome:?}",
+                    matches!(&outcome[r], Outcome::Failed(EngineError::Timeout { waiting_for, .. }) if waiting_for.contains(&3))
+                        || matches!(outcome[r], Outcome::PeerGone { peer: 3, .. }),
+                    "{tree}, loss {}: rank {r} must fail waiting for 3: {outcome:?}",
                     model.loss
                 );
             }

@@ -4,7 +4,7 @@
 //! **Rails** (issue 16, machines with several NICs): the link may have one NIC per rail,
 //! each with its own MAC address and, in [`RawEthTransport`](super::RawEthTransport), its own
 //! socket. Rail r has its own table of the peers' MACs on rail r and its own
-//! [`Peers`] reliability: sequence numbers, acknowledgements, RTO, credit, pacing and
+//! [`Lossy`] reliability: sequence numbers, acknowledgements, RTO, credit, pacing and
 //! heartbeats run per (peer, rail), and an acknowledgement travels on the rail of what it
 //! acknowledges. So frames of two rails that overtake each other (each NIC has its own queue)
 //! never look like a loss (no spurious fast retransmit), a full NIC blocks only its own rail,
@@ -18,8 +18,8 @@
 //! [`RawEthTransport`](super::RawEthTransport), in the in-memory tests below it, and in the
 //! fuzz target `raweth_rx`.
 
-use super::{Assembly, Config, Counters, Item};
-use crate::engine::reliable::Peers;
+use super::{Assembly, Config, Counters};
+use crate::engine::reliable::Lossy;
 use crate::transport::raweth::socket::{mac_to_string, Mac};
 use crate::transport::{arrival::Dest, Buffers, Driver, TransportError};
 use crate::wire::frame::{Kind, Repr, HEADER_LEN};
@@ -43,8 +43,9 @@ pub struct FrameLink {
     /// The ranks this link reaches: those with a MAC on every rail. The driver's messages to
     /// other ranks are another link's (shared memory's, behind the Router).
     pub(super) peers: BTreeSet<usize>,
-    /// The per-peer reliability of every frame, one per rail (per (peer, rail), see above).
-    pub(super) reliable: Vec<Peers<Item>>,
+    /// The per-peer reliability of every frame with its framing (the lossy-path adapter),
+    /// one per rail (per (peer, rail), see above).
+    pub(super) reliable: Vec<Lossy>,
     /// Rails whose socket refused frames since [`FrameLink::unblock`]: they wait for POLLOUT.
     pub(super) blocked: Vec<bool>,
     /// Bytes sent on each rail (Ethernet payload: header and data).
@@ -75,7 +76,15 @@ impl FrameLink {
             peers: BTreeSet::new(),
             reliable: own
                 .iter()
-                .map(|_| Peers::new(config.reliable, config.liveness, frame_bytes))
+                .map(|_| {
+                    Lossy::new(
+                        config.reliable,
+                        config.liveness,
+                        frame_bytes,
+                        max_payload,
+                        config.batch,
+                    )
+                })
                 .collect(),
             blocked: vec![false; own.len()],
             rail_bytes: vec![0; own.len()],
@@ -194,7 +203,7 @@ impl FrameLink {
         self.cookie = cookie;
         self.macs = vec![BTreeMap::new(); macs.len().max(1)];
         self.by_mac = vec![BTreeSet::new(); macs.len().max(1)];
-        self.reliable.iter_mut().for_each(Peers::clear);
+        self.reliable.iter_mut().for_each(Lossy::clear);
         // Whose each MAC is, and on which rail (the first rank that has it there).
         let mine: BTreeSet<Mac> = self.own[..macs.len().max(1)].iter().copied().collect();
         if mine.len() < macs.len() {
@@ -273,6 +282,9 @@ impl FrameLink {
             c.retransmits += t.retransmits;
             c.timeouts += t.timeouts;
             c.duplicates += t.duplicates;
+            let sent = r.sent();
+            c.acks_sent += sent.acks;
+            c.send_blocked += sent.blocked;
         }
         c
     }
@@ -310,14 +322,10 @@ impl FrameLink {
     /// Fails when a peer that a broadcast in flight waits for ([`Driver::waiting_for`])
     /// stayed silent too long; queues heartbeats to quiet ones.
     pub fn check_liveness(&mut self, now: u64, driver: &dyn Driver) -> Result<(), TransportError> {
-        let heartbeat = Item {
-            head: self.head(Kind::Nop),
-            payload: 0..0,
-        };
         let waiting = driver.waiting_for();
         let rails = self.rails();
         for r in &mut self.reliable[..rails] {
-            r.check_liveness(now, &waiting, || heartbeat.clone())
+            r.check_liveness(now, &waiting)
                 .map_err(|g| TransportError::PeerGone {
                     peer: g.peer,
                     ms: g.silent / 1_000_000,
@@ -350,7 +358,7 @@ impl FrameLink {
 
     /// Forgets everything in flight.
     pub fn reset(&mut self) {
-        self.reliable.iter_mut().for_each(Peers::reset);
+        self.reliable.iter_mut().for_each(Lossy::reset);
         self.assembly.clear();
     }
 }

@@ -1,10 +1,11 @@
 //! Raw Ethernet transport: pipecast frames (wire/frame.rs) in Ethernet frames of EtherType
 //! 0x88B5, sent to each peer's MAC address from an `AF_PACKET` socket ([`socket`]), made
 //! reliable per peer by the engine's one retransmission scheme: the link holds one
-//! [`Peers`](reliable::Peers) (sequence numbers, cumulative + selective acks, RTO, credit,
-//! pacing, round robin between peers, heartbeats and liveness; all pure, in
-//! `engine::reliable`) and keeps only framing, the socket, reassembly and MAC addresses.
-//! Reliability runs per frame and only this link cuts segments into frames, so the instance
+//! lossy-path adapter [`Lossy`](reliable::Lossy) per rail (sequence numbers, cumulative +
+//! selective acks, RTO, credit, pacing, round robin between peers, heartbeats and liveness,
+//! segments cut into frames; all pure, in `engine::reliable`, and what the simulator runs
+//! too) and keeps only its header format, the socket, reassembly targets and MAC addresses.
+//! Reliability runs per frame and only this link knows its frame size, so the instance
 //! lives here while the engine above stays frame-agnostic.
 //!
 //! Same shape as [`TcpTransport`](crate::transport::TcpTransport): the communicator gives it
@@ -52,11 +53,10 @@ use crate::engine::DataHeader;
 use crate::transport::arrival::Dest;
 use crate::transport::driver::Driver;
 use crate::transport::{Buffers, Link, TransportError};
-use crate::wire::frame::{Repr, HEADER_LEN};
+use crate::wire::frame::HEADER_LEN;
 use socket::{Mac, RawSocket, RecvBatch};
 use std::collections::BTreeMap;
 use std::io;
-use std::ops::Range;
 use std::time::Duration;
 
 /// Transport tuning.
@@ -132,34 +132,9 @@ pub struct Counters {
     pub dropped_checksum: u64,
 }
 
-/// One frame's content to (re)send: a header without the reliability fields and a range of
-/// the user buffer.
-#[derive(Debug, Clone)]
-struct Item {
-    head: Repr,
-    payload: Range<usize>,
-}
-
-/// A segment being reassembled: where it goes, which frames arrived (offset → length,
-/// distinct and non-overlapping) and how many bytes they cover.
-struct Assembly {
-    /// Never `Dest::Discard`: a discarded segment is not assembled.
-    target: Dest,
-    len: usize,
-    pieces: BTreeMap<usize, usize>,
-    got: usize,
-    head: DataHeader,
-}
-
-impl Assembly {
-    /// Whether a frame of `n` bytes at `off` overlaps none that arrived.
-    fn fits(&self, off: usize, n: usize) -> bool {
-        let before = self.pieces.range(..=off).next_back();
-        let after = self.pieces.range(off..).next();
-        before.is_none_or(|(&o, &l)| o + l <= off && (o != off || l == 0))
-            && after.is_none_or(|(&o, _)| o >= off + n && o != off)
-    }
-}
+/// A segment being reassembled from its frames ([`reliable::Assembly`]); its target is never
+/// `Dest::Discard` (a discarded segment is not assembled).
+type Assembly = reliable::Assembly<Dest, DataHeader>;
 
 /// This rank's raw Ethernet endpoint: a [`FrameLink`] on an `AF_PACKET` socket, or on one
 /// socket per NIC (rail) on machines with several NICs ([`RawEthTransport::bind_rails`]).

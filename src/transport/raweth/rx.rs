@@ -195,15 +195,13 @@ impl FrameLink {
         let copy = (head.flags >> flags::COPY_SHIFT) as u8;
         let repaired = (head.kind() == Kind::Ack && head.flags & flags::REPAIRED != 0)
             .then_some((head.peer_seq, copy));
-        self.reliable[rail].handle_ack(now, rank, head.ack, head.sack, head.credit, repaired);
-        if head.kind() == Kind::Ack {
-            return Ok(());
-        }
         let retransmit = (head.flags & flags::RETRANSMIT != 0).then_some(copy);
-        match self.reliable[rail].handle_seq(rank, head.peer_seq, retransmit) {
-            Accept::Fresh => self.content(bufs, driver, now, rank, &head, frame.payload()),
-            Accept::Duplicate => Ok(()),
-            Accept::OutOfWindow => {
+        let seq = (head.kind() != Kind::Ack).then_some((head.peer_seq, retransmit));
+        let acked = (head.ack, head.sack, head.credit);
+        match self.reliable[rail].receive(now, rank, acked, repaired, seq) {
+            Some(Accept::Fresh) => self.content(bufs, driver, now, rank, &head, frame.payload()),
+            None | Some(Accept::Duplicate) => Ok(()),
+            Some(Accept::OutOfWindow) => {
                 self.counters.out_of_window += 1;
                 Ok(())
             }
@@ -246,16 +244,8 @@ impl FrameLink {
                         Dest::Hold(_) => self.counters.later_kept += 1,
                         Dest::Discard => return Ok(()),
                     }
-                    self.assembly.insert(
-                        key,
-                        Assembly {
-                            target,
-                            len: h.len as usize,
-                            pieces: std::collections::BTreeMap::new(),
-                            got: 0,
-                            head: h,
-                        },
-                    );
+                    self.assembly
+                        .insert(key, Assembly::new(target, h.len as usize, h));
                 }
                 let a = self.assembly.get_mut(&key).expect("inserted above");
                 let (off, n) = (head.offset as usize, payload.len());
@@ -271,9 +261,7 @@ impl FrameLink {
                     Dest::Hold(v) => v[off..off + n].copy_from_slice(payload),
                     Dest::Discard => {}
                 }
-                a.pieces.insert(off, n);
-                a.got += n;
-                if a.got >= a.len {
+                if a.add(off, n) {
                     let a = self.assembly.remove(&key).expect("present");
                     a.target
                         .landed(driver, bufs, now, rank, Message::Data(a.head))?;

@@ -1,16 +1,17 @@
 //! The sending half of [`RawEthTransport`]: engine transmits cut into frames and queued on
-//! the per-peer reliability ([`Peers`](crate::engine::reliable::Peers)), which says what to
+//! the lossy-path adapter ([`Lossy`](crate::engine::reliable::Lossy)), which says what to
 //! send next; frames, sealed with their checksum, leave in `sendmmsg` batches,
 //! acknowledgements piggybacked. Up to the batch, it is [`FrameLink::send`]: no socket.
 //! With several rails, a lane's frames go on its rail (`Outgoing::rail`), each rail's
 //! reliability hands out its own frames, and each batch goes to its rail's socket.
 
-use super::{io_err, FrameLink, Item, RawEthTransport};
-use crate::engine::reliable::Outgoing;
+use super::{io_err, FrameLink, RawEthTransport};
+use crate::engine::reliable::{Frame, Piece};
 use crate::engine::Message;
 use crate::transport::raweth::socket::Mac;
 use crate::transport::{Buffers, Driver, TransportError};
 use crate::wire::frame::{flags, Kind, Repr};
+use std::collections::BTreeMap;
 use std::io::{self, IoSlice};
 
 /// Frames of a batch: each to a MAC address, as its sealed header and its payload.
@@ -41,77 +42,15 @@ impl RawEthTransport {
 
 impl FrameLink {
     /// Turns the driver's messages to this link's peers ([`FrameLink::knows`]) into frames
-    /// on each peer's queue; messages to other ranks are left to the link that reaches them.
+    /// on each peer's queue (the lossy adapter cuts segments into frames); messages to other
+    /// ranks are left to the link that reaches them.
     pub fn queue(&mut self, driver: &mut dyn Driver) -> Result<(), TransportError> {
         let peers = std::mem::take(&mut self.peers);
         // The engine ignores the time here.
         while let Some(t) = driver.next(0, &|p| peers.contains(&p)) {
             // Lane i of a plan on rails leaves through NIC i (its data, and its credits back).
             let rail = self.rail(t.rail);
-            let mut head = self.head(Kind::Data);
-            let max_payload = self.max_payload;
-            let reliable = &mut self.reliable[rail];
-            match t.message {
-                Message::Data(h) => {
-                    head.bcast_seq = h.seq;
-                    head.root = h.root;
-                    head.msize = h.msize;
-                    head.segment = h.segment;
-                    head.lanes = h.lanes;
-                    head.lane = h.lane;
-                    head.index = h.index;
-                    head.segment_len = h.len;
-                    let mut off = 0usize;
-                    loop {
-                        let len = (t.payload.len() - off).min(max_payload);
-                        let start = t.payload.start + off;
-                        reliable.enqueue(
-                            t.to,
-                            Item {
-                                head: Repr {
-                                    offset: off as u32,
-                                    payload_len: len as u16,
-                                    ..head
-                                },
-                                payload: start..start + len,
-                            },
-                        );
-                        off += len;
-                        if off >= t.payload.len() {
-                            break;
-                        }
-                    }
-                }
-                Message::Credit {
-                    seq,
-                    lane,
-                    consumed,
-                } => {
-                    head.kind = Kind::Credit.into();
-                    head.bcast_seq = seq;
-                    head.lane = lane;
-                    head.offset = consumed;
-                    reliable.enqueue(
-                        t.to,
-                        Item {
-                            head,
-                            payload: 0..0,
-                        },
-                    );
-                }
-                Message::Done { seq, lane } => {
-                    head.kind = Kind::Done.into();
-                    head.bcast_seq = seq;
-                    head.lane = lane;
-                    reliable.enqueue(
-                        t.to,
-                        Item {
-                            head,
-                            payload: 0..0,
-                        },
-                    );
-                }
-            }
+            self.reliable[rail].queue(t.to, t.message, t.payload);
         }
         self.peers = peers;
         Ok(())
@@ -137,7 +76,8 @@ impl FrameLink {
         Ok(full)
     }
 
-    /// [`FrameLink::send`] on one rail.
+    /// [`FrameLink::send`] on one rail: its lossy adapter hands out the frames, this writes
+    /// their headers.
     fn send_rail(
         &mut self,
         rail: usize,
@@ -145,126 +85,138 @@ impl FrameLink {
         now: u64,
         out: &mut dyn FnMut(usize, &Batch<'_>) -> Result<usize, TransportError>,
     ) -> Result<bool, TransportError> {
-        let mut full = false;
-        self.reliable[rail].handle_timeout(now);
-        let most = self.config.batch.max(1);
-        loop {
-            let mut batch: Vec<Outgoing<Item>> = Vec::with_capacity(most);
-            while batch.len() < most {
-                match self.reliable[rail].poll_send(now) {
-                    Some(o) => batch.push(o),
-                    None => break,
-                }
-            }
-            if batch.is_empty() {
-                break;
-            }
-            let sent = self.transmit(rail, bufs, &batch, out)?;
-            for o in &batch[..sent] {
-                self.reliable[rail].sent(o.peer, o.seq, now);
-            }
-            for o in batch[sent..].iter().rev() {
-                self.reliable[rail].unsent(o.peer, o.seq);
-            }
-            if sent < batch.len() {
-                self.counters.send_blocked += 1;
-                full = true;
-                break;
-            }
-        }
-        // Bare acks.
-        let owed = self.reliable[rail].owed_acks();
-        for chunk in owed.chunks(most) {
-            let batch: Vec<Outgoing<Item>> = chunk
-                .iter()
-                .map(|&peer| Outgoing {
-                    peer,
-                    seq: 0,
-                    item: Item {
-                        head: self.head(Kind::Ack),
-                        payload: 0..0,
-                    },
-                    copy: None,
-                })
-                .collect();
-            let sent = self.transmit(rail, bufs, &batch, out)?;
-            self.counters.acks_sent += sent as u64;
-            if sent < batch.len() {
-                full = true;
-                break;
-            }
-        }
-        Ok(full)
+        let base = self.head(Kind::Data);
+        let FrameLink {
+            reliable,
+            macs,
+            own,
+            config,
+            counters,
+            rail_bytes,
+            ..
+        } = self;
+        let (macs, own) = (&macs[rail], &own[rail]);
+        let checksum = config.checksum;
+        reliable[rail].send(now, &mut |batch: &[Frame]| {
+            let n = transmit(rail, bufs, &base, macs, own, checksum, batch, out)?;
+            counters.tx_frames += n.0 as u64;
+            counters.tx_bytes += n.1;
+            rail_bytes[rail] += n.1;
+            Ok(n.0)
+        })
     }
+}
 
-    /// Writes headers (with each peer's current ack, sealed with their checksum) and gives a
-    /// batch to `out`; returns how many frames it took.
-    fn transmit(
-        &mut self,
-        rail: usize,
-        bufs: &Buffers,
-        batch: &[Outgoing<Item>],
-        out: &mut dyn FnMut(usize, &Batch<'_>) -> Result<usize, TransportError>,
-    ) -> Result<usize, TransportError> {
-        // A data frame's payload comes from its broadcast's buffer; once the broadcast is over
-        // here (its buffer gone), a retransmission of it is a no-op that only fills its number.
-        let body = |item: &Item| -> Option<&[u8]> {
-            if item.payload.is_empty() {
-                return Some(&[]);
+/// The header of `frame`: `base` (this link's cookie, communicator and rank) with the
+/// frame's content, sequence and acknowledgement fields.
+fn repr(base: &Repr, frame: &Frame) -> Repr {
+    let mut head = Repr {
+        peer_seq: frame.seq,
+        ack: frame.ack,
+        sack: frame.sack,
+        credit: frame.credit,
+        to: frame.peer as u32,
+        ..*base
+    };
+    match &frame.piece {
+        None => head.kind = Kind::Ack.into(),
+        Some(Piece::Heartbeat) => head.kind = Kind::Nop.into(),
+        Some(Piece::Message {
+            message,
+            offset,
+            payload,
+        }) => match *message {
+            Message::Data(h) => {
+                head.kind = Kind::Data.into();
+                head.bcast_seq = h.seq;
+                head.root = h.root;
+                head.msize = h.msize;
+                head.segment = h.segment;
+                head.lanes = h.lanes;
+                head.lane = h.lane;
+                head.index = h.index;
+                head.segment_len = h.len;
+                head.offset = *offset;
+                head.payload_len = payload.len() as u16;
             }
-            bufs.get(&item.head.bcast_seq)
-                .and_then(|b| b.as_slice().get(item.payload.clone()))
-        };
-        let mut heads = Vec::with_capacity(batch.len());
-        for o in batch {
-            let (ack, sack, credit) = self.reliable[rail].piggyback(o.peer);
-            let mut head = Repr {
-                peer_seq: o.seq,
-                ack,
-                sack,
-                credit,
-                to: o.peer as u32,
-                ..o.item.head
-            };
-            if let Some(copy) = o.copy {
-                head.flags |= flags::RETRANSMIT | u16::from(copy) << flags::COPY_SHIFT;
+            Message::Credit {
+                seq,
+                lane,
+                consumed,
+            } => {
+                head.kind = Kind::Credit.into();
+                head.bcast_seq = seq;
+                head.lane = lane;
+                head.offset = consumed;
             }
-            if head.kind() == Kind::Ack {
-                if let Some((repaired, copy)) = self.reliable[rail].take_repaired(o.peer) {
-                    head.flags |= flags::REPAIRED | u16::from(copy) << flags::COPY_SHIFT;
-                    head.peer_seq = repaired;
-                }
+            Message::Done { seq, lane } => {
+                head.kind = Kind::Done.into();
+                head.bcast_seq = seq;
+                head.lane = lane;
             }
-            let payload = body(&o.item).unwrap_or_else(|| {
-                head.kind = Kind::Nop.into();
-                head.payload_len = 0;
-                &[]
-            });
-            heads.push(if self.config.checksum {
-                head.to_bytes(&self.macs[rail][&o.peer], &self.own[rail], payload)
-            } else {
-                head.to_bytes_unsealed()
-            });
-        }
-        let frames: Vec<(Mac, [IoSlice<'_>; 2])> = batch
-            .iter()
-            .zip(heads.iter())
-            .map(|(o, h)| {
-                let body = body(&o.item).unwrap_or_default();
-                (
-                    self.macs[rail][&o.peer],
-                    [IoSlice::new(h), IoSlice::new(body)],
-                )
-            })
-            .collect();
-        let n = out(rail, &frames)?.min(frames.len());
-        let bytes = frames[..n]
-            .iter()
-            .map(|f| (f.1[0].len() + f.1[1].len()) as u64)
-            .sum::<u64>();
-        self.counters.tx_frames += n as u64;
-        self.counters.tx_bytes += bytes;
-        self.rail_bytes[rail] += bytes;
-        Ok(n)
+        },
     }
+    if let Some(copy) = frame.copy {
+        head.flags |= flags::RETRANSMIT | u16::from(copy) << flags::COPY_SHIFT;
+    }
+    if let Some((repaired, copy)) = frame.repaired {
+        head.flags |= flags::REPAIRED | u16::from(copy) << flags::COPY_SHIFT;
+        head.peer_seq = repaired;
+    }
+    head
+}
+
+/// Writes the frames' headers (sealed with their checksum when `checksum`) and gives the
+/// batch to `out`; returns how many frames it took and their bytes.
+#[allow(clippy::too_many_arguments)] // the rail's addresses and the link's batch writer
+fn transmit(
+    rail: usize,
+    bufs: &Buffers,
+    base: &Repr,
+    macs: &BTreeMap<usize, Mac>,
+    own: &Mac,
+    checksum: bool,
+    batch: &[Frame],
+    out: &mut dyn FnMut(usize, &Batch<'_>) -> Result<usize, TransportError>,
+) -> Result<(usize, u64), TransportError> {
+    // A data frame's payload comes from its broadcast's buffer; once the broadcast is over
+    // here (its buffer gone), a retransmission of it is a no-op that only fills its number.
+    let body = |frame: &Frame| -> Option<&[u8]> {
+        match &frame.piece {
+            Some(Piece::Message {
+                message, payload, ..
+            }) if !payload.is_empty() => bufs
+                .get(&message.seq())
+                .and_then(|b| b.as_slice().get(payload.clone())),
+            _ => Some(&[]),
+        }
+    };
+    let mut heads = Vec::with_capacity(batch.len());
+    for f in batch {
+        let mut head = repr(base, f);
+        let payload = body(f).unwrap_or_else(|| {
+            head.kind = Kind::Nop.into();
+            head.payload_len = 0;
+            &[]
+        });
+        heads.push(if checksum {
+            head.to_bytes(&macs[&f.peer], own, payload)
+        } else {
+            head.to_bytes_unsealed()
+        });
+    }
+    let frames: Vec<(Mac, [IoSlice<'_>; 2])> = batch
+        .iter()
+        .zip(heads.iter())
+        .map(|(f, h)| {
+            let body = body(f).unwrap_or_default();
+            (macs[&f.peer], [IoSlice::new(h), IoSlice::new(body)])
+        })
+        .collect();
+    let n = out(rail, &frames)?.min(frames.len());
+    let bytes = frames[..n]
+        .iter()
+        .map(|f| (f.1[0].len() + f.1[1].len()) as u64)
+        .sum::<u64>();
+    Ok((n, bytes))
 }
