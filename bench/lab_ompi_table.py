@@ -8,6 +8,7 @@ in brackets), pipecast, and pipecast's speed-ups against the default and the bes
 Usage: lab_ompi_table.py results.jsonl
 """
 import json
+import statistics
 import sys
 from collections import defaultdict
 
@@ -34,13 +35,14 @@ def main(path):
             if r["p2p_s"] <= 0:
                 continue
             rows[(placement, r["bytes"])].setdefault(config, []).append(r)
-    # One entry per configuration: the median round by ratio (bench/lab_ompi.sh ROUNDS), with
-    # every round's lines kept for the spread.
+    # One entry per configuration: the median over rounds of bcast / T(msize) (bench/lab_ompi.sh
+    # ROUNDS; of two rounds, their mean), a round's line for T(msize), and every round's lines
+    # for the spread.
     for c in rows.values():
         for config, runs in c.items():
             runs.sort(key=lambda r: r["bcast_s"] / r["p2p_s"])
-            mid = runs[len(runs) // 2]
-            c[config] = (mid["bcast_s"] / mid["p2p_s"], mid, runs)
+            ratio = statistics.median(r["bcast_s"] / r["p2p_s"] for r in runs)
+            c[config] = (ratio, runs[len(runs) // 2], runs)
     if bad:
         print(f"WRONG DATA in: {', '.join(sorted(set(bad)))}\n")
     placements = sorted({p for p, _ in rows}, key=lambda p: (len(p), p))
