@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void pcg_say(const pcg_host *h, int level, const char *fmt, ...)
 {
@@ -14,10 +15,20 @@ void pcg_say(const pcg_host *h, int level, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
-    if (h->comm_name != NULL)
-        fprintf(stderr, "%s: comm %s: %s\n", h->who, h->comm_name, line);
-    else
-        fprintf(stderr, "%s: %s\n", h->who, line);
+    /* The whole message in one write: glibc (2.37 and later) prints to an unbuffered stderr
+     * 128 bytes per write, and another rank's message forwarded between two of them splits
+     * this one's line (Open MPI 5's mpirun), which the tests' summary reader then misses. */
+    char out[1280];
+    int n = h->comm_name != NULL
+                ? snprintf(out, sizeof out, "%s: comm %s: %s\n", h->who, h->comm_name, line)
+                : snprintf(out, sizeof out, "%s: %s\n", h->who, line);
+    if (n < 0) return;
+    if ((size_t)n >= sizeof out) {
+        n = (int)sizeof out - 1;
+        out[n - 1] = '\n';
+    }
+    fflush(stderr);
+    if (write(2, out, (size_t)n) < 0) return;
 }
 
 void pcg_settings_default(pcg_settings *s)
