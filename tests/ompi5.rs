@@ -386,3 +386,57 @@ fn han_and_the_component_between_lab_machines() {
     }
     drop(lab);
 }
+
+/// mpi4py 4.0.3's own collective tests (`test_cco*`, 524 tests; the sdist's `test/` directory
+/// named by PIPECAST_MPI4PY4_TESTS, which `.ci/run` downloads: Debian's package does not ship
+/// them) against the root's python3-mpi4py 4.0.3, every broadcast of every size through
+/// pipecast (threshold 1 byte), via the component and via the shim, on 4 ranks: every rank
+/// runs the whole suite and passes it, and pipecast carried broadcasts on WORLD and the
+/// communicators the suite derives from it. Its non-contiguous and intercommunicator cases
+/// take the fallback path.
+#[test]
+fn mpi4py_own_suite() {
+    let tests = std::env::var("PIPECAST_MPI4PY4_TESTS").unwrap_or_default();
+    if tests.is_empty() {
+        common::skip_or_fail(
+            "mpi4py",
+            "set PIPECAST_MPI4PY4_TESTS to mpi4py 4.0.3's test/ directory (.ci/run does)",
+        );
+        return;
+    }
+    let _serial = serial();
+    let Some(dir) = build() else { return };
+    let runtests = format!("{tests}/runtests.py");
+    for glue in [Glue::Component, Glue::Shim] {
+        let every_size: &[&str] = match glue {
+            Glue::Component => &["--mca", "coll_pipecast_min_bytes", "1"],
+            _ => &["-x", "PIPECAST_MIN_BYTES=1"],
+        };
+        let mut cmd = Command::new(script());
+        cmd.args(["run", "timeout", "600", "mpirun"]);
+        mpi::one_host(&mut cmd);
+        cmd.args(["--bind-to", "none", "-np", "4"])
+            .args(glue.args(dir))
+            .args(["-x", "PIPECAST_HOST_MIN_BYTES=0"])
+            .args(every_size)
+            .args(["python3", &runtests, "-q", "-i", "test_cco"])
+            // The root sees the suite's directory at the same path.
+            .env("PIPECAST_OMPI5_BIND", &tests);
+        let (out, _) = mpi::timed(&mut cmd);
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            out.status.success(),
+            "{glue:?}: mpi4py's tests failed:\n{all}"
+        );
+        assert_eq!(all.matches("Ran 524 tests").count(), 4, "{glue:?}: {all}");
+        assert!(!all.contains("FAILED ("), "{glue:?}: {all}");
+        assert!(!all.contains("falling back"), "{glue:?}: {all}");
+        let n = carried(&String::from_utf8_lossy(&out.stderr), glue.marker());
+        // Seen: the component 19240 (every communicator), the shim 3224.
+        assert!(n >= 4 * 500, "{glue:?}: pipecast carried only {n}:\n{all}");
+    }
+}
