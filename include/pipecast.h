@@ -70,6 +70,23 @@ typedef struct {
   const char *iface;
 } pipecast_config;
 
+// The MPI glue's settings: which broadcasts it gives pipecast and how its point-to-point path
+// moves the mid-size ones. Every rank of a communicator must have the same (the glue compares
+// them at its first broadcast, and turns pipecast off at every rank when they differ).
+typedef struct {
+  // Smaller broadcasts go to the MPI's own (`PIPECAST_MIN_BYTES`, default 65536).
+  int64_t min_bytes;
+  // From `min_bytes` up to this, pipecast's tree over the MPI's point-to-point layer
+  // (`PIPECAST_PML_BELOW`, default 524288; 0: never).
+  int64_t pml_below;
+  // Its segment size (`PIPECAST_PML_SEGMENT`, default 16384; 0: the cost model's; at most
+  // 2147483647).
+  int64_t pml_segment;
+  // Its receives posted ahead and sends in flight per child (`PIPECAST_PML_WINDOW`, 1 to 16,
+  // default 4).
+  int64_t pml_window;
+} pipecast_glue_settings;
+
 // The host's allgather: every rank passes `len` bytes at `mine`; on return `all` holds
 // `size × len` bytes, rank r's at offset `r × len`. Returns 0 on success.
 typedef int (*pipecast_allgather_fn)(void *user, const void *mine, void *all, size_t len);
@@ -110,6 +127,33 @@ void pipecast_config_default(pipecast_config *config);
 // # Safety
 // `config` must be NULL or point to a writable `pipecast_config`.
 pipecast_result pipecast_config_from_env(pipecast_config *config);
+
+// Fills `settings` with the defaults.
+//
+// # Safety
+// `settings` must be NULL or point to a writable `pipecast_glue_settings`.
+void pipecast_glue_settings_default(pipecast_glue_settings *settings);
+
+// Reads `PIPECAST_MIN_BYTES`, `PIPECAST_PML_BELOW`, `PIPECAST_PML_SEGMENT` (bytes, K/M/G
+// suffixes), `PIPECAST_PML_WINDOW` and `PIPECAST_VERBOSE` (0 silent, 1 selection and summary,
+// 2 every broadcast; more counts as 9) as every `PIPECAST_*` variable is read: blanks around a
+// value ignored, an empty one unset. Unlike other calls, both out-parameters are written even
+// on failure: every value that parsed, the default for one that did not, so that a rank with a
+// bad value still joins the glue's agreement (where it votes pipecast off) and says why at its
+// verbosity. A bad value returns `PIPECAST_ERR_CONFIG`, and `pipecast_last_error` names the
+// variable, its value and what it expected.
+//
+// # Safety
+// `settings` and `verbose` must each be NULL or point to a writable object of their type.
+pipecast_result pipecast_glue_settings_from_env(pipecast_glue_settings *settings, int32_t *verbose);
+
+// `PIPECAST_OK` when `settings` are usable (each from 0, `pml_segment` at most 2147483647,
+// `pml_window` from 1 to 16), else `PIPECAST_ERR_CONFIG` with the reason in
+// `pipecast_last_error`: the Open MPI component checks its MCA parameters here.
+//
+// # Safety
+// `settings` must be NULL or point to a readable `pipecast_glue_settings`.
+pipecast_result pipecast_glue_settings_check(const pipecast_glue_settings *settings);
 
 // Creates a communicator of `size` ranks, this one being `rank`. Collective and agreed: every
 // rank calls it, it calls `allgather` the same number of times at every rank (four) whatever

@@ -207,10 +207,11 @@ fn one_rank_with_another_threshold_makes_every_rank_decline_together() {
         },
         "ranks differ",
     );
-    // A value the shim cannot read (Open MPI itself refuses a bad MCA integer).
+    // A value the shim cannot read (Open MPI itself refuses a bad MCA integer), and one out
+    // of range (pipecast_glue_settings_check: the window is 1 to 16).
     one_bad_rank(
         |glue| match glue {
-            Glue::Component => None,
+            Glue::Component => Some("OMPI_MCA_coll_pipecast_pml_window=17"),
             Glue::Shim | Glue::Mpich => Some("PIPECAST_PML_BELOW=lots"),
         },
         "unparsable",

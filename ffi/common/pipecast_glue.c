@@ -31,29 +31,6 @@ void pcg_say(const pcg_host *h, int level, const char *fmt, ...)
     if (write(2, out, (size_t)n) < 0) return;
 }
 
-void pcg_settings_default(pcg_settings *s)
-{
-    s->min_bytes = 65536;
-    s->pml_below = 524288;
-    s->pml_segment = 16384;
-    s->pml_window = 4;
-}
-
-int pcg_settings_check(const pcg_settings *s, char *why, size_t len)
-{
-    if (s->min_bytes < 0 || s->pml_below < 0 || s->pml_segment < 0 || s->pml_segment > INT32_MAX) {
-        snprintf(why, len, "min_bytes, pml_below and pml_segment must be from 0 (pml_segment at "
-                 "most 2147483647)");
-        return -1;
-    }
-    if (s->pml_window < 1 || s->pml_window > PCG_WINDOW_MAX) {
-        snprintf(why, len, "pml_window %lld is not from 1 to %d", (long long)s->pml_window,
-                 PCG_WINDOW_MAX);
-        return -1;
-    }
-    return 0;
-}
-
 void pcg_comm_init(pcg_comm *c)
 {
     memset(c, 0, sizeof *c);
@@ -85,7 +62,14 @@ void pcg_agree(pcg_comm *c, const pcg_settings *mine, const pcg_host *h)
      * and, per setting, its largest value and the negation of its smallest. Fixed size, on the
      * stack: nothing here can fail before the collective. */
     int64_t in[1 + 2 * NSET], out[1 + 2 * NSET];
-    in[0] = c->vote != PCG_VOTE_OK ? ((int64_t)c->vote << 32) | (int64_t)(uint32_t)h->rank : -1;
+    int vote = c->vote;
+    if (vote == PCG_VOTE_OK && pipecast_glue_settings_check(mine) != PIPECAST_OK) {
+        char why[256];
+        pipecast_last_error(why, sizeof why);
+        pcg_say(h, 1, "rank %d: %s: pipecast stays off (on every rank)", h->rank, why);
+        vote = PCG_VOTE_BAD_SETTING;
+    }
+    in[0] = vote != PCG_VOTE_OK ? ((int64_t)vote << 32) | (int64_t)(uint32_t)h->rank : -1;
     for (int i = 0; i < NSET; i++) {
         int64_t v = set[i] < -INT64_MAX ? -INT64_MAX : set[i];
         in[1 + 2 * i] = v;

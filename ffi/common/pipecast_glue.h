@@ -20,17 +20,14 @@
 
 #include "pipecast.h"
 
-/* Most receives posted ahead on the point-to-point path (and sends in flight per child). */
+/* Most receives posted ahead on the point-to-point path (and sends in flight per child):
+ * the bound pipecast_glue_settings_check keeps. */
 #define PCG_WINDOW_MAX 16
 
-/* The glue's own settings: the same at every rank, or pipecast stays off (pcg_agree). */
-typedef struct {
-    int64_t min_bytes;   /* smaller broadcasts go to the MPI's own (default 65536) */
-    int64_t pml_below;   /* from min_bytes up to this, pipecast's tree over the MPI's
-                          * point-to-point layer (default 524288; 0: never) */
-    int64_t pml_segment; /* its segment size (default 16384; 0: the cost model's) */
-    int64_t pml_window;  /* its receives posted ahead and sends in flight per child (1-16, 4) */
-} pcg_settings;
+/* The glue's own settings: the same at every rank, or pipecast stays off (pcg_agree). Read and
+ * checked by pipecast (pipecast_glue_settings_from_env, pipecast_glue_settings_check in
+ * pipecast.h): the glue parses no setting itself. */
+typedef pipecast_glue_settings pcg_settings;
 
 /* Why a rank votes pipecast off before any comparison (0: it does not). */
 enum {
@@ -77,16 +74,13 @@ typedef enum {
     PCG_FAILED,   /* an earlier pipecast broadcast failed: this one fails too */
 } pcg_path;
 
-void pcg_settings_default(pcg_settings *s);
-
-/* 0 when `s` is usable, else -1 and why in `why`. */
-int pcg_settings_check(const pcg_settings *s, char *why, size_t len);
-
 void pcg_comm_init(pcg_comm *c);
 
 /* Collective: the ranks compare `mine` and their votes with one allreduce, which every rank
- * joins whatever its vote. Sets c->agreed, and c->disabled at every rank when any rank voted
- * pipecast off or the settings differ anywhere (verbose 1 says why, once, at rank 0). */
+ * joins whatever its vote. A rank whose `mine` fails pipecast_glue_settings_check votes
+ * PCG_VOTE_BAD_SETTING (verbose 1 says why there). Sets c->agreed, and c->disabled at every
+ * rank when any rank voted pipecast off or the settings differ anywhere (verbose 1 says why,
+ * once, at rank 0). */
 void pcg_agree(pcg_comm *c, const pcg_settings *mine, const pcg_host *h);
 
 /* Where a broadcast of `bytes` on `c` goes; the same at every rank, from the type signature's

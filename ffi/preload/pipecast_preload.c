@@ -8,8 +8,8 @@
  * PMPI_Bcast carries everything pipecast does not handle. Configuration comes from PIPECAST_*
  * environment variables (pipecast_config_from_env) plus the glue's own PIPECAST_MIN_BYTES,
  * PIPECAST_PML_BELOW, PIPECAST_PML_SEGMENT (0: the cost model's), PIPECAST_PML_WINDOW and
- * PIPECAST_VERBOSE. What it decides with, and the point-to-point tree loop, are the component's
- * too (../common/pipecast_glue.c).
+ * PIPECAST_VERBOSE (read and checked by pipecast_glue_settings_from_env). What it decides
+ * with, and the point-to-point tree loop, are the component's too (../common/pipecast_glue.c).
  *
  * As in the Open MPI component (docs/ompi.md), broadcasts below PIPECAST_PML_BELOW (512 KiB)
  * follow pipecast's tree but travel as PMPI_Isend/PMPI_Irecv segments on a private duplicate of
@@ -46,29 +46,12 @@ static int keyval = MPI_KEYVAL_INVALID;
 static MPI_Comm progress_comm = MPI_COMM_NULL;
 static pcg_settings settings;
 static int verbose = 0;
-/* PCG_VOTE_BAD_SETTING when PIPECAST_MIN_BYTES & co. did not parse: this rank votes pipecast
- * off at the agreement (never decided alone). */
+/* PCG_VOTE_BAD_SETTING when PIPECAST_MIN_BYTES & co. did not parse (pipecast reads and checks
+ * them): this rank votes pipecast off at the agreement (never decided alone). */
 static int settings_vote = PCG_VOTE_OK;
 /* The state of a communicator whose own state could not be allocated: the agreement turned
  * pipecast off there at every rank (this rank voted so); never freed. */
 static comm_state no_memory_state;
-
-/* A whole number from the environment into *out (unchanged when unset or empty); a value that
- * does not parse makes this rank vote pipecast off. */
-static void env_int(const char *name, int64_t *out)
-{
-    const char *v = getenv(name);
-    if (v == NULL || *v == '\0') return;
-    char *end = NULL;
-    long long n = strtoll(v, &end, 10);
-    if (end == v || *end != '\0' || n < 0) {
-        fprintf(stderr, "pipecast-preload: %s=%s is not a whole number (unparsable): pipecast "
-                "stays off (on every rank)\n", name, v);
-        settings_vote = PCG_VOTE_BAD_SETTING;
-        return;
-    }
-    *out = n;
-}
 
 static void finish_all_of(comm_state *s);
 
@@ -92,16 +75,9 @@ static int delete_state(MPI_Comm comm, int key, void *value, void *extra)
 
 static void setup(void)
 {
-    int64_t v = 0;
-    pcg_settings_default(&settings);
-    env_int("PIPECAST_MIN_BYTES", &settings.min_bytes);
-    env_int("PIPECAST_PML_BELOW", &settings.pml_below);
-    env_int("PIPECAST_PML_SEGMENT", &settings.pml_segment);
-    env_int("PIPECAST_PML_WINDOW", &settings.pml_window);
-    env_int("PIPECAST_VERBOSE", &v);
-    verbose = v > 9 ? 9 : (int)v;
-    char why[256];
-    if (settings_vote == PCG_VOTE_OK && pcg_settings_check(&settings, why, sizeof why) != 0) {
+    if (pipecast_glue_settings_from_env(&settings, &verbose) != PIPECAST_OK) {
+        char why[256];
+        pipecast_last_error(why, sizeof why);
         fprintf(stderr, "pipecast-preload: %s: pipecast stays off (on every rank)\n", why);
         settings_vote = PCG_VOTE_BAD_SETTING;
     }

@@ -9,11 +9,16 @@
 #![allow(non_camel_case_types)]
 
 mod config;
+mod glue;
 mod handle;
 mod request;
 
 pub use config::{
     pipecast_config, pipecast_config_default, pipecast_config_from_env, validate_config,
+};
+pub use glue::{
+    pipecast_glue_settings, pipecast_glue_settings_check, pipecast_glue_settings_default,
+    pipecast_glue_settings_from_env,
 };
 pub use handle::{
     pipecast_allgather_fn, pipecast_bcast_bytes, pipecast_comm, pipecast_comm_create,

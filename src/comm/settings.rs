@@ -2,9 +2,10 @@
 //! settings of a communicator ([`Settings`]) for the tool
 //! ([`Comm::from_env`](super::Comm::from_env)), the C API and the MPI glue
 //! (`pipecast_comm_create`, `pipecast_config_from_env`), parsed into a [`Config`] by one
-//! function; a job's place ([`Job`]); the tracing filter ([`log_filter`]); the input size limit
-//! of the tool's files ([`max_input_bytes`]); the cache directory ([`cache_home`]). The links
-//! and the rest of the crate receive what they need as values.
+//! function; the MPI glue's own settings ([`GlueSettings`]); a job's place ([`Job`]); the
+//! tracing filter ([`log_filter`]); the input size limit of the tool's files
+//! ([`max_input_bytes`]); the cache directory ([`cache_home`]). The links and the rest of the
+//! crate receive what they need as values.
 //!
 //! Settings are kept as text until [`Settings::apply`]: a bad value is then an error that
 //! names the variable, and the communicator reports it to every rank through the bootstrap
@@ -495,6 +496,159 @@ impl Settings {
     }
 }
 
+/// The MPI glue's own settings (`ffi/common/pipecast_glue.h`): which broadcasts the glue gives
+/// pipecast and how its point-to-point path moves the mid-size ones. The shim reads them from
+/// [`GLUE_VARIABLES`] ([`GlueSettings::read`], through `pipecast_glue_settings_from_env`), the
+/// Open MPI component from its MCA parameters; both check them here
+/// ([`GlueSettings::check`]). They are not [`Settings`]: pipecast's communicator never sees
+/// them; the glue's ranks compare them at a communicator's first broadcast (`pcg_agree`), where
+/// a rank with a bad one votes pipecast off with its reason, so every rank turns it off
+/// together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GlueSettings {
+    /// `PIPECAST_MIN_BYTES`: smaller broadcasts go to the MPI's own (default 65536).
+    pub min_bytes: u64,
+    /// `PIPECAST_PML_BELOW`: from `min_bytes` up to this, pipecast's tree over the MPI's
+    /// point-to-point layer (default 524288; 0: never).
+    pub pml_below: u64,
+    /// `PIPECAST_PML_SEGMENT`: that path's segment size (default 16384; 0: the cost model's).
+    pub pml_segment: u64,
+    /// `PIPECAST_PML_WINDOW`: its receives posted ahead and sends in flight per child.
+    pub pml_window: u64,
+}
+
+/// The glue's variables, in the order of [`GlueSettings`]'s fields, then `PIPECAST_VERBOSE`
+/// (the glue's verbosity: this rank's own, not compared).
+pub const GLUE_VARIABLES: [&str; 5] = [
+    "PIPECAST_MIN_BYTES",
+    "PIPECAST_PML_BELOW",
+    "PIPECAST_PML_SEGMENT",
+    "PIPECAST_PML_WINDOW",
+    "PIPECAST_VERBOSE",
+];
+
+/// The largest `pml_window` (`PCG_WINDOW_MAX` in the glue).
+pub const GLUE_WINDOW_MAX: u64 = 16;
+
+/// The largest `pml_segment`: one MPI message of an `int` count.
+pub const GLUE_SEGMENT_MAX: u64 = i32::MAX as u64;
+
+/// The largest verbosity; a larger `PIPECAST_VERBOSE` counts as this.
+pub const GLUE_VERBOSE_MAX: u32 = 9;
+
+impl Default for GlueSettings {
+    fn default() -> GlueSettings {
+        GlueSettings {
+            min_bytes: 65536,
+            pml_below: 524288,
+            pml_segment: 16384,
+            pml_window: 4,
+        }
+    }
+}
+
+impl GlueSettings {
+    /// The glue's settings and verbosity from `get` (a variable's value, `None` when unset or
+    /// blank; the shim passes the environment). Each value is read as [`Settings::apply`]
+    /// reads its own (blanks around it ignored, byte sizes by [`parse_bytes`]). Every value that
+    /// parsed is kept, and the default stands for one that did not, so that a rank with a bad
+    /// value still joins the agreement, and says why at its verbosity; the error names the
+    /// first bad variable.
+    pub fn read(
+        get: impl Fn(&str) -> Option<String>,
+    ) -> (GlueSettings, u32, Result<(), CommError>) {
+        let bad = |name: &'static str, problem: String| CommError::Env { name, problem };
+        let mut s = GlueSettings::default();
+        let mut first = Ok(());
+        let mut keep = |r: Result<(), CommError>| {
+            if first.is_ok() {
+                first = r;
+            }
+        };
+        for (name, slot, most) in [
+            (GLUE_VARIABLES[0], &mut s.min_bytes, i64::MAX as u64),
+            (GLUE_VARIABLES[1], &mut s.pml_below, i64::MAX as u64),
+            (GLUE_VARIABLES[2], &mut s.pml_segment, GLUE_SEGMENT_MAX),
+        ] {
+            if let Some(v) = get(name) {
+                match parse_bytes(&v).filter(|b| *b <= most) {
+                    Some(b) => *slot = b,
+                    None => keep(Err(bad(
+                        name,
+                        format!("{v:?}: expected bytes from 0 to {most}, such as 0, 65536 or 64K"),
+                    ))),
+                }
+            }
+        }
+        if let Some(v) = get(GLUE_VARIABLES[3]) {
+            match v
+                .trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|w| (1..=GLUE_WINDOW_MAX).contains(w))
+            {
+                Some(w) => s.pml_window = w,
+                None => keep(Err(bad(
+                    GLUE_VARIABLES[3],
+                    format!(
+                        "{v:?}: expected a whole number of segments from 1 to {GLUE_WINDOW_MAX}"
+                    ),
+                ))),
+            }
+        }
+        let mut verbose = 0;
+        if let Some(v) = get(GLUE_VARIABLES[4]) {
+            match v.trim().parse::<u64>() {
+                Ok(n) => verbose = n.min(u64::from(GLUE_VERBOSE_MAX)) as u32,
+                Err(_) => keep(Err(bad(
+                    GLUE_VARIABLES[4],
+                    format!("{v:?}: expected a whole number (0 silent, 1 selection and summary, 2 every broadcast)"),
+                ))),
+            }
+        }
+        (s, verbose, first)
+    }
+
+    /// [`GlueSettings::read`] of the process environment.
+    pub fn from_env() -> (GlueSettings, u32, Result<(), CommError>) {
+        GlueSettings::read(var)
+    }
+
+    /// Whether settings given as the C glue holds them (64-bit signed; the component's MCA
+    /// parameters) are usable: the same bounds [`GlueSettings::read`] keeps.
+    pub fn check(
+        min_bytes: i64,
+        pml_below: i64,
+        pml_segment: i64,
+        pml_window: i64,
+    ) -> Result<GlueSettings, String> {
+        let (Ok(min), Ok(below), Ok(seg)) = (
+            u64::try_from(min_bytes),
+            u64::try_from(pml_below),
+            u64::try_from(pml_segment),
+        ) else {
+            return Err(format!(
+                "min_bytes {min_bytes}, pml_below {pml_below} and pml_segment {pml_segment} must be from 0"
+            ));
+        };
+        if seg > GLUE_SEGMENT_MAX {
+            return Err(format!(
+                "pml_segment {seg} is more than {GLUE_SEGMENT_MAX} (one MPI message)"
+            ));
+        }
+        let window = u64::try_from(pml_window)
+            .ok()
+            .filter(|w| (1..=GLUE_WINDOW_MAX).contains(w))
+            .ok_or_else(|| format!("pml_window {pml_window} is not from 1 to {GLUE_WINDOW_MAX}"))?;
+        Ok(GlueSettings {
+            min_bytes: min,
+            pml_below: below,
+            pml_segment: seg,
+            pml_window: window,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -627,6 +781,81 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(e.contains(says), "{e}");
+        }
+    }
+
+    /// The glue's settings read as the others are (blanks ignored, byte sizes with K/M/G), with
+    /// their bounds; a bad one keeps its default, names the variable and leaves the rest read.
+    #[test]
+    fn glue_settings_are_read_and_bounded() {
+        let read = |pairs: &[(&str, &str)]| {
+            let pairs: Vec<(String, String)> = pairs
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.to_string()))
+                .collect();
+            GlueSettings::read(move |name| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, v)| v.clone())
+            })
+        };
+        let (s, verbose, ok) = read(&[]);
+        assert_eq!((s, verbose), (GlueSettings::default(), 0));
+        assert!(ok.is_ok());
+        let (s, verbose, ok) = read(&[
+            ("PIPECAST_MIN_BYTES", " 1 "),
+            ("PIPECAST_PML_BELOW", "1M"),
+            ("PIPECAST_PML_SEGMENT", "0"),
+            ("PIPECAST_PML_WINDOW", "16"),
+            ("PIPECAST_VERBOSE", " 42"),
+        ]);
+        assert!(ok.is_ok());
+        assert_eq!(
+            (s, verbose),
+            (
+                GlueSettings {
+                    min_bytes: 1,
+                    pml_below: 1 << 20,
+                    pml_segment: 0,
+                    pml_window: 16
+                },
+                GLUE_VERBOSE_MAX
+            )
+        );
+        for (name, value) in [
+            ("PIPECAST_MIN_BYTES", "-1"),
+            ("PIPECAST_MIN_BYTES", "9223372036854775808"),
+            ("PIPECAST_PML_BELOW", "lots"),
+            ("PIPECAST_PML_SEGMENT", "2G"),
+            ("PIPECAST_PML_WINDOW", "0"),
+            ("PIPECAST_PML_WINDOW", "17"),
+            ("PIPECAST_PML_WINDOW", "4K"),
+            ("PIPECAST_VERBOSE", "loud"),
+        ] {
+            let (s, verbose, e) = read(&[(name, value), ("PIPECAST_VERBOSE", "1")]);
+            let e = e.unwrap_err().to_string();
+            assert!(e.contains(name) && e.contains(value), "{name}={value}: {e}");
+            if name != "PIPECAST_VERBOSE" {
+                // The rank still says why at its verbosity; the bad value keeps its default.
+                assert_eq!((s, verbose), (GlueSettings::default(), 1), "{name}={value}");
+            }
+        }
+        let (s, _, e) = read(&[("PIPECAST_PML_BELOW", "x"), ("PIPECAST_MIN_BYTES", "7")]);
+        assert!(e.unwrap_err().to_string().contains("PIPECAST_PML_BELOW"));
+        assert_eq!(s.min_bytes, 7);
+        assert_eq!(
+            GlueSettings::check(65536, 524288, 16384, 4),
+            Ok(GlueSettings::default())
+        );
+        for (args, says) in [
+            ((-1, 0, 0, 4), "must be from 0"),
+            ((0, 0, 1 << 31, 4), "pml_segment 2147483648"),
+            ((0, 0, 0, 0), "pml_window 0 is not from 1 to 16"),
+            ((0, 0, 0, 17), "pml_window 17"),
+        ] {
+            let e = GlueSettings::check(args.0, args.1, args.2, args.3).unwrap_err();
+            assert!(e.contains(says), "{args:?}: {e}");
         }
     }
 }
