@@ -24,6 +24,10 @@ pub enum CommError {
     /// Some rank could not set up (or ranks disagree): every rank returns this same error.
     #[error("pipecast is not used on this communicator: {detail}")]
     Agreement { class: ErrorClass, detail: String },
+    /// A call the communicator cannot take: bad view members, an id in use, a communicator
+    /// that ran out of sequence numbers.
+    #[error("{0}")]
+    Usage(String),
     #[error("the progress thread is gone (it panicked)")]
     ProgressGone,
 }

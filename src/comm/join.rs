@@ -87,6 +87,7 @@ impl Comm {
             bootstrap,
             plans: BTreeMap::new(),
             choices: BTreeMap::new(),
+            id: 0,
             seq: 0,
             ops: Some(f.ops),
             wake: f.wake,

@@ -72,7 +72,11 @@ pub struct Comm {
     plans: BTreeMap<(usize, Algorithm, u64, u64), Lanes>,
     /// The model's resolutions per (root, requested algorithm, message size, segment).
     choices: BTreeMap<ChoiceKey, (Algorithm, u64)>,
-    seq: u64,
+    /// This communicator's id on its engine (0: the base communicator), the high half of its
+    /// broadcasts' numbers ([`crate::engine::number`]).
+    id: u32,
+    /// Its broadcasts so far: the low half of their numbers.
+    seq: u32,
     /// `None` only while dropping.
     ops: Option<Sender<Op>>,
     /// Wakes the progress thread when an op is sent.
@@ -194,7 +198,7 @@ impl Comm {
             self.plan_rails(root, msize, algorithm, segment)?;
         let algorithm = &algorithm;
         let setup = Setup {
-            seq: self.next_seq(),
+            seq: self.next_seq()?,
             root,
             msize,
             segment,
@@ -224,13 +228,16 @@ impl Comm {
     pub fn barrier(&mut self) -> crate::Result<()> {
         let tree = Algorithm::Tree(TreeKind::Binomial);
         let (lanes, _) = self.lanes(0, &tree, 1, 0)?;
-        let phases = [true, false].map(|deep| Setup {
-            seq: self.next_seq(),
-            root: 0,
-            msize: 0,
-            segment: 1,
-            deep,
-        });
+        let mut phase = |deep| -> crate::Result<Setup> {
+            Ok(Setup {
+                seq: self.next_seq()?,
+                root: 0,
+                msize: 0,
+                segment: 1,
+                deep,
+            })
+        };
+        let phases = [phase(true)?, phase(false)?];
         self.run(&mut [], lanes, &phases)?;
         Ok(())
     }
@@ -276,9 +283,16 @@ impl Comm {
         Ok(self.bootstrap.allgather(mine)?)
     }
 
-    fn next_seq(&mut self) -> u64 {
-        self.seq += 1;
-        self.seq
+    /// The number of this communicator's next broadcast.
+    fn next_seq(&mut self) -> crate::Result<u64> {
+        self.seq = self.seq.checked_add(1).ok_or_else(|| {
+            CommError::Usage(format!(
+                "communicator {} has run {} broadcasts, the most one communicator may: use a new one (MPI_Comm_dup)",
+                self.id,
+                u32::MAX
+            ))
+        })?;
+        Ok(crate::engine::number::number(self.id, self.seq))
     }
 
     fn check(&self) -> Result<(), CommError> {
@@ -383,7 +397,7 @@ impl Comm {
         let msize = buf.len() as u64;
         let (_, segment, lanes, rails) = self.plan_rails(root, msize, algorithm, segment)?;
         let setup = Setup {
-            seq: self.next_seq(),
+            seq: self.next_seq()?,
             root,
             msize,
             segment,

@@ -1,15 +1,19 @@
-//! Every broadcast of one communicator at one rank: the pure core the links feed
+//! Every broadcast of every communicator at one rank: the pure core the links feed
 //! (quinn-proto's `Endpoint` is the model: events in by `handle_*`, messages out by
 //! `poll_transmit`, no sockets, no clock).
 //!
-//! Broadcasts are posted in sequence-number order, the same at every rank (MPI's rule for
-//! collectives, blocking and nonblocking alike); several may be in flight. Each arriving
-//! message is routed by its sequence number: to its broadcast, held for a broadcast this rank
-//! has not posted yet (a late rank: its peers ran ahead), or dropped when its broadcast is
-//! over here. Held messages come back when their broadcast is posted ([`Endpoint::post`]).
-//! Segments still land straight in the user buffer of their broadcast: `route_data` says
-//! where ([`Route::Into`]); only held segments are copied (once more, when posted).
+//! Broadcasts are keyed by their [`number`](super::number): communicator and sequence
+//! number. A communicator posts its broadcasts in sequence-number order, the same at every
+//! rank (MPI's rule for collectives, blocking and nonblocking alike, per communicator); the
+//! broadcasts of different communicators may be posted in any interleaving, and several may
+//! be in flight. Each arriving message is routed by its number: to its broadcast, held for a
+//! broadcast this rank has not posted yet on that communicator (a late rank: its peers ran
+//! ahead), or dropped when its broadcast is over here. Held messages come back when their
+//! broadcast is posted ([`Endpoint::post`]). Segments still land straight in the user buffer
+//! of their broadcast: `route_data` says where ([`Route::Into`]); only held segments are
+//! copied (once more, when posted).
 
+use super::number::{comm_of, number, seq_of};
 use super::{Bcast, DataHeader, EngineError, Expected, Message, Placement, Transmit};
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Range;
@@ -33,12 +37,13 @@ pub enum Route {
     Hold,
 }
 
-/// One rank's broadcasts in flight.
+/// One rank's broadcasts in flight, of every communicator.
 #[derive(Debug, Default)]
 pub struct Endpoint {
     active: BTreeMap<u64, Bcast>,
-    /// The highest sequence number posted so far (every lower one was posted before it).
-    posted: u64,
+    /// Per communicator, the highest broadcast number posted so far (every lower one of the
+    /// communicator was posted before it); absent: none yet.
+    posted: BTreeMap<u32, u64>,
     held: BTreeMap<u64, VecDeque<Held>>,
     held_bytes: usize,
 }
@@ -48,18 +53,21 @@ impl Endpoint {
         Endpoint::default()
     }
 
-    /// Starts `bcast`, whose sequence number must be above every one posted before, on its
-    /// buffer `buf`, and delivers the messages that arrived early for it (held segments are
-    /// copied into `buf`: the one copy a late rank pays).
+    /// Starts `bcast`, whose number must be above every one its communicator posted before,
+    /// on its buffer `buf`, and delivers the messages that arrived early for it (held
+    /// segments are copied into `buf`: the one copy a late rank pays).
     pub fn post(&mut self, bcast: Bcast, buf: &mut [u8], now: u64) -> Result<(), EngineError> {
         let seq = bcast.setup().seq;
-        if seq <= self.posted {
+        let posted = self.posted_on(comm_of(seq));
+        if seq <= posted {
             return Err(EngineError::BadPlan(format!(
-                "broadcast {seq} posted after broadcast {}: sequence numbers must grow",
-                self.posted
+                "broadcast {} of communicator {} posted after its broadcast {}: sequence numbers must grow",
+                seq_of(seq),
+                comm_of(seq),
+                seq_of(posted)
             )));
         }
-        self.posted = seq;
+        self.posted.insert(comm_of(seq), seq);
         self.active.insert(seq, bcast);
         let held = self.held.remove(&seq).unwrap_or_default();
         for h in held {
@@ -69,6 +77,33 @@ impl Endpoint {
             })?;
         }
         Ok(())
+    }
+
+    /// The highest broadcast number communicator `comm` posted (its number 0 when none).
+    fn posted_on(&self, comm: u32) -> u64 {
+        self.posted.get(&comm).copied().unwrap_or(number(comm, 0))
+    }
+
+    /// Whether broadcast `seq` is one its communicator has not posted yet here.
+    fn is_later(&self, seq: u64) -> bool {
+        seq > self.posted_on(comm_of(seq))
+    }
+
+    /// Forgets communicator `comm` (freed here, nothing of it in flight): its sequence numbers
+    /// may start again at 1, for a new communicator given the same id (MPI reuses a context
+    /// id once every member freed its communicator, after its broadcasts completed).
+    /// Messages held for it stay: they are of broadcasts a new communicator with its id posts.
+    pub fn forget(&mut self, comm: u32) {
+        debug_assert!(self.active.keys().all(|&s| comm_of(s) != comm));
+        self.posted.remove(&comm);
+    }
+
+    /// Whether a broadcast of communicator `comm` is in flight.
+    pub fn runs_on(&self, comm: u32) -> bool {
+        self.active
+            .range(number(comm, 0)..=number(comm, u32::MAX))
+            .next()
+            .is_some()
     }
 
     /// The broadcast with sequence number `seq`, while it runs.
@@ -123,7 +158,7 @@ impl Endpoint {
     /// (the broadcast checked it); a segment to hold (of a broadcast not posted yet) longer
     /// than its own segment size is an error everywhere, never memory the sender chooses.
     pub fn route_data(&mut self, from: usize, h: &DataHeader) -> Result<Route, EngineError> {
-        if h.seq > self.posted {
+        if self.is_later(h.seq) {
             return hold_within_segment(from, h);
         }
         let Some(b) = self.active.get_mut(&h.seq) else {
@@ -166,7 +201,7 @@ impl Endpoint {
     /// Keeps a message (with its payload) of a broadcast not posted yet (one that is over
     /// here drops it; one that runs must get it by `route_data`/`handle_message` instead).
     pub fn hold(&mut self, from: usize, message: Message, payload: Vec<u8>) {
-        if message.seq() <= self.posted {
+        if !self.is_later(message.seq()) {
             debug_assert!(!self.active.contains_key(&message.seq()));
             return;
         }
@@ -193,7 +228,7 @@ impl Endpoint {
         message: &Message,
     ) -> Result<(), EngineError> {
         let seq = message.seq();
-        if seq > self.posted {
+        if self.is_later(seq) {
             self.hold(from, *message, Vec::new());
             return Ok(());
         }
@@ -205,8 +240,10 @@ impl Endpoint {
         Ok(())
     }
 
-    /// The next message to send and the broadcast whose buffer holds its payload: the
-    /// oldest broadcast first (its segments are the ones peers wait for longest).
+    /// The next message to send and the broadcast whose buffer holds its payload: the lowest
+    /// number first (of one communicator the oldest broadcast, whose segments peers wait for
+    /// longest; communicators by id: each broadcast's window bounds what it sends ahead, so
+    /// a later one is never starved).
     pub fn poll_transmit(&mut self, now: u64) -> Option<(u64, Transmit)> {
         self.poll_transmit_to(now, &|_| true)
     }
@@ -265,10 +302,15 @@ impl Endpoint {
 
     /// The state of every broadcast in flight, for a failure report.
     pub fn describe(&self) -> String {
+        let posted: Vec<String> = self
+            .posted
+            .iter()
+            .map(|(c, &s)| format!("{c}:{}", seq_of(s)))
+            .collect();
         let mut out = format!(
-            "endpoint: {} in flight, posted up to {}, {} bytes held for {} later broadcasts",
+            "endpoint: {} in flight, posted up to [{}] (communicator:sequence), {} bytes held for {} later broadcasts",
             self.active.len(),
-            self.posted,
+            posted.join(" "),
             self.held_bytes,
             self.held.len()
         );
@@ -389,6 +431,131 @@ mod tests {
                 assert_eq!(bufs[r][&s], msgs[s as usize - 1], "rank {r} broadcast {s}");
             }
         }
+    }
+
+    /// Runs `order[r]` (broadcast numbers, each with its message `msgs[&n]`) at every rank of
+    /// the chain 0 → 1 → 2 by hand, rank r posting its list in its own order one broadcast
+    /// per few rounds, and checks every broadcast byte-exact everywhere.
+    fn run_interleaved(msgs: &BTreeMap<u64, Vec<u8>>, order: [Vec<u64>; 3]) {
+        let mut eps: Vec<Endpoint> = (0..3).map(|_| Endpoint::new()).collect();
+        let mut bufs: Vec<BTreeMap<u64, Vec<u8>>> = (0..3)
+            .map(|r| {
+                msgs.iter()
+                    .map(|(&n, m)| (n, if r == 0 { m.clone() } else { vec![0; m.len()] }))
+                    .collect()
+            })
+            .collect();
+        let mut next = [0usize; 3];
+        for round in 0..400 {
+            for r in 0..3 {
+                // Rank r posts its next broadcast every (r + 2) rounds: the ranks drift apart.
+                if round % (r + 2) == 0 && next[r] < order[r].len() {
+                    let n = order[r][next[r]];
+                    next[r] += 1;
+                    let b = bcast(r, n, msgs[&n].len() as u64);
+                    eps[r].post(b, bufs[r].get_mut(&n).unwrap(), 0).unwrap();
+                }
+            }
+            let mut wire = Vec::new();
+            for (r, ep) in eps.iter_mut().enumerate() {
+                while let Some((seq, t)) = ep.poll_transmit(0) {
+                    let payload = bufs[r][&seq][t.payload.clone()].to_vec();
+                    wire.push((r, t.to, t.message, payload));
+                }
+            }
+            for (from, to, message, payload) in wire {
+                let bufs = &mut bufs[to];
+                eps[to]
+                    .deliver(0, from, message, payload, |seq, range, p| {
+                        copy_into(bufs.get_mut(&seq).unwrap(), range, p)
+                    })
+                    .unwrap();
+            }
+        }
+        for r in 0..3 {
+            for (&n, m) in msgs {
+                assert!(eps[r].is_done(n), "rank {r} broadcast {n:#x}");
+                assert_eq!(&bufs[r][&n], m, "rank {r} broadcast {n:#x}");
+            }
+            assert_eq!(eps[r].held_bytes(), 0);
+        }
+    }
+
+    /// Sequence numbers grow per communicator: broadcasts of communicators 0, 1 and 7 are
+    /// posted in three different interleavings at the three ranks (each communicator's own
+    /// in order), with the same low sequence numbers on every communicator; whatever arrives
+    /// for a broadcast not posted yet on its communicator is held, and all complete
+    /// byte-exact.
+    #[test]
+    fn communicators_post_in_any_interleaving_and_each_keeps_its_own_sequence() {
+        let mut msgs = BTreeMap::new();
+        for (i, (comm, seq)) in [(0, 1), (0, 2), (1, 1), (1, 2), (1, 3), (7, 1)]
+            .into_iter()
+            .enumerate()
+        {
+            let len = [10, 0, 1, 13, 8, 21][i];
+            let m: Vec<u8> = (0..len).map(|b| (b * 7 + i * 31 + 1) as u8).collect();
+            msgs.insert(number(comm, seq), m);
+        }
+        let n = |c, s| number(c, s);
+        run_interleaved(
+            &msgs,
+            [
+                vec![n(0, 1), n(1, 1), n(0, 2), n(1, 2), n(7, 1), n(1, 3)],
+                vec![n(7, 1), n(1, 1), n(1, 2), n(1, 3), n(0, 1), n(0, 2)],
+                vec![n(1, 1), n(1, 2), n(0, 1), n(7, 1), n(0, 2), n(1, 3)],
+            ],
+        );
+    }
+
+    #[test]
+    fn each_communicator_checks_its_own_order_and_a_forgotten_one_starts_again() {
+        let mut ep = Endpoint::new();
+        let mut buf = [0u8; 8];
+        ep.post(bcast(1, number(0, 3), 8), &mut buf, 0).unwrap();
+        // Another communicator starts at 1, below communicator 0's 3.
+        ep.post(bcast(1, number(2, 1), 8), &mut buf, 0).unwrap();
+        let e = ep
+            .post(bcast(1, number(2, 1), 8), &mut buf, 0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("broadcast 1 of communicator 2"), "{e}");
+        assert!(ep.post(bcast(1, number(0, 2), 8), &mut buf, 0).is_err());
+        assert!(ep.runs_on(2) && ep.runs_on(0) && !ep.runs_on(1));
+        let h = DataHeader {
+            seq: number(2, 1),
+            root: 0,
+            msize: 8,
+            segment: 4,
+            lanes: 1,
+            lane: 0,
+            index: 0,
+            len: 4,
+        };
+        // Communicator 5 has posted nothing: its broadcast 1 is held; communicator 0's 1 is
+        // over here.
+        let of = |seq| DataHeader { seq, ..h };
+        assert_eq!(ep.route_data(0, &of(number(5, 1))).unwrap(), Route::Hold);
+        assert_eq!(ep.route_data(0, &of(number(0, 1))).unwrap(), Route::Discard);
+        assert!(ep.describe().contains("0:3 2:1"), "{}", ep.describe());
+        // Communicator 2 finishes and is forgotten: a new one with its id starts at 1 again,
+        // and what arrives for it before it posts is held, not dropped.
+        ep.finish(number(2, 1));
+        assert!(!ep.runs_on(2));
+        assert_eq!(ep.route_data(0, &of(number(2, 1))).unwrap(), Route::Discard);
+        ep.forget(2);
+        ep.deliver(
+            0,
+            0,
+            Message::Data(of(number(2, 1))),
+            vec![9; 4],
+            |_, _, _| Ok::<(), EngineError>(()),
+        )
+        .unwrap();
+        assert_eq!(ep.held_bytes(), 4);
+        let mut again = [0u8; 8];
+        ep.post(bcast(1, number(2, 1), 8), &mut again, 0).unwrap();
+        assert_eq!(again, [9, 9, 9, 9, 0, 0, 0, 0]);
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! The pipelined broadcast engine: pure, deterministic, on a virtual clock.
 //!
 //! [`Bcast`] is one rank's part in one broadcast of any [`Plan`](crate::plan::Plan) (one or
-//! more lanes); [`Endpoint`] is every broadcast in flight at one rank (routing by sequence
-//! number, holding what arrives early); [`Layout`] cuts the message into lanes and segments;
+//! more lanes); [`Endpoint`] is every broadcast in flight at one rank, of every communicator
+//! (routing by broadcast [`number`]: communicator and sequence number, holding what arrives
+//! early); [`Layout`] cuts the message into lanes and segments;
 //! [`Message`] is what ranks say to each other; [`Expected`] is a segment a rank may receive
 //! next (for links that pre-post receives); [`reliable`] is the one retransmission scheme,
 //! per peer, switched on for lossy links (each such link holds a [`reliable::Peers`]). Links
@@ -16,6 +17,7 @@ mod endpoint;
 mod expected;
 mod layout;
 mod message;
+pub mod number;
 pub mod reliable;
 
 pub use bcast::{Bcast, Config, Setup};

@@ -5,22 +5,25 @@
 //! 0 kind u8: 1 engine message, 2 buffer advert, 3 ring release, 4 heartbeat
 //! engine:    1..41 the engine message in its 40-byte header (`message`; credit, done)
 //! advert:    1 mode (0 user buffer, 1 ring)  2..10 seq  10..18 address  18..22 rkey  22..30 length
-//!            30..34 root  34..42 message size  42..46 segment size  46..48 lanes
+//!            30..34 root  34..42 message size  42..46 segment size  46..48 lanes  48 token
 //! release:   1..9 ring pieces this rank has copied out of its ring, cumulative
 //! ```
 //!
-//! Immediate: bits 31..24 the broadcast's token (its sequence number's low byte), bits 23..0
-//! the segment's number in the broadcast, lanes one after another.
+//! Immediate: bits 31..24 the broadcast's token, bits 23..0 the segment's number in the
+//! broadcast, lanes one after another. The token is the child's: it picks a free one when it
+//! registers the broadcast's buffer and names it in its advert, and the parent writes it in
+//! every immediate to that child (a broadcast's number, communicator and sequence, does not
+//! fit in 8 bits, and two communicators' broadcasts may be in flight with the same low byte).
 
 use super::{message, WireError};
 use crate::engine::Message;
 
 /// Bytes of the longest control message.
-pub const LEN: usize = 48;
+pub const LEN: usize = 49;
 /// Bytes of an engine message.
 const ENGINE_LEN: usize = 1 + message::HEADER;
 /// Bytes of an advert.
-const ADVERT_LEN: usize = 48;
+const ADVERT_LEN: usize = 49;
 
 /// What a broadcast is, as every rank must agree (an advert carries the child's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,9 +61,11 @@ pub enum Target {
 pub enum Control {
     /// A credit or done of the engine.
     Engine(Message),
-    /// "Write broadcast `seq`'s segments there; it has this shape here."
+    /// "Write broadcast `seq`'s segments there, naming it `token` in the immediates; it has
+    /// this shape here."
     Advert {
         seq: u64,
+        token: u8,
         shape: Shape,
         target: Target,
     },
@@ -80,9 +85,15 @@ impl Control {
                 b[1..ENGINE_LEN].copy_from_slice(&message::emit(&m));
                 ENGINE_LEN
             }
-            Control::Advert { seq, shape, target } => {
+            Control::Advert {
+                seq,
+                token,
+                shape,
+                target,
+            } => {
                 b[0] = 2;
                 b[2..10].copy_from_slice(&seq.to_le_bytes());
+                b[48] = token;
                 b[30..34].copy_from_slice(&shape.root.to_le_bytes());
                 b[34..42].copy_from_slice(&shape.msize.to_le_bytes());
                 b[42..46].copy_from_slice(&shape.segment.to_le_bytes());
@@ -143,6 +154,7 @@ impl Control {
             },
             2 => Control::Advert {
                 seq: u64_at(2),
+                token: b[48],
                 shape: Shape {
                     root: u32_at(30),
                     msize: u64_at(34),
@@ -176,12 +188,6 @@ pub fn split_imm(imm: u32) -> (u8, u32) {
     ((imm >> 24) as u8, imm & (MAX_SEGMENTS - 1))
 }
 
-/// A broadcast's token: the low byte of its sequence number (the link refuses a broadcast
-/// whose token another one in flight holds).
-pub fn token(seq: u64) -> u8 {
-    seq as u8
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,6 +203,7 @@ mod tests {
             Control::Engine(Message::Done { seq: 3, lane: 0 }),
             Control::Advert {
                 seq: 1 << 40,
+                token: 255,
                 shape: Shape {
                     root: 3,
                     msize: 1 << 35,
@@ -211,6 +218,7 @@ mod tests {
             },
             Control::Advert {
                 seq: 2,
+                token: 0,
                 shape: Shape {
                     root: 0,
                     msize: 0,
@@ -237,6 +245,5 @@ mod tests {
     fn immediates_name_token_and_segment() {
         assert_eq!(split_imm(imm(0xab, 0x12_3456)), (0xab, 0x12_3456));
         assert_eq!(split_imm(imm(0, 0)), (0, 0));
-        assert_eq!(token(0x1_0203), 3);
     }
 }

@@ -54,7 +54,7 @@ mod tx;
 mod wr_id;
 
 use cq::wait_for;
-use wr_id::{KIND, NO_STAGE, SEQ_MASK, WR_CONTROL, WR_RECV, WR_WRITE};
+use wr_id::{KIND, NO_STAGE, REG_MASK, WR_CONTROL, WR_RECV, WR_WRITE};
 
 /// Sizes of the link's queues and rings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,6 +142,9 @@ impl Region {
 
 /// A broadcast whose buffer is registered here.
 struct Reg {
+    /// Its number in work request ids (`wr_id`), `REG_MASK` bits.
+    id: u64,
+    /// What its parents write in their immediates to name it here (told in the advert).
     token: u8,
     /// `None`: registration refused, the rings carry its segments.
     mr: Option<Mr>,
@@ -159,10 +162,12 @@ struct Outgoing {
     sent: usize,
 }
 
-/// Where to write a child's segments of one broadcast, and the shape it has there.
+/// Where to write a child's segments of one broadcast, the token that names it there, and
+/// the shape it has there.
 #[derive(Clone, Copy)]
 struct Advert {
     target: Target,
+    token: u8,
     shape: control::Shape,
 }
 
@@ -243,10 +248,12 @@ pub struct VerbsLink<V: Verbs> {
     free_stage: Vec<u32>,
     cache: MrCache,
     regs: BTreeMap<u64, Reg>,
+    /// The next registration number (`Reg::id`).
+    next_reg: u64,
     tokens: BTreeMap<u8, u64>,
     adverts: BTreeMap<(usize, u64), Advert>,
-    /// Writes posted from each broadcast's buffer and not completed, by the low 40 bits of
-    /// its sequence number.
+    /// Writes posted from each broadcast's buffer and not completed, by its registration
+    /// number.
     writing: BTreeMap<u64, u32>,
     backlog: VecDeque<Completion>,
     /// Peers whose queue pair failed, and why.
@@ -325,6 +332,7 @@ impl<V: Verbs> VerbsLink<V> {
             verbs,
             cache: MrCache::new(),
             regs: BTreeMap::new(),
+            next_reg: 0,
             tokens: BTreeMap::new(),
             adverts: BTreeMap::new(),
             writing: BTreeMap::new(),
@@ -593,6 +601,7 @@ impl<V: Verbs> Link for VerbsLink<V> {
                 let p = self.peers.get_mut(&e.from).expect("served");
                 p.control_out.push_back(Control::Advert {
                     seq: e.seq,
+                    token: reg.token,
                     shape,
                     target,
                 });

@@ -71,11 +71,23 @@ impl<V: Verbs> VerbsLink<V> {
     ) -> crate::Result<()> {
         match msg {
             Control::Engine(m) => driver.landed(now, peer, &m)?,
-            Control::Advert { seq, shape, target } => {
+            Control::Advert {
+                seq,
+                token,
+                shape,
+                target,
+            } => {
                 if let Some(b) = driver.broadcast(seq) {
                     same_shape(peer, seq, shape, b)?;
                 }
-                self.adverts.insert((peer, seq), Advert { target, shape });
+                self.adverts.insert(
+                    (peer, seq),
+                    Advert {
+                        target,
+                        token,
+                        shape,
+                    },
+                );
             }
             Control::Release { copied } => {
                 if let Some(p) = self.peers.get_mut(&peer) {

@@ -6,12 +6,13 @@ use super::*;
 
 impl<V: Verbs> VerbsLink<V> {
     pub(super) fn register_buffer(&mut self, seq: u64, buf: &Buffer) -> Result<(), TransportError> {
-        let token = control::token(seq);
-        if let Some(other) = self.tokens.get(&token) {
+        // The lowest token no broadcast in flight here holds (its parents learn it from the
+        // advert).
+        let Some(token) = (0..=u8::MAX).find(|t| !self.tokens.contains_key(t)) else {
             return Err(setup(format!(
-                "broadcast {seq} would share its immediate token with broadcast {other}, still in flight: at most 256 broadcasts may be in flight on a verbs link"
+                "broadcast {seq} finds no free immediate token: at most 256 broadcasts may be in flight on a verbs link"
             )));
-        }
+        };
         let bytes = buf.as_slice();
         let (addr, len) = (bytes.as_ptr() as u64, bytes.len());
         let mr = if len == 0 {
@@ -32,9 +33,12 @@ impl<V: Verbs> VerbsLink<V> {
             }
         };
         self.tokens.insert(token, seq);
+        let id = self.next_reg;
+        self.next_reg = (self.next_reg + 1) & REG_MASK;
         self.regs.insert(
             seq,
             Reg {
+                id,
                 token,
                 mr,
                 addr,
@@ -54,7 +58,8 @@ impl<V: Verbs> VerbsLink<V> {
         // in between), not in a busy loop.
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         let mut batch = Vec::new();
-        while self.writing.contains_key(&(seq & SEQ_MASK)) {
+        let id = self.regs.get(&seq).map(|r| r.id);
+        while id.is_some_and(|id| self.writing.contains_key(&id)) {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             if left.is_zero() {
                 break;

@@ -68,6 +68,7 @@ impl<V: Verbs> VerbsLink<V> {
                 ),
             ));
         };
+        let reg_id = reg.id;
         let remaining = out.payload.len() - out.sent;
         let mut piece = remaining.min(self.verbs.max_msg() as usize);
         let ring = advert.target == Target::Ring;
@@ -75,7 +76,7 @@ impl<V: Verbs> VerbsLink<V> {
             piece = piece.min(cfg.ring_slot as usize);
         }
         let last = piece == remaining;
-        let imm = (ring || last).then(|| control::imm(reg.token, out.segment));
+        let imm = (ring || last).then(|| control::imm(advert.token, out.segment));
         let (remote_addr, rkey) = match advert.target {
             Target::Ring => {
                 if p.ring_sent - p.ring_released >= u64::from(cfg.ring_slots) {
@@ -131,7 +132,7 @@ impl<V: Verbs> VerbsLink<V> {
             }
         };
         let wr = SendWr {
-            wr_id: WR_WRITE | stage << 40 | (out.seq & SEQ_MASK),
+            wr_id: WR_WRITE | stage << 40 | reg.id,
             op: Op::Write {
                 remote_addr,
                 rkey,
@@ -151,7 +152,7 @@ impl<V: Verbs> VerbsLink<V> {
             p.ring_sent += 1;
         }
         out.sent += piece;
-        *self.writing.entry(out.seq & SEQ_MASK).or_default() += 1;
+        *self.writing.entry(reg_id).or_default() += 1;
         if out.sent == out.payload.len() {
             p.data_out.pop_front();
         }
@@ -175,7 +176,7 @@ impl<V: Verbs> VerbsLink<V> {
             if stage != NO_STAGE {
                 self.free_stage.push(stage as u32);
             }
-            let key = c.wr_id & SEQ_MASK;
+            let key = c.wr_id & REG_MASK;
             if let Some(n) = self.writing.get_mut(&key) {
                 *n -= 1;
                 if *n == 0 {
