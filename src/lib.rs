@@ -19,6 +19,8 @@ pub mod lab;
 pub mod model;
 pub mod plan;
 pub mod sim;
+#[doc(hidden)]
+pub mod testing;
 pub mod topology;
 pub mod transport;
 pub mod wire;

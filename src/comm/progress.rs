@@ -339,6 +339,7 @@ impl Driver {
 mod tests {
     use super::*;
     use crate::plan::{self, TreeKind};
+    use crate::testing::pattern;
     use crate::topology::Topology;
     use crate::transport::recording::{Event, Recording};
     use crate::transport::{Link as _, TcpTransport};
@@ -361,10 +362,6 @@ mod tests {
             engine: EngineConfig::default(),
             connect_timeout: Duration::from_secs(10),
         }
-    }
-
-    fn pattern(n: usize) -> Vec<u8> {
-        (0..n).map(|i| (i * 31 + 7) as u8).collect()
     }
 
     /// Checks rank `rank`'s log: every buffer a round saw was registered, each broadcast in
@@ -443,7 +440,7 @@ mod tests {
         // Both ranks run `seqs` as one run on one buffer of `len` bytes, byte-exact; the
         // buffer is deregistered before it comes back.
         let run = |seqs: &[u64], len: usize| {
-            let data = pattern(len);
+            let data = pattern(len, 0);
             let replies: Vec<_> = (0..2)
                 .map(|r| {
                     let buf = if r == 0 { data.clone() } else { vec![0; len] };
@@ -463,7 +460,7 @@ mod tests {
         run(&[1], 100_003);
         run(&[2, 3], 10_000);
         // Rank 1 goes away while rank 0 broadcasts: rank 0 fails, and deregisters first.
-        let reply = post(0, vec![job(4, 50_000)], pattern(50_000));
+        let reply = post(0, vec![job(4, 50_000)], pattern(50_000, 0));
         let (gone, _) = ops.pop().unwrap();
         drop(gone);
         threads.pop().unwrap().join().unwrap();

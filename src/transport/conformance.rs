@@ -22,6 +22,7 @@ use super::{Buffer, Buffers, Link, TcpTransport};
 use crate::comm::drive::Engine;
 use crate::engine::{Bcast, Config, Setup};
 use crate::plan::{baseline, Lane};
+use crate::testing::pattern;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -111,13 +112,6 @@ fn links(kind: Kind, n: usize) -> (Vec<Box<dyn Link>>, Option<Fabric>) {
     }
 }
 
-/// The seeded message of broadcast `seq`.
-fn pattern(seq: u64, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u64 * 131 + seq * 7 + (i as u64 >> 9)) as u8)
-        .collect()
-}
-
 /// One rank: its link, endpoint, buffers, and whether it failed (with what).
 struct Rank {
     link: Box<dyn Link>,
@@ -192,7 +186,7 @@ impl Ranks {
     fn post(&mut self, r: usize, lanes: &[Lane], setup: Setup, config: Config) {
         let len = setup.msize as usize;
         let bytes = if r == setup.root {
-            pattern(setup.seq, len)
+            pattern(len, setup.seq as usize)
         } else {
             vec![0xee; len]
         };
@@ -274,7 +268,7 @@ impl Ranks {
             assert_eq!(rank.failed, None, "{:?}: {what}: rank {r}", self.kind);
             let got = rank.done[&seq].as_slice();
             assert!(
-                got == pattern(seq, got.len()),
+                got == pattern(got.len(), seq as usize),
                 "{:?}: {what}: rank {r} holds wrong bytes",
                 self.kind
             );
@@ -438,11 +432,11 @@ fn every_link_sees_buffers_registered_before_data_and_deregistered_after() {
                 // The second broadcast reuses the first's buffer (the root's rewritten).
                 let buf = match ranks.ranks[r].done.remove(&(seq - 1)) {
                     Some(Buffer::Owned(mut v)) if r == 0 => {
-                        v.copy_from_slice(&pattern(seq, size));
+                        v.copy_from_slice(&pattern(size, seq as usize));
                         Buffer::Owned(v)
                     }
                     Some(b) => b,
-                    None if r == 0 => Buffer::Owned(pattern(seq, size)),
+                    None if r == 0 => Buffer::Owned(pattern(size, seq as usize)),
                     None => Buffer::Owned(vec![0xee; size]),
                 };
                 ranks.post_on(

@@ -45,14 +45,9 @@ pub fn pipecast_json(args: &[&str]) -> serde_json::Value {
     serde_json::from_str(&text).unwrap()
 }
 
-/// `len` bytes of the seeded pattern a broadcast test sends (a different one per `seed`: say,
-/// per root), so that a byte landed at the wrong offset or from another broadcast shows.
-#[allow(dead_code)] // used by the tests that broadcast in process only
-pub fn pattern(len: usize, seed: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i * 131 + seed * 17 + i / 977) as u8)
-        .collect()
-}
+/// `len` bytes of the seeded pattern a broadcast test sends: the crate's own tests' pattern.
+#[allow(unused_imports)] // used by the tests that broadcast in process only
+pub use pipecast::testing::pattern;
 
 /// A fresh directory for a test binary's built artifacts (shared libraries, MPI programs),
 /// inside cargo's `target/tmp`: reused by the next run and gone with `cargo clean`, where a

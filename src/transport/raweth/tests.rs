@@ -7,6 +7,7 @@ use super::{Config, Counters, FrameLink};
 use crate::comm::drive::Engine;
 use crate::engine::{Bcast, Config as EngineConfig, Setup};
 use crate::plan::Lane;
+use crate::testing::pattern;
 use crate::transport::raweth::socket::Mac;
 use crate::transport::{Buffer, Buffers, TransportError};
 
@@ -15,10 +16,6 @@ type Wire = Vec<(usize, Mac, Vec<u8>)>;
 
 fn mac(rank: usize) -> Mac {
     [2, 0, 0, 0, 0, rank as u8 + 1]
-}
-
-fn pattern(len: usize) -> Vec<u8> {
-    (0..len).map(|i| (i * 131 + i / 977) as u8).collect()
 }
 
 /// How the wire spoils a frame.
@@ -49,7 +46,7 @@ fn run(
     };
     let order: Vec<usize> = (0..n).map(|i| (root + i) % n).collect();
     let lanes = vec![Lane::chain(n, &order)];
-    let want = pattern(msize);
+    let want = pattern(msize, 0);
     let mut links: Vec<FrameLink> = (0..n)
         .map(|r| FrameLink::new(r, mac(r), config, 1000))
         .collect();
@@ -275,7 +272,7 @@ fn run_rails(n: usize, root: usize, msize: usize, lose: usize) -> Vec<(Counters,
     let config = wire_config();
     let mut sent = 0usize;
     let lanes = two_lanes(n, root);
-    let want = pattern(msize);
+    let want = pattern(msize, 0);
     let nics = [mac, mac1];
     let mut links: Vec<FrameLink> = (0..n)
         .map(|r| FrameLink::on_rails(r, vec![mac(r), mac1(r)], config, 1000))
@@ -429,7 +426,7 @@ fn run_hosts(
 ) -> Vec<Counters> {
     let n = 4;
     let config = wire_config();
-    let want = pattern(msize);
+    let want = pattern(msize, 0);
     let mut links: Vec<FrameLink> = (0..n)
         .map(|r| {
             let own = (0..rails).map(|l| host_nic(l, HOST_OF[r])).collect();

@@ -61,7 +61,7 @@ mod tests {
 
     #[test]
     fn reads_this_process_memory() {
-        let src: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
+        let src = crate::testing::pattern(100_000, 0);
         let mut dst = vec![0u8; src.len()];
         read(std::process::id() as i32, src.as_ptr() as u64, &mut dst).unwrap();
         assert_eq!(dst, src);

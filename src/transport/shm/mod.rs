@@ -881,7 +881,7 @@ mod tests {
         use crate::engine::{Bcast, Config, Setup};
         use crate::transport::Buffer;
         let n = (RING_BYTES + RING_BYTES / 2) * 2 + 5;
-        let data: Vec<u8> = (0..n).map(|i| (i * 31 + 7) as u8).collect();
+        let data = crate::testing::pattern(n, 0);
         // By address: `cma` (`auto` stages a message this large, `stage_from`).
         for mode in [ShmMode::Cma, ShmMode::Ring] {
             let (a, b) = pair(mode);

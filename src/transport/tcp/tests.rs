@@ -7,6 +7,7 @@ use crate::comm::drive::drive;
 use crate::comm::drive::Engine;
 use crate::engine::{Bcast, Config, Setup};
 use crate::plan::Lane;
+use crate::testing::pattern;
 use crate::transport::{Buffer, Buffers, Link};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,10 +16,6 @@ use std::time::{Duration, Instant};
 
 const NIC0: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 const NIC1: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
-
-fn pattern(n: usize, seed: usize) -> Vec<u8> {
-    (0..n).map(|i| (i * 31 + seed * 7 + 3) as u8).collect()
-}
 
 /// Two chains from `root` over 3 ranks, in opposite orders (lane 0 root→a→b, lane 1
 /// root→b→a), as multilane puts one per rail.

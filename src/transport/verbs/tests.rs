@@ -8,6 +8,7 @@ use super::ops::{Local, Op, QpState, RecvWr, Remote, SendWr, Verbs, VerbsError, 
 use crate::comm::drive::Engine;
 use crate::engine::{Bcast, Config, Setup};
 use crate::plan::{self, Lane};
+use crate::testing::pattern;
 use crate::topology::{gen, Topology};
 use crate::transport::{Buffer, Buffers, Link};
 use crate::wire::bootstrap::VerbsAddr;
@@ -91,13 +92,6 @@ fn setup_of(seq: u64, root: usize, msize: u64, segment: u64) -> Setup {
     }
 }
 
-/// The seeded message of broadcast `seq`.
-fn message(seq: u64, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u64 * 131 + seq * 7 + (i as u64 >> 8)) as u8)
-        .collect()
-}
-
 /// Posts broadcast `setup` over `lanes` at every rank (the root holds the message) and
 /// registers its buffers.
 fn post(ranks: &mut [Rank], lanes: &[Lane], setup: Setup, config: Config) {
@@ -111,7 +105,7 @@ fn post_at(rank: &mut Rank, r: usize, lanes: &[Lane], setup: Setup, config: Conf
     let len = setup.msize as usize;
     let b = Bcast::new(r, lanes, setup, config, 0).unwrap();
     let bytes = if r == setup.root {
-        message(setup.seq, len)
+        pattern(len, setup.seq as usize)
     } else {
         vec![0xee; len]
     };
@@ -157,7 +151,7 @@ fn run(ranks: &mut [Rank], seqs: &[u64]) -> Result<(), (usize, crate::Error)> {
 fn check(ranks: &[Rank], seq: u64, what: &str) {
     for (r, rank) in ranks.iter().enumerate() {
         let got = rank.bufs[&seq].as_slice();
-        let want = message(seq, got.len());
+        let want = pattern(got.len(), seq as usize);
         assert!(
             got == want.as_slice(),
             "rank {r} holds wrong bytes ({what})"
@@ -754,7 +748,7 @@ fn a_peer_whose_host_does_not_answer_holds_up_no_other_edge() {
     }
     for r in [2, 3] {
         assert!(
-            rs[r].bufs[&1].as_slice() == message(1, 70_001).as_slice(),
+            rs[r].bufs[&1].as_slice() == pattern(70_001, 1).as_slice(),
             "rank {r} holds wrong bytes"
         );
     }
@@ -796,7 +790,7 @@ fn ranks_that_disagree_on_the_size_fail_instead_of_writing_past_a_buffer() {
         let b = Bcast::new(r, &plan.lanes, setup, config(), 0).unwrap();
         let rank = &mut rs[r];
         rank.bufs
-            .insert(1, Buffer::Owned(message(1, msize as usize)));
+            .insert(1, Buffer::Owned(pattern(msize as usize, 1)));
         let buf = rank.bufs.get_mut(&1).unwrap();
         rank.ep.post(b, buf.as_mut_slice(), 0).unwrap();
         rank.link.register(1, buf).unwrap();
@@ -1110,7 +1104,7 @@ fn under_a_router_waiting_on_shared_memory_verbs_broadcasts_are_byte_exact() {
                 let setup = setup_of(seq, root, msize, 1000);
                 let b = Bcast::new(r, &plan.lanes, setup, config(), clock()).unwrap();
                 let bytes = if r == root {
-                    message(seq, msize as usize)
+                    pattern(msize as usize, seq as usize)
                 } else {
                     vec![0xee; msize as usize]
                 };
@@ -1126,7 +1120,7 @@ fn under_a_router_waiting_on_shared_memory_verbs_broadcasts_are_byte_exact() {
                 }
                 ep.finish(seq);
                 router.deregister(seq);
-                let ok = bufs[&seq].as_slice() == message(seq, msize as usize).as_slice();
+                let ok = bufs[&seq].as_slice() == pattern(msize as usize, seq as usize).as_slice();
                 tx.send((r, seq, ok)).unwrap();
             }
             // Serve the others until they are done too (as the progress thread does between
