@@ -2,6 +2,7 @@
 //! barrier, then iterations of broadcast + barrier), verify the data at every rank, and
 //! compare with the point-to-point time of the whole message measured in the same run.
 
+mod fds;
 mod usage;
 
 use crate::CliResult;
@@ -119,6 +120,9 @@ struct Row {
     majflt: f64,
     vcsw: f64,
     ivcsw: f64,
+    /// Extension: the most file descriptors any rank held after one of this row's broadcasts
+    /// (`/proc/self/fd`, sampled after each, untimed).
+    fds_peak: usize,
 }
 
 #[derive(Serialize)]
@@ -129,6 +133,9 @@ struct Report<'a> {
     /// Where the model's profile came from (`Comm::profile_source`).
     profile: String,
     results: &'a [Row],
+    /// Extension: descriptors per rank, over ranks (`bench/fds.rs`; absent without /proc).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fds: Option<fds::Report>,
 }
 
 pub fn run(args: Args) -> CliResult {
@@ -190,6 +197,7 @@ pub fn run(args: Args) -> CliResult {
         return Err(format!("--root {r} is not a rank of this {n}-rank job").into());
     }
     let me = comm.rank();
+    let mut held = fds::Peak::after_setup();
     let terminal = std::io::stderr().is_terminal();
     let progress = me == 0 && (args.progress || terminal && !args.json);
     let mut rows = Vec::new();
@@ -208,11 +216,17 @@ pub fn run(args: Args) -> CliResult {
             &mut buf,
             &p2p,
             None,
-            args.warmup,
-            Some(0),
-            args.seed,
+            (args.warmup, Some(0), args.seed),
+            &mut held,
         )?;
-        let mut p2p_run = measure(&mut comm, &mut buf, &p2p, None, iters, Some(0), args.seed)?;
+        let mut p2p_run = measure(
+            &mut comm,
+            &mut buf,
+            &p2p,
+            None,
+            (iters, Some(0), args.seed),
+            &mut held,
+        )?;
         p2p_run.ok &= warm.ok;
         let (p2p_us, p2p_min_us, _, _, _) = summarize(&mut comm, &p2p_run.times, p2p_run.ok)?;
         let (memcpy_us, memcpy_cpu_us) = if me == 0 {
@@ -234,12 +248,23 @@ pub fn run(args: Args) -> CliResult {
                 Some(_) => args.warmup,
                 None => args.warmup * n,
             };
+            held.mark();
             let warm = measure(
-                &mut comm, &mut buf, tree, segment, warmups, args.root, args.seed,
+                &mut comm,
+                &mut buf,
+                tree,
+                segment,
+                (warmups, args.root, args.seed),
+                &mut held,
             )?;
             let before = comm.transport_counters()?;
             let mut run = measure(
-                &mut comm, &mut buf, tree, segment, iters, args.root, args.seed,
+                &mut comm,
+                &mut buf,
+                tree,
+                segment,
+                (iters, args.root, args.seed),
+                &mut held,
             )?;
             run.ok &= warm.ok;
             let (avg_us, min_us, max_us, verified, times_us) =
@@ -250,7 +275,13 @@ pub fn run(args: Args) -> CliResult {
             all_ok &= verified;
             let overlap_pct = if args.overlap {
                 let (pct, ok) = overlap(
-                    &mut comm, &buf, tree, segment, iters, args.root, args.seed, &run.times,
+                    &mut comm,
+                    &buf,
+                    tree,
+                    segment,
+                    (iters, args.root, args.seed),
+                    &run.times,
+                    &mut held,
                 )?;
                 all_ok &= ok;
                 Some(pct)
@@ -278,18 +309,21 @@ pub fn run(args: Args) -> CliResult {
                 majflt: per_iter(spent.majflt),
                 vcsw: per_iter(spent.vcsw),
                 ivcsw: per_iter(spent.ivcsw),
+                fds_peak: max_over_ranks(&mut comm, held.since_mark)?,
             });
         }
     }
     if progress && terminal {
         eprint!("\r\x1b[K");
     }
+    let fds = fds_over_ranks(&mut comm, held)?;
     if me == 0 {
         let report = Report {
             ranks: n,
             transport: comm.transport(),
             profile: comm.profile_source(),
             results: &rows,
+            fds,
         };
         if let Some(path) = &args.report {
             std::fs::write(path, serde_json::to_string(&report)?)
@@ -299,6 +333,12 @@ pub fn run(args: Args) -> CliResult {
             println!("{}", serde_json::to_string(&report)?);
         } else {
             print_table(n, comm.transport(), &report.profile, &rows);
+            if let Some(f) = &report.fds {
+                println!(
+                    "# descriptors per rank (/proc/self/fd, after setup and after each broadcast): {} after setup, peak {} (rank {}), median peak {}, least {}",
+                    f.after_setup, f.peak, f.peak_rank, f.peak_median, f.peak_min
+                );
+            }
         }
     }
     if !all_ok {
@@ -322,15 +362,16 @@ struct Measured {
     usage: Usage,
 }
 
-/// Times `iters` broadcasts of `buf` (each followed by a barrier) at this rank.
+/// Times `iters` broadcasts of `buf` (each followed by a barrier) at this rank from `root`
+/// (default: rotating) with the pattern of `seed`, counting descriptors into `held` after
+/// each.
 fn measure(
     comm: &mut Comm,
     buf: &mut [u8],
     tree: &Algorithm,
     segment: Option<u64>,
-    iters: usize,
-    root: Option<usize>,
-    seed: u64,
+    (iters, root, seed): (usize, Option<usize>, u64),
+    held: &mut fds::Peak,
 ) -> pipecast::Result<Measured> {
     let n = comm.size();
     let me = comm.rank();
@@ -365,6 +406,7 @@ fn measure(
         // rank's timed barrier has returned; otherwise the ranks released first take the CPU
         // from those still in it, on a host with more ranks than cores.
         comm.barrier()?;
+        held.sample();
         if receives && !matches(buf, pattern_seed) {
             tracing::error!(rank = me, root, bytes = buf.len(), tree = %tree, "received wrong bytes");
             ok = false;
@@ -377,6 +419,26 @@ fn measure(
         ran,
         usage,
     })
+}
+
+/// The largest of every rank's `mine`.
+fn max_over_ranks(comm: &mut Comm, mine: usize) -> pipecast::Result<usize> {
+    let all = comm.allgather(&(mine as u64).to_le_bytes())?;
+    Ok(all
+        .iter()
+        .filter_map(|b| Some(u64::from_le_bytes(b.as_slice().try_into().ok()?) as usize))
+        .max()
+        .unwrap_or(0))
+}
+
+/// Every rank's descriptor counts, over ranks (`None` where /proc could not be read).
+fn fds_over_ranks(comm: &mut Comm, mine: fds::Peak) -> pipecast::Result<Option<fds::Report>> {
+    let all = comm.allgather(&serde_json::to_vec(&mine).expect("serializable"))?;
+    let peaks: Vec<fds::Peak> = all
+        .iter()
+        .map(|b| serde_json::from_slice(b).unwrap_or_default())
+        .collect();
+    Ok(fds::Report::over(&peaks).filter(|r| r.peak > 0))
 }
 
 /// Every rank's `mine`, summed.
@@ -393,16 +455,14 @@ fn usage_sum(comm: &mut Comm, mine: Usage) -> pipecast::Result<Usage> {
 /// rank's mean blocking time `t_pure` (from `pure_us`), then waits; with `t_total` the whole
 /// and `t_cpu` the computation, overlap = 100 × (1 − (t_total − t_cpu) / t_pure), clamped to
 /// 0–100. Returns the mean over ranks and iterations, and whether every byte arrived.
-#[allow(clippy::too_many_arguments)]
 fn overlap(
     comm: &mut Comm,
     buf: &[u8],
     tree: &Algorithm,
     segment: Option<u64>,
-    iters: usize,
-    root: Option<usize>,
-    seed: u64,
+    (iters, root, seed): (usize, Option<usize>, u64),
     pure_us: &[f64],
+    held: &mut fds::Peak,
 ) -> pipecast::Result<(f64, bool)> {
     let n = comm.size();
     let me = comm.rank();
@@ -427,6 +487,7 @@ fn overlap(
         result?;
         data = back.unwrap_or_default();
         comm.barrier()?;
+        held.sample();
         if me != root && !matches(&data, pattern_seed) {
             ok = false;
         }
