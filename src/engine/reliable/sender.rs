@@ -34,6 +34,10 @@ pub struct Sender<T> {
     /// The retransmission timer runs from here: the last acknowledgement that made progress
     /// (or the first send after the sender was idle).
     timer_base: u64,
+    /// The last acknowledgement that made progress (or the first send after the sender was
+    /// idle): unlike `timer_base`, a timeout does not move it, so a peer that answers
+    /// nothing stays silent since then however often its frames are resent.
+    progressed: u64,
     /// After a timeout: the first number sent after it. Until everything below it is
     /// acknowledged, further timeouts belong to the same recovery.
     recover: Option<u64>,
@@ -55,6 +59,7 @@ impl<T> Sender<T> {
             rttvar: 0,
             rto: config.rto_initial,
             timer_base: 0,
+            progressed: 0,
             recover: None,
             retransmits: 0,
             timeouts: 0,
@@ -72,6 +77,7 @@ impl<T> Sender<T> {
         self.next += 1;
         if self.pending.is_empty() {
             self.timer_base = now;
+            self.progressed = now;
         }
         self.pending.insert(
             seq,
@@ -163,6 +169,7 @@ impl<T> Sender<T> {
         if !newly.is_empty() {
             self.rto = self.computed_rto();
             self.timer_base = now;
+            self.progressed = now;
         }
         if self.recover.is_some_and(|r| self.acked >= r) {
             self.recover = None;
@@ -277,7 +284,7 @@ impl<T> Sender<T> {
     /// When the peer last acknowledged something new (or, after idling, when the first
     /// unacknowledged frame left): how long it has been silent while owing an ack.
     pub fn last_progress(&self) -> u64 {
-        self.timer_base
+        self.progressed
     }
 
     /// A frame waits for retransmission.
@@ -345,6 +352,8 @@ mod tests {
         }
         assert_eq!(tx.rto(), config.rto_max);
         assert_eq!(tx.timeouts, 20);
+        // Resent twenty times, never answered: silent since the first send (liveness).
+        assert_eq!(tx.last_progress(), 0);
         assert_eq!(tx.on_ack(now, 2, 0, 10, None), 1);
         assert!(tx.is_idle());
     }
