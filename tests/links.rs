@@ -1,28 +1,39 @@
 //! One conformance suite for every link: the same cases run against TCP, shared memory
-//! (attaching to the writer's memory, and through the staging ring) and RDMA verbs over its
-//! in-memory model, each rank's link behind `dyn Link` and driven the way the progress
-//! thread drives it (registration around each broadcast where the link needs it). The cases:
-//! every size class (0, 1, odd, one short of and not a multiple of the segment, large) from
-//! two roots over a chain and a fan-out; early arrivals (one rank posts late, so data comes
-//! before its broadcast); a full window (one segment in flight per child); registration (the
-//! driver's register/deregister protocol checked by [`Recording`] on every link, two
-//! broadcasts on one buffer); and a peer that closes mid-broadcast (its waiters fail naming
-//! it, nobody hangs).
+//! (attaching to the writer's memory, and through the staging ring), RDMA verbs over its
+//! in-memory model, raw Ethernet in memory (its link on an in-memory switch,
+//! `raweth::medium`), the simulated link (the same, with seeded loss, duplicates and
+//! reordering: raw Ethernet's lossy-path adapter recovering) and raw Ethernet on a lab
+//! (`AF_PACKET` sockets on veth interfaces behind a bridge, in network namespaces: root
+//! only; it says "skipped" elsewhere, and fails under `PIPECAST_REQUIRE=root`). Each rank's
+//! link is behind `dyn Link` and driven the way the progress thread drives it (registration
+//! around each broadcast where the link needs it). The cases: every size class (0, 1, odd,
+//! one short of and not a multiple of the segment, large) from two roots over a chain and a
+//! fan-out; early arrivals (one rank posts late, so data comes before its broadcast); a full
+//! window (one segment in flight per child); registration (the driver's register/deregister
+//! protocol checked by [`Recording`] on every link, two broadcasts on one buffer); and a peer
+//! that closes mid-broadcast (its waiters fail naming it, nobody hangs: a reliable link sees
+//! the connection close, a lossy one the peer fall silent).
 //!
-//! Not here yet (docs/engine.md, "Links"): raw Ethernet needs a raw socket (root, lab
-//! namespaces: `tests/raweth_netns.rs` runs it there; in memory, `raweth::tests` runs its
-//! `FrameLink` below this trait) and the simulator is no `Link` until the lossy adapter
-//! sits above the raw links.
+//! An integration test, above every layer: it drives the links through `comm::drive::Engine`
+//! and builds labs with the tests' own namespace helpers (tests/common).
 
-use super::recording::{Event, Recording};
-use super::shm::{ShmLink, ShmMode};
-use super::verbs::model::Fabric;
-use super::verbs::{LinkConfig, VerbsLink};
-use super::{Buffer, Buffers, Link, TcpTransport};
-use crate::comm::drive::Engine;
-use crate::engine::{Bcast, Config, Setup};
-use crate::plan::{baseline, Lane};
-use crate::testing::pattern;
+mod common;
+
+use common::netns::Lab;
+use common::pattern;
+use common::requirements::{root, tool};
+use pipecast::comm::drive::Engine;
+use pipecast::engine::{Bcast, Config, Setup};
+use pipecast::plan::{baseline, Lane};
+use pipecast::transport::raweth::medium::{Impairments, Medium};
+use pipecast::transport::raweth::port::Port;
+use pipecast::transport::raweth::{self, RawEthTransport};
+use pipecast::transport::recording::{Event, Recording};
+use pipecast::transport::shm::{ShmLink, ShmMode};
+use pipecast::transport::verbs::model::Fabric;
+use pipecast::transport::verbs::{LinkConfig, VerbsLink};
+use pipecast::transport::{Buffer, Buffers, Link, TcpTransport};
+use std::any::Any;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -33,16 +44,83 @@ enum Kind {
     ShmAttach,
     ShmRing,
     VerbsModel,
+    RawEthMemory,
+    Simulated,
+    RawEthLab,
 }
 
-const KINDS: [Kind; 4] = [Kind::Tcp, Kind::ShmAttach, Kind::ShmRing, Kind::VerbsModel];
+const KINDS: [Kind; 7] = [
+    Kind::Tcp,
+    Kind::ShmAttach,
+    Kind::ShmRing,
+    Kind::VerbsModel,
+    Kind::RawEthMemory,
+    Kind::Simulated,
+    Kind::RawEthLab,
+];
 const COOKIE: u64 = 0xc0f0_2929;
 const SEGMENT: u64 = 4096;
 /// Real time after which a case counts as hung.
 const HANG: Duration = Duration::from_secs(60);
 
-/// `n` connected links of `kind`, and what must outlive them (the verbs model's fabric).
-fn links(kind: Kind, n: usize) -> (Vec<Box<dyn Link>>, Option<Fabric>) {
+/// The simulated link's edges: 3 % of frames lost, 2 % duplicated, 10 % held back for up to 4
+/// of the receiver's polls (overtaken by later ones), from a fixed seed.
+const SIMULATED: Impairments = Impairments {
+    drop: 0.03,
+    duplicate: 0.02,
+    delay: 0.1,
+    max_delay: 4,
+    seed: 29,
+};
+
+/// Raw Ethernet's tuning here: retransmission timers and liveness for the suite's clock of a
+/// millisecond a round (a peer silent for 500 rounds is gone).
+fn raweth_config() -> raweth::Config {
+    raweth::Config {
+        reliable: pipecast::engine::reliable::Config {
+            rto_initial: 10_000_000,
+            rto_min: 5_000_000,
+            ..Default::default()
+        },
+        liveness: 500_000_000,
+        ..raweth::Config::default()
+    }
+}
+
+/// A MAC address for rank `r` on the in-memory switch (locally administered).
+fn mac(r: usize) -> [u8; 6] {
+    [0x02, 0x29, 0, 0, 0, r as u8 + 1]
+}
+
+/// Raw Ethernet links (rank r's at r), told each other's addresses.
+fn raweth_links(ts: Vec<RawEthTransport>) -> Vec<Box<dyn Link>> {
+    let n = ts.len();
+    let macs: Vec<_> = ts.iter().map(RawEthTransport::local_mac).collect();
+    ts.into_iter()
+        .enumerate()
+        .map(|(r, mut t)| {
+            t.set_peers(macs.clone(), COOKIE).unwrap();
+            let others: Vec<usize> = (0..n).filter(|&p| p != r).collect();
+            t.connect(&others, Duration::from_secs(1)).unwrap();
+            Box::new(t) as Box<dyn Link>
+        })
+        .collect()
+}
+
+/// Why raw Ethernet on a lab cannot run here, if it cannot: it needs root (namespaces,
+/// CAP_NET_RAW) and iproute2.
+fn lab_missing() -> Option<common::Missing> {
+    let why = |m: common::Missing| common::missing(m.kind, format!("RawEthLab: {}", m.reason));
+    root().or_else(|| tool("iproute2", "ip", &["-V"])).map(why)
+}
+
+/// What must outlive a case's links.
+type Keep = Box<dyn Any>;
+
+/// `n` connected links of `kind`, and what must outlive them (the verbs model's fabric, the
+/// in-memory switch, the lab's namespaces); `None` when `kind` cannot run here (it said
+/// so, or failed under `PIPECAST_REQUIRE`).
+fn links(kind: Kind, n: usize) -> Option<(Vec<Box<dyn Link>>, Keep)> {
     let others = |r: usize| -> Vec<usize> { (0..n).filter(|&p| p != r).collect() };
     // Stream links connect all at once (each waits for its peers): a thread per rank.
     let connect_all = |links: Vec<Box<dyn Link>>| -> Vec<Box<dyn Link>> {
@@ -69,7 +147,7 @@ fn links(kind: Kind, n: usize) -> (Vec<Box<dyn Link>>, Option<Fabric>) {
                 t.set_peers(addrs.clone(), COOKIE);
             }
             let boxed = tcps.into_iter().map(|t| Box::new(t) as Box<dyn Link>);
-            (connect_all(boxed.collect()), None)
+            Some((connect_all(boxed.collect()), Box::new(())))
         }
         Kind::ShmAttach | Kind::ShmRing => {
             let mode = if kind == Kind::ShmRing {
@@ -86,7 +164,7 @@ fn links(kind: Kind, n: usize) -> (Vec<Box<dyn Link>>, Option<Fabric>) {
                 l.set_peers(names.clone(), COOKIE);
                 Box::new(l) as Box<dyn Link>
             });
-            (connect_all(boxed.collect()), None)
+            Some((connect_all(boxed.collect()), Box::new(())))
         }
         Kind::VerbsModel => {
             let fabric = Fabric::new(7);
@@ -107,7 +185,36 @@ fn links(kind: Kind, n: usize) -> (Vec<Box<dyn Link>>, Option<Fabric>) {
                 v.connect(&others(r), Duration::from_secs(20)).unwrap();
                 Box::new(v) as Box<dyn Link>
             });
-            (boxed.collect(), Some(fabric))
+            Some((boxed.collect(), Box::new(fabric)))
+        }
+        Kind::RawEthMemory | Kind::Simulated => {
+            let impair = if kind == Kind::Simulated {
+                SIMULATED
+            } else {
+                Impairments::NONE
+            };
+            let medium = Medium::new(1024, impair);
+            let ts = (0..n)
+                .map(|r| {
+                    let port = medium.port(&format!("mem{r}"), mac(r), 1500).unwrap();
+                    let ports = vec![Box::new(port) as Box<dyn Port>];
+                    RawEthTransport::with_ports(r, ports, raweth_config()).unwrap()
+                })
+                .collect();
+            Some((raweth_links(ts), Box::new(medium)))
+        }
+        Kind::RawEthLab => {
+            if let Some(missing) = lab_missing() {
+                missing.skip();
+                return None;
+            }
+            let mut lab = Lab::new("pcln");
+            let (_, hosts) = lab.star(n);
+            let ts = (hosts.iter().enumerate())
+                .map(|(r, ns)| RawEthTransport::bind_in_netns(r, ns, "eth0", raweth_config()))
+                .collect::<Result<_, _>>()
+                .unwrap();
+            Some((raweth_links(ts), Box::new(lab)))
         }
     }
 }
@@ -145,15 +252,17 @@ impl Rank {
 struct Ranks {
     ranks: Vec<Rank>,
     now: Arc<Mutex<u64>>,
-    _fabric: Option<Fabric>,
+    /// What must outlive the links (dropped after them).
+    keep: Keep,
     kind: Kind,
     /// Each rank's log of what the driver did, when its link is wrapped in a [`Recording`].
     logs: Vec<Arc<Mutex<Vec<Event>>>>,
 }
 
 impl Ranks {
-    fn new(kind: Kind, n: usize, wrap: bool) -> Ranks {
-        let (links, fabric) = links(kind, n);
+    /// `None` when `kind` cannot run here.
+    fn new(kind: Kind, n: usize, wrap: bool) -> Option<Ranks> {
+        let (links, keep) = links(kind, n)?;
         let mut logs = Vec::new();
         let ranks = links
             .into_iter()
@@ -172,13 +281,13 @@ impl Ranks {
                 running: Vec::new(),
             })
             .collect();
-        Ranks {
+        Some(Ranks {
             ranks,
             now: Arc::new(Mutex::new(0)),
-            _fabric: fabric,
+            keep,
             kind,
             logs,
-        }
+        })
     }
 
     /// Posts broadcast `setup` over `lanes` at rank `r` on a fresh buffer (the root's holds
@@ -191,6 +300,19 @@ impl Ranks {
             vec![0xee; len]
         };
         self.post_on(r, lanes, setup, config, Buffer::Owned(bytes));
+    }
+
+    /// Posts broadcast `setup` over `lane` at ranks `ranks` ([`Ranks::post`]).
+    fn post_at(
+        &mut self,
+        ranks: std::ops::Range<usize>,
+        lane: &Lane,
+        setup: Setup,
+        config: Config,
+    ) {
+        for r in ranks {
+            self.post(r, std::slice::from_ref(lane), setup, config);
+        }
     }
 
     fn post_on(&mut self, r: usize, lanes: &[Lane], setup: Setup, config: Config, buf: Buffer) {
@@ -225,7 +347,7 @@ impl Ranks {
             let result = rank
                 .endpoint
                 .handle_timeout(now)
-                .map_err(crate::Error::from)
+                .map_err(pipecast::Error::from)
                 .and_then(|()| {
                     rank.link
                         .progress(&mut rank.bufs, &mut rank.endpoint, &clock, Duration::ZERO)
@@ -324,20 +446,15 @@ const SIZES: [usize; 6] = [
 fn every_size_class_from_two_roots_over_two_trees_is_byte_exact() {
     let n = 4;
     for kind in KINDS {
-        let mut ranks = Ranks::new(kind, n, false);
+        let Some(mut ranks) = Ranks::new(kind, n, false) else {
+            continue;
+        };
         let mut seq = 0;
         for root in [0, n - 1] {
             for (tree, lane) in trees(n, root) {
                 for size in SIZES {
                     seq += 1;
-                    for r in 0..n {
-                        ranks.post(
-                            r,
-                            std::slice::from_ref(&lane),
-                            setup(seq, root, size),
-                            config(),
-                        );
-                    }
+                    ranks.post_at(0..n, &lane, setup(seq, root, size), config());
                     let what = format!("{tree} from {root}, {size} bytes");
                     ranks.run(&what);
                     ranks.check(seq, &what);
@@ -345,6 +462,16 @@ fn every_size_class_from_two_roots_over_two_trees_is_byte_exact() {
             }
         }
         ranks.settle();
+        if let Some(medium) = ranks.keep.downcast_ref::<Medium>() {
+            let c = medium.counters();
+            if kind == Kind::Simulated {
+                let (lost, twice, late) = (c.dropped, c.duplicated, c.delayed);
+                assert!(lost > 0 && twice > 0 && late > 0, "{kind:?}: {c:?}");
+            } else {
+                assert_eq!(c.dropped + c.duplicated + c.delayed, 0, "{c:?}");
+            }
+            assert_eq!(c.overflowed, 0, "{kind:?}: {c:?}");
+        }
     }
 }
 
@@ -355,31 +482,21 @@ fn every_size_class_from_two_roots_over_two_trees_is_byte_exact() {
 fn data_that_arrives_before_its_broadcast_is_posted_lands_when_it_is() {
     let n = 3;
     for kind in KINDS {
-        let mut ranks = Ranks::new(kind, n, false);
+        let Some(mut ranks) = Ranks::new(kind, n, false) else {
+            continue;
+        };
         for (i, size) in [1, 3 * SEGMENT as usize + 17, (1 << 18) + 5]
             .into_iter()
             .enumerate()
         {
             let seq = i as u64 + 1;
             let lane = trees(n, 0)[0].1.clone();
-            for r in 0..n - 1 {
-                ranks.post(
-                    r,
-                    std::slice::from_ref(&lane),
-                    setup(seq, 0, size),
-                    config(),
-                );
-            }
+            ranks.post_at(0..n - 1, &lane, setup(seq, 0, size), config());
             for _ in 0..200 {
                 ranks.round();
             }
             assert!(!ranks.ranks[n - 1].endpoint.is_done(seq));
-            ranks.post(
-                n - 1,
-                std::slice::from_ref(&lane),
-                setup(seq, 0, size),
-                config(),
-            );
+            ranks.post_at(n - 1..n, &lane, setup(seq, 0, size), config());
             let what = format!("late rank, {size} bytes");
             ranks.run(&what);
             ranks.check(seq, &what);
@@ -398,17 +515,12 @@ fn a_full_window_of_one_segment_still_moves_every_byte() {
         ..Config::default()
     };
     for kind in KINDS {
-        let mut ranks = Ranks::new(kind, n, false);
+        let Some(mut ranks) = Ranks::new(kind, n, false) else {
+            continue;
+        };
         for (seq, (_, lane)) in trees(n, 1).into_iter().enumerate() {
             let seq = seq as u64 + 1;
-            for r in 0..n {
-                ranks.post(
-                    r,
-                    std::slice::from_ref(&lane),
-                    setup(seq, 1, 64 * 1024 - 5),
-                    config,
-                );
-            }
+            ranks.post_at(0..n, &lane, setup(seq, 1, 64 * 1024 - 5), config);
             ranks.run("window 1");
             ranks.check(seq, "window 1");
         }
@@ -424,7 +536,9 @@ fn a_full_window_of_one_segment_still_moves_every_byte() {
 fn every_link_sees_buffers_registered_before_data_and_deregistered_after() {
     let n = 3;
     for kind in KINDS {
-        let mut ranks = Ranks::new(kind, n, true);
+        let Some(mut ranks) = Ranks::new(kind, n, true) else {
+            continue;
+        };
         let lane = trees(n, 0)[1].1.clone();
         let size = 5 * SEGMENT as usize + 3;
         for seq in 1..=2u64 {
@@ -475,16 +589,11 @@ fn every_link_sees_buffers_registered_before_data_and_deregistered_after() {
 fn a_peer_that_closes_fails_its_waiters_without_a_hang() {
     let n = 3;
     for kind in KINDS {
-        let mut ranks = Ranks::new(kind, n, false);
+        let Some(mut ranks) = Ranks::new(kind, n, false) else {
+            continue;
+        };
         let lane = trees(n, 0)[0].1.clone();
-        for r in 0..n {
-            ranks.post(
-                r,
-                std::slice::from_ref(&lane),
-                setup(1, 0, 4 << 20),
-                config(),
-            );
-        }
+        ranks.post_at(0..n, &lane, setup(1, 0, 4 << 20), config());
         for _ in 0..3 {
             ranks.round();
         }

@@ -8,6 +8,7 @@
 
 mod common;
 
+use common::netns::{sh, tbf, Lab};
 use common::pattern;
 use common::requirements::tool;
 use pipecast::comm::drive::{drive, Engine};
@@ -19,11 +20,9 @@ use pipecast::transport::{Buffer, Buffers, Link};
 use pipecast::wire::frame::{Kind, Repr, HEADER_LEN};
 use std::io::IoSlice;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
-
-static NEXT: AtomicUsize = AtomicUsize::new(0);
 
 /// Runs one broadcast over `t` on this rank's `buf` to completion (posted on `endpoint`,
 /// which keeps what arrives early for later broadcasts).
@@ -69,49 +68,6 @@ fn serve(
 /// acknowledged (the communicator uses `link::LINGER`, 200 ms).
 const LINGER: Duration = Duration::from_millis(300);
 
-fn sh(args: &[&str]) -> Result<(), String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .map_err(|e| format!("{}: {e}", args[0]))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
-fn sh_out(args: &[&str]) -> String {
-    Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default()
-}
-
-/// Waits until `dev` in `ns` is operationally up and its qdisc is active. Until the kernel's
-/// link watch has run (it may take up to a second after `ip link set up`), the device still
-/// has the `noop` qdisc, which drops every frame it is given without an error.
-fn wait_up(ns: &str, dev: &str) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let link = sh_out(&["ip", "-n", ns, "-o", "link", "show", "dev", dev]);
-        let qdisc = sh_out(&["ip", "netns", "exec", ns, "tc", "qdisc", "show", "dev", dev]);
-        if link.contains("state UP") && !qdisc.contains("noop") {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{dev} in {ns} did not come up: {link} {qdisc}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 /// What the test lacks here, if anything: root (network namespaces, CAP_NET_RAW), iproute2
 /// and, with `need_nft`, nftables.
 fn missing(need_nft: bool) -> Option<common::Missing> {
@@ -134,120 +90,6 @@ macro_rules! skip_unless_able {
     ($nft:expr) => {
         common::require!(missing($nft))
     };
-}
-
-/// Namespaces of one test, deleted on drop.
-struct Lab {
-    prefix: String,
-    names: Vec<String>,
-}
-
-impl Lab {
-    fn new() -> Lab {
-        Lab {
-            prefix: format!(
-                "pcrw-{}-{}",
-                std::process::id(),
-                NEXT.fetch_add(1, Ordering::SeqCst)
-            ),
-            names: Vec::new(),
-        }
-    }
-
-    fn ns(&mut self, tag: &str) -> String {
-        let name = format!("{}-{tag}", self.prefix);
-        sh(&["ip", "netns", "add", &name]).unwrap();
-        self.names.push(name.clone());
-        sh(&["ip", "-n", &name, "link", "set", "lo", "up"]).unwrap();
-        name
-    }
-
-    /// Two hosts joined by a veth pair (`eth0` in each), optionally with a tbf on both ends.
-    fn pair(&mut self, mtu: u32, rate: Option<&str>) -> Vec<String> {
-        let (a, b) = (self.ns("a"), self.ns("b"));
-        sh(&[
-            "ip", "-n", &a, "link", "add", "name", "eth0", "type", "veth", "peer", "name", "eth0",
-            "netns", &b,
-        ])
-        .unwrap();
-        for n in [&a, &b] {
-            sh(&[
-                "ip",
-                "-n",
-                n,
-                "link",
-                "set",
-                "eth0",
-                "mtu",
-                &mtu.to_string(),
-                "up",
-            ])
-            .unwrap();
-            if let Some(rate) = rate {
-                tbf(n, "eth0", rate);
-            }
-        }
-        for n in [&a, &b] {
-            wait_up(n, "eth0");
-        }
-        vec![a, b]
-    }
-
-    /// `hosts` hosts on one bridge (in its own namespace `sw`); returns the host namespaces.
-    fn star(&mut self, hosts: usize) -> (String, Vec<String>) {
-        let sw = self.ns("sw");
-        sh(&[
-            "ip",
-            "-n",
-            &sw,
-            "link",
-            "add",
-            "name",
-            "br0",
-            "type",
-            "bridge",
-            "stp_state",
-            "0",
-            "mcast_snooping",
-            "0",
-        ])
-        .unwrap();
-        sh(&["ip", "-n", &sw, "link", "set", "br0", "up"]).unwrap();
-        let mut names = Vec::new();
-        for h in 0..hosts {
-            let host = self.ns(&format!("h{h}"));
-            let port = format!("p{h}");
-            sh(&[
-                "ip", "-n", &host, "link", "add", "name", "eth0", "type", "veth", "peer", "name",
-                &port, "netns", &sw,
-            ])
-            .unwrap();
-            sh(&["ip", "-n", &host, "link", "set", "eth0", "up"]).unwrap();
-            sh(&["ip", "-n", &sw, "link", "set", &port, "master", "br0", "up"]).unwrap();
-            names.push(host);
-        }
-        for (h, host) in names.iter().enumerate() {
-            wait_up(host, "eth0");
-            wait_up(&sw, &format!("p{h}"));
-        }
-        (sw, names)
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        for n in self.names.iter().rev() {
-            let _ = sh(&["ip", "netns", "del", n]);
-        }
-    }
-}
-
-fn tbf(ns: &str, dev: &str, rate: &str) {
-    sh(&[
-        "ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate",
-        rate, "burst", "65536", "limit", "262144",
-    ])
-    .unwrap();
 }
 
 #[derive(Clone)]
@@ -339,7 +181,7 @@ fn run_job(hosts: &[String], cases: &[Case], config: Config, cookie: u64) -> Vec
 fn frames_cross_a_veth_pair_at_both_mtus() {
     skip_unless_able!(false);
     for mtu in [1500u32, 9000] {
-        let mut lab = Lab::new();
+        let mut lab = Lab::new("pcrw");
         let hosts = lab.pair(mtu, None);
         let a = RawSocket::open_in_netns(&hosts[0], "eth0").unwrap();
         let b = RawSocket::open_in_netns(&hosts[1], "eth0").unwrap();
@@ -411,7 +253,7 @@ fn sizes_and_roots() -> Vec<Case> {
 #[test]
 fn broadcasts_are_byte_exact_across_sizes_roots_and_trees() {
     skip_unless_able!(false);
-    let mut lab = Lab::new();
+    let mut lab = Lab::new("pcrw");
     let (_, hosts) = lab.star(4);
     let counters = run_job(&hosts, &sizes_and_roots(), Config::default(), 0x5eed);
     let total: u64 = counters.iter().map(|c| c.rx_frames).sum();
@@ -421,14 +263,14 @@ fn broadcasts_are_byte_exact_across_sizes_roots_and_trees() {
 #[test]
 fn broadcasts_are_byte_exact_through_the_mmap_receive_ring() {
     skip_unless_able!(false);
-    let mut lab = Lab::new();
+    let mut lab = Lab::new("pcrw");
     let (_, hosts) = lab.star(4);
     let config = Config {
         rx_ring: Some(4 << 20),
         ..Config::default()
     };
     run_job(&hosts, &sizes_and_roots(), config, 0x5eed);
-    let mut lab = Lab::new();
+    let mut lab = Lab::new("pcrw");
     let hosts = lab.pair(9000, None);
     let case = Case {
         root: 0,
@@ -442,7 +284,7 @@ fn broadcasts_are_byte_exact_through_the_mmap_receive_ring() {
 #[test]
 fn two_ranks_at_mtu_9000() {
     skip_unless_able!(false);
-    let mut lab = Lab::new();
+    let mut lab = Lab::new("pcrw");
     let hosts = lab.pair(9000, None);
     let cases = vec![
         Case {
@@ -466,7 +308,7 @@ fn two_ranks_at_mtu_9000() {
 #[test]
 fn broadcasts_complete_byte_exact_when_a_bridge_drops_frames() {
     skip_unless_able!(true);
-    let mut lab = Lab::new();
+    let mut lab = Lab::new("pcrw");
     let (sw, hosts) = lab.star(4);
     let rules = "table bridge pcrw {\n chain lossy {\n  type filter hook forward priority 0; policy accept;\n  ether type 0x88b5 numgen random mod 100 < 2 counter drop\n }\n}\n";
     nft(&sw, rules);
@@ -492,7 +334,7 @@ fn broadcasts_complete_byte_exact_when_a_bridge_drops_frames() {
 #[test]
 fn a_foreign_cookie_storm_is_dropped_and_counted() {
     skip_unless_able!(false);
-    let mut lab = Lab::new();
+    let mut lab = Lab::new("pcrw");
     let (_, hosts) = lab.star(3);
     // Another "job" on rank 2's interface (same MAC) sends frames with its own cookie to
     // ranks 0 and 1 while they broadcast.
@@ -696,7 +538,7 @@ fn measure_raweth_vs_tcp_on_a_100mbit_pair() {
     skip_unless_able!(false);
     // PCRW_RATE=1gbit to measure at another rate.
     let rate = std::env::var("PCRW_RATE").unwrap_or_else(|_| "100mbit".into());
-    let mut lab = Lab::new();
+    let mut lab = Lab::new("pcrw");
     let hosts = lab.pair(1500, Some(&rate));
     let msize = 8 << 20;
     let raw = timed_job(&hosts, Via::RawEth, msize, 65536, 5);
@@ -733,7 +575,7 @@ fn measure_loss_slowdown_on_a_100mbit_bridge() {
     skip_unless_able!(true);
     let mut results = Vec::new();
     for drop_pct in [0u32, 1] {
-        let mut lab = Lab::new();
+        let mut lab = Lab::new("pcrw");
         let (sw, hosts) = lab.star(4);
         for (h, host) in hosts.iter().enumerate() {
             tbf(host, "eth0", "100mbit");
@@ -763,7 +605,7 @@ fn measure_loss_slowdown_on_a_100mbit_bridge() {
 fn an_oversized_send_buffer_against_tbf_still_completes() {
     skip_unless_able!(false);
     for rate in [None, Some(12_500_000u64)] {
-        let mut lab = Lab::new();
+        let mut lab = Lab::new("pcrw");
         let (sw, hosts) = lab.star(3);
         for (h, host) in hosts.iter().enumerate() {
             tbf(host, "eth0", "100mbit");
@@ -936,7 +778,7 @@ fn liveness_job(hosts: &[String], before: [Before; 3]) -> Vec<(Result<(), String
 #[test]
 fn a_late_rank_is_waited_for_over_raw_ethernet() {
     skip_unless_able!(false);
-    let mut lab = Lab::new();
+    let mut lab = Lab::new("pcrw");
     let (_, hosts) = lab.star(3);
     let late = Before::Late(Duration::from_secs(2));
     for (r, (result, _)) in liveness_job(&hosts, [Before::Join, Before::Join, late])
@@ -953,7 +795,7 @@ fn a_late_rank_is_waited_for_over_raw_ethernet() {
 #[test]
 fn a_gone_rank_fails_its_peers_over_raw_ethernet() {
     skip_unless_able!(false);
-    let mut lab = Lab::new();
+    let mut lab = Lab::new("pcrw");
     let (_, hosts) = lab.star(3);
     let outcomes = liveness_job(&hosts, [Before::Join, Before::Join, Before::Vanish]);
     // Rank 1 forwards to the vanished rank 2; rank 0 may finish (rank 1 took everything).
@@ -1003,7 +845,7 @@ fn a_soak_with_loss_duplication_bursts_and_a_flood_stays_byte_exact() {
         },
         ..Config::default()
     };
-    let mut lab = Lab::new();
+    let mut lab = Lab::new("pcrw");
     let (sw, all) = lab.star(5);
     let (hosts, intruder) = (&all[..4], all[4].clone());
 

@@ -23,12 +23,9 @@
 //! docs/engine.md, "Links", says how far this got.
 
 mod arrival;
-#[cfg(test)]
-mod conformance;
 pub mod driver;
 pub mod loan;
-#[cfg(test)]
-pub(crate) mod recording;
+pub mod recording;
 pub mod router;
 pub mod shm;
 pub mod tcp;

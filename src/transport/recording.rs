@@ -1,5 +1,5 @@
 //! A link for tests that needs buffer registration (as the RDMA verbs link does) and records
-//! the calls the driver makes: it wraps a real link, which moves the bytes.
+//! the calls the driver makes: it wraps a real link, which moves the bytes (tests/links.rs).
 
 use super::{Buffer, Buffers, Capabilities, Driver, Link, TransportError};
 use std::collections::{BTreeMap, BTreeSet};
@@ -12,7 +12,7 @@ pub enum Event {
     /// A buffer's sequence number and length.
     Register(u64, usize),
     Deregister(u64),
-    /// A round of `progress` (where all data moves) with these broadcasts' buffers.
+    /// A round of `progress` (where all data moves) with the broadcasts' buffers it saw.
     Progress(Vec<u64>),
     /// A round of `progress` saw broadcast `seq`'s buffer unregistered: a bug.
     Unregistered(u64),
@@ -35,10 +35,6 @@ impl Recording {
         };
         (link, log)
     }
-
-    fn record(&self, e: Event) {
-        self.log.lock().expect("log").push(e);
-    }
 }
 
 impl Link for Recording {
@@ -57,22 +53,18 @@ impl Link for Recording {
         self.inner.connect(peers, timeout)
     }
 
-    /// Recorded, and passed on to a link that needs it too.
+    /// Recorded, and passed on (a link that needs no registration takes it as a no-op).
     fn register(&mut self, seq: u64, buf: &Buffer) -> Result<(), TransportError> {
         self.registered.insert(seq);
-        self.record(Event::Register(seq, buf.len()));
-        if self.inner.capabilities().needs_registration {
-            self.inner.register(seq, buf)?;
-        }
-        Ok(())
+        let event = Event::Register(seq, buf.len());
+        self.log.lock().expect("log").push(event);
+        self.inner.register(seq, buf)
     }
 
     fn deregister(&mut self, seq: u64) {
         self.registered.remove(&seq);
-        self.record(Event::Deregister(seq));
-        if self.inner.capabilities().needs_registration {
-            self.inner.deregister(seq);
-        }
+        self.log.lock().expect("log").push(Event::Deregister(seq));
+        self.inner.deregister(seq);
     }
 
     fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
@@ -87,14 +79,11 @@ impl Link for Recording {
         wait: Duration,
     ) -> crate::Result<()> {
         let seqs: Vec<u64> = bufs.keys().copied().collect();
-        for &seq in &seqs {
-            if !self.registered.contains(&seq) {
-                self.record(Event::Unregistered(seq));
-            }
-        }
-        if !seqs.is_empty() {
-            self.record(Event::Progress(seqs));
-        }
+        let unregistered = seqs.iter().filter(|s| !self.registered.contains(s));
+        let mut log = self.log.lock().expect("log");
+        log.extend(unregistered.map(|&s| Event::Unregistered(s)));
+        log.push(Event::Progress(seqs));
+        drop(log);
         self.inner.progress(bufs, driver, clock, wait)
     }
 

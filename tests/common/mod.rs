@@ -4,6 +4,7 @@
 //! cdylib and staticlib (`cargo test` builds only the rlib; built once per test binary).
 
 pub mod mpi;
+pub mod netns;
 pub mod requirements;
 #[allow(unused_imports)] // not every test binary checks what it needs
 pub(crate) use requirements::require;

@@ -18,12 +18,13 @@
 //! [`RawEthTransport`](super::RawEthTransport), in the in-memory tests below it, and in the
 //! fuzz target `raweth_rx`.
 
+use super::addresses::Addresses;
 use super::{Assembly, Config, Counters};
 use crate::engine::reliable::Lossy;
-use crate::transport::raweth::socket::{mac_to_string, Mac};
+use crate::transport::raweth::socket::Mac;
 use crate::transport::{arrival::Dest, Buffers, Driver, TransportError};
 use crate::wire::frame::{Kind, Repr, HEADER_LEN};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// Everything of one rank's raw Ethernet link but its socket.
 pub struct FrameLink {
@@ -34,15 +35,10 @@ pub struct FrameLink {
     pub(super) config: Config,
     pub(super) max_payload: usize,
     pub(super) cookie: u64,
-    /// Every peer's MAC address on each rail, by rank: `macs[rail][rank]`. As many rails as
-    /// [`FrameLink::set_rail_peers`] was given (at most `own.len()`).
-    /// (Ranks of one host may share a NIC, so one MAC may be several ranks'.)
-    pub(super) macs: Vec<BTreeMap<usize, Mac>>,
-    /// Every MAC of `macs[rail]`: a frame from any other is dropped before it is read.
-    pub(super) by_mac: Vec<BTreeSet<Mac>>,
-    /// The ranks this link reaches: those with a MAC on every rail. The driver's messages to
-    /// other ranks are another link's (shared memory's, behind the Router).
-    pub(super) peers: BTreeSet<usize>,
+    /// The peers' MAC addresses on each rail, as many rails as
+    /// [`FrameLink::set_rail_peers`] was given (at most `own.len()`). The driver's messages
+    /// to ranks not in it are another link's (shared memory's, behind the Router).
+    pub(super) addrs: Addresses,
     /// The per-peer reliability of every frame with its framing (the lossy-path adapter),
     /// one per rail (per (peer, rail), see above).
     pub(super) reliable: Vec<Lossy>,
@@ -71,9 +67,7 @@ impl FrameLink {
             me,
             max_payload,
             cookie: 0,
-            macs: vec![BTreeMap::new()],
-            by_mac: vec![BTreeSet::new()],
-            peers: BTreeSet::new(),
+            addrs: Addresses::none(),
             reliable: own
                 .iter()
                 .map(|_| {
@@ -103,13 +97,13 @@ impl FrameLink {
     /// How many rails the peers were given on (1 until [`FrameLink::set_rail_peers`] gives
     /// more).
     pub fn rails(&self) -> usize {
-        self.macs.len()
+        self.addrs.rails()
     }
 
     /// The rail a lane's message goes on: `rail` when the link has it, else rail 0 (right
     /// data at one NIC's speed, as the TCP link does).
     pub(super) fn rail(&self, rail: usize) -> usize {
-        if rail < self.macs.len() {
+        if rail < self.rails() {
             rail
         } else {
             0
@@ -167,110 +161,27 @@ impl FrameLink {
     /// Every rank's MAC address on each rail (`macs[rail][rank]`, from the bootstrap), which
     /// host each rank is on (`hosts[rank]`, any id: ranks with equal ids share a host) and the
     /// job cookie. The link then runs on `macs.len()` rails (1 when empty; more than this
-    /// link has NICs is an error).
-    ///
-    /// Ranks of one host may share a NIC, hence a MAC: frames name their sender and receiver
-    /// rank (wire/frame.rs, version 3), so the peer table is keyed by (rail, MAC, rank). A
-    /// peer on this rank's own host that shares one of its MACs is not a peer of this link
-    /// ([`FrameLink::knows`] says no): a frame to the own MAC never comes back from the
-    /// switch, and such peers are reached over shared memory (the Router). What stays an
-    /// error: two of this rank's rails with one MAC, a rank with one MAC on two rails, one MAC
-    /// on two rails (of different ranks of a host), and ranks on different hosts sharing a
-    /// MAC (a frame to it would reach the wrong host).
+    /// link has NICs is an error). A peer of this host behind one of its own MACs is not this
+    /// link's ([`FrameLink::knows`] says no); [`Addresses::of`] says what else is an error.
     pub fn set_rail_peers_on_hosts(
         &mut self,
         macs: Vec<Vec<Mac>>,
         hosts: &[usize],
         cookie: u64,
     ) -> Result<(), TransportError> {
-        let setup = |error: String| TransportError::Setup {
-            what: "raw Ethernet peers".into(),
-            error,
-        };
-        if macs.len() > self.own.len() {
-            return Err(setup(format!(
-                "{} rails of peers for {} NICs",
-                macs.len(),
-                self.own.len()
-            )));
-        }
-        if let Some(rank) = (0..macs.iter().map(Vec::len).max().unwrap_or(0))
-            .chain([self.me])
-            .find(|&r| r >= hosts.len())
-        {
-            return Err(setup(format!("rank {rank} has no host")));
-        }
+        self.addrs = Addresses::of(self.me, &self.own, macs, hosts)?;
         self.cookie = cookie;
-        self.macs = vec![BTreeMap::new(); macs.len().max(1)];
-        self.by_mac = vec![BTreeSet::new(); macs.len().max(1)];
-        self.reliable.iter_mut().for_each(Lossy::clear);
-        // Whose each MAC is, and on which rail (the first rank that has it there).
-        let mine: BTreeSet<Mac> = self.own[..macs.len().max(1)].iter().copied().collect();
-        if mine.len() < macs.len() {
-            return Err(setup("two of this rank's rails share a MAC address".into()));
+        for (rail, reliable) in self.reliable.iter_mut().enumerate() {
+            reliable.clear();
+            let peers = self.addrs.macs.get(rail).into_iter().flat_map(|m| m.keys());
+            peers.for_each(|&p| reliable.add(p));
         }
-        let mut seen: BTreeMap<Mac, (usize, usize)> = self.own[..macs.len().max(1)]
-            .iter()
-            .enumerate()
-            .map(|(rail, &m)| (m, (rail, self.me)))
-            .collect();
-        // Peers on this host behind this rank's own NIC: not reached through it.
-        let mut behind = BTreeSet::new();
-        for (rail, list) in macs.iter().enumerate() {
-            for (rank, mac) in list.iter().enumerate() {
-                if rank == self.me {
-                    continue;
-                }
-                let mac_s = mac_to_string(mac);
-                match seen.get(mac) {
-                    Some(&(_, other)) if other == rank => {
-                        return Err(setup(format!(
-                            "rank {rank} has MAC {mac_s} on two rails: each rail needs its own NIC"
-                        )))
-                    }
-                    Some(&(_, other)) if hosts[other] != hosts[rank] => {
-                        return Err(setup(format!(
-                            "ranks {} and {} are on different hosts but share MAC {mac_s}: each host needs its own NIC (ranks of one host may share one)",
-                            other.min(rank),
-                            other.max(rank),
-                        )))
-                    }
-                    Some(&(first, other)) if first != rail => {
-                        return Err(setup(format!(
-                            "MAC {mac_s} is rank {other}'s on rail {first} and rank {rank}'s on rail {rail}: each rail needs its own NIC"
-                        )))
-                    }
-                    Some(_) => {}
-                    None => {
-                        seen.insert(*mac, (rail, rank));
-                    }
-                }
-                if hosts[rank] == hosts[self.me] && mine.contains(mac) {
-                    behind.insert(rank);
-                }
-            }
-        }
-        for (rail, list) in macs.into_iter().enumerate() {
-            for (rank, mac) in list.into_iter().enumerate() {
-                if rank == self.me || behind.contains(&rank) {
-                    continue;
-                }
-                self.macs[rail].insert(rank, mac);
-                self.by_mac[rail].insert(mac);
-                self.reliable[rail].add(rank);
-            }
-        }
-        self.peers = self.macs[0]
-            .keys()
-            .copied()
-            .filter(|&p| self.macs.iter().all(|m| m.contains_key(&p)))
-            .collect();
         Ok(())
     }
 
     /// Whether `peer` has a MAC address (on every rail).
     pub fn knows(&self, peer: usize) -> bool {
-        self.peers.contains(&peer)
+        self.addrs.peers.contains(&peer)
     }
 
     /// The counters, with the reliability's totals over every rail (the kernel's drops are
@@ -347,8 +258,8 @@ impl FrameLink {
                 a.got, a.len
             );
         }
-        for (rail, r) in self.reliable[..self.macs.len()].iter().enumerate() {
-            if self.macs.len() > 1 {
+        for (rail, r) in self.reliable[..self.rails()].iter().enumerate() {
+            if self.rails() > 1 {
                 out += &format!("\n  rail {rail}: {} bytes sent", self.rail_bytes[rail]);
             }
             out += &r.describe(now);

@@ -25,7 +25,7 @@
 //!
 //! Ranks of one host share its NICs (issue 11): frames name their sending and receiving rank,
 //! a frame is taken only from the MAC of the rank it names and only for this rank
-//! (`dropped_otherrank`), and each socket's BPF filter ([`socket::rank_filter`]) keeps the
+//! (`dropped_otherrank`), and each socket's BPF filter ([`filter::rank_filter`]) keeps the
 //! other ranks' frames out of it in the kernel. Ranks of this host behind its own NIC are no
 //! peers of this link: shared memory reaches them (docs/raweth.md, "Several ranks per host").
 //!
@@ -38,7 +38,11 @@
 //! Reliability runs per (peer, rail) (link.rs says why). `rail{r}.bytes_sent` counts each
 //! rail's bytes, as the TCP link does.
 
+mod addresses;
+pub mod filter;
 mod link;
+pub mod medium;
+pub mod port;
 pub mod ring;
 mod rx;
 pub mod socket;
@@ -54,7 +58,8 @@ use crate::transport::arrival::Dest;
 use crate::transport::driver::Driver;
 use crate::transport::{Buffers, Link, TransportError};
 use crate::wire::frame::HEADER_LEN;
-use socket::{Mac, RawSocket, RecvBatch};
+use port::{PacketPort, Port};
+use socket::{Mac, RawSocket};
 use std::collections::BTreeMap;
 use std::io;
 use std::time::Duration;
@@ -136,15 +141,13 @@ pub struct Counters {
 /// `Dest::Discard` (a discarded segment is not assembled).
 type Assembly = reliable::Assembly<Dest, DataHeader>;
 
-/// This rank's raw Ethernet endpoint: a [`FrameLink`] on an `AF_PACKET` socket, or on one
-/// socket per NIC (rail) on machines with several NICs ([`RawEthTransport::bind_rails`]).
+/// This rank's raw Ethernet endpoint: a [`FrameLink`] on a [`Port`] per NIC (rail): an
+/// `AF_PACKET` socket ([`PacketPort`]; one per NIC on machines with several,
+/// [`RawEthTransport::bind_rails`]), or a port of an in-memory [`medium`].
 pub struct RawEthTransport {
-    /// One per rail: `socks[r]` is NIC r's.
-    socks: Vec<RawSocket>,
-    recv: RecvBatch,
-    /// One per socket when receiving through PACKET_MMAP rings.
-    rings: Vec<ring::RxRing>,
-    /// The progress thread's wake descriptor, polled beside the sockets.
+    /// One per rail: `ports[r]` is NIC r's.
+    ports: Vec<Box<dyn Port>>,
+    /// The progress thread's wake descriptor, polled beside the ports.
     wake: Option<std::os::fd::RawFd>,
     kernel_drops: std::cell::Cell<u64>,
     link: FrameLink,
@@ -185,62 +188,46 @@ impl RawEthTransport {
         Self::with_sockets(me, vec![RawSocket::open_in_netns(netns, ifname)?], config)
     }
 
-    /// The link on `socks` (NIC r's socket at r). Frames carry as much payload as the
-    /// smallest MTU allows.
+    /// The link on `socks` (NIC r's socket at r), each a [`PacketPort`].
     pub fn with_sockets(
         me: usize,
         socks: Vec<RawSocket>,
         config: Config,
     ) -> Result<RawEthTransport, TransportError> {
-        let Some(mtu) = socks.iter().map(RawSocket::mtu).min() else {
+        let ports = socks
+            .into_iter()
+            .map(|s| Ok(Box::new(PacketPort::new(s, me, &config)?) as Box<dyn Port>))
+            .collect::<Result<Vec<_>, TransportError>>()?;
+        Self::with_ports(me, ports, config)
+    }
+
+    /// The link on `ports` (NIC r's at r). Frames carry as much payload as the smallest MTU
+    /// allows.
+    pub fn with_ports(
+        me: usize,
+        ports: Vec<Box<dyn Port>>,
+        config: Config,
+    ) -> Result<RawEthTransport, TransportError> {
+        let Some(mtu) = ports.iter().map(|p| p.mtu()).min() else {
             return Err(TransportError::Setup {
                 what: "raw Ethernet".into(),
                 error: "no interface to open".into(),
             });
         };
-        for sock in &socks {
-            let Some(bytes) = config.sndbuf else { break };
-            let bytes = bytes.min(i32::MAX as usize) as i32;
-            if sock.set_int(libc::SO_SNDBUFFORCE, bytes).is_err() {
-                sock.set_int(libc::SO_SNDBUF, bytes)
-                    .map_err(|e| TransportError::Setup {
-                        what: format!("SO_SNDBUF {bytes} on {}", sock.ifname()),
-                        error: e.to_string(),
-                    })?;
-            }
-        }
         let fits = mtu.saturating_sub(HEADER_LEN);
         let max_payload = config.max_payload.unwrap_or(fits).min(fits).min(0xffff);
         if max_payload == 0 {
             return Err(TransportError::Setup {
-                what: format!("raw Ethernet on {}", names(&socks)),
+                what: format!("raw Ethernet on {}", names(&ports)),
                 error: format!(
                     "MTU {mtu} leaves no room for payload after the {HEADER_LEN}-byte header"
                 ),
             });
         }
-        // Only this rank's frames reach its sockets (the ranks of a host share their NICs).
-        for sock in &socks {
-            sock.set_rank_filter(me as u32)
-                .map_err(|e| TransportError::Setup {
-                    what: format!("the rank filter (SO_ATTACH_FILTER) on {}", sock.ifname()),
-                    error: e.to_string(),
-                })?;
-        }
-        let rings = match config.rx_ring {
-            Some(bytes) => socks
-                .iter()
-                .map(|s| ring::RxRing::new(s, bytes))
-                .collect::<Result<Vec<_>, _>>()?,
-            None => Vec::new(),
-        };
-        let most = socks.iter().map(RawSocket::mtu).max().unwrap_or(mtu);
-        let macs = socks.iter().map(RawSocket::mac).collect();
+        let macs = ports.iter().map(|p| p.mac()).collect();
         Ok(RawEthTransport {
-            rings,
-            recv: RecvBatch::new(config.batch, most + 64),
             link: FrameLink::on_rails(me, macs, config, max_payload),
-            socks,
+            ports,
             wake: None,
             kernel_drops: std::cell::Cell::new(0),
         })
@@ -248,26 +235,21 @@ impl RawEthTransport {
 
     /// This endpoint's MAC address (NIC 0's; goes into the bootstrap blob).
     pub fn local_mac(&self) -> Mac {
-        self.socks[0].mac()
+        self.ports[0].mac()
     }
 
     /// The MAC address of each NIC this endpoint opened (rail r's at r).
     pub fn local_macs(&self) -> Vec<Mac> {
-        self.socks.iter().map(RawSocket::mac).collect()
+        self.ports.iter().map(|p| p.mac()).collect()
     }
 
     pub fn mtu(&self) -> usize {
-        self.socks[0].mtu()
+        self.ports[0].mtu()
     }
 
     /// Payload bytes per frame.
     pub fn max_payload(&self) -> usize {
         self.link.max_payload()
-    }
-
-    /// NIC 0's socket.
-    pub fn socket(&self) -> &RawSocket {
-        &self.socks[0]
     }
 
     /// How many rails the link runs on (1 until [`RawEthTransport::set_rail_peers`] gives
@@ -279,11 +261,7 @@ impl RawEthTransport {
     pub fn counters(&self) -> Counters {
         let mut c = self.link.counters();
         // PACKET_STATISTICS resets on read: keep the running total.
-        let new: u64 = self
-            .socks
-            .iter()
-            .map(|s| s.take_kernel_drops().unwrap_or(0))
-            .sum();
+        let new: u64 = self.ports.iter().map(|p| p.take_drops()).sum();
         let total = self.kernel_drops.get() + new;
         self.kernel_drops.set(total);
         c.kernel_drops = total;
@@ -317,13 +295,10 @@ impl RawEthTransport {
     }
 }
 
-/// The interfaces of `socks`, comma-separated.
-fn names(socks: &[RawSocket]) -> String {
-    socks
-        .iter()
-        .map(RawSocket::ifname)
-        .collect::<Vec<_>>()
-        .join(",")
+/// The interfaces of `ports`, comma-separated.
+fn names(ports: &[Box<dyn Port>]) -> String {
+    let names: Vec<&str> = ports.iter().map(|p| p.name()).collect();
+    names.join(",")
 }
 
 // `counters` stays inherent: it returns the typed `Counters`; the trait's `counters`
@@ -331,7 +306,7 @@ fn names(socks: &[RawSocket]) -> String {
 impl Link for RawEthTransport {
     /// `raweth:IFACE`, or with several rails `raweth:IFACE0,IFACE1,…` (NIC r first to last).
     fn describe(&self) -> String {
-        format!("raweth:{}", names(&self.socks[..self.link.rails()]))
+        format!("raweth:{}", names(&self.ports[..self.link.rails()]))
     }
 
     fn capabilities(&self) -> super::Capabilities {
@@ -376,13 +351,12 @@ impl Link for RawEthTransport {
             ms = ms.min(t.saturating_sub(now).div_ceil(1_000_000));
         }
         let rails = self.link.rails();
-        let polled: Vec<(&RawSocket, bool)> = self.socks[..rails]
+        let polled: Vec<(std::os::fd::RawFd, bool)> = self.ports[..rails]
             .iter()
             .enumerate()
-            .map(|(r, s)| (s, self.link.blocked(r)))
+            .map(|(r, p)| (p.fd(), self.link.blocked(r)))
             .collect();
-        let ready =
-            socket::poll_sockets(&polled, ms as i32, self.wake).map_err(|e| io_err(None, e))?;
+        let ready = socket::poll_fds(&polled, ms as i32, self.wake).map_err(|e| io_err(None, e))?;
         self.link.unblock();
         for (rail, &(readable, _)) in ready.iter().enumerate() {
             if readable {

@@ -1,22 +1,21 @@
-//! The receiving half of [`RawEthTransport`]: frames from `recvmmsg` batches or the mmap
-//! ring, checked, filtered (addressing, peer, version, length, checksum, cookie,
+//! The receiving half of [`RawEthTransport`]: frames from its ports (`recvmmsg` batches,
+//! the mmap ring, or an in-memory medium), checked, filtered (addressing, peer, version, length, checksum, cookie,
 //! communicator), passed through the per-peer reliability, then copied to their offset in the
 //! user buffer. From the bytes on, it is [`FrameLink::receive_frame`]: no socket.
 
-use super::{io_err, ring, Assembly, FrameLink, RawEthTransport};
+use super::{io_err, Assembly, FrameLink, RawEthTransport};
 use crate::engine::reliable::Accept;
 use crate::engine::{DataHeader, Message};
 use crate::transport::arrival::Dest;
 use crate::transport::driver::Driver;
-use crate::transport::raweth::socket::{Addressed, Mac, RecvBatch};
+use crate::transport::raweth::socket::{Addressed, Mac};
 use crate::transport::{slot, Buffers};
 use crate::wire::frame::{flags, Frame, Kind, Repr};
 use crate::wire::WireError;
-use std::io;
 
 impl RawEthTransport {
-    /// Receives what is there on rail `rail`'s socket (bounded), checking every frame before
-    /// use.
+    /// Receives what is there on rail `rail`'s port (bounded: up to 16 batches, sending
+    /// between them), checking every frame before use.
     pub(super) fn receive(
         &mut self,
         rail: usize,
@@ -24,76 +23,23 @@ impl RawEthTransport {
         driver: &mut dyn Driver,
         clock: &dyn Fn() -> u64,
     ) -> Result<(), crate::Error> {
-        if !self.rings.is_empty() {
-            let mut rings = std::mem::take(&mut self.rings);
-            let result = self.receive_ring(rail, &mut rings[rail], bufs, driver, clock);
-            self.rings = rings;
-            return result;
-        }
-        let mut recv = std::mem::replace(&mut self.recv, RecvBatch::new(1, 1));
-        let mut result = Ok(());
-        for _ in 0..16 {
-            match self.socks[rail].recv_batch(&mut recv) {
-                Ok(0) => break,
-                Ok(_) => {}
-                Err(e)
-                    if e.kind() == io::ErrorKind::WouldBlock
-                        || e.kind() == io::ErrorKind::Interrupted =>
-                {
-                    break
-                }
-                Err(e) => {
-                    result = Err(io_err(None, e).into());
-                    break;
-                }
-            }
-            let now = clock();
-            for (mac, to, truncated, bytes) in recv.frames() {
-                if to == Addressed::OtherHost {
-                    self.link.counters.dropped_otherhost += 1;
-                    continue;
-                }
-                if let Err(e) = self
-                    .link
-                    .receive_frame_on(rail, bufs, driver, now, mac, truncated, bytes)
-                {
-                    result = Err(e);
-                    break;
-                }
-            }
-            if result.is_err() {
-                break;
-            }
-            self.link.queue(driver)?;
-            self.send(bufs, clock())?;
-        }
-        self.recv = recv;
-        result
-    }
-
-    fn receive_ring(
-        &mut self,
-        rail: usize,
-        ring: &mut ring::RxRing,
-        bufs: &mut Buffers,
-        driver: &mut dyn Driver,
-        clock: &dyn Fn() -> u64,
-    ) -> Result<(), crate::Error> {
         for _ in 0..16 {
             let now = clock();
             let mut result = Ok(());
-            let taken = ring.drain(self.link.config.batch.max(1), |mac, to, cut, bytes| {
-                if result.is_err() {
-                    return;
-                }
-                if to == Addressed::OtherHost {
-                    self.link.counters.dropped_otherhost += 1;
-                    return;
-                }
-                result = self
-                    .link
-                    .receive_frame_on(rail, bufs, driver, now, mac, cut, bytes);
-            });
+            let link = &mut self.link;
+            let batch = link.config.batch;
+            let taken = self.ports[rail]
+                .receive(batch, &mut |(mac, to, cut, bytes)| {
+                    if result.is_err() {
+                        return;
+                    }
+                    if to == Addressed::OtherHost {
+                        link.counters.dropped_otherhost += 1;
+                        return;
+                    }
+                    result = link.receive_frame_on(rail, bufs, &mut *driver, now, mac, cut, bytes);
+                })
+                .map_err(|e| io_err(None, e))?;
             result?;
             if taken == 0 {
                 break;
@@ -144,7 +90,12 @@ impl FrameLink {
     ) -> Result<(), crate::Error> {
         self.counters.rx_frames += 1;
         self.counters.rx_bytes += bytes.len() as u64;
-        if !self.by_mac.get(rail).is_some_and(|m| m.contains(&mac)) {
+        if !self
+            .addrs
+            .by_mac
+            .get(rail)
+            .is_some_and(|m| m.contains(&mac))
+        {
             self.counters.dropped_unknown_peer += 1;
             return Ok(());
         }
@@ -171,7 +122,7 @@ impl FrameLink {
         // Ranks of a host share its MAC: the sender is the rank the frame names, and only
         // when that rank's MAC on this rail is the one the frame came from.
         let rank = frame.from() as usize;
-        if self.macs[rail].get(&rank) != Some(&mac) {
+        if self.addrs.macs[rail].get(&rank) != Some(&mac) {
             self.counters.dropped_unknown_peer += 1;
             return Ok(());
         }

@@ -1,6 +1,6 @@
 //! The sending half of [`RawEthTransport`]: engine transmits cut into frames and queued on
 //! the lossy-path adapter ([`Lossy`](crate::engine::reliable::Lossy)), which says what to
-//! send next; frames, sealed with their checksum, leave in `sendmmsg` batches,
+//! send next; frames, sealed with their checksum, leave in batches through the rail's port,
 //! acknowledgements piggybacked. Up to the batch, it is [`FrameLink::send`]: no socket.
 //! With several rails, a lane's frames go on its rail (`Outgoing::rail`), each rail's
 //! reliability hands out its own frames, and each batch goes to its rail's socket.
@@ -12,30 +12,19 @@ use crate::transport::raweth::socket::Mac;
 use crate::transport::{Buffers, Driver, TransportError};
 use crate::wire::frame::{flags, Kind, Repr};
 use std::collections::BTreeMap;
-use std::io::{self, IoSlice};
+use std::io::IoSlice;
 
 /// Frames of a batch: each to a MAC address, as its sealed header and its payload.
 pub type Batch<'a> = [(Mac, [IoSlice<'a>; 2])];
 
 impl RawEthTransport {
-    /// Sends what the link has to send, each rail through its own socket; a full socket
-    /// buffer marks its rail blocked (until a poll).
+    /// Sends what the link has to send, each rail through its own port; a full port marks
+    /// its rail blocked (until a poll).
     pub(super) fn send(&mut self, bufs: &Buffers, now: u64) -> Result<(), TransportError> {
-        let socks = &self.socks;
-        self.link.send(
-            bufs,
-            now,
-            &mut |rail, frames| match socks[rail].send_batch(frames) {
-                Ok(n) => Ok(n),
-                Err(e)
-                    if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::ENOBUFS))
-                        || e.kind() == io::ErrorKind::Interrupted =>
-                {
-                    Ok(0)
-                }
-                Err(e) => Err(io_err(None, e)),
-            },
-        )?;
+        let ports = &mut self.ports;
+        self.link.send(bufs, now, &mut |rail, frames| {
+            ports[rail].send(frames).map_err(|e| io_err(None, e))
+        })?;
         Ok(())
     }
 }
@@ -45,14 +34,14 @@ impl FrameLink {
     /// on each peer's queue (the lossy adapter cuts segments into frames); messages to other
     /// ranks are left to the link that reaches them.
     pub fn queue(&mut self, driver: &mut dyn Driver) -> Result<(), TransportError> {
-        let peers = std::mem::take(&mut self.peers);
+        let peers = std::mem::take(&mut self.addrs.peers);
         // The engine ignores the time here.
         while let Some(t) = driver.next(0, &|p| peers.contains(&p)) {
             // Lane i of a plan on rails leaves through NIC i (its data, and its credits back).
             let rail = self.rail(t.rail);
             self.reliable[rail].queue(t.to, t.message, t.payload);
         }
-        self.peers = peers;
+        self.addrs.peers = peers;
         Ok(())
     }
 
@@ -88,14 +77,14 @@ impl FrameLink {
         let base = self.head(Kind::Data);
         let FrameLink {
             reliable,
-            macs,
+            addrs,
             own,
             config,
             counters,
             rail_bytes,
             ..
         } = self;
-        let (macs, own) = (&macs[rail], &own[rail]);
+        let (macs, own) = (&addrs.macs[rail], &own[rail]);
         let checksum = config.checksum;
         reliable[rail].send(now, &mut |batch: &[Frame]| {
             let n = transmit(rail, bufs, &base, macs, own, checksum, batch, out)?;

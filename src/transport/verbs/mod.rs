@@ -11,8 +11,9 @@
 //! - [`mr_cache`]: memory registrations by address range.
 //! - [`waitset`]: the one descriptor the link waits on (completions, side channel), also
 //!   its `wait_fd` under a router.
-//! - `model` (tests only): an in-memory MODEL of the verbs semantics, on which the protocol is
-//!   tested here: these machines have no RDMA device.
+//! - [`model`]: an in-memory MODEL of the verbs semantics, on which the protocol is tested
+//!   (here and in the links' conformance suite, tests/links.rs): these machines have no RDMA
+//!   device.
 //! - `sys` (cargo feature `verbs`): the real backend over libibverbs (rdma-sys), one file per
 //!   verbs object. It builds here; it has not run on hardware.
 
@@ -22,7 +23,6 @@ pub mod mr_cache;
 pub mod ops;
 pub mod waitset;
 
-#[cfg(test)]
 pub mod model;
 #[cfg(feature = "verbs")]
 pub mod sys;
