@@ -2,9 +2,11 @@
 //! ([`Comm::join`]), from a bootstrap or from the environment ([`Comm::from_env`]).
 
 use super::setup::Local;
+use super::shared::{Parts, Shared};
 use super::TcpRendezvous;
 use super::{agree, hosts, settings, tree_dump, Bootstrap, Comm, CommError, Config, Settings};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 impl Comm {
@@ -79,27 +81,36 @@ impl Comm {
             .tree_dump
             .as_deref()
             .map(|dir| tree_dump::TreeDump::new(dir, rank));
-        Ok(Comm {
+        let engine = Shared::new(Parts {
+            ops: f.ops,
+            wake: f.wake,
+            progress: f.progress,
             rank,
             size,
-            topology: f.topology,
-            config: f.config,
-            bootstrap,
-            plans: BTreeMap::new(),
-            choices: BTreeMap::new(),
-            id: 0,
-            seq: 0,
-            ops: Some(f.ops),
-            wake: f.wake,
-            progress: Some(f.progress),
-            failed: None,
+            topology: f.topology.clone(),
             link: f.link,
             why_not: f.why_not.join("; "),
             frame_payload: f.frame_payload,
+            network: f.network,
+            host_of: f.host_of,
+            cpus: f.cpus,
+        });
+        Ok(Comm {
+            rank,
+            size,
+            id: 0,
+            members: None,
+            topology: f.topology,
+            config: f.config,
+            bootstrap: Some(bootstrap),
+            plans: BTreeMap::new(),
+            choices: BTreeMap::new(),
+            seq: 0,
+            engine: Arc::new(engine),
+            failed: None,
             hosts: f.hosts,
             host_ranks: f.host_ranks,
             host_cpus: f.host_cpus,
-            network: f.network,
             dump,
         })
     }

@@ -1,8 +1,9 @@
 //! The communicator's API ([`Comm`]): broadcasts, barrier, plans, and what the communicator
 //! knows of its job. Around it: its configuration ([`config`]), joining a job ([`join`]), the
 //! MPI deferral policy ([`defer`]), the plan cache ([`plan_cache`]), the settings reader
-//! ([`settings`]), the agreement ([`agree`]), and the progress thread that joins the engine,
-//! the links and a real clock (`progress`).
+//! ([`settings`]), the agreement ([`agree`]), the progress thread that joins the engine,
+//! the links and a real clock (`progress`), the engine every communicator of a process
+//! shares (`shared`) and the communicators made locally as views of another (`view`).
 //!
 //! ```no_run
 //! # fn main() -> pipecast::Result<()> {
@@ -33,7 +34,9 @@ mod progress;
 mod request;
 pub mod settings;
 mod setup;
+mod shared;
 pub mod tree_dump;
+mod view;
 
 pub use crate::transport::shm::ShmMode;
 pub use agree::ErrorClass;
@@ -56,47 +59,39 @@ use crate::topology::Topology;
 use crate::transport::lend;
 use crate::transport::wake::spin;
 use crate::transport::Buffer;
-use crossbeam_channel::Sender;
-use plan_cache::{ChoiceKey, Lanes};
+use plan_cache::{ChoiceKey, PlanKey, Planned};
 use progress::{Job, Op};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// One rank's handle on a group of processes that broadcast together.
+/// One rank's handle on a group of processes that broadcast together: the communicator
+/// the agreed setup made (its engine's base, id 0), or a view of one ([`Comm::view`]).
 pub struct Comm {
     rank: usize,
     size: usize,
-    topology: Topology,
-    config: Config,
-    bootstrap: Box<dyn Bootstrap>,
-    plans: BTreeMap<(usize, Algorithm, u64, u64), Lanes>,
-    /// The model's resolutions per (root, requested algorithm, message size, segment).
-    choices: BTreeMap<ChoiceKey, (Algorithm, u64)>,
     /// This communicator's id on its engine (0: the base communicator), the high half of its
     /// broadcasts' numbers ([`crate::engine::number`]).
     id: u32,
+    /// `members[i]`: the engine's process of rank i (`None`: rank i is process i).
+    members: Option<Arc<Vec<usize>>>,
+    topology: Topology,
+    config: Config,
+    /// The base communicator's (views gather through broadcasts: [`Comm::allgather`]).
+    bootstrap: Option<Box<dyn Bootstrap>>,
+    plans: BTreeMap<PlanKey, Planned>,
+    /// The model's resolutions per (root, requested algorithm, message size, segment).
+    choices: BTreeMap<ChoiceKey, (Algorithm, u64)>,
     /// Its broadcasts so far: the low half of their numbers.
     seq: u32,
-    /// `None` only while dropping.
-    ops: Option<Sender<Op>>,
-    /// Wakes the progress thread when an op is sent.
-    wake: Arc<crate::transport::Wake>,
-    progress: Option<std::thread::JoinHandle<()>>,
+    /// The progress thread, links and endpoint this communicator shares with every other
+    /// one of the process's engine.
+    engine: Arc<shared::Shared>,
     failed: Option<String>,
-    /// The transport that runs (`tcp`, `raweth:IFACE`, `shm:cma`, `tcp+shm:cma`).
-    link: String,
-    /// With transport `auto`: why a faster link was not taken ([`Comm::link_reason`]).
-    why_not: String,
-    /// Raw Ethernet: payload bytes per full frame (the model's segment sizes are rounded up
-    /// to whole frames).
-    frame_payload: Option<u64>,
     /// How many hosts the ranks are on.
     hosts: usize,
     /// How many ranks share this rank's host, and the CPUs they share (`None`: unknown).
     host_ranks: usize,
     host_cpus: Option<usize>,
-    /// The network the profile was derived from (`None`: given, or seed 003's Table 2).
-    network: Option<crate::model::network::Network>,
     /// `PIPECAST_TREE_DUMP`: where new plans are recorded.
     dump: Option<tree_dump::TreeDump>,
 }
@@ -134,7 +129,7 @@ impl Comm {
     /// on (its rate and host cost, `model::network`), or seed 003's Table 2 at 1 Gbit/s where
     /// no rank knew its link's rate.
     pub fn profile_source(&self) -> String {
-        match &self.network {
+        match &self.engine.network {
             _ if self.config.profile_given => "PIPECAST_PROFILE".into(),
             Some(n) => format!(
                 "derived: {} Mbit/s, {:.1} us per segment end{}",
@@ -168,13 +163,13 @@ impl Comm {
     /// rank's own reasons and the agreed ones, `; `-separated (empty when none was missed, or
     /// the transport was named). For the MPI glue's verbose 1.
     pub fn link_reason(&self) -> &str {
-        &self.why_not
+        &self.engine.why_not
     }
 
     /// The link that runs: `tcp`, `raweth:IFACE`, `verbs`, `shm:cma`, `tcp+shm:cma`, … (`auto`
     /// resolved).
     pub fn transport(&self) -> &str {
-        &self.link
+        &self.engine.link
     }
 
     /// Broadcasts `buf` from `root` to every rank with the configured algorithm.
@@ -194,8 +189,7 @@ impl Comm {
         segment: Option<u64>,
     ) -> crate::Result<BcastInfo> {
         let msize = buf.len() as u64;
-        let (algorithm, segment, lanes, rails) =
-            self.plan_rails(root, msize, algorithm, segment)?;
+        let (algorithm, segment, planned) = self.plan_rails(root, msize, algorithm, segment)?;
         let algorithm = &algorithm;
         let setup = Setup {
             seq: self.next_seq()?,
@@ -204,7 +198,7 @@ impl Comm {
             segment,
             deep: false,
         };
-        let elapsed_ns = self.run(buf, (lanes.clone(), rails), &[setup])?;
+        let elapsed_ns = self.run(buf, &planned, &[setup])?;
         tracing::debug!(
             rank = self.rank,
             seq = setup.seq,
@@ -218,7 +212,7 @@ impl Comm {
         Ok(BcastInfo {
             tree: algorithm.clone(),
             segment,
-            lanes: lanes.len(),
+            lanes: planned.lanes.len(),
             elapsed_ns,
         })
     }
@@ -227,7 +221,7 @@ impl Comm {
     /// 0 (its root completes only when all subtrees reported in) followed by a release.
     pub fn barrier(&mut self) -> crate::Result<()> {
         let tree = Algorithm::Tree(TreeKind::Binomial);
-        let (lanes, _) = self.lanes(0, &tree, 1, 0)?;
+        let (planned, _) = self.lanes(0, &tree, 1, 0)?;
         let mut phase = |deep| -> crate::Result<Setup> {
             Ok(Setup {
                 seq: self.next_seq()?,
@@ -238,7 +232,7 @@ impl Comm {
             })
         };
         let phases = [phase(true)?, phase(false)?];
-        self.run(&mut [], lanes, &phases)?;
+        self.run(&mut [], &planned, &phases)?;
         Ok(())
     }
 
@@ -264,23 +258,42 @@ impl Comm {
 
     /// The monotonic counters of every link in use, by name (shared memory: bytes by path;
     /// raw Ethernet: frames, retransmits, timeouts, drops by reason; verbs: writes, queue
-    /// pairs, registrations, ring bytes; TCP: bytes per rail, only with several rails).
+    /// pairs, registrations, ring bytes; TCP: bytes per rail, only with several rails). The
+    /// links are the engine's: every communicator on it counts into the same ones.
     pub fn transport_counters(&mut self) -> crate::Result<BTreeMap<String, u64>> {
         self.check()?;
         let (reply, answer) = crossbeam_channel::bounded(1);
-        self.ops
-            .as_ref()
-            .ok_or(CommError::ProgressGone)?
-            .send(Op::Counters { reply })
-            .map_err(|_| CommError::ProgressGone)?;
-        self.wake.notify();
+        self.engine.send(Op::Counters { reply })?;
         Ok(answer.recv().map_err(|_| CommError::ProgressGone)?)
     }
 
-    /// Allgather of small blobs through the bootstrap (for results, not data).
+    /// Allgather of small blobs (for results, not data): through the bootstrap on the base
+    /// communicator, through broadcasts (each rank's length, then its blob) on a view.
     pub fn allgather(&mut self, mine: &[u8]) -> crate::Result<Vec<Vec<u8>>> {
         self.check()?;
-        Ok(self.bootstrap.allgather(mine)?)
+        if let Some(bootstrap) = self.bootstrap.as_mut() {
+            return Ok(bootstrap.allgather(mine)?);
+        }
+        let mut all = Vec::with_capacity(self.size);
+        for root in 0..self.size {
+            let mut len = (mine.len() as u64).to_le_bytes();
+            self.bcast(&mut len, root)?;
+            let len = u64::from_le_bytes(len);
+            if len > 1 << 20 {
+                return Err(CommError::Usage(format!(
+                    "allgather: rank {root} offered {len} bytes, more than 1 MiB (for results, not data)"
+                ))
+                .into());
+            }
+            let mut blob = if root == self.rank {
+                mine.to_vec()
+            } else {
+                vec![0; len as usize]
+            };
+            self.bcast(&mut blob, root)?;
+            all.push(blob);
+        }
+        Ok(all)
     }
 
     /// The number of this communicator's next broadcast.
@@ -302,8 +315,8 @@ impl Comm {
         }
     }
 
-    /// The jobs of `setups` over `lanes`.
-    fn jobs(&self, (lanes, rails): Lanes, setups: &[Setup]) -> Vec<Job> {
+    /// The jobs of `setups` over `planned`'s lanes, over the engine's processes.
+    fn jobs(&self, planned: &Planned, setups: &[Setup]) -> Vec<Job> {
         // No idle timeout: a late rank is waited for. Peers that are gone are found by the
         // links (closed connections, unanswered heartbeats) within `config.timeout`.
         let engine = EngineConfig {
@@ -313,9 +326,12 @@ impl Comm {
         setups
             .iter()
             .map(|&setup| Job {
-                lanes: lanes.clone(),
-                rails: rails.clone(),
-                setup,
+                lanes: planned.posted.clone(),
+                rails: planned.rails.clone(),
+                setup: Setup {
+                    root: self.process(setup.root),
+                    ..setup
+                },
                 engine,
                 connect_timeout: self.config.timeout,
             })
@@ -326,25 +342,20 @@ impl Comm {
     fn post(
         &mut self,
         buf: Buffer,
-        lanes: Lanes,
+        planned: &Planned,
         setups: &[Setup],
     ) -> Result<crossbeam_channel::Receiver<progress::Outcome>, CommError> {
-        let jobs = self.jobs(lanes, setups);
+        let jobs = self.jobs(planned, setups);
         let (reply, answer) = crossbeam_channel::bounded(1);
-        self.ops
-            .as_ref()
-            .ok_or(CommError::ProgressGone)?
-            .send(Op::Run { buf, jobs, reply })
-            .map_err(|_| CommError::ProgressGone)?;
-        self.wake.notify();
+        self.engine.send(Op::Run { buf, jobs, reply })?;
         Ok(answer)
     }
 
     /// Runs the engine for each of `setups` in turn over `lanes` on the progress thread.
-    fn run(&mut self, buf: &mut [u8], lanes: Lanes, setups: &[Setup]) -> crate::Result<u64> {
+    fn run(&mut self, buf: &mut [u8], planned: &Planned, setups: &[Setup]) -> crate::Result<u64> {
         self.check()?;
         let result = lend(buf, |loan| {
-            let answer = self.post(Buffer::Loan(loan), lanes, setups)?;
+            let answer = self.post(Buffer::Loan(loan), planned, setups)?;
             let poll = self.config.poll;
             let outcome = spin(poll, || answer.try_recv().ok()).map_or_else(|| answer.recv(), Ok);
             outcome.map_err(|_| CommError::ProgressGone)?.result
@@ -395,7 +406,7 @@ impl Comm {
     ) -> crate::Result<Request> {
         self.check()?;
         let msize = buf.len() as u64;
-        let (_, segment, lanes, rails) = self.plan_rails(root, msize, algorithm, segment)?;
+        let (_, segment, planned) = self.plan_rails(root, msize, algorithm, segment)?;
         let setup = Setup {
             seq: self.next_seq()?,
             root,
@@ -404,19 +415,17 @@ impl Comm {
             deep: false,
         };
         Ok(Request::new(
-            self.post(buf, (lanes, rails), &[setup])?,
+            self.post(buf, &planned, &[setup])?,
             self.config.poll,
         ))
     }
 }
 
 impl Drop for Comm {
-    /// Stops the progress thread, which closes this rank's connections, before returning.
+    /// Tells the engine this communicator is gone (its broadcasts in flight still complete;
+    /// its id is free again once they have). The last communicator of an engine stops its
+    /// progress thread, which closes this process's connections, before returning.
     fn drop(&mut self) {
-        self.ops = None;
-        self.wake.notify();
-        if let Some(thread) = self.progress.take() {
-            thread.join().ok();
-        }
+        self.engine.close(self.id);
     }
 }

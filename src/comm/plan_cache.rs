@@ -1,5 +1,6 @@
 //! The plan cache: the model's resolution of each broadcast (`auto`, segment size) and the
-//! lanes of each schedule, computed once per communicator and key.
+//! lanes of each schedule, computed once per communicator and key, over the communicator's
+//! ranks and (what is posted) over its engine's processes.
 
 use super::{resolve, schedule, tree_dump, Algorithm, Comm};
 use crate::plan::{Lane, TreeKind};
@@ -7,10 +8,21 @@ use std::sync::Arc;
 
 /// (root, requested algorithm, message size, configured segment size).
 pub(super) type ChoiceKey = (usize, Algorithm, u64, Option<u64>);
-/// A schedule's lanes and the rail each runs on (`Plan::rails`; empty: all on rail 0).
-pub(super) type Lanes = (Arc<Vec<Lane>>, RailsOf);
 /// The rail of each lane.
 pub(super) type RailsOf = Arc<Vec<usize>>;
+/// (root, schedule, segment size, segments for kbinomial's k).
+pub(super) type PlanKey = (usize, Algorithm, u64, u64);
+
+/// A schedule as it runs.
+#[derive(Clone)]
+pub(super) struct Planned {
+    /// Its lanes over the communicator's ranks.
+    pub lanes: Arc<Vec<Lane>>,
+    /// The rail each lane runs on (`Plan::rails`; empty: all on rail 0).
+    pub rails: RailsOf,
+    /// Its lanes over the engine's processes (the same lanes on a base communicator).
+    pub posted: Arc<Vec<Lane>>,
+}
 
 impl Comm {
     /// [`resolve`], cached: `auto` and the segment size for this message.
@@ -33,7 +45,9 @@ impl Comm {
             segment,
             &self.config.profile,
         )?;
-        if let (None, Some(frame), Algorithm::Tree(kind)) = (segment, self.frame_payload, &c.0) {
+        if let (None, Some(frame), Algorithm::Tree(kind)) =
+            (segment, self.engine.frame_payload, &c.0)
+        {
             // The model's segment in whole frames: a 1024-byte segment would travel in
             // 1024-byte frames, 38 % more frames than 1408-byte ones (MTU 1500) for the same bytes, and
             // frames, not bytes, cost CPU (measured on the lab: 1.43 → 1.25 T at 1 MiB).
@@ -55,7 +69,7 @@ impl Comm {
         algorithm: &Algorithm,
         segment: u64,
         msize: u64,
-    ) -> crate::Result<(Lanes, bool)> {
+    ) -> crate::Result<(Planned, bool)> {
         let segments = msize.div_ceil(segment).max(1);
         // The tree depends on the segment count only for kbinomial (its optimal k).
         let key_segments = match algorithm {
@@ -67,7 +81,12 @@ impl Comm {
             return Ok((l.clone(), false));
         }
         let (lanes, rails) = schedule(&self.topology, root, algorithm, segments)?;
-        let l = (Arc::new(lanes), Arc::new(rails));
+        let lanes = Arc::new(lanes);
+        let l = Planned {
+            posted: self.to_engine(&lanes),
+            lanes,
+            rails: Arc::new(rails),
+        };
         self.plans.insert(key, l.clone());
         Ok((l, true))
     }
@@ -92,17 +111,17 @@ impl Comm {
         segment: Option<u64>,
     ) -> crate::Result<(Algorithm, u64, Arc<Vec<Lane>>)> {
         self.plan_rails(root, msize, algorithm, segment)
-            .map(|(a, s, lanes, _)| (a, s, lanes))
+            .map(|(a, s, planned)| (a, s, planned.lanes))
     }
 
-    /// [`Comm::plan_with`] and the rail each lane runs on.
+    /// [`Comm::plan_with`], with the rail each lane runs on and the lanes to post.
     pub(super) fn plan_rails(
         &mut self,
         root: usize,
         msize: u64,
         algorithm: &Algorithm,
         segment: Option<u64>,
-    ) -> crate::Result<(Algorithm, u64, Arc<Vec<Lane>>, RailsOf)> {
+    ) -> crate::Result<(Algorithm, u64, Planned)> {
         if root >= self.size {
             return Err(crate::plan::PlanError::BadRoot {
                 root,
@@ -111,7 +130,7 @@ impl Comm {
             .into());
         }
         let (algorithm, segment) = self.resolve(root, algorithm, msize, segment)?;
-        let ((lanes, rails), new) = self.lanes(root, &algorithm, segment, msize)?;
+        let (planned, new) = self.lanes(root, &algorithm, segment, msize)?;
         if let (true, Some(dump)) = (new, self.dump.as_mut()) {
             dump.record(&tree_dump::DumpedPlan {
                 rank: self.rank,
@@ -120,9 +139,9 @@ impl Comm {
                 tree: algorithm.to_string(),
                 segment,
                 msize,
-                lanes: &lanes,
+                lanes: &planned.lanes,
             });
         }
-        Ok((algorithm, segment, lanes, rails))
+        Ok((algorithm, segment, planned))
     }
 }

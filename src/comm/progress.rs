@@ -1,19 +1,22 @@
-//! The progress thread: one loop joins the communicator's [`Engine`] (every broadcast in
-//! flight), its link and the real clock. Broadcasts are posted in the order the caller posts
-//! them (the same at every rank: MPI's rule), several may run at once, and the link is
-//! served between broadcasts too (a lossy link's acknowledgements and heartbeats), so a rank
-//! that computes while others broadcast is late, never gone.
+//! The progress thread: one loop per process joins the engine's [`Engine`] (every broadcast
+//! in flight, of every communicator on it), its link and the real clock. A communicator's
+//! broadcasts are posted in the order the caller posts them (the same at every rank: MPI's
+//! rule, per communicator), several may run at once, and the link is served between
+//! broadcasts too (a lossy link's acknowledgements and heartbeats), so a rank that computes
+//! while others broadcast is late, never gone. A dropped communicator is forgotten once its
+//! broadcasts are over ([`Op::Close`]).
 
 use super::drive::{round_wait, Engine};
 use super::link::BoxedLink;
 use super::CommError;
+use crate::engine::number::comm_of;
 use crate::engine::{Bcast, Config as EngineConfig, Setup};
 use crate::plan::Lane;
 use crate::transport::wake::spin;
 use crate::transport::{Buffer, Buffers, Wake};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
-use std::collections::{BTreeMap, VecDeque};
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// One engine run: a broadcast (or a barrier phase).
@@ -44,6 +47,14 @@ pub enum Op {
     /// some only on several rails).
     Counters {
         reply: Sender<BTreeMap<String, u64>>,
+    },
+    /// Communicator `comm` was dropped: once it has no broadcast in flight (at once when it
+    /// has none), the endpoint forgets it and its id leaves `ids` (free for a new
+    /// communicator). `reply` answers when the note is taken, not when it is done.
+    Close {
+        comm: u32,
+        ids: Arc<Mutex<BTreeSet<u32>>>,
+        reply: Sender<()>,
     },
 }
 
@@ -78,6 +89,8 @@ struct Driver {
     /// The longest a round waits for the link while broadcasts run (`Config::round`; a newly
     /// posted broadcast ends the wait at once through the [`Wake`]).
     round: Duration,
+    /// Communicators dropped while their broadcasts ran, to forget when those end.
+    closing: BTreeMap<u32, Arc<Mutex<BTreeSet<u32>>>>,
 }
 
 /// Serves `ops` until the communicator drops its end.
@@ -100,6 +113,7 @@ pub fn serve(
         runs: BTreeMap::new(),
         start: Instant::now(),
         failed: None,
+        closing: BTreeMap::new(),
     };
     loop {
         wake.clear();
@@ -125,6 +139,11 @@ pub fn serve(
             Some(Op::Counters { reply }) => {
                 reply.send(d.link.counters()).ok();
             }
+            Some(Op::Close { comm, ids, reply }) => {
+                d.closing.insert(comm, ids);
+                d.forget_closed();
+                reply.send(()).ok();
+            }
             None if d.failed.is_none() => d.round(),
             None => {}
         }
@@ -136,6 +155,23 @@ pub fn serve(
 impl Driver {
     fn now(&self) -> u64 {
         self.start.elapsed().as_nanos() as u64
+    }
+
+    /// Forgets the dropped communicators that have no run left: the endpoint lets their
+    /// sequence numbers start again, and their ids are free.
+    fn forget_closed(&mut self) {
+        let runs = &self.runs;
+        let over: Vec<u32> = self
+            .closing
+            .keys()
+            .copied()
+            .filter(|&c| !runs.keys().any(|&seq| comm_of(seq) == c))
+            .collect();
+        for comm in over {
+            let ids = self.closing.remove(&comm).expect("listed");
+            self.endpoint.forget(comm);
+            ids.lock().unwrap_or_else(|e| e.into_inner()).remove(&comm);
+        }
     }
 
     /// Posts the first job of a run (the others start when it completes).
@@ -258,6 +294,10 @@ impl Driver {
                 }
                 None => {
                     let elapsed = self.now() - run.started;
+                    if !self.closing.is_empty() {
+                        // Before the reply: whoever waited for it may reuse the id at once.
+                        self.forget_closed();
+                    }
                     run.reply
                         .send(Outcome {
                             result: Ok(elapsed),
@@ -320,6 +360,7 @@ impl Driver {
             let buf = self.take_buf(seq).and_then(Buffer::into_owned);
             run.reply.send(Outcome { result, buf }).ok();
         }
+        self.forget_closed();
     }
 
     fn fail_all(&mut self, why: &str) {

@@ -62,6 +62,10 @@ pub struct Finished {
     pub host_cpus: Option<usize>,
     /// The network the profile was derived from (`None`: given, or seed 003's Table 2).
     pub network: Option<crate::model::network::Network>,
+    /// Each rank's host (equal numbers: one host) and the CPUs it may run on, for the
+    /// communicators made as views of this one.
+    pub host_of: Vec<usize>,
+    pub cpus: Vec<Option<crate::wire::bootstrap::CpuRange>>,
 }
 
 impl Local {
@@ -274,6 +278,8 @@ impl Local {
             host_ranks: local.len(),
             host_cpus: cpus::shared(&local),
             network,
+            host_of,
+            cpus: peers.cpus.clone(),
         })
     }
 }

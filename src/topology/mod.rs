@@ -25,6 +25,7 @@ pub mod gen;
 pub mod hosts;
 pub mod lldpd;
 pub mod mpich_coords;
+mod restrict;
 pub mod slurm;
 
 pub use error::TopologyError;

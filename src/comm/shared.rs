@@ -1,0 +1,163 @@
+//! The engine every communicator of a process shares ([`Shared`]): one progress thread, one
+//! set of links, one endpoint, made by the base communicator's agreed setup; views
+//! ([`Comm::view`](super::Comm::view)) are communicators over it with no thread, link or
+//! descriptor of their own. It lives until its last communicator is dropped, in any order.
+
+use super::progress::Op;
+use super::CommError;
+use crate::topology::Topology;
+use crate::transport::Wake;
+use crossbeam_channel::Sender;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+/// What every communicator of one engine shares.
+pub(super) struct Shared {
+    /// `None` only while dropping (the progress thread ends when it is gone).
+    ops: Option<Sender<Op>>,
+    /// Wakes the progress thread when an op is sent.
+    wake: Arc<Wake>,
+    progress: Option<JoinHandle<()>>,
+    /// The ids of the communicators on this engine: live ones, and dropped ones whose
+    /// broadcasts still run (the progress thread removes those when they end).
+    pub ids: Arc<Mutex<BTreeSet<u32>>>,
+    /// This process's rank among the engine's processes, and their number.
+    pub rank: usize,
+    pub size: usize,
+    /// The base communicator's topology, of the engine's processes (views restrict it).
+    pub topology: Topology,
+    /// The link that runs (`tcp`, `raweth:IFACE`, `shm:cma`, `tcp+shm:cma`).
+    pub link: String,
+    /// With transport `auto`: why a faster link was not taken.
+    pub why_not: String,
+    /// Raw Ethernet: payload bytes per full frame.
+    pub frame_payload: Option<u64>,
+    /// The network the profile was derived from (`None`: given, or seed 003's Table 2).
+    pub network: Option<crate::model::network::Network>,
+    /// `host_of[p]`: process p's host (processes with equal numbers share one).
+    pub host_of: Vec<usize>,
+    /// The CPUs each process may run on (`None`: unknown).
+    pub cpus: Vec<Option<crate::wire::bootstrap::CpuRange>>,
+}
+
+/// What the base communicator's setup hands the engine.
+pub(super) struct Parts {
+    pub ops: Sender<Op>,
+    pub wake: Arc<Wake>,
+    pub progress: JoinHandle<()>,
+    pub rank: usize,
+    pub size: usize,
+    pub topology: Topology,
+    pub link: String,
+    pub why_not: String,
+    pub frame_payload: Option<u64>,
+    pub network: Option<crate::model::network::Network>,
+    pub host_of: Vec<usize>,
+    pub cpus: Vec<Option<crate::wire::bootstrap::CpuRange>>,
+}
+
+/// Where a set of the engine's processes runs: how many hosts they are on, how many share
+/// this process's host, and how many CPUs those share (`None`: unknown).
+pub(super) struct Placement {
+    pub hosts: usize,
+    pub host_ranks: usize,
+    pub host_cpus: Option<usize>,
+}
+
+impl Shared {
+    /// The engine of a base communicator, with its id (0) taken.
+    pub fn new(p: Parts) -> Shared {
+        Shared {
+            ops: Some(p.ops),
+            wake: p.wake,
+            progress: Some(p.progress),
+            ids: Arc::new(Mutex::new(BTreeSet::from([0]))),
+            rank: p.rank,
+            size: p.size,
+            topology: p.topology,
+            link: p.link,
+            why_not: p.why_not,
+            frame_payload: p.frame_payload,
+            network: p.network,
+            host_of: p.host_of,
+            cpus: p.cpus,
+        }
+    }
+
+    /// Hands `op` to the progress thread and wakes it.
+    pub fn send(&self, op: Op) -> Result<(), CommError> {
+        self.ops
+            .as_ref()
+            .ok_or(CommError::ProgressGone)?
+            .send(op)
+            .map_err(|_| CommError::ProgressGone)?;
+        self.wake.notify();
+        Ok(())
+    }
+
+    /// Takes `id` for a new communicator: an error when a communicator on this engine has
+    /// it (a live one, or a dropped one whose broadcasts still run).
+    pub fn take_id(&self, id: u32) -> Result<(), CommError> {
+        let mut ids = self.ids.lock().unwrap_or_else(|e| e.into_inner());
+        if !ids.insert(id) {
+            return Err(CommError::Usage(format!(
+                "communicator id {id} is in use on this process's engine (by a live communicator, or by a dropped one whose broadcasts still run): every live communicator needs its own id"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Communicator `id` is dropped: the progress thread forgets it once its broadcasts
+    /// in flight are over (then its id is free again), at once when none are. Returns when
+    /// the progress thread has taken note, so that a communicator dropped with nothing in
+    /// flight frees its id before this returns; it never waits for a broadcast.
+    pub fn close(&self, id: u32) {
+        let (reply, done) = crossbeam_channel::bounded(1);
+        let op = Op::Close {
+            comm: id,
+            ids: self.ids.clone(),
+            reply,
+        };
+        match self.send(op) {
+            Ok(()) => {
+                done.recv().ok();
+            }
+            Err(_) => {
+                self.ids
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&id);
+            }
+        }
+    }
+
+    /// Where processes `procs` run (`procs` includes this one).
+    pub fn placement(&self, procs: &[usize]) -> Placement {
+        let mine = self.host_of[self.rank];
+        let mut hosts: Vec<usize> = procs.iter().map(|&p| self.host_of[p]).collect();
+        hosts.sort_unstable();
+        hosts.dedup();
+        let local: Vec<_> = procs
+            .iter()
+            .filter(|&&p| self.host_of[p] == mine)
+            .map(|&p| self.cpus.get(p).copied().flatten())
+            .collect();
+        Placement {
+            hosts: hosts.len(),
+            host_ranks: local.len(),
+            host_cpus: super::cpus::shared(&local),
+        }
+    }
+}
+
+impl Drop for Shared {
+    /// Stops the progress thread, which closes this process's connections, before returning.
+    fn drop(&mut self) {
+        self.ops = None;
+        self.wake.notify();
+        if let Some(thread) = self.progress.take() {
+            thread.join().ok();
+        }
+    }
+}
