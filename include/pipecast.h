@@ -37,6 +37,9 @@ typedef enum {
 // A 48-bit MAC address.
 typedef struct Address Address;
 
+// What the medium does to datagrams, each drawn per datagram (probabilities in [0, 1]).
+typedef struct Impairments Impairments;
+
 // An opaque pipecast communicator.
 typedef struct pipecast_comm pipecast_comm;
 
@@ -193,6 +196,30 @@ pipecast_result pipecast_comm_create_with(int rank,
                                           const char *settings,
                                           pipecast_comm **out);
 
+// Makes `*out` a communicator of `size` ranks of `base`: `members[i]` is the rank in `base`
+// of the new communicator's rank i (distinct, `0 <= members[i] < size of base`, this rank
+// among them). Local: no communication, and no thread, connection or descriptor of its own
+// (it runs on `base`'s engine). `id` names it at every member — the same value at each,
+// different from every other live communicator's on this process's engine (`base`'s
+// engine's first communicator is 0); the MPI glue passes the communicator's context id. An
+// id may be used again once the communicator that had it was freed at every member and its
+// broadcasts completed. A view of a view is a view of the same engine. Broadcasts of
+// different communicators may be posted in any interleaving, and in different ones at
+// different ranks (MPI's rule: collectives are ordered per communicator). Free it with
+// `pipecast_comm_free`; the engine lives until the last communicator on it is freed, in any
+// order. NULL pointers, a size below 1 or above `base`'s, a negative or out-of-range or
+// repeated member, a list without this rank, or an id in use:
+// `PIPECAST_ERR_NULL_ARGUMENT` or `PIPECAST_ERR_INVALID_ARGUMENT` (`*out` untouched).
+//
+// # Safety
+// `base` must be a live handle not used by another thread during the call; `members` must
+// point to `size` readable ints; `out` must be writable.
+pipecast_result pipecast_comm_view(const pipecast_comm *base,
+                                   uint32_t id,
+                                   int size,
+                                   const int *members,
+                                   pipecast_comm **out);
+
 // Broadcasts `len` bytes at `buf` from `root`. Collective over the communicator's ranks, in
 // the same order everywhere. `buf` may be NULL only when `len` is 0.
 //
@@ -283,10 +310,14 @@ size_t pipecast_comm_link(const pipecast_comm *comm, char *buf, size_t len);
 // `comm` must be NULL or a live handle; `buf` must be NULL or point to `len` writable bytes.
 size_t pipecast_comm_link_reason(const pipecast_comm *comm, char *buf, size_t len);
 
-// Frees a communicator (NULL is ignored). Local: no communication.
+// Frees a communicator (NULL is ignored). Local: no communication. Its nonblocking
+// broadcasts still in flight complete (their requests stay valid). The engine of its
+// process lives on while another communicator on it (a view, or the one it is a view of)
+// lives: the last one freed, in any order, stops its thread and closes its connections.
 //
 // # Safety
-// `comm` must be NULL or a handle from pipecast_comm_create not freed before.
+// `comm` must be NULL or a handle from pipecast_comm_create or pipecast_comm_view not freed
+// before.
 void pipecast_comm_free(pipecast_comm *comm);
 
 // Starts broadcasting `len` bytes at `buf` from `root` and returns at once; `*out` receives

@@ -211,6 +211,71 @@ pub unsafe extern "C" fn pipecast_comm_create_with(
     })
 }
 
+/// Makes `*out` a communicator of `size` ranks of `base`: `members[i]` is the rank in `base`
+/// of the new communicator's rank i (distinct, `0 <= members[i] < size of base`, this rank
+/// among them). Local: no communication, and no thread, connection or descriptor of its own
+/// (it runs on `base`'s engine). `id` names it at every member — the same value at each,
+/// different from every other live communicator's on this process's engine (`base`'s
+/// engine's first communicator is 0); the MPI glue passes the communicator's context id. An
+/// id may be used again once the communicator that had it was freed at every member and its
+/// broadcasts completed. A view of a view is a view of the same engine. Broadcasts of
+/// different communicators may be posted in any interleaving, and in different ones at
+/// different ranks (MPI's rule: collectives are ordered per communicator). Free it with
+/// `pipecast_comm_free`; the engine lives until the last communicator on it is freed, in any
+/// order. NULL pointers, a size below 1 or above `base`'s, a negative or out-of-range or
+/// repeated member, a list without this rank, or an id in use:
+/// `PIPECAST_ERR_NULL_ARGUMENT` or `PIPECAST_ERR_INVALID_ARGUMENT` (`*out` untouched).
+///
+/// # Safety
+/// `base` must be a live handle not used by another thread during the call; `members` must
+/// point to `size` readable ints; `out` must be writable.
+#[no_mangle]
+pub unsafe extern "C" fn pipecast_comm_view(
+    base: *const pipecast_comm,
+    id: u32,
+    size: c_int,
+    members: *const c_int,
+    out: *mut *mut pipecast_comm,
+) -> pipecast_result {
+    boundary(|| {
+        // SAFETY: a live handle, not used by another thread during the call (caller contract).
+        let Some(handle) = (unsafe { base.as_ref() }) else {
+            return fail(PIPECAST_ERR_NULL_ARGUMENT, "base is NULL");
+        };
+        if members.is_null() || out.is_null() {
+            return fail(PIPECAST_ERR_NULL_ARGUMENT, "members or out is NULL");
+        }
+        let ranks = handle.comm.size();
+        if size < 1 || size as usize > ranks {
+            return fail(
+                PIPECAST_ERR_INVALID_ARGUMENT,
+                format!("a view of {size} ranks: need 1 to {ranks}, the base's size"),
+            );
+        }
+        // SAFETY: `members` points to `size` readable ints (caller contract), non-NULL.
+        let list = unsafe { std::slice::from_raw_parts(members, size as usize) };
+        if let Some((i, m)) = list.iter().enumerate().find(|(_, &m)| m < 0) {
+            return fail(
+                PIPECAST_ERR_INVALID_ARGUMENT,
+                format!("members[{i}] is {m}, not a rank"),
+            );
+        }
+        let list: Vec<usize> = list.iter().map(|&m| m as usize).collect();
+        match handle.comm.view(id, &list) {
+            Ok(comm) => {
+                let view = Box::into_raw(Box::new(pipecast_comm { comm }));
+                // SAFETY: `out` is non-NULL (checked) and writable by the caller's contract.
+                unsafe { out.write(view) };
+                PIPECAST_OK
+            }
+            Err(e @ Error::Comm(CommError::Usage(_))) => {
+                fail(PIPECAST_ERR_INVALID_ARGUMENT, e.to_string())
+            }
+            Err(e) => code_of(&e),
+        }
+    })
+}
+
 /// `root` is a rank of the communicator, else `PIPECAST_ERR_INVALID_ARGUMENT` (recorded).
 pub(crate) fn check_root(handle: &pipecast_comm, root: c_int) -> Result<(), pipecast_result> {
     if root < 0 || root as usize >= handle.comm.size() {
@@ -486,10 +551,14 @@ pub unsafe extern "C" fn pipecast_comm_link_reason(
     unsafe { comm_text(comm, buf, len, |c| c.link_reason().into()) }
 }
 
-/// Frees a communicator (NULL is ignored). Local: no communication.
+/// Frees a communicator (NULL is ignored). Local: no communication. Its nonblocking
+/// broadcasts still in flight complete (their requests stay valid). The engine of its
+/// process lives on while another communicator on it (a view, or the one it is a view of)
+/// lives: the last one freed, in any order, stops its thread and closes its connections.
 ///
 /// # Safety
-/// `comm` must be NULL or a handle from pipecast_comm_create not freed before.
+/// `comm` must be NULL or a handle from pipecast_comm_create or pipecast_comm_view not freed
+/// before.
 #[no_mangle]
 pub unsafe extern "C" fn pipecast_comm_free(comm: *mut pipecast_comm) {
     if comm.is_null() {

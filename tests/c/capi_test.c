@@ -1,7 +1,8 @@
 /*
  * Exercises the C ABI as a C program would (compiled and run by tests/capi.rs): RANKS threads
  * are the ranks of one communicator, their allgather a shared buffer and a barrier. Real TCP
- * broadcasts over loopback, verified byte for byte at every rank, plus the error paths.
+ * broadcasts over loopback, verified byte for byte at every rank, plus the error paths, and
+ * communicators made as views of it (pipecast_comm_view).
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -161,9 +162,85 @@ static void *rank_main(void *arg)
     CHECK(pipecast_comm_link(comm, tiny, sizeof tiny) == link_len && strlen(tiny) == 2, "truncated link");
     CHECK(pipecast_comm_link(NULL, tiny, sizeof tiny) == 0, "NULL comm link");
 
+    /* Views (issue 30): communicators of some ranks of this one, made locally. The whole in
+     * reverse at every rank, the odd ranks at odd ranks; bad arguments are errors. */
+    int reversed[RANKS];
+    for (int r = 0; r < RANKS; r++) reversed[r] = RANKS - 1 - r;
+    pipecast_comm *rev = NULL, *odd = NULL;
+    rc = pipecast_comm_view(comm, 7, RANKS, reversed, &rev);
+    CHECK(rc == PIPECAST_OK && rev != NULL, "rank %d: view: %s", ctx->rank, pipecast_strerror(rc));
+    if (ctx->rank % 2 == 1) {
+        const int odds[] = {1, 3};
+        rc = pipecast_comm_view(comm, 8, 2, odds, &odd);
+        CHECK(rc == PIPECAST_OK && odd != NULL, "rank %d: odd view: %s", ctx->rank,
+              pipecast_strerror(rc));
+    }
+    pipecast_comm *untouched = (pipecast_comm *)0x1;
+    const int me[] = {ctx->rank}, twice[] = {ctx->rank, ctx->rank}, negative[] = {-1},
+              beyond[] = {RANKS}, other[] = {(ctx->rank + 1) % RANKS};
+    CHECK(pipecast_comm_view(NULL, 9, 1, me, &untouched) == PIPECAST_ERR_NULL_ARGUMENT, "NULL base");
+    CHECK(pipecast_comm_view(comm, 9, 1, NULL, &untouched) == PIPECAST_ERR_NULL_ARGUMENT, "NULL members");
+    CHECK(pipecast_comm_view(comm, 9, 1, me, NULL) == PIPECAST_ERR_NULL_ARGUMENT, "NULL out");
+    CHECK(pipecast_comm_view(comm, 9, 0, me, &untouched) == PIPECAST_ERR_INVALID_ARGUMENT, "size 0");
+    CHECK(pipecast_comm_view(comm, 9, -3, me, &untouched) == PIPECAST_ERR_INVALID_ARGUMENT, "size -3");
+    CHECK(pipecast_comm_view(comm, 9, RANKS + 1, reversed, &untouched) == PIPECAST_ERR_INVALID_ARGUMENT,
+          "size above the base's");
+    CHECK(pipecast_comm_view(comm, 9, 1, negative, &untouched) == PIPECAST_ERR_INVALID_ARGUMENT, "negative");
+    CHECK(pipecast_comm_view(comm, 9, 1, beyond, &untouched) == PIPECAST_ERR_INVALID_ARGUMENT, "beyond");
+    CHECK(pipecast_comm_view(comm, 9, 2, twice, &untouched) == PIPECAST_ERR_INVALID_ARGUMENT, "twice");
+    pipecast_last_error(msg, sizeof msg);
+    CHECK(strstr(msg, "twice") != NULL, "repeated member: %s", msg);
+    CHECK(pipecast_comm_view(comm, 9, 1, other, &untouched) == PIPECAST_ERR_INVALID_ARGUMENT, "not a member");
+    pipecast_last_error(msg, sizeof msg);
+    CHECK(strstr(msg, "not among") != NULL, "this rank missing: %s", msg);
+    CHECK(pipecast_comm_view(comm, 7, 1, me, &untouched) == PIPECAST_ERR_INVALID_ARGUMENT, "id in use");
+    pipecast_last_error(msg, sizeof msg);
+    CHECK(strstr(msg, "in use") != NULL, "id in use: %s", msg);
+    CHECK(untouched == (pipecast_comm *)0x1, "out written on failure");
+
+    /* Every root and size on the reversed view; at odd ranks, a nonblocking broadcast on the
+     * odd view in flight meanwhile (its other ranks post nothing in between). The base is
+     * freed first: the views keep its engine. */
+    pipecast_request *pending = NULL;
+    size_t odd_n = (1u << 20) + 3;
+    unsigned char *odd_buf = NULL;
+    unsigned odd_seed = 9999;
+    if (odd != NULL) {
+        odd_buf = malloc(odd_n);
+        for (size_t i = 0; i < odd_n; i++) odd_buf[i] = ctx->rank == 3 ? pattern(i, odd_seed) : 0xEE;
+        rc = pipecast_ibcast_bytes(odd, odd_buf, odd_n, 1, &pending);
+        CHECK(rc == PIPECAST_OK, "rank %d: ibcast on the odd view: %s", ctx->rank, pipecast_strerror(rc));
+    }
     pipecast_comm_free(comm);
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        for (int root = 0; root < RANKS; root++, seed++) {
+            size_t n = sizes[s];
+            unsigned char *buf = malloc(n + 1);
+            /* view rank r is process RANKS - 1 - r */
+            int mine = RANKS - 1 - ctx->rank;
+            for (size_t i = 0; i < n; i++) buf[i] = mine == root ? pattern(i, seed) : 0xEE;
+            rc = pipecast_bcast_bytes(rev, n ? buf : NULL, n, root);
+            CHECK(rc == PIPECAST_OK, "rank %d: view bcast %zu from %d: %s", ctx->rank, n, root,
+                  pipecast_strerror(rc));
+            size_t bad = 0;
+            for (size_t i = 0; i < n; i++) bad += buf[i] != pattern(i, seed);
+            CHECK(bad == 0, "rank %d: view: %zu of %zu bytes wrong (root %d)", ctx->rank, bad, n, root);
+            free(buf);
+        }
+    }
+    if (pending != NULL) {
+        rc = pipecast_wait(pending);
+        CHECK(rc == PIPECAST_OK, "rank %d: odd view wait: %s", ctx->rank, pipecast_strerror(rc));
+        size_t bad = 0;
+        for (size_t i = 0; i < odd_n; i++) bad += odd_buf[i] != pattern(i, odd_seed);
+        CHECK(bad == 0, "rank %d: odd view: %zu bytes wrong", ctx->rank, bad);
+    }
+    free(odd_buf);
+    pipecast_comm_free(odd);
+    pipecast_comm_free(rev);
     return NULL;
 }
+
 
 int main(void)
 {
