@@ -15,12 +15,15 @@
 //! yet ([`Driver::held`] once it is whole): `arrival::Dest` is that receive path, shared by
 //! TCP, shared memory's ring and raw Ethernet's reassembly; [`Driver::may_wait`] is the one rule for how
 //! long a round may sleep, [`check_closed`] the one for a closed peer. A lossy link (raw
-//! Ethernet) holds one [`Peers`](crate::engine::reliable::Peers), the pure per-peer
-//! reliability of the engine, because reliability runs per frame and only the link cuts
-//! segments into frames. A link that must prepare memory (RDMA verbs) says so in its
-//! [`Capabilities`]; the progress thread then calls [`Link::register`]/[`Link::deregister`]
-//! around each broadcast, and the link may pre-post what [`Driver::expected`] lists.
-//! docs/engine.md, "Links", says how far this got.
+//! Ethernet) holds the engine's pure lossy-path adapter
+//! ([`Lossy`](crate::engine::reliable::Lossy)), because reliability runs per frame and only
+//! the link cuts segments into frames, and moves its frames through a datagram
+//! [`Port`](raweth::port::Port) (a socket, or an in-memory switch). A link that must prepare
+//! memory (RDMA verbs) says so in its [`Capabilities`]; the progress thread then calls
+//! [`Link::register`]/[`Link::deregister`] around each broadcast, and the link may pre-post
+//! what [`Driver::expected`] lists. One conformance suite (tests/links.rs) runs the same
+//! cases against every link; docs/engine.md, "Links", says what it covers and how far the
+//! links got.
 
 mod arrival;
 pub mod driver;

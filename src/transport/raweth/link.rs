@@ -162,7 +162,7 @@ impl FrameLink {
     /// host each rank is on (`hosts[rank]`, any id: ranks with equal ids share a host) and the
     /// job cookie. The link then runs on `macs.len()` rails (1 when empty; more than this
     /// link has NICs is an error). A peer of this host behind one of its own MACs is not this
-    /// link's ([`FrameLink::knows`] says no); [`Addresses::of`] says what else is an error.
+    /// link's ([`FrameLink::knows`] says no); addresses.rs says what else is an error.
     pub fn set_rail_peers_on_hosts(
         &mut self,
         macs: Vec<Vec<Mac>>,

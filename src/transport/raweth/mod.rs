@@ -29,7 +29,10 @@
 //! other ranks' frames out of it in the kernel. Ranks of this host behind its own NIC are no
 //! peers of this link: shared memory reaches them (docs/raweth.md, "Several ranks per host").
 //!
-//! Everything but the socket is a [`FrameLink`] (link.rs): bytes in, frames out, so that the
+//! Frames leave and arrive through a [`Port`] per NIC: an `AF_PACKET` socket
+//! ([`PacketPort`]) or a port of an in-memory switch ([`medium`], the conformance suite's
+//! raw Ethernet in memory and simulated link). Everything but the port is a [`FrameLink`]
+//! (link.rs): bytes in, frames out, so that the
 //! receive path runs without a socket in tests and under the fuzzer.
 //!
 //! On machines with several NICs (issue 16, seed 002's multi-lane NICs) the transport opens
