@@ -191,7 +191,7 @@ fn links(kind: Kind, n: usize) -> Option<(Vec<Box<dyn Link>>, Keep)> {
             let impair = if kind == Kind::Simulated {
                 SIMULATED
             } else {
-                Impairments::NONE
+                Impairments::default()
             };
             let medium = Medium::new(1024, impair);
             let ts = (0..n)

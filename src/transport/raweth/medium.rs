@@ -24,7 +24,8 @@ use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// What the medium does to datagrams, each drawn per datagram (probabilities in [0, 1]).
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// The default does nothing: a loss-free medium.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Impairments {
     pub drop: f64,
     /// Delivers a second copy (delayed on its own).
@@ -33,17 +34,6 @@ pub struct Impairments {
     pub delay: f64,
     pub max_delay: u32,
     pub seed: u64,
-}
-
-impl Impairments {
-    /// A loss-free medium.
-    pub const NONE: Impairments = Impairments {
-        drop: 0.0,
-        duplicate: 0.0,
-        delay: 0.0,
-        max_delay: 0,
-        seed: 0,
-    };
 }
 
 /// What the medium did (monotonic counters).
