@@ -37,9 +37,6 @@ typedef enum {
 // A 48-bit MAC address.
 typedef struct Address Address;
 
-// What the medium does to datagrams, each drawn per datagram (probabilities in [0, 1]).
-typedef struct Impairments Impairments;
-
 // An opaque pipecast communicator.
 typedef struct pipecast_comm pipecast_comm;
 
