@@ -10,6 +10,7 @@ mod lab;
 mod launch;
 mod observe;
 mod plan;
+mod scale;
 mod sim;
 mod topo;
 
@@ -45,6 +46,9 @@ enum Command {
     Bench(bench::Args),
     /// Simulate whole broadcasts on a topology: times, busy edges, contention.
     Sim(sim::Args),
+    /// Connections, descriptors and memory per rank on paper: tree neighbours from the
+    /// planner against the full mesh, at large job sizes.
+    Scale(scale::Args),
     /// Measure L(m) and g(m) and write a calibration profile.
     Calibrate(calibrate::Args),
     /// Emulated multi-switch cluster in network namespaces (without root: in a user namespace).
@@ -99,6 +103,7 @@ fn main() -> ExitCode {
         Command::Hetero(args) => hetero::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Sim(args) => sim::run(args),
+        Command::Scale(args) => scale::run(args),
         Command::Calibrate(args) => calibrate::run(args),
         Command::Lab(args) => lab::run(args),
         Command::Doctor(args) => doctor::run(args),
