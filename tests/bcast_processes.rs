@@ -832,3 +832,46 @@ fn ranks_derive_one_profile_from_the_slowest_link() {
     assert!(!cached.is_empty(), "the host's cost is cached");
     std::fs::remove_dir_all(&cache).ok();
 }
+
+/// `--comms N`: the broadcasts run round robin over N views of the job's communicator
+/// (issue 30), every root and awkward sizes byte-exact, over shared memory and over TCP; a
+/// rank's peak descriptors with 64 views are no more than with one.
+#[test]
+fn broadcasts_round_robin_over_views() {
+    for (n, env, link) in [
+        (4, &[][..], "shm:cma"),
+        (3, &[("PIPECAST_SHM", "off")][..], "tcp"),
+    ] {
+        let iters = (2 * n * 8).to_string();
+        let args = [
+            "--sizes",
+            "0,1,7,65535,65537",
+            "--segment",
+            "64K",
+            "--tree",
+            "linear,binomial",
+            "--iters",
+            &iters,
+            "--comms",
+            "8",
+        ];
+        let json = run_ok_over(n, &args, env, link);
+        assert_eq!(json["comms"], 8, "{json}");
+    }
+    let peak = |comms: &str| {
+        let args = [
+            "--sizes", "1,65537", "--tree", "linear", "--iters", "4", "--comms", comms,
+        ];
+        let json = run_ok_over(4, &args, &[("PIPECAST_SHM", "off")], "tcp");
+        assert_eq!(json["comms"].as_u64().unwrap().to_string(), comms);
+        json["fds"]["peak"].as_u64()
+    };
+    let (one, many) = (peak("1"), peak("64"));
+    match (one, many) {
+        (Some(one), Some(many)) => assert!(
+            many <= one,
+            "peak descriptors: {one} with 1 view, {many} with 64"
+        ),
+        _ => eprintln!("skipped: no descriptor counts (no /proc)"),
+    }
+}

@@ -70,6 +70,13 @@ pub struct Args {
     /// as a blocking broadcast takes, wait; 100 % when computing hid the broadcast entirely).
     #[arg(long)]
     overlap: bool,
+    /// Run the timed broadcasts round robin over N communicators made as views of the job's
+    /// (`Comm::view`: every rank in order, like `MPI_Comm_dup`; ids 1..=N), on its one
+    /// engine: how many communicators a process has does not change its threads or
+    /// descriptors. 0: on the job's communicator. Barriers and the point-to-point reference
+    /// stay on the job's communicator; every view is warmed up from every root.
+    #[arg(long, default_value_t = 0, value_name = "N", value_parser = clap::value_parser!(u32).range(0..=65536))]
+    comms: u32,
     /// Rank 0 shows which size and tree runs, one line each, also when stderr is not a
     /// terminal (`pipecast demo` forwards it from the lab).
     #[arg(long, hide = true)]
@@ -133,6 +140,10 @@ struct Report<'a> {
     /// Where the model's profile came from (`Comm::profile_source`).
     profile: String,
     results: &'a [Row],
+    /// Extension (`--comms`): the views the broadcasts ran round robin over (0: none), and
+    /// the slowest rank's time to make them, µs.
+    comms: u32,
+    comms_setup_us: f64,
     /// Extension: descriptors per rank, over ranks (`bench/fds.rs`; absent without /proc).
     #[serde(skip_serializing_if = "Option::is_none")]
     fds: Option<fds::Report>,
@@ -197,6 +208,12 @@ pub fn run(args: Args) -> CliResult {
         return Err(format!("--root {r} is not a rank of this {n}-rank job").into());
     }
     let me = comm.rank();
+    let t0 = Instant::now();
+    let everyone: Vec<usize> = (0..n).collect();
+    let mut views = (1..=args.comms)
+        .map(|id| comm.view(id, &everyone))
+        .collect::<pipecast::Result<Vec<Comm>>>()?;
+    let comms_setup_us = max_over_ranks(&mut comm, t0.elapsed().as_micros() as usize)? as f64;
     let mut held = fds::Peak::after_setup();
     let terminal = std::io::stderr().is_terminal();
     let progress = me == 0 && (args.progress || terminal && !args.json);
@@ -217,6 +234,7 @@ pub fn run(args: Args) -> CliResult {
             &p2p,
             None,
             (args.warmup, Some(0), args.seed),
+            &mut [],
             &mut held,
         )?;
         let mut p2p_run = measure(
@@ -225,6 +243,7 @@ pub fn run(args: Args) -> CliResult {
             &p2p,
             None,
             (iters, Some(0), args.seed),
+            &mut [],
             &mut held,
         )?;
         p2p_run.ok &= warm.ok;
@@ -247,7 +266,7 @@ pub fn run(args: Args) -> CliResult {
             let warmups = match args.root {
                 Some(_) => args.warmup,
                 None => args.warmup * n,
-            };
+            } * views.len().max(1);
             held.mark();
             let warm = measure(
                 &mut comm,
@@ -255,6 +274,7 @@ pub fn run(args: Args) -> CliResult {
                 tree,
                 segment,
                 (warmups, args.root, args.seed),
+                &mut views,
                 &mut held,
             )?;
             let before = comm.transport_counters()?;
@@ -264,6 +284,7 @@ pub fn run(args: Args) -> CliResult {
                 tree,
                 segment,
                 (iters, args.root, args.seed),
+                &mut views,
                 &mut held,
             )?;
             run.ok &= warm.ok;
@@ -323,6 +344,8 @@ pub fn run(args: Args) -> CliResult {
             transport: comm.transport(),
             profile: comm.profile_source(),
             results: &rows,
+            comms: args.comms,
+            comms_setup_us,
             fds,
         };
         if let Some(path) = &args.report {
@@ -333,6 +356,12 @@ pub fn run(args: Args) -> CliResult {
             println!("{}", serde_json::to_string(&report)?);
         } else {
             print_table(n, comm.transport(), &report.profile, &rows);
+            if args.comms > 0 {
+                println!(
+                    "# broadcasts round robin over {} communicators made as views of the job's (made in {comms_setup_us:.0} us, slowest rank)",
+                    args.comms
+                );
+            }
             if let Some(f) = &report.fds {
                 println!(
                     "# descriptors per rank (/proc/self/fd, after setup and after each broadcast): {} after setup, peak {} (rank {}), median peak {}, least {}",
@@ -364,13 +393,16 @@ struct Measured {
 
 /// Times `iters` broadcasts of `buf` (each followed by a barrier) at this rank from `root`
 /// (default: rotating) with the pattern of `seed`, counting descriptors into `held` after
-/// each.
+/// each. With `views` (`--comms`), broadcast i runs on view (i / roots) mod N, `roots` being
+/// the number of ranks when roots rotate, else 1 (so N × roots iterations use every view
+/// from every root); the barriers stay on `comm`.
 fn measure(
     comm: &mut Comm,
     buf: &mut [u8],
     tree: &Algorithm,
     segment: Option<u64>,
     (iters, root, seed): (usize, Option<usize>, u64),
+    views: &mut [Comm],
     held: &mut fds::Peak,
 ) -> pipecast::Result<Measured> {
     let n = comm.size();
@@ -380,6 +412,7 @@ fn measure(
     let mut seg = 0;
     let mut ran = tree.to_string();
     let mut usage = Usage::default();
+    let roots = if root.is_some() { 1 } else { n };
     for it in 0..iters {
         let root = root.unwrap_or(it % n);
         let receives = match tree {
@@ -396,7 +429,11 @@ fn measure(
         comm.barrier()?;
         let u0 = Usage::now();
         let t0 = Instant::now();
-        let info = comm.bcast_with(buf, root, tree, segment)?;
+        let on = match views.len() {
+            0 => &mut *comm,
+            k => &mut views[(it / roots) % k],
+        };
+        let info = on.bcast_with(buf, root, tree, segment)?;
         comm.barrier()?;
         times.push(t0.elapsed().as_secs_f64() * 1e6);
         usage += Usage::now() - u0;
