@@ -14,7 +14,7 @@
 //! that closes mid-broadcast (its waiters fail naming it, nobody hangs: a reliable link sees
 //! the connection close, a lossy one the peer fall silent).
 //!
-//! An integration test, above every layer: it drives the links through `comm::drive::Engine`
+//! An integration test, above every layer: it drives the links through `engine::drive::Engine`
 //! and builds labs with the tests' own namespace helpers (tests/common).
 
 mod common;
@@ -22,7 +22,7 @@ mod common;
 use common::netns::Lab;
 use common::pattern;
 use common::requirements::{root, tool};
-use pipecast::comm::drive::Engine;
+use pipecast::engine::drive::Engine;
 use pipecast::engine::{Bcast, Config, Setup};
 use pipecast::plan::{baseline, Lane};
 use pipecast::transport::raweth::medium::{Impairments, Medium};

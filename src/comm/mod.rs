@@ -21,7 +21,6 @@ mod bootstrap;
 mod config;
 pub mod cpus;
 mod defer;
-pub mod drive;
 mod error;
 pub mod host_cost;
 pub mod hosts;

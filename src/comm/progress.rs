@@ -6,9 +6,9 @@
 //! while others broadcast is late, never gone. A dropped communicator is forgotten once its
 //! broadcasts are over ([`Op::Close`]).
 
-use super::drive::{round_wait, Engine};
 use super::link::BoxedLink;
 use super::CommError;
+use crate::engine::drive::{round_wait, Engine};
 use crate::engine::number::comm_of;
 use crate::engine::{Bcast, Config as EngineConfig, Setup};
 use crate::plan::Lane;

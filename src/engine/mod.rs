@@ -13,6 +13,8 @@
 #![deny(unsafe_code)]
 
 mod bcast;
+pub mod drive;
+pub mod driver;
 mod endpoint;
 mod expected;
 mod layout;

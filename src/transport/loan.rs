@@ -119,6 +119,17 @@ impl Buffer {
 /// (its buffer gone) goes out empty.
 pub type Buffers = std::collections::BTreeMap<u64, Buffer>;
 
+/// Where a held segment lands ([`Driver::held`](crate::engine::driver::Driver::held)): its
+/// broadcast's lent buffer, or an error when that broadcast finished here.
+impl crate::engine::driver::Memory for Buffers {
+    fn buffer(&mut self, from: usize, seq: u64) -> crate::Result<&mut [u8]> {
+        match self.get_mut(&seq) {
+            Some(buf) => Ok(buf.as_mut_slice()),
+            None => Err(super::gone_buffer(from, seq).into()),
+        }
+    }
+}
+
 /// Waits for the loan on drop, so that even a panic in the lender's closure cannot free the
 /// buffer while another thread writes into it.
 struct WaitForReturn(Arc<Returned>);

@@ -6,8 +6,11 @@
 //! a `// SAFETY:` comment.
 //!
 //! A link moves bytes and gets no engine: each round it is handed a [`Driver`], everything
-//! it may ask of the layer above (the communicator's progress thread implements it over its
-//! broadcasts, `comm::drive`). It frames the [`Message`](crate::engine::Message)s the driver
+//! it may ask of the layer above. The trait and the engine's pure implementation of it
+//! ([`Engine`](crate::engine::drive::Engine), which the communicator's progress thread
+//! drives) live in the pure core, below the links, so the links and their tests depend on
+//! them from below; [`drive`](drive::drive) runs one broadcast over a link. A link frames
+//! the [`Message`](crate::engine::Message)s the driver
 //! hands out ([`Driver::next`]; the header is [`wire::message`](crate::wire::message)),
 //! sends data segments straight from their broadcast's buffer, and asks the driver where an
 //! arriving segment goes ([`Driver::header`], the one landing decision) before reading its
@@ -26,7 +29,8 @@
 //! links got.
 
 mod arrival;
-pub mod driver;
+pub mod drive;
+pub use crate::engine::driver;
 pub mod loan;
 pub mod recording;
 pub mod router;

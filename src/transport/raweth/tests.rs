@@ -4,7 +4,7 @@
 //! reliability recovers them: every rank ends with every byte right.
 
 use super::{Config, Counters, FrameLink};
-use crate::comm::drive::Engine;
+use crate::engine::drive::Engine;
 use crate::engine::{Bcast, Config as EngineConfig, Setup};
 use crate::plan::Lane;
 use crate::testing::pattern;

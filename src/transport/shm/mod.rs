@@ -877,7 +877,7 @@ mod tests {
     /// came before the posting are (a full ring's worth), the rest go straight into the buffer.
     #[test]
     fn a_late_reader_copies_nothing_or_only_what_came_early() {
-        use crate::comm::drive::Engine;
+        use crate::engine::drive::Engine;
         use crate::engine::{Bcast, Config, Setup};
         use crate::transport::Buffer;
         let n = (RING_BYTES + RING_BYTES / 2) * 2 + 5;

@@ -3,11 +3,11 @@
 //! across network namespaces with two real NICs per host.
 
 use super::TcpTransport;
-use crate::comm::drive::drive;
-use crate::comm::drive::Engine;
+use crate::engine::drive::Engine;
 use crate::engine::{Bcast, Config, Setup};
 use crate::plan::Lane;
 use crate::testing::pattern;
+use crate::transport::drive::drive;
 use crate::transport::{Buffer, Buffers, Link};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicUsize, Ordering};

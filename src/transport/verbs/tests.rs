@@ -5,7 +5,7 @@
 use super::link::{LinkConfig, VerbsLink};
 use super::model::{Fabric, ModelVerbs};
 use super::ops::{Local, Op, QpState, RecvWr, Remote, SendWr, Verbs, VerbsError, WcKind, WcStatus};
-use crate::comm::drive::Engine;
+use crate::engine::drive::Engine;
 use crate::engine::{Bcast, Config, Setup};
 use crate::plan::{self, Lane};
 use crate::testing::pattern;

@@ -1,5 +1,6 @@
 //! [`Driver`]: everything a link may ask of the layer above it, in the link's terms. A link
-//! moves bytes; the driver (the communicator's progress thread, `comm::drive`) owns the
+//! moves bytes; the driver ([`Engine`](super::drive::Engine), driven by the communicator's
+//! progress thread) owns the
 //! broadcasts: it says what to send next, where an arriving segment lands, when a message is
 //! whole, which peers a broadcast waits for, and how long a round may sleep. A link never
 //! sees the engine itself, so the next links (multicast, AF_XDP, UCX or libfabric) stay
@@ -7,10 +8,13 @@
 //!
 //! Zero copy stays: an [`Outgoing`] names the payload's range in its broadcast's buffer (the
 //! link sends it from there), and [`Driver::header`] answers a segment's header with the
-//! range its payload lands in ([`slot`](super::slot)), before the link reads it.
+//! range its payload lands in (`transport::slot`), before the link reads it.
+//!
+//! The trait lives in the pure core, below the links: they depend on it from below, and the
+//! engine's own implementation ([`Engine`](super::drive::Engine)) is pure, so every layer's
+//! tests can drive a link with it (docs/engine.md, "Links").
 
-use super::Buffers;
-use crate::engine::{DataHeader, Expected, Layout, Message};
+use super::{DataHeader, Expected, Layout, Message};
 use std::ops::Range;
 use std::time::Duration;
 
@@ -33,7 +37,7 @@ pub struct Outgoing {
 /// Where the payload of an arriving segment goes, from [`Driver::header`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Landing {
-    /// Straight into broadcast `seq`'s buffer at `range` ([`slot`](super::slot)), always the
+    /// Straight into broadcast `seq`'s buffer at `range` (`transport::slot`), always the
     /// header's length; once it is all there, [`Driver::landed`].
     Into { seq: u64, range: Range<usize> },
     /// Of a broadcast not posted here yet: read it into memory of its own (at most one
@@ -60,9 +64,18 @@ impl Broadcast<'_> {
     }
 }
 
-/// What a link may ask of the layer above it. The communicator's progress thread implements
-/// it over its broadcasts in flight (`comm::drive`) and hands it to every round of
-/// [`Link::progress`](super::Link::progress).
+/// The broadcasts' memory, as the driver sees it: a held segment lands in broadcast `seq`'s
+/// buffer through it ([`Driver::held`]). The links' lent buffers (`transport::Buffers`)
+/// are one.
+pub trait Memory {
+    /// Broadcast `seq`'s buffer; an error naming `from` (whose segment it was) when that
+    /// broadcast finished here.
+    fn buffer(&mut self, from: usize, seq: u64) -> crate::Result<&mut [u8]>;
+}
+
+/// What a link may ask of the layer above it. [`Engine`](super::drive::Engine) implements it
+/// over one rank's broadcasts in flight; the communicator's progress thread hands it to every
+/// round of a link's `progress` (`transport::Link`).
 pub trait Driver {
     /// The next message to one of the peers this link serves (`serves`), oldest broadcast
     /// first; `None` when there is nothing more to send to them now.
@@ -83,7 +96,7 @@ pub trait Driver {
     /// is.
     fn held(
         &mut self,
-        bufs: &mut Buffers,
+        bufs: &mut dyn Memory,
         now: u64,
         from: usize,
         message: Message,
@@ -91,7 +104,7 @@ pub trait Driver {
     ) -> crate::Result<()>;
 
     /// Every peer a broadcast in flight waits for: a link keeps them alive (heartbeats) and
-    /// fails the round when one of them is gone ([`check_closed`](super::check_closed)).
+    /// fails the round when one of them is gone (`transport::check_closed`).
     fn waiting_for(&self) -> Vec<usize>;
 
     /// Every peer the broadcasts in flight talk to (a link that sets up and closes edges on

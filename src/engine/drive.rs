@@ -1,11 +1,10 @@
 //! The [`Driver`] over one rank's [`Endpoint`]: what the links ask of the layer above them,
-//! answered by the engine. The progress thread builds one each round; [`drive`] runs one
-//! broadcast over a link the same way, for tests and tools that drive a link themselves.
-//! The links never see the endpoint (docs/engine.md, "Links").
+//! answered by the engine, without I/O. The communicator's progress thread drives one;
+//! `transport::drive` runs one broadcast over a link the same way, for tests and tools that
+//! drive a link themselves. The links never see the endpoint (docs/engine.md, "Links").
 
-use crate::engine::{DataHeader, Endpoint, Expected, Message, Route};
-use crate::transport::driver::{Broadcast, Driver, Landing, Outgoing};
-use crate::transport::{Buffers, Link};
+use super::driver::{Broadcast, Driver, Landing, Memory, Outgoing};
+use super::{DataHeader, Endpoint, Expected, Message, Route};
 use std::ops::{Deref, DerefMut};
 use std::time::Duration;
 
@@ -65,7 +64,7 @@ impl Driver for Engine {
 
     fn held(
         &mut self,
-        bufs: &mut Buffers,
+        bufs: &mut dyn Memory,
         now: u64,
         from: usize,
         message: Message,
@@ -73,10 +72,7 @@ impl Driver for Engine {
     ) -> crate::Result<()> {
         self.endpoint
             .deliver(now, from, message, payload, |seq, range, payload| {
-                let buf = bufs
-                    .get_mut(&seq)
-                    .ok_or_else(|| crate::transport::gone_buffer(from, seq))?;
-                crate::engine::copy_into(buf.as_mut_slice(), range, payload)
+                super::copy_into(bufs.buffer(from, seq)?, range, payload)
                     .map_err(crate::Error::from)
             })
     }
@@ -116,23 +112,4 @@ pub fn round_wait(endpoint: &Endpoint, wait: Duration) -> Duration {
     } else {
         wait
     }
-}
-
-/// Runs broadcast `seq` (posted on `engine`, its buffer in `bufs`) over `link` until it is
-/// done here, then removes it: the loop of the communicator's progress thread for one
-/// broadcast, for tests and tools that drive a link themselves.
-pub fn drive(
-    link: &mut dyn Link,
-    bufs: &mut Buffers,
-    engine: &mut Engine,
-    seq: u64,
-    clock: &dyn Fn() -> u64,
-) -> crate::Result<()> {
-    while !engine.is_done(seq) {
-        engine.handle_timeout(clock())?;
-        let wait = engine.may_wait(Duration::from_millis(5));
-        link.progress(bufs, engine, clock, wait)?;
-    }
-    engine.finish(seq);
-    Ok(())
 }
