@@ -92,6 +92,7 @@ fn build() -> Option<&'static Path> {
             ("mpi_bcast_test.c", "mpi_bcast_test"),
             ("mpi_ibcast_test.c", "mpi_ibcast_test"),
             ("mpi_fault_test.c", "mpi_fault_test"),
+            ("mpi_views_test.c", "mpi_views_test"),
         ] {
             let src = repo().join("tests/c").join(src).display().to_string();
             let exe = out.join(exe).display().to_string();
@@ -215,6 +216,23 @@ fn every_size_and_root_arrives_byte_exact() {
 #[test]
 fn mpi_ibcast_arrives_byte_exact() {
     each_glue_byte_exact(&["{dir}/mpi_ibcast_test"], "mpi_ibcast_test: ok", 1);
+}
+
+/// 66 communicators on one engine per process, only `MPI_Ibcast` on each from its first call
+/// (`tests/c/mpi_views_test.c`, as in tests/ompi.rs): pipecast carries every broadcast of at
+/// least 512 KiB, with at most 2 threads of its own per process and no descriptor more.
+/// Open MPI 5 gives a communicator a context id that every member shares only where its
+/// index is global; elsewhere the component agrees one at the first blocking broadcast, so
+/// this counts what the program expects minus the ibcasts before it.
+#[test]
+fn communicators_are_views_of_one_engine() {
+    let _serial = serial();
+    let Some(dir) = build() else { return };
+    let program = dir.join("mpi_views_test").display().to_string();
+    for glue in [Glue::Component, Glue::Shim] {
+        let (out, _) = mpirun(glue, dir, 4, &[], &[&program], 300);
+        mpi::assert_views(&out, glue.marker());
+    }
 }
 
 #[test]

@@ -1,6 +1,7 @@
 /* The MPI glue's shared part: see pipecast_glue.h. */
 #include "pipecast_glue.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,53 @@ void pcg_comm_init(pcg_comm *c)
     memset(c, 0, sizeof *c);
 }
 
+/* ---- The process's engine (pipecast_glue.h, "One engine per process") ---- */
+
+enum { BASE_NONE = 0, BASE_READY = 1, BASE_OFF = 2 };
+
+/* Ids the MPI gives (context ids + 1) are below this; ids the glue agrees on are from it. */
+#define AGREED_IDS 0x80000000u
+
+static struct {
+    int state;         /* BASE_*: written once, by the one thread in MPI_COMM_WORLD's collective */
+    pipecast_comm *pc; /* the engine: lives until the process ends */
+    uint32_t next_id;  /* above every agreed id this process took (atomic) */
+} base = {BASE_NONE, NULL, AGREED_IDS};
+
+static pthread_mutex_t view_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int pcg_base_ready(void)
+{
+    return __atomic_load_n(&base.state, __ATOMIC_ACQUIRE) == BASE_READY;
+}
+
+void pcg_base_free(void)
+{
+    if (base.pc != NULL) pipecast_comm_free(base.pc);
+    base.pc = NULL;
+    __atomic_store_n(&base.state, BASE_OFF, __ATOMIC_RELEASE);
+}
+
+void pcg_comm_made(pcg_comm *c)
+{
+    c->base_at_creation = pcg_base_ready();
+}
+
+uint32_t pcg_next_id(void)
+{
+    return __atomic_load_n(&base.next_id, __ATOMIC_RELAXED);
+}
+
+/* Takes agreed id `id`: later proposals are above it. */
+static void take_id(uint32_t id)
+{
+    uint32_t seen = __atomic_load_n(&base.next_id, __ATOMIC_RELAXED);
+    while (seen <= id &&
+           !__atomic_compare_exchange_n(&base.next_id, &seen, id + 1, 0, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED)) {
+    }
+}
+
 void pcg_comm_free(pcg_comm *c)
 {
     if (c->pc != NULL) pipecast_comm_free(c->pc);
@@ -52,16 +100,36 @@ static const char *vote_reason(int64_t vote)
 }
 
 #define NSET 4
+/* After the settings: whether some rank has no engine or lacks a member in it (1) or all have
+ * (0); then the view id proposed (the highest wins: free at every rank). */
+#define AT_VIEWS (1 + 2 * NSET)
+#define NAGREE (AT_VIEWS + 2)
+
+/* Whether every member of `c` is a process of this process's engine: this rank's answer. */
+static int views_here(const pcg_host *h, int **members)
+{
+    *members = NULL;
+    if (!pcg_base_ready() || h->world_ranks == NULL || h->size < 1) return 0;
+    int *m = malloc(sizeof *m * (size_t)h->size);
+    if (m == NULL) return 0;
+    if (h->world_ranks(h->user, m) != 0) {
+        free(m);
+        return 0;
+    }
+    *members = m;
+    return 1;
+}
 
 void pcg_agree(pcg_comm *c, const pcg_settings *mine, const pcg_host *h)
 {
     static const char *const names[NSET] = {"min_bytes", "pml_below", "pml_segment", "pml_window"};
     const int64_t set[NSET] = {mine->min_bytes, mine->pml_below, mine->pml_segment,
                                mine->pml_window};
-    /* One MAX-allreduce answers everything: the worst vote (with the highest rank casting it)
-     * and, per setting, its largest value and the negation of its smallest. Fixed size, on the
-     * stack: nothing here can fail before the collective. */
-    int64_t in[1 + 2 * NSET], out[1 + 2 * NSET];
+    /* One MAX-allreduce answers everything: the worst vote (with the highest rank casting it),
+     * per setting its largest value and the negation of its smallest, whether every rank can
+     * make a view, and the view id. Fixed size, on the stack: nothing here can fail before
+     * the collective. */
+    int64_t in[NAGREE], out[NAGREE];
     int vote = c->vote;
     if (vote == PCG_VOTE_OK && pipecast_glue_settings_check(mine) != PIPECAST_OK) {
         char why[256];
@@ -75,8 +143,12 @@ void pcg_agree(pcg_comm *c, const pcg_settings *mine, const pcg_host *h)
         in[1 + 2 * i] = v;
         in[2 + 2 * i] = -v;
     }
+    int *members = NULL;
+    in[AT_VIEWS] = views_here(h, &members) ? 0 : 1;
+    free(members);
+    in[AT_VIEWS + 1] = (int64_t)pcg_next_id();
     c->agreed = 1;
-    if (h->allreduce_max(h->user, in, out, 1 + 2 * NSET) != 0) {
+    if (h->allreduce_max(h->user, in, out, NAGREE) != 0) {
         /* Every rank calls the same allreduce: an error there is the MPI's own, and alike. */
         c->disabled = 1;
         if (h->rank == 0) pcg_say(h, 1, "the settings agreement failed: pipecast is off here");
@@ -100,6 +172,101 @@ void pcg_agree(pcg_comm *c, const pcg_settings *mine, const pcg_host *h)
             return;
         }
     }
+    if (out[AT_VIEWS] == 0 && out[AT_VIEWS + 1] >= (int64_t)AGREED_IDS &&
+        out[AT_VIEWS + 1] <= (int64_t)UINT32_MAX - 1) {
+        c->base_at_creation = 1; /* agreed: a view at every rank */
+        if (!c->has_id) {
+            c->has_id = 1;
+            c->id = (uint32_t)out[AT_VIEWS + 1];
+            take_id(c->id);
+        }
+    } else {
+        c->base_at_creation = 0; /* agreed: a communicator of its own at every rank */
+    }
+}
+
+int pcg_base_setup(const pcg_settings *s, int vote, const pcg_host *h)
+{
+    if (base.state != BASE_NONE) return base.state == BASE_READY;
+    pcg_comm w;
+    pcg_comm_init(&w);
+    w.vote = vote;
+    pcg_agree(&w, s, h);
+    int state = BASE_OFF;
+    if (!w.disabled) {
+        pipecast_result rc = h->create(h->user, &base.pc);
+        if (rc == PIPECAST_OK) {
+            state = BASE_READY;
+            char link[128];
+            pipecast_comm_link(base.pc, link, sizeof link);
+            pcg_say(h, 1, "pipecast ready over %s (rank %d of %d), one engine for every "
+                    "communicator", link, h->rank, h->size);
+            char why[512];
+            if (h->rank == 0 && pipecast_comm_link_reason(base.pc, why, sizeof why) > 0)
+                pcg_say(h, 1, "transport auto chose %s: %s", link, why);
+        } else {
+            base.pc = NULL;
+            if (h->rank == 0) {
+                char detail[512];
+                pipecast_last_error(detail, sizeof detail);
+                pcg_say(h, 1, "pipecast declined at every rank, the MPI's own broadcast runs: "
+                        "%s (%s)", pipecast_strerror(rc), detail);
+            }
+        }
+    }
+    __atomic_store_n(&base.state, state, __ATOMIC_RELEASE);
+    return state == BASE_READY;
+}
+
+int pcg_agree_id(pcg_comm *c, const pcg_host *h)
+{
+    /* The id proposed, and whether some rank votes against (no memory for its state). */
+    int64_t in[2] = {(int64_t)pcg_next_id(), c->vote != PCG_VOTE_OK}, out[2] = {0, 1};
+    if (h->allreduce_max(h->user, in, out, 2) != 0 || out[1] != 0 ||
+        out[0] < (int64_t)AGREED_IDS || out[0] > (int64_t)UINT32_MAX - 1)
+        return -1;
+    c->has_id = 1;
+    c->id = (uint32_t)out[0];
+    take_id(c->id);
+    return 0;
+}
+
+/* This rank's view of the engine for `c` (pipecast_comm_view). 0 when it has none: no id yet
+ * (a nonblocking broadcast agrees none), or the members are not all the engine's. */
+static int make_view(pcg_comm *c, const pcg_host *h, int blocking)
+{
+    if (!c->has_id) {
+        if (h->mpi_id >= 0 && h->mpi_id + 1 < (int64_t)AGREED_IDS) {
+            c->has_id = 1;
+            c->id = (uint32_t)(h->mpi_id + 1);
+        } else if (!blocking) {
+            return 0;
+        } else if (pcg_agree_id(c, h) != 0) {
+            /* Only the id was missing (the engine was ready where `c` was made). */
+            c->disabled = 1;
+            return 0;
+        }
+    }
+    int *members = NULL;
+    if (!views_here(h, &members)) return 0;
+    /* The engine's handle is shared: one thread at a time makes a view of it. */
+    pthread_mutex_lock(&view_lock);
+    pipecast_result rc = pipecast_comm_view(base.pc, c->id, h->size, members, &c->pc);
+    pthread_mutex_unlock(&view_lock);
+    free(members);
+    if (rc != PIPECAST_OK) {
+        /* Local (a duplicate id, no memory): never decided alone, so this broadcast fails. */
+        char detail[512];
+        pipecast_last_error(detail, sizeof detail);
+        pcg_say(h, 0, "rank %d: no view of pipecast's engine (id %u): %s (%s)", h->rank, c->id,
+                pipecast_strerror(rc), detail);
+        c->pc = NULL;
+        c->failed = 1;
+        return 0;
+    }
+    pcg_say(h, 2, "rank %d: a view of pipecast's engine (id %u, %d ranks)", h->rank, c->id,
+            h->size);
+    return 1;
 }
 
 /* pipecast_comm_create at the first broadcast pipecast takes; agreed, so every rank gets the
@@ -131,17 +298,38 @@ pcg_path pcg_decide(pcg_comm *c, const pcg_settings *s, const pcg_host *h, size_
 {
     if (c->failed) return PCG_FAILED;
     if (!c->agreed) {
-        if (!blocking) {
+        if (c->base_at_creation && pcg_base_ready()) {
+            /* Made where the engine was ready, at every member: the engine's agreement holds
+             * (the glue's settings are the process's). */
+            c->agreed = 1;
+        } else if (!blocking) {
+            c->fallback++;
+            return PCG_MPI;
+        } else {
+            pcg_agree(c, s, h);
+        }
+    }
+    uint64_t b = (uint64_t)bytes;
+    if (c->disabled || b < (uint64_t)s->min_bytes || (!blocking && b < (uint64_t)s->pml_below)) {
+        c->fallback++;
+        return PCG_MPI;
+    }
+    if (c->pc == NULL) {
+        int made = c->base_at_creation ? make_view(c, h, blocking)
+                                       : blocking && set_up(c, h);
+        if (c->failed) return PCG_FAILED;
+        if (!made && c->base_at_creation && blocking && !c->disabled) {
+            /* Its members are not all the engine's (the same at every member: a communicator
+             * with processes of another job): one of its own, agreed first. */
+            c->agreed = 0;
+            c->base_at_creation = 0;
+            pcg_agree(c, s, h);
+            made = !c->disabled && set_up(c, h);
+        }
+        if (!made) {
             c->fallback++;
             return PCG_MPI;
         }
-        pcg_agree(c, s, h);
-    }
-    uint64_t b = (uint64_t)bytes;
-    if (c->disabled || b < (uint64_t)s->min_bytes || (!blocking && b < (uint64_t)s->pml_below) ||
-        (c->pc == NULL && (!blocking || !set_up(c, h)))) {
-        c->fallback++;
-        return PCG_MPI;
     }
     if (b < pipecast_defers_below(c->pc)) {
         /* Where pipecast cannot win (every rank on one host: a small message, or more ranks

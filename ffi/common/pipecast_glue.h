@@ -44,13 +44,20 @@ typedef pipecast_result (*pcg_create_fn)(void *user, pipecast_comm **out);
 
 /* One communicator as the glue sees it. */
 typedef struct {
-    pipecast_comm *pc;      /* created at the first broadcast pipecast takes */
+    pipecast_comm *pc;      /* a view of the process's engine (pcg_base_*), or a communicator
+                             * of its own, made at the first broadcast pipecast takes */
     int agreed;             /* the settings were compared (at the first broadcast) */
     int disabled;           /* pipecast declined on this communicator, at every rank alike */
     int failed;             /* a pipecast broadcast failed: later ones fail, never fall back */
     int deferral_said;      /* verbose 1 said once why small broadcasts go to the MPI's own */
     int vote;               /* PCG_VOTE_*: this rank's own reason to vote pipecast off */
-    unsigned long handled;  /* broadcasts pipecast carried */
+    /* Views (pcg_base_setup): whether the process's engine was ready when this communicator
+     * was made (pcg_comm_made), the same at every member; its view id once known. */
+    int base_at_creation;
+    int has_id;
+    uint32_t id;
+    unsigned long handled;  /* broadcasts pipecast carried (blocking and nonblocking) */
+    unsigned long handled_nb; /* of those, nonblocking */
     unsigned long over_p2p; /* of those, moved over the MPI's point-to-point layer */
     unsigned long fallback; /* broadcasts the MPI's own broadcast carried */
 } pcg_comm;
@@ -63,7 +70,14 @@ typedef struct {
     int rank, size;
     pcg_allreduce_max_fn allreduce_max;
     pcg_create_fn create;
-    void *user; /* passed to both */
+    void *user; /* passed to all three */
+    /* This communicator's ranks as MPI_COMM_WORLD ranks (members[r] for rank r, `size` of
+     * them); 0 when every one is in MPI_COMM_WORLD. Local. NULL: no views here. */
+    int (*world_ranks)(void *user, int *members);
+    /* An id the MPI itself gives this communicator, the same at every member and unique among
+     * the process's live communicators (Open MPI's context id), or -1 when it has none: the
+     * glue then agrees one at the first blocking broadcast. */
+    int64_t mpi_id;
 } pcg_host;
 
 /* Where a broadcast goes. */
@@ -87,14 +101,55 @@ void pcg_agree(pcg_comm *c, const pcg_settings *mine, const pcg_host *h);
  * size, the agreed settings and pipecast's own agreed answers only. `blocking` (MPI_Bcast) may
  * run collectives: the agreement at the first broadcast, pipecast_comm_create at the first one
  * pipecast takes. Without it (MPI_Ibcast, which must not block) nothing collective runs:
- * pipecast takes the broadcast only on a communicator an earlier MPI_Bcast set up, and never
- * the point-to-point path (the MPI's own nonblocking broadcast is as good there). Counts the
+ * pipecast takes the broadcast only on a view of the engine that needs no agreement (the
+ * engine was ready where the communicator was made, and its id is known: the MPI's, or agreed
+ * as it was made) or on a communicator an earlier MPI_Bcast set up, and never the
+ * point-to-point path (the MPI's own nonblocking broadcast is as good there). Counts the
  * fallbacks. The caller checks intercommunicators and sizes below 2 first. */
 pcg_path pcg_decide(pcg_comm *c, const pcg_settings *s, const pcg_host *h, size_t bytes,
                     int blocking);
 
 /* Frees c->pc. */
 void pcg_comm_free(pcg_comm *c);
+
+/* ---- One engine per process ----
+ *
+ * The process's pipecast engine is a pipecast communicator over every process of
+ * MPI_COMM_WORLD in its rank order, made once by pcg_base_setup at a collective every process
+ * joins (the shim: MPI_Init; the component: the first MPI_Bcast or MPI_Barrier on
+ * MPI_COMM_WORLD). Every communicator whose processes it knows is then a view of it
+ * (pipecast_comm_view: no collective, no connection, no thread), so MPI_Ibcast takes pipecast
+ * from its first call there. A view needs an id that every member gives it: the MPI's own
+ * (pcg_host.mpi_id) or one the members agree at the first blocking broadcast (the lowest id
+ * free at all of them, as MPI agrees on context ids).
+ *
+ * Every rank decides alike: a communicator uses a view from its first broadcast only when the
+ * engine was ready where it was made (pcg_comm_made, called as it is made: two blocking
+ * collectives that involve two ranks run in one order at both, or the program could deadlock,
+ * so the answer is the same at every member); otherwise its first blocking broadcast asks
+ * every member (one allreduce, with the settings agreement). */
+
+/* Collective over MPI_COMM_WORLD (h describes it): agrees the glue's settings (`vote`: this
+ * rank's PCG_VOTE_*) and makes the engine. Runs once; later calls return at once. Returns 1
+ * when the engine is ready. */
+int pcg_base_setup(const pcg_settings *s, int vote, const pcg_host *h);
+
+/* Frees the engine once no communicator uses it (at finalize; its views were freed). */
+void pcg_base_free(void);
+
+/* Whether the engine is ready. */
+int pcg_base_ready(void);
+
+/* Records, as `c` is made, whether the engine was ready then. */
+void pcg_comm_made(pcg_comm *c);
+
+/* The id the ranks propose at an agreement: above every id this process used. */
+uint32_t pcg_next_id(void);
+
+/* Collective over `c` (one allreduce): agrees its view id, free at every member. The shim
+ * runs it as a communicator is made, so that its first MPI_Ibcast may take pipecast.
+ * 0 on success (the same answer at every member). */
+int pcg_agree_id(pcg_comm *c, const pcg_host *h);
 
 /* The MPI's point-to-point calls for pcg_p2p_bcast, on a communicator (or tag) that carries
  * nothing else. Requests are opaque `req_size`-byte handles; every call returns the MPI's code

@@ -9,8 +9,11 @@
  * enable (it deadlocks under MPI_THREAD_MULTIPLE), so the address exchange happens at the first
  * large broadcast on each communicator, through the saved allgather.
  *
- * MPI_Ibcast (coll_ibcast) takes pipecast's path on communicators an MPI_Bcast already set up;
- * its requests are completed from opal_progress (see pipecast_ibcast).
+ * One engine per process (pipecast_glue.h): WORLD's first MPI_Bcast or MPI_Barrier makes it,
+ * and every communicator made after that is a view of it named by Open MPI's context id, so
+ * MPI_Ibcast (coll_ibcast) takes pipecast's path from its first call there; elsewhere once an
+ * MPI_Bcast set the communicator up. Its requests are completed from opal_progress (see
+ * pipecast_ibcast).
  *
  * One source for Open MPI 4.1 (coll API 2.0.0) and 5.0 (coll API 2.4.0): the release comes from
  * the headers it is compiled against (OMPI_MAJOR_VERSION); `make -C ffi MPICC=…/bin/mpicc`
@@ -107,6 +110,9 @@ typedef struct {
     mca_coll_base_module_t *prev_ibcast_module;
     mca_coll_base_module_allreduce_fn_t prev_allreduce; /* the settings agreement's */
     mca_coll_base_module_t *prev_allreduce_module;
+    /* MPI_COMM_WORLD only: its first MPI_Barrier makes the process's engine (pcg_base_setup). */
+    mca_coll_base_module_barrier_fn_t prev_barrier;
+    mca_coll_base_module_t *prev_barrier_module;
     struct ompi_communicator_t *comm;
     pcg_comm g; /* pipecast's communicator and what the glue decided (pipecast_glue.h) */
 } mca_coll_pipecast_module_t;
@@ -281,6 +287,7 @@ static int pipecast_open(void)
 static int pipecast_close(void)
 {
     pc_progress_stop();
+    pcg_base_free();
     OBJ_DESTRUCT(&pending_lock);
     return OMPI_SUCCESS;
 }
@@ -302,6 +309,8 @@ static void module_construct(mca_coll_pipecast_module_t *m)
     m->prev_ibcast_module = NULL;
     m->prev_allreduce = NULL;
     m->prev_allreduce_module = NULL;
+    m->prev_barrier = NULL;
+    m->prev_barrier_module = NULL;
     m->comm = NULL;
     pcg_comm_init(&m->g);
 }
@@ -310,14 +319,16 @@ static void module_destruct(mca_coll_pipecast_module_t *m)
 {
     if (m->comm != NULL) {
         say(1, "rank %d comm %s: %lu broadcasts by pipecast (%lu of them over Open MPI's "
-            "point-to-point), %lu by the previous module",
-            ompi_comm_rank(m->comm), m->comm->c_name, m->g.handled, m->g.over_p2p, m->g.fallback);
+            "point-to-point, %lu nonblocking), %lu by the previous module",
+            ompi_comm_rank(m->comm), m->comm->c_name, m->g.handled, m->g.over_p2p,
+            m->g.handled_nb, m->g.fallback);
     }
     pcg_comm_free(&m->g);
     if (m->prev_bcast_module != NULL) OBJ_RELEASE(m->prev_bcast_module);
     if (m->prev_allgather_module != NULL) OBJ_RELEASE(m->prev_allgather_module);
     if (m->prev_ibcast_module != NULL) OBJ_RELEASE(m->prev_ibcast_module);
     if (m->prev_allreduce_module != NULL) OBJ_RELEASE(m->prev_allreduce_module);
+    if (m->prev_barrier_module != NULL) OBJ_RELEASE(m->prev_barrier_module);
 }
 
 OBJ_CLASS_INSTANCE(mca_coll_pipecast_module_t, mca_coll_base_module_t, module_construct,
@@ -351,7 +362,19 @@ static int pipecast_module_enable(mca_coll_base_module_t *module, struct ompi_co
          * comm->c_coll after enable). */
         m->super.coll_ibcast = NULL;
     }
+    if (m->super.coll_barrier != NULL) {
+        if (comm->c_coll->coll_barrier_module == NULL) {
+            m->super.coll_barrier = NULL;
+        } else {
+            m->prev_barrier = comm->c_coll->coll_barrier;
+            m->prev_barrier_module = comm->c_coll->coll_barrier_module;
+            OBJ_RETAIN(m->prev_barrier_module);
+        }
+    }
     m->comm = comm;
+    /* Whether the process's engine is ready as this communicator is made: then it is a view
+     * of it from its first broadcast (pipecast_glue.h, "One engine per process"). */
+    pcg_comm_made(&m->g);
     return OMPI_SUCCESS;
 }
 
@@ -437,6 +460,34 @@ static pcg_settings settings_of(void)
     return s;
 }
 
+/* The communicator's ranks as MPI_COMM_WORLD ranks (pcg_host.world_ranks). Local. */
+static int world_ranks_of(void *user, int *members)
+{
+    mca_coll_pipecast_module_t *m = user;
+    int n = ompi_comm_size(m->comm);
+    int *ranks = n > 0 ? malloc(sizeof *ranks * (size_t)n) : NULL;
+    if (ranks == NULL) return -1;
+    for (int i = 0; i < n; i++) ranks[i] = i;
+    int rc = ompi_group_translate_ranks(m->comm->c_local_group, n, ranks,
+                                        ompi_mpi_comm_world.comm.c_local_group, members);
+    free(ranks);
+    if (rc != OMPI_SUCCESS) return -1;
+    for (int i = 0; i < n; i++)
+        if (members[i] == MPI_UNDEFINED || members[i] < 0) return -1;
+    return 0;
+}
+
+/* Open MPI's own id for the communicator, when it is the same at every member: 4.1's context
+ * id always, 5.0's index only where it is global (with extended context ids it is local). */
+static int64_t mpi_id_of(struct ompi_communicator_t *comm)
+{
+#if OMPI_MAJOR_VERSION >= 5
+    return OMPI_COMM_IS_GLOBAL_INDEX(comm) ? (int64_t)comm->c_index : -1;
+#else
+    return (int64_t)comm->c_contextid;
+#endif
+}
+
 static pcg_host host_of(mca_coll_pipecast_module_t *m)
 {
     pcg_host h = {.who = "coll:pipecast",
@@ -446,8 +497,28 @@ static pcg_host host_of(mca_coll_pipecast_module_t *m)
                   .size = ompi_comm_size(m->comm),
                   .allreduce_max = allreduce_max_through_prev,
                   .create = create_pipecast,
-                  .user = m};
+                  .user = m,
+                  .world_ranks = world_ranks_of,
+                  .mpi_id = mpi_id_of(m->comm)};
     return h;
+}
+
+/* MPI_COMM_WORLD's first MPI_Bcast or MPI_Barrier makes the process's engine, every process
+ * alike (pcg_base_setup); MPI_COMM_WORLD is a view of it from then on. */
+static void world_engine(mca_coll_pipecast_module_t *m)
+{
+    if (m->comm != &ompi_mpi_comm_world.comm || m->g.agreed || m->g.base_at_creation) return;
+    pcg_settings s = settings_of();
+    pcg_host h = host_of(m);
+    m->g.base_at_creation = pcg_base_setup(&s, PCG_VOTE_OK, &h);
+    if (!m->g.base_at_creation) m->g.agreed = m->g.disabled = 1;
+}
+
+static int pipecast_barrier(struct ompi_communicator_t *comm, mca_coll_base_module_t *module)
+{
+    mca_coll_pipecast_module_t *m = (mca_coll_pipecast_module_t *)module;
+    world_engine(m);
+    return m->prev_barrier(comm, m->prev_barrier_module);
 }
 
 /* The point-to-point path's calls (pcg_p2p_bcast) over Open MPI's PML, with the broadcast's
@@ -538,6 +609,7 @@ static int pipecast_bcast(void *buff, int count, struct ompi_datatype_t *datatyp
      * agreed settings (the first broadcast of any size agrees on them). A non-contiguous
      * datatype is packed and unpacked around the broadcast, so layouts that differ between
      * ranks (legal in MPI) still take one path everywhere. */
+    world_engine(m);
     pcg_settings s = settings_of();
     pcg_host h = host_of(m);
     pcg_path path = pcg_decide(&m->g, &s, &h, bytes, 1);
@@ -737,9 +809,11 @@ static void pc_progress_stop(void)
 }
 
 /* MPI_Ibcast. Open MPI also calls it from inside its progress engine (communicator creation
- * agrees on a context id with ibcasts), where nothing may block: so an ibcast never sets
- * pipecast up. It takes pipecast's path only on a communicator that an earlier MPI_Bcast set
- * up (settings agreed, pipecast_comm_create done) — the same at every rank, since every rank
+ * agrees on a context id with ibcasts), where nothing may block: so an ibcast never runs a
+ * collective. It takes pipecast's path on a view of the process's engine made with no
+ * agreement (the engine was ready when the communicator was made, and Open MPI's context id
+ * is the same at every member: 4.1 always, 5.0 where the index is global), or on a
+ * communicator that an earlier MPI_Bcast set up — the same at every rank, since every rank
  * calls the same collectives in the same order — and only from pml_below (the previous
  * module's per-message cost is lower below). Everything else goes to the previous ibcast. */
 static int pipecast_ibcast(void *buff, int count, struct ompi_datatype_t *datatype, int root,
@@ -805,6 +879,7 @@ static int pipecast_ibcast(void *buff, int count, struct ompi_datatype_t *dataty
         return broadcast_failed(m, "nonblocking broadcast", rc);
     }
     m->g.handled++;
+    m->g.handled_nb++;
     OPAL_THREAD_LOCK(&pending_lock);
     if (!progress_registered) {
         opal_progress_register(pc_progress);
@@ -826,6 +901,7 @@ static mca_coll_base_module_t *pipecast_comm_query(struct ompi_communicator_t *c
     m->super.coll_module_enable = pipecast_module_enable;
     m->super.coll_bcast = pipecast_bcast;
     m->super.coll_ibcast = pipecast_ibcast;
+    if (comm == &ompi_mpi_comm_world.comm) m->super.coll_barrier = pipecast_barrier;
     say(1, "rank %d comm %s: selected with priority %d", ompi_comm_rank(comm), comm->c_name,
         C->priority);
     return &m->super;

@@ -4,8 +4,10 @@
  *
  * Only the standard MPI/PMPI interface is used: per-communicator state hangs on a communicator
  * attribute (freed by its delete callback when the communicator is freed), the address
- * exchange runs through PMPI_Allgather at the first large broadcast on each communicator, and
- * PMPI_Bcast carries everything pipecast does not handle. Configuration comes from PIPECAST_*
+ * exchange runs once, through PMPI_Allgather on MPI_COMM_WORLD at MPI_Init, where the
+ * process's one pipecast engine is made; every communicator is a view of it (its id agreed by
+ * the interposed MPI_Comm_dup/split/split_type/create/create_group, or at its first blocking
+ * broadcast), and PMPI_Bcast carries everything pipecast does not handle. Configuration comes from PIPECAST_*
  * environment variables (pipecast_config_from_env) plus the glue's own PIPECAST_MIN_BYTES,
  * PIPECAST_PML_BELOW, PIPECAST_PML_SEGMENT (0: the cost model's), PIPECAST_PML_WINDOW and
  * PIPECAST_VERBOSE (read and checked by pipecast_glue_settings_from_env). What it decides
@@ -54,6 +56,7 @@ static int settings_vote = PCG_VOTE_OK;
 static comm_state no_memory_state;
 
 static void finish_all_of(comm_state *s);
+static void world_engine(void);
 
 static int delete_state(MPI_Comm comm, int key, void *value, void *extra)
 {
@@ -65,8 +68,8 @@ static int delete_state(MPI_Comm comm, int key, void *value, void *extra)
     finish_all_of(s);
     if (verbose >= 1)
         fprintf(stderr, "pipecast-preload: rank %d: %lu broadcasts by pipecast (%lu of them over "
-                "MPI point-to-point), %lu by MPI\n", s->rank, s->g.handled, s->g.over_p2p,
-                s->g.fallback);
+                "MPI point-to-point, %lu nonblocking), %lu by MPI\n", s->rank, s->g.handled,
+                s->g.over_p2p, s->g.handled_nb, s->g.fallback);
     if (s->p2p != MPI_COMM_NULL) PMPI_Comm_free(&s->p2p);
     pcg_comm_free(&s->g);
     free(s);
@@ -96,14 +99,20 @@ static void setup(void)
 int MPI_Init(int *argc, char ***argv)
 {
     int rc = PMPI_Init(argc, argv);
-    if (rc == MPI_SUCCESS) setup();
+    if (rc == MPI_SUCCESS) {
+        setup();
+        world_engine();
+    }
     return rc;
 }
 
 int MPI_Init_thread(int *argc, char ***argv, int required, int *provided)
 {
     int rc = PMPI_Init_thread(argc, argv, required, provided);
-    if (rc == MPI_SUCCESS) setup();
+    if (rc == MPI_SUCCESS) {
+        setup();
+        world_engine();
+    }
     return rc;
 }
 
@@ -273,10 +282,16 @@ int MPI_Finalize(void)
 {
     /* COMM_WORLD's attributes are not guaranteed to be deleted at finalize: do it here. */
     if (keyval != MPI_KEYVAL_INVALID) {
-        PMPI_Comm_delete_attr(MPI_COMM_WORLD, keyval);
+        /* Only where it was set: deleting an attribute WORLD lacks (a program that never
+         * broadcast on it) is an error, fatal by default. */
+        void *state = NULL;
+        int found = 0;
+        PMPI_Comm_get_attr(MPI_COMM_WORLD, keyval, &state, &found);
+        if (found) PMPI_Comm_delete_attr(MPI_COMM_WORLD, keyval);
         PMPI_Comm_free_keyval(&keyval);
     }
     if (progress_comm != MPI_COMM_NULL) PMPI_Comm_free(&progress_comm);
+    pcg_base_free();
     int fd = finalize_pmi_fd();
     if (fd < 0) return PMPI_Finalize();
     pmi_barrier_before_finalize(fd);
@@ -314,6 +329,27 @@ static pipecast_result create_pipecast(void *user, pipecast_comm **out)
     return pipecast_comm_create(s->rank, s->size, allgather_cb, s, NULL, out);
 }
 
+/* The communicator's ranks as MPI_COMM_WORLD ranks (pcg_host.world_ranks). Local. */
+static int world_ranks(void *user, int *members)
+{
+    comm_state *s = user;
+    MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+    int *ranks = malloc(sizeof *ranks * (size_t)s->size);
+    int rc = ranks == NULL ? -1 : 0;
+    if (rc == 0 && (PMPI_Comm_group(s->comm, &group) != MPI_SUCCESS ||
+                    PMPI_Comm_group(MPI_COMM_WORLD, &world) != MPI_SUCCESS))
+        rc = -1;
+    for (int i = 0; rc == 0 && i < s->size; i++) ranks[i] = i;
+    if (rc == 0 && PMPI_Group_translate_ranks(group, s->size, ranks, world, members) != MPI_SUCCESS)
+        rc = -1;
+    for (int i = 0; rc == 0 && i < s->size; i++)
+        if (members[i] == MPI_UNDEFINED || members[i] < 0) rc = -1;
+    if (group != MPI_GROUP_NULL) PMPI_Group_free(&group);
+    if (world != MPI_GROUP_NULL) PMPI_Group_free(&world);
+    free(ranks);
+    return rc;
+}
+
 static pcg_host host_of(comm_state *s)
 {
     pcg_host h = {.who = "pipecast-preload",
@@ -323,8 +359,27 @@ static pcg_host host_of(comm_state *s)
                   .size = s->size,
                   .allreduce_max = allreduce_max,
                   .create = create_pipecast,
-                  .user = s};
+                  .user = s,
+                  .world_ranks = world_ranks,
+                  .mpi_id = s->comm == MPI_COMM_WORLD ? 0 : -1};
     return h;
+}
+
+/* MPI_COMM_WORLD's processes, for the process's engine. */
+static comm_state world_state;
+
+/* At MPI_Init, every process: the process's engine (pcg_base_setup), so that every
+ * communicator is a view of it from its first broadcast, MPI_Ibcast included. */
+static void world_engine(void)
+{
+    world_state.comm = MPI_COMM_WORLD;
+    world_state.p2p = MPI_COMM_NULL;
+    PMPI_Comm_rank(MPI_COMM_WORLD, &world_state.rank);
+    PMPI_Comm_size(MPI_COMM_WORLD, &world_state.size);
+    pcg_comm_init(&world_state.g);
+    if (world_state.size < 2) return;
+    pcg_host h = host_of(&world_state);
+    pcg_base_setup(&settings, settings_vote, &h);
 }
 
 /* The state of `comm`, made at its first broadcast. When it cannot be allocated, a blocking
@@ -354,6 +409,8 @@ static comm_state *state_of(MPI_Comm comm, int rank, int size, int may_agree)
     s->size = size;
     pcg_comm_init(&s->g);
     s->g.vote = settings_vote;
+    /* The engine is made at MPI_Init or never: ready now is ready at the creation. */
+    pcg_comm_made(&s->g);
     PMPI_Comm_set_attr(comm, keyval, s);
     return s;
 }
@@ -445,6 +502,72 @@ static comm_state *pipecast_for(MPI_Comm comm, size_t bytes, int blocking, int *
     return *path == PCG_MPI ? NULL : s;
 }
 
+/* ---- Communicators made by the application ----
+ *
+ * Its constructors are collective over the new communicator's members, in one order at every
+ * member: the shim agrees the new communicator's view id there (one small allreduce), so that
+ * its first broadcast, MPI_Ibcast included, may take pipecast's engine (pipecast_glue.h, "One
+ * engine per process"). A rank without memory for the state still joins and votes the id
+ * off: the first blocking broadcast then agrees everything, as before. */
+static void made(MPI_Comm comm)
+{
+    int inter = 0, size = 0, rank = 0;
+    if (!pcg_base_ready() || keyval == MPI_KEYVAL_INVALID || comm == MPI_COMM_NULL) return;
+    PMPI_Comm_test_inter(comm, &inter);
+    PMPI_Comm_size(comm, &size);
+    if (inter || size < 2) return;
+    PMPI_Comm_rank(comm, &rank);
+    comm_state *s = state_of(comm, rank, size, 0);
+    comm_state none = {.comm = comm, .p2p = MPI_COMM_NULL, .rank = rank, .size = size};
+    pcg_comm_init(&none.g);
+    none.g.vote = PCG_VOTE_NO_MEMORY;
+    comm_state *at = s != NULL ? s : &none;
+    pcg_host h = host_of(at);
+    pcg_agree_id(&at->g, &h);
+}
+
+int MPI_Comm_dup(MPI_Comm comm, MPI_Comm *newcomm)
+{
+    int rc = PMPI_Comm_dup(comm, newcomm);
+    if (rc == MPI_SUCCESS) made(*newcomm);
+    return rc;
+}
+
+int MPI_Comm_dup_with_info(MPI_Comm comm, MPI_Info info, MPI_Comm *newcomm)
+{
+    int rc = PMPI_Comm_dup_with_info(comm, info, newcomm);
+    if (rc == MPI_SUCCESS) made(*newcomm);
+    return rc;
+}
+
+int MPI_Comm_split(MPI_Comm comm, int color, int key, MPI_Comm *newcomm)
+{
+    int rc = PMPI_Comm_split(comm, color, key, newcomm);
+    if (rc == MPI_SUCCESS) made(*newcomm);
+    return rc;
+}
+
+int MPI_Comm_split_type(MPI_Comm comm, int split_type, int key, MPI_Info info, MPI_Comm *newcomm)
+{
+    int rc = PMPI_Comm_split_type(comm, split_type, key, info, newcomm);
+    if (rc == MPI_SUCCESS) made(*newcomm);
+    return rc;
+}
+
+int MPI_Comm_create(MPI_Comm comm, MPI_Group group, MPI_Comm *newcomm)
+{
+    int rc = PMPI_Comm_create(comm, group, newcomm);
+    if (rc == MPI_SUCCESS) made(*newcomm);
+    return rc;
+}
+
+int MPI_Comm_create_group(MPI_Comm comm, MPI_Group group, int tag, MPI_Comm *newcomm)
+{
+    int rc = PMPI_Comm_create_group(comm, group, tag, newcomm);
+    if (rc == MPI_SUCCESS) made(*newcomm);
+    return rc;
+}
+
 /* The contiguous bytes pipecast moves for (buffer, count, datatype): the buffer itself, or a
  * packed copy (*packed, to be freed; filled at the root). Layouts may differ between ranks
  * (same type signature): packing keeps every rank on pipecast's path. NULL on failure. */
@@ -525,8 +648,10 @@ int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm
  *
  * MPI_Ibcast at or above PIPECAST_PML_BELOW goes to pipecast_ibcast_bytes (smaller ones to
  * PMPI_Ibcast, whose per-message cost is lower) and hands the application a generalized
- * request, on communicators that an earlier MPI_Bcast set up (MPI_Ibcast must not block, and
- * setting up is collective; see pipecast_for). MPI_Grequest_complete must run on an MPI thread, never on pipecast's progress
+ * request, from its first call on WORLD and on every communicator made by a constructor the shim
+ * interposes (views of the engine made at MPI_Init, their ids agreed as they are made); on
+ * others once an MPI_Bcast set them up (MPI_Ibcast must not block, and setting up is
+ * collective; see pipecast_for). MPI_Grequest_complete must run on an MPI thread, never on pipecast's progress
  * thread, so the shim also interposes the MPI_Wait and MPI_Test families: before the MPI's
  * own version runs, they complete the pipecast broadcasts among the requests (pipecast_test;
  * the blocking ones keep polling, driving the MPI's progress in between so that other
@@ -731,6 +856,7 @@ int MPI_Ibcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Com
     PMPI_Grequest_start(ibcast_query, ibcast_free, ibcast_cancel, ib, &ib->greq);
     *request = ib->greq;
     s->g.handled++;
+    s->g.handled_nb++;
     unclaim(ib);
     return MPI_SUCCESS;
 }

@@ -181,3 +181,48 @@ pub fn assert_ended_without_wrong_data(out: &Output, took: Duration, what: impl 
         "{what:?} took {took:?}: {all}"
     );
 }
+
+/// `tests/c/mpi_views_test.c` ended byte-exact, pipecast carried every broadcast its ranks
+/// expected (the summaries of `marker`), and no rank's pipecast threads (at most 2) or
+/// descriptors grew with its communicators.
+pub fn assert_views(out: &Output, marker: &str) {
+    let all = assert_byte_exact(out, "mpi_views_test: ok", marker);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let reports: Vec<Vec<i64>> = stderr
+        .lines()
+        .filter_map(|l| l.split_once("mpi_views_test: rank "))
+        .map(|(_, rest)| {
+            rest.split(|c: char| !c.is_ascii_digit() && c != '-')
+                .filter_map(|w| w.parse().ok())
+                .collect()
+        })
+        .collect();
+    assert_eq!(reports.len(), 4, "{marker}: one report per rank:\n{all}");
+    let mut expected = 0;
+    for r in &reports {
+        // rank, expects, threads before, after, descriptors before, after, communicators
+        let [_, expects, t0, t1, f0, f1, _] = r[..] else {
+            panic!("{marker}: unreadable report {r:?}:\n{all}")
+        };
+        expected += expects as u64;
+        // The engine's thread may not have named itself yet at the first count.
+        assert!(
+            (1..=2).contains(&t1) && t0 <= t1,
+            "{marker}: pipecast threads {t0} then {t1}:\n{all}"
+        );
+        // The MPI's own may open a few; pipecast's would be 2 or more per communicator.
+        assert!(f1 <= f0 + 4, "{marker}: descriptors {f0} then {f1}:\n{all}");
+    }
+    // A summary torn by another rank's output (Open MPI's forwarding does not keep lines
+    // whole) loses its count: at most 4 broadcasts (3 ibcasts and a blocking one) per
+    // communicator.
+    let torn = stderr
+        .lines()
+        .filter(|l| l.matches(marker).count() > 1)
+        .count() as u64;
+    let n = carried(&stderr, marker);
+    assert!(
+        n <= expected && n + 4 * torn >= expected,
+        "{marker}: pipecast carried {n} of {expected} ({torn} torn summaries):\n{all}"
+    );
+}
