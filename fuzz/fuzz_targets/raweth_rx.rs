@@ -17,7 +17,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pipecast::comm::drive::Engine;
+use pipecast::engine::drive::Engine;
 use pipecast::engine::{Bcast, Config as EngineConfig, Setup};
 use pipecast::plan::Lane;
 use pipecast::transport::raweth::{Config, FrameLink};
