@@ -331,7 +331,10 @@ pcg_path pcg_decide(pcg_comm *c, const pcg_settings *s, const pcg_host *h, size_
             return PCG_MPI;
         }
     }
-    if (b < pipecast_defers_below(c->pc)) {
+    /* On one host (defers_below > 0) a nonblocking broadcast stays with the MPI's own:
+     * osu_ibcast at 4 MiB, 4 ranks on 2 cores, measured pipecast's slower there (docs/scale.md). */
+    uint64_t below = pipecast_defers_below(c->pc);
+    if (b < below || (!blocking && below > 0)) {
         /* Where pipecast cannot win (every rank on one host: a small message, or more ranks
          * than the host's CPUs can carry) the MPI's own broadcast runs: the same answer at
          * every rank. */
