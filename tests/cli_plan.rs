@@ -429,3 +429,57 @@ fn ranks_per_machine_plan_two_levels() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Issue 32: the multicast schedule's JSON is the contract plus a `multicast` field (the group
+/// send); its lane is the ack tree, contention-free; `auto` never resolves to it.
+#[test]
+fn multicast_plan_json_has_the_group_and_the_ack_tree() {
+    let t = gen::random_cluster(5, 21, 3);
+    let path = write_topology("random-mc.json", &t);
+    let file = path.to_str().unwrap();
+    let v = pipecast_json(&[
+        "plan",
+        "--topology",
+        file,
+        "--root",
+        "4",
+        "--tree",
+        "multicast",
+        "--json",
+    ]);
+    check_contract(&v, 21, 4);
+    assert_eq!(v["tree"], "multicast");
+    assert_eq!(v["contention_free"], true);
+    let mc = &v["multicast"];
+    assert_eq!(mc["sender"], 4);
+    let receivers: Vec<u64> = mc["receivers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_u64().unwrap())
+        .collect();
+    assert_eq!(receivers, (0..21).filter(|&r| r != 4).collect::<Vec<u64>>());
+    // Each directed edge once: the root's uplink, the 4 switch links, 20 downlinks.
+    let edges = mc["group_edges"].as_array().unwrap();
+    assert_eq!(edges.len(), 1 + 4 + 20);
+    let mut names: Vec<&str> = edges.iter().map(|e| e.as_str().unwrap()).collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), edges.len());
+    let priced = pipecast_json(&[
+        "plan",
+        "--topology",
+        file,
+        "--tree",
+        "multicast",
+        "--msize",
+        "16M",
+        "--json",
+    ]);
+    assert!(priced["predicted_us"].as_f64().unwrap() > 0.0);
+    for size in ["4K", "1M", "256M"] {
+        let auto = pipecast_json(&["plan", "--topology", file, "--msize", size, "--json"]);
+        assert_ne!(auto["tree"], "multicast");
+        assert!(auto.get("multicast").is_none());
+    }
+}

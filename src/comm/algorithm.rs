@@ -70,6 +70,10 @@ pub fn schedule(
         return Err(PlanError::BadRoot { root, size });
     }
     let lanes = match algorithm {
+        // Issue 32: no link carries a group send yet (refused here, not run as its ack tree).
+        Algorithm::Tree(TreeKind::Multicast) => {
+            return Err(PlanError::NoCarrier("multicast".into()))
+        }
         Algorithm::Tree(tree) => {
             let plan = crate::hetero::build_plan(topology, root, tree, Some(segments))?;
             return Ok((plan.lanes, plan.rails));

@@ -339,6 +339,11 @@ impl Settings {
                 .trim()
                 .parse::<Algorithm>()
                 .map_err(|e| bad("PIPECAST_TREE", format!("{e} (or scatter-allgather)")))?;
+            if config.algorithm == Algorithm::Tree(crate::plan::TreeKind::Multicast) {
+                // Issue 32: planned and simulated only until a multicast carrier exists.
+                let e = crate::plan::PlanError::NoCarrier("multicast".into());
+                return Err(bad("PIPECAST_TREE", e.to_string()));
+            }
         }
         if let Some(v) = &self.segment {
             let s = parse_bytes(v)
@@ -735,6 +740,22 @@ mod tests {
             let e = s.apply(&mut Config::default()).unwrap_err().to_string();
             assert!(e.contains(name), "{text}: {e}");
         }
+    }
+
+    /// Issue 32: multicast is planned and simulated only; asked for at runtime it is refused
+    /// by name, never run as its ack tree.
+    #[test]
+    fn multicast_is_refused_until_a_carrier_exists() {
+        let s = Settings::parse_assignments("PIPECAST_TREE=multicast").unwrap();
+        let e = s.apply(&mut Config::default()).unwrap_err().to_string();
+        assert!(
+            e.contains("PIPECAST_TREE") && e.contains("no multicast carrier"),
+            "{e}"
+        );
+        let t = crate::topology::Topology::single_switch(4);
+        let mc = Algorithm::Tree(crate::plan::TreeKind::Multicast);
+        let e = super::super::algorithm::schedule(&t, 0, &mc, 1).unwrap_err();
+        assert!(e.to_string().contains("no multicast carrier"), "{e}");
     }
 
     /// One parser, one behaviour: blanks around a value are ignored wherever it comes from

@@ -17,6 +17,7 @@
 
 pub mod contention;
 pub mod logp;
+pub mod multicast;
 pub mod network;
 pub mod profile;
 pub mod steps;
@@ -115,6 +116,16 @@ pub fn predict(plan: &Plan, profile: &Profile, msize: u64, segment: u64) -> f64 
     }
     if !plan.tree.is_pipelined() {
         return logp::tree_time(&plan.lanes, 1, profile.cost(msize));
+    }
+    if plan.tree == TreeKind::Multicast {
+        // No loss, paths of one link: `multicast::predict` with a topology and a loss rate.
+        return multicast::predict(
+            multicast::Shape::of(plan, None),
+            profile,
+            msize,
+            segment,
+            0.0,
+        );
     }
     let share = per_lane(plan, msize);
     let seg = segment.max(1).min(share);
@@ -302,6 +313,10 @@ pub fn plan_for(
 /// predicted time ([`plan_for`]'s last step; the hetero layer uses it for `hetero:NAME`).
 /// Plans on a topology whose ranks share hosts are two-level ([`two_level::choose_segment`]).
 pub fn price(plan: Plan, topology: &Topology, profile: &Profile, msize: u64) -> Choice {
+    if plan.tree == TreeKind::Multicast {
+        // Every rank receives from the group, ranks sharing hosts too: not two-level.
+        return multicast::price(plan, topology, profile, msize, 0.0);
+    }
     let (segment_bytes, predicted_us) = if let Some(hosts) = topology.hosts() {
         two_level::choose_segment(&plan, hosts, profile, msize)
     } else if plan.lanes.len() > 1 && plan.tree.is_pipelined() {

@@ -15,6 +15,7 @@ pub mod jump_tree;
 pub mod kary;
 pub mod kbinomial;
 pub mod linear;
+pub mod multicast;
 pub mod multilane;
 pub mod scatter_allgather;
 pub mod switch_tree;
@@ -60,8 +61,13 @@ pub enum TreeKind {
     NaiveLinear,
     /// Complete binary tree in rank order (baseline, topology-unaware).
     NaiveBinary,
-    /// The model's best choice for the message size (resolved by `model::choose`).
+    /// The model's best choice for the message size (resolved by `model::choose`). It never
+    /// resolves to `multicast`.
     Auto,
+    /// Issue 32: the root sends each segment once to the job's group and the switches copy
+    /// it; the plan's one lane is the ack/repair tree ([`multicast`]). Planned, priced and
+    /// simulated only: the runtime has no multicast carrier yet ([`PlanError::NoCarrier`]).
+    Multicast,
     /// A throughput heuristic of seed 004 (one of [`HETERO_HEURISTICS`]) on the platform graph
     /// of the topology's link bandwidths; it ignores shared switch links. The hetero layer builds
     /// it (`hetero::build_plan`); [`build`] refuses it, as plan never depends on hetero.
@@ -70,7 +76,7 @@ pub enum TreeKind {
 
 impl TreeKind {
     /// Every concrete algorithm name accepted on the command line, for help texts.
-    pub const NAMES: &'static str = "linear, binary, kary:K, kbinomial, kbinomial:K, multilane, flat, binomial, naive-linear, naive-binary, auto, hetero:NAME";
+    pub const NAMES: &'static str = "linear, binary, kary:K, kbinomial, kbinomial:K, multilane, flat, binomial, naive-linear, naive-binary, auto, multicast, hetero:NAME";
 
     /// Whether the algorithm pipelines segments. `flat` and `binomial` move the whole message
     /// per hop, as MPICH and LAM do (seed 000 Table 1); every other tree, the topology-unaware
@@ -102,6 +108,7 @@ impl fmt::Display for TreeKind {
             TreeKind::NaiveLinear => f.write_str("naive-linear"),
             TreeKind::NaiveBinary => f.write_str("naive-binary"),
             TreeKind::Auto => f.write_str("auto"),
+            TreeKind::Multicast => f.write_str("multicast"),
             TreeKind::Hetero(name) => write!(f, "hetero:{name}"),
         }
     }
@@ -127,6 +134,7 @@ impl FromStr for TreeKind {
             "naive-linear" => TreeKind::NaiveLinear,
             "naive-binary" => TreeKind::NaiveBinary,
             "auto" => TreeKind::Auto,
+            "multicast" => TreeKind::Multicast,
             _ => match s.split_once(':') {
                 Some(("kary", arg)) => TreeKind::Kary(k(arg)?),
                 Some(("kbinomial", arg)) => TreeKind::KBinomial(Some(k(arg)?)),
@@ -163,6 +171,8 @@ pub enum PlanError {
     Hetero { name: String, reason: String },
     #[error("tree hetero:{0} is built by seed 004's heuristics (hetero::build_plan), not by plan::build")]
     BuiltByHetero(String),
+    #[error("tree {0}: the runtime has no multicast carrier yet (issue 32); `pipecast plan` and `pipecast sim` model it, broadcasts need a tree such as auto")]
+    NoCarrier(String),
     #[error("tree {tree}: {ranks} ranks exceed the planner's limit of {max} (its dynamic program needs O(P²) memory): use linear or kbinomial")]
     TooLarge {
         tree: String,
@@ -283,6 +293,10 @@ pub fn build(
     if root >= size {
         return Err(PlanError::BadRoot { root, size });
     }
+    if *tree == TreeKind::Multicast {
+        // Not two-level: every rank joins the group (plan::multicast).
+        return multicast::build(topology, root);
+    }
     if let Some(hosts) = topology.hosts() {
         return two_level::build(hosts, root, tree, segments);
     }
@@ -321,6 +335,7 @@ pub fn build(
         TreeKind::NaiveLinear => single(baseline::naive_linear(size, root), TreeKind::NaiveLinear),
         TreeKind::NaiveBinary => single(baseline::naive_binary(size, root), TreeKind::NaiveBinary),
         TreeKind::Auto => return Err(PlanError::NeedsModel("auto".into())),
+        TreeKind::Multicast => multicast::build(topology, root)?,
         TreeKind::Hetero(name) => return Err(PlanError::BuiltByHetero(name.clone())),
     })
 }
@@ -343,6 +358,7 @@ mod tests {
             "naive-linear",
             "naive-binary",
             "auto",
+            "multicast",
         ] {
             assert_eq!(name.parse::<TreeKind>().unwrap().to_string(), name);
         }

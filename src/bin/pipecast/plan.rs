@@ -5,7 +5,7 @@ use crate::CliResult;
 use pipecast::hetero;
 use pipecast::input::read_topology;
 use pipecast::model::contention;
-use pipecast::plan::{self, Plan, TreeKind};
+use pipecast::plan::{self, multicast, Plan, TreeKind};
 use pipecast::topology::{hosts, Topology};
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -21,7 +21,9 @@ pub struct Args {
     #[arg(long, default_value_t = 0)]
     root: usize,
     /// Tree algorithm: linear, binary, kary:K, kbinomial, kbinomial:K, multilane, flat,
-    /// binomial, naive-linear, naive-binary, auto. Default: auto with --msize, else linear.
+    /// binomial, naive-linear, naive-binary, auto, multicast (the group send plus its ack
+    /// tree; docs/multicast.md). Default: auto with --msize, else linear (auto never picks
+    /// multicast).
     #[arg(long)]
     tree: Option<String>,
     /// Message size in bytes (suffixes K, M, G = 2^10, 2^20, 2^30): adds the model's segment
@@ -92,7 +94,7 @@ pub fn run(args: Args) -> CliResult {
 
 /// The DESIGN.md `pipecast plan` JSON contract (written by the library, as the C API's).
 fn plan_json(plan: &Plan, topology: &Topology, priced: Option<(u64, u64, f64)>) -> String {
-    pipecast::comm::plan_json(&pipecast::comm::PlanReport {
+    let json = pipecast::comm::plan_json(&pipecast::comm::PlanReport {
         tree: plan.tree.to_string(),
         root: plan.root,
         lanes: &plan.lanes,
@@ -100,7 +102,32 @@ fn plan_json(plan: &Plan, topology: &Topology, priced: Option<(u64, u64, f64)>) 
         topology,
         priced: priced.map(|(_, segment, predicted)| (segment, Some(predicted))),
         throughput: hetero_throughput(plan, topology, priced),
-    })
+    });
+    match multicast_json(plan, topology) {
+        // The contract's last field: the line ends in "}\n".
+        Some(field) => format!(
+            "{},\"multicast\":{field}}}\n",
+            json.trim_end().trim_end_matches('}')
+        ),
+        None => json,
+    }
+}
+
+/// Issue 32: a multicast plan's group send (docs/multicast.md). `lanes` hold its ack tree.
+fn multicast_json(plan: &Plan, topology: &Topology) -> Option<serde_json::Value> {
+    if plan.tree != TreeKind::Multicast {
+        return None;
+    }
+    let edges: Vec<String> = multicast::group_edges(topology, plan.root)
+        .into_iter()
+        .map(|e| topology.edge_name(e))
+        .collect();
+    Some(serde_json::json!({
+        "sender": plan.root,
+        "receivers": multicast::receivers(plan),
+        "group_edges": edges,
+        "ack_tree": "lanes[0]",
+    }))
 }
 
 /// For `hetero:NAME` plans: the slice size and the heuristic's throughput (slices/s) on the
@@ -149,6 +176,14 @@ pub(crate) fn table(
             s,
             "seed 004 one-port throughput: {throughput:.1} slices/s of {slice} bytes ({:.1} MB/s); the model ignores shared switch links",
             throughput * slice as f64 / 1e6
+        );
+    }
+    if plan.tree == TreeKind::Multicast {
+        let _ = writeln!(
+            s,
+            "multicast: rank {} sends each segment once to the group; the switches copy it over {} directed edges (each once) and every other rank receives it directly. Lane 0 is the ack/repair tree: acks aggregated to the parent, NACKs to the parent, repairs by unicast from it (modelled and simulated only: the runtime has no multicast carrier yet)",
+            plan.root,
+            multicast::group_edges(topology, plan.root).len()
         );
     }
     if let Some((msize, segment, predicted)) = priced {
@@ -269,6 +304,30 @@ pub(crate) fn dot(plan: &Plan, topology: &Topology) -> String {
                 sw(topology.nic_switch(r, rail)),
                 m(r)
             );
+        }
+    }
+    if plan.tree == TreeKind::Multicast {
+        // The group send: each directed edge the switches copy the frame over, once.
+        let group = "[color=purple, style=dashed, penwidth=2, label=\"group\", fontcolor=purple, constraint=false]";
+        let _ = writeln!(
+            s,
+            "  {} -> {} {group};",
+            m(plan.root),
+            sw(topology.switch_of(plan.root))
+        );
+        for (switch, from) in multicast::switch_order(topology, plan.root) {
+            if from.is_some() {
+                let (up, _) = topology
+                    .neighbours(switch)
+                    .iter()
+                    .copied()
+                    .find(|&(n, l)| from == Some(topology.link_edge(l, n)))
+                    .expect("a copied-into switch has the link it came by");
+                let _ = writeln!(s, "  {} -> {} {group};", sw(up), sw(switch));
+            }
+            for r in topology.machines_on(switch).filter(|&r| r != plan.root) {
+                let _ = writeln!(s, "  {} -> {} {group};", sw(switch), m(r));
+            }
         }
     }
     for (i, lane) in plan.lanes.iter().enumerate() {

@@ -1,0 +1,276 @@
+//! The multicast schedule priced (issue 32; `plan::multicast`, docs/multicast.md).
+//!
+//! The switches copy a group frame, so every directed edge carries each segment once and the
+//! root's uplink carries the message once: no pipeline to fill, no rank relaying. With
+//! segments of s bytes (x = ⌈m/s⌉ of them) and seed 003's L and g:
+//!
+//! ```text
+//! T = x·g(s)·(1 + q·c)            the root's port: every segment once, plus the repairs of
+//!                                  its c ack-tree children (each misses a segment with q)
+//!   + L(s)                         the last segment's latency
+//!   + h·(g(a) + L(a))              the last acknowledgement climbing the ack tree (height h,
+//!                                  a = ACK_BYTES): the root may reuse its buffer only then
+//!   + (1 − (1 − q)^n)·(w + g(a) + L(a) + g(s) + L(s))
+//!                                  a tail loss: some of the n receivers misses the last
+//!                                  segment, notices after the NACK wait w, asks its parent,
+//!                                  gets a unicast repair
+//! ```
+//!
+//! where q = 1 − (1 − p)^(f·d) is the chance that a receiver misses a segment: p the loss
+//! rate of one frame on one link, f = ⌈(s + header)/1500⌉ frames per segment, d the links of
+//! the longest root-to-receiver path. Repairs by parents deeper in the ack tree run on their
+//! own uplinks, idle otherwise (a receiver only receives), and are not on the root's path.
+//! What this leaves out: the credit window (the simulator's root stalls if a repair takes
+//! longer than the window; with [`WINDOW_BYTES`] it rarely does) and receivers' CPU.
+
+use super::{Choice, ModelError, Profile};
+use crate::plan::{self, Plan, TreeKind};
+use crate::topology::{MachineId, Topology};
+
+/// Bytes of a frame on the wire (Ethernet MTU payload): loss is drawn per frame.
+pub const FRAME_BYTES: u64 = 1500;
+
+/// Bytes of an acknowledgement or NACK (as the simulator's header).
+pub const ACK_BYTES: u64 = 40;
+
+/// The root's credit window: at most this many bytes sent and not yet acknowledged by every
+/// rank (at least [`MIN_WINDOW_SEGMENTS`] segments), the simulator's pacing. 4 MiB: half of
+/// the receive buffer the issue found enough for bursts (8 MB with `SO_RCVBUFFORCE`).
+pub const WINDOW_BYTES: u64 = 4 << 20;
+
+/// The smallest window in segments.
+pub const MIN_WINDOW_SEGMENTS: u64 = 4;
+
+/// The window in segments for `segment`-byte segments.
+pub fn window_segments(segment: u64) -> u64 {
+    WINDOW_BYTES
+        .div_ceil(segment.max(1))
+        .max(MIN_WINDOW_SEGMENTS)
+}
+
+/// How long a receiver waits without data before it asks for what it misses (µs): three
+/// segment times, so a root sending repairs between segments is not taken for silence.
+pub fn nack_wait_us(profile: &Profile, segment: u64) -> f64 {
+    let c = profile.cost(segment.max(1));
+    3.0 * (c.g_us + c.l_us)
+}
+
+/// What the estimate needs of the plan and the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    /// Ranks the group delivers to (all but the root).
+    pub receivers: usize,
+    /// Height of the ack tree.
+    pub ack_height: usize,
+    /// Ack-tree children of the root (the root repairs them).
+    pub root_children: usize,
+    /// Links on the longest root-to-receiver path (1 without a topology: loss is then per
+    /// segment and receiver).
+    pub hops: usize,
+}
+
+impl Shape {
+    /// The shape of a multicast plan; with the topology, the longest path too.
+    pub fn of(plan: &Plan, topology: Option<&Topology>) -> Shape {
+        let lane = plan.lanes.first();
+        let hops = topology.map_or(1, |t| {
+            (0..t.size().min(plan.size()))
+                .map(|r| t.path(plan.root, r).len())
+                .max()
+                .unwrap_or(1)
+                .max(1)
+        });
+        Shape {
+            receivers: plan.size().saturating_sub(1),
+            ack_height: lane.map_or(0, |l| l.height()),
+            root_children: lane.map_or(0, |l| l.children.get(plan.root).map_or(0, Vec::len)),
+            hops,
+        }
+    }
+}
+
+/// The chance that a receiver misses a segment of `segment` bytes when each frame is lost on
+/// each of `hops` links with `loss`.
+pub fn segment_loss(loss: f64, segment: u64, hops: usize) -> f64 {
+    let p = loss.clamp(0.0, 1.0);
+    if p == 0.0 {
+        return 0.0;
+    }
+    let frames = (segment + ACK_BYTES).div_ceil(FRAME_BYTES).max(1) as f64;
+    1.0 - (1.0 - p).powf(frames * hops.max(1) as f64)
+}
+
+/// Predicted µs of a multicast broadcast of `msize` bytes in `segment`-byte segments with a
+/// frame loss rate `loss` per link (the module doc's formula).
+pub fn predict(shape: Shape, profile: &Profile, msize: u64, segment: u64, loss: f64) -> f64 {
+    if msize == 0 || shape.receivers == 0 {
+        return 0.0;
+    }
+    let seg = segment.clamp(1, msize);
+    let x = msize.div_ceil(seg) as f64;
+    let c = profile.cost(seg);
+    let a = profile.cost(ACK_BYTES);
+    let q = segment_loss(loss, seg, shape.hops);
+    let stream = x * c.g_us * (1.0 + q * shape.root_children as f64);
+    let acks = shape.ack_height as f64 * (a.g_us + a.l_us);
+    let tail_p = 1.0 - (1.0 - q).powf(shape.receivers as f64);
+    let repair = nack_wait_us(profile, seg) + a.g_us + a.l_us + c.g_us + c.l_us;
+    stream + c.l_us + acks + tail_p * repair
+}
+
+/// The profile size (capped at the message) with the least [`predict`]ed time, and that time.
+pub fn choose_segment(shape: Shape, profile: &Profile, msize: u64, loss: f64) -> (u64, f64) {
+    if msize == 0 {
+        return (0, 0.0);
+    }
+    let mut best = (0u64, f64::INFINITY);
+    for size in profile.sizes() {
+        let t = predict(shape, profile, msize, size, loss);
+        if t < best.1 {
+            best = (size.min(msize), t);
+        }
+    }
+    best
+}
+
+/// The multicast plan rooted at `root`, priced for `msize` bytes with frame loss `loss`.
+pub fn plan_for(
+    topology: &Topology,
+    root: MachineId,
+    profile: &Profile,
+    msize: u64,
+    loss: f64,
+) -> Result<Choice, ModelError> {
+    profile.validate()?;
+    let plan = plan::build(topology, root, &TreeKind::Multicast, None)?;
+    Ok(price(plan, topology, profile, msize, loss))
+}
+
+/// Prices a multicast plan already built.
+pub fn price(plan: Plan, topology: &Topology, profile: &Profile, msize: u64, loss: f64) -> Choice {
+    let (segment_bytes, predicted_us) =
+        choose_segment(Shape::of(&plan, Some(topology)), profile, msize, loss);
+    Choice {
+        plan,
+        segment_bytes,
+        predicted_us,
+    }
+}
+
+/// What `auto` would take if multicast were a candidate: the cheaper of the model's tree
+/// (`auto`) and multicast. Nothing at runtime calls it (the communicator has no multicast
+/// carrier); `pipecast plan`/`sim` and `bench/sim_auto.py` use it to compare.
+pub fn best_of_trees_and_multicast(
+    topology: &Topology,
+    root: MachineId,
+    profile: &Profile,
+    msize: u64,
+    loss: f64,
+) -> Result<Choice, ModelError> {
+    let tree = super::plan_for(topology, root, &TreeKind::Auto, profile, msize)?;
+    let mc = plan_for(topology, root, profile, msize, loss)?;
+    Ok(if mc.predicted_us < tree.predicted_us {
+        mc
+    } else {
+        tree
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::gen;
+
+    fn p100() -> Profile {
+        Profile::builtin("100mbit").unwrap()
+    }
+
+    #[test]
+    fn monotone_in_size_loss_and_receivers() {
+        let p = p100();
+        let base = Shape {
+            receivers: 15,
+            ack_height: 4,
+            root_children: 2,
+            hops: 4,
+        };
+        let mut last = 0.0;
+        for m in [1u64, 100, 4096, 65536, 1 << 20, 16 << 20, 256 << 20] {
+            // Never cheaper for more bytes (below the profile's smallest size, equal).
+            let t = choose_segment(base, &p, m, 0.0).1;
+            assert!(t >= last, "{m}: {t} < {last}");
+            last = t;
+        }
+        let mut last = 0.0;
+        for loss in [0.0, 1e-4, 1e-3, 1e-2, 0.1] {
+            let t = predict(base, &p, 1 << 20, 1024, loss);
+            assert!(t > last, "{loss}: {t} <= {last}");
+            last = t;
+        }
+        // More receivers never cost less (the ack tree grows, tail losses are likelier).
+        let mut last = 0.0;
+        for (n, h) in [(3, 2), (15, 4), (1023, 10), (4095, 12)] {
+            let s = Shape {
+                receivers: n,
+                ack_height: h,
+                ..base
+            };
+            let t = predict(s, &p, 1 << 20, 1024, 0.01);
+            assert!(t >= last, "{n}: {t} < {last}");
+            last = t;
+        }
+    }
+
+    #[test]
+    fn without_loss_it_is_the_roots_stream_plus_latencies() {
+        let p = p100();
+        let s = Shape {
+            receivers: 1023,
+            ack_height: 10,
+            root_children: 2,
+            hops: 6,
+        };
+        let m = 64u64 << 20;
+        let (seg, t) = choose_segment(s, &p, m, 0.0);
+        assert!(seg >= 16384, "{seg}");
+        let stream = (m / seg) as f64 * p.cost(seg).g_us;
+        assert!(t > stream && t < stream * 1.01, "{t} vs {stream}");
+        // Flat in P: 1023 and 4095 receivers differ by two ack levels.
+        let big = Shape {
+            receivers: 4095,
+            ack_height: 12,
+            ..s
+        };
+        let t4 = choose_segment(big, &p, m, 0.0).1;
+        assert!((t4 - t) / t < 0.001, "{t4} vs {t}");
+    }
+
+    #[test]
+    fn multicast_beats_the_trees_at_scale_and_auto_never_picks_it() {
+        let t = gen::random_cluster(64, 1024, 1);
+        let p = p100();
+        let m = 64u64 << 20;
+        let tree = super::super::plan_for(&t, 0, &TreeKind::Auto, &p, m).unwrap();
+        assert_ne!(tree.plan.tree, TreeKind::Multicast);
+        let mc = plan_for(&t, 0, &p, m, 0.0).unwrap();
+        assert!(mc.predicted_us < tree.predicted_us);
+        let best = best_of_trees_and_multicast(&t, 0, &p, m, 0.0).unwrap();
+        assert_eq!(best.plan.tree, TreeKind::Multicast);
+        // Through the generic entry points too.
+        let generic = super::super::plan_for(&t, 0, &TreeKind::Multicast, &p, m).unwrap();
+        assert_eq!(generic.segment_bytes, mc.segment_bytes);
+        assert!((generic.predicted_us - mc.predicted_us).abs() < 1e-6);
+        let again = super::super::predict(&generic.plan, &p, m, generic.segment_bytes);
+        assert!((again - mc.predicted_us).abs() < 1e-6);
+    }
+
+    #[test]
+    fn segment_loss_grows_with_frames_and_hops() {
+        assert_eq!(segment_loss(0.0, 1 << 20, 8), 0.0);
+        let one = segment_loss(0.01, 1000, 1);
+        assert!((one - 0.01).abs() < 1e-12);
+        assert!(segment_loss(0.01, 32768, 1) > one);
+        assert!(segment_loss(0.01, 1000, 4) > one);
+        assert_eq!(segment_loss(1.0, 1, 1), 1.0);
+    }
+}
