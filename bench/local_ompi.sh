@@ -51,23 +51,12 @@ SIZES=${SIZES:-4K,16K,64K,256K,1M,4M,16M}
 ITERS=${ITERS:-50}
 ROUNDS=${ROUNDS:-1}
 BUDGET=${BUDGET:-2}
-MPI=${MPI:-ompi}
+PROG=mpi_bcast
+. bench/ompi_common.sh
 case $MPI in
-  ompi) CONFIGS=${CONFIGS:-"default sm han pipecast pipecast-forced"}; IN="" ; BUILT=ffi/build ;;
-  ompi5) CONFIGS=${CONFIGS:-"default tuned pipecast"}; IN="bench/ompi5.sh run"; BUILT=ffi/build-ompi5 ;;
-  *) echo "MPI=$MPI: ompi or ompi5" >&2; exit 2 ;;
+  ompi) CONFIGS=${CONFIGS:-"default sm han pipecast pipecast-forced"} ;;
+  ompi5) CONFIGS=${CONFIGS:-"default tuned pipecast"} ;;
 esac
-mkdir -p "$OUT"
-: > "$OUT/results.jsonl"
-if [ "${BUILD:-1}" = 1 ]; then
-  cargo build --release --locked --lib >&2
-  if [ "$MPI" = ompi5 ]; then bench/ompi5.sh build >&2; else make -C ffi CARGO=true >&2; fi
-fi
-$IN mpicc -O2 -o "$OUT/mpi_bcast" bench/mpi_bcast.c
-ROOT_ARGS=""
-[ "$(id -u)" = 0 ] && ROOT_ARGS="--allow-run-as-root"
-[ "$MPI" = ompi5 ] && ROOT_ARGS="$ROOT_ARGS --bind-to none"
-COMPONENT="--mca mca_base_component_path SYS_DEFAULT:$PWD/$BUILT --mca coll_pipecast_verbose 1"
 
 for np in $NPS; do
   for round in $(seq "$ROUNDS"); do

@@ -11,56 +11,21 @@
  *   {"ndup":64,"bytes":4194304,"op":"bcast","seconds":…,"threads":[before,after],
  *    "pipecast_threads":[before,after],"fds":[before,after],"wrong":0}
  */
-#include <dirent.h>
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static unsigned char pattern(size_t i, unsigned seed)
-{
-    uint64_t x = (uint64_t)i * 0x9E3779B97F4A7C15ull + seed * 0xD1B54A32D192ED03ull;
-    x ^= x >> 31;
-    return (unsigned char)(x * 0xBF58476D1CE4E5B9ull >> 56);
-}
-
-static int only_pipecast = 0;
-
-static int keep(const char *task)
-{
-    if (!only_pipecast) return 1;
-    char path[64], name[32] = "";
-    snprintf(path, sizeof path, "/proc/self/task/%s/comm", task);
-    FILE *f = fopen(path, "r");
-    if (f == NULL) return 0;
-    if (fgets(name, sizeof name, f) == NULL) name[0] = '\0';
-    fclose(f);
-    return strncmp(name, "pipecast", 8) == 0;
-}
-
-static int count_dir(const char *path, int subtract_own)
-{
-    DIR *d = opendir(path);
-    if (d == NULL) return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL)
-        if (e->d_name[0] != '.') n += keep(e->d_name);
-    closedir(d);
-    return n - subtract_own;
-}
+#include "../tests/c/pc_check.h"
 
 /* threads, pipecast threads, descriptors: the largest over ranks. */
 static void census(int out[3])
 {
     int mine[3];
-    only_pipecast = 0;
-    mine[0] = count_dir("/proc/self/task", 0);
-    only_pipecast = 1;
-    mine[1] = count_dir("/proc/self/task", 0);
-    only_pipecast = 0;
-    mine[2] = count_dir("/proc/self/fd", 1);
+    mine[0] = count_dir("/proc/self/task", NULL);
+    mine[1] = count_dir("/proc/self/task", pipecast_thread);
+    mine[2] = count_dir("/proc/self/fd", NULL);
     MPI_Allreduce(mine, out, 3, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
 }
 
@@ -100,7 +65,7 @@ int main(int argc, char **argv)
         } else {
             MPI_Bcast(buf, (int)bytes, MPI_BYTE, 0, comms[c]);
         }
-        for (size_t i = 0; i < bytes; i++) wrong += buf[i] != pattern(i, (unsigned)c);
+        wrong += check(buf, bytes, (unsigned)c, rank, "dup");
     }
     double mine = MPI_Wtime() - t0, slowest = 0;
     MPI_Reduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);

@@ -18,23 +18,9 @@ NDUPS=${NDUPS:-"1 16 64"}
 BYTES=${BYTES:-4194304}
 OPS=${OPS:-"bcast ibcast"}
 ROUNDS=${ROUNDS:-3}
-MPI=${MPI:-ompi}
-case $MPI in
-  ompi) IN=""; BUILT=ffi/build ;;
-  ompi5) IN="bench/ompi5.sh run"; BUILT=ffi/build-ompi5 ;;
-  *) echo "MPI=$MPI: ompi or ompi5" >&2; exit 2 ;;
-esac
-mkdir -p "$OUT"
-: > "$OUT/results.jsonl"
-if [ "${BUILD:-1}" = 1 ]; then
-  cargo build --release --locked --lib >&2
-  if [ "$MPI" = ompi5 ]; then bench/ompi5.sh build >&2; else make -C ffi CARGO=true >&2; fi
-fi
-$IN mpicc -O2 -o "$OUT/mpi_comms" bench/mpi_comms.c
-ROOT_ARGS=""
-[ "$(id -u)" = 0 ] && ROOT_ARGS="--allow-run-as-root"
-[ "$MPI" = ompi5 ] && ROOT_ARGS="$ROOT_ARGS --bind-to none"
-COMPONENT="--mca mca_base_component_path SYS_DEFAULT:$PWD/$BUILT --mca coll_pipecast_verbose 1 -x PIPECAST_HOST_MIN_BYTES=0"
+PROG=mpi_comms
+. bench/ompi_common.sh
+COMPONENT="$COMPONENT -x PIPECAST_HOST_MIN_BYTES=0"
 
 for round in $(seq "$ROUNDS"); do
   for ndup in $NDUPS; do

@@ -407,26 +407,26 @@ fn compile(mpicc: &str, dir: &Path, name: &str, output: &str) -> PathBuf {
 #[test]
 fn overlapping_ibcasts() {
     let Some(dir) = build() else { return };
-    let program = compile("mpicc", &dir, "mpi_ibcast_test", "mpi_ibcast_test");
+    under_each_glue(&dir, "mpi_ibcast_test", "120", check_ibcast);
+}
+
+/// `tests/c/<name>.c` on 4 ranks under each glue: the component and the shim under Open MPI,
+/// then (where MPICH is installed) the shim under MPICH, ended after `mpich_secs` seconds;
+/// `check` judges each run's output, given the glue's marker.
+fn under_each_glue(dir: &Path, name: &str, mpich_secs: &str, check: fn(&Output, &str)) {
+    let program = compile("mpicc", dir, name, name);
     let program = program.to_str().unwrap();
-    let component = component_args(&dir, &[]);
-    let shim = Glue::Shim.args(&dir);
-    let out = mpirun(4, &strs(&component), &[program]);
-    check_ibcast(&out, "coll:pipecast");
-    let out = mpirun(4, &strs(&shim), &[program]);
-    check_ibcast(&out, "pipecast-preload");
+    let out = mpirun(4, &strs(&component_args(dir, &[])), &[program]);
+    check(&out, "coll:pipecast");
+    let out = mpirun(4, &strs(&Glue::Shim.args(dir)), &[program]);
+    check(&out, "pipecast-preload");
     if let Some(missing) = mpich() {
         common::skip_or_fail(missing.kind, format!("the MPICH part: {}", missing.reason));
         return;
     }
-    let program = compile(
-        "mpicc.mpich",
-        &dir,
-        "mpi_ibcast_test",
-        "mpi_ibcast_test_mpich",
-    );
-    let out = mpiexec_mpich_with_shim("120", 4, &dir, &[], &program);
-    check_ibcast(&out, "pipecast-preload");
+    let program = compile("mpicc.mpich", dir, name, &format!("{name}_mpich"));
+    let out = mpiexec_mpich_with_shim(mpich_secs, 4, dir, &[], &program);
+    check(&out, "pipecast-preload");
 }
 
 fn check_ibcast(out: &Output, marker: &str) {
@@ -457,28 +457,7 @@ fn check_ibcast(out: &Output, marker: &str) {
 #[test]
 fn communicators_are_views_of_one_engine() {
     let Some(dir) = build() else { return };
-    let program = compile("mpicc", &dir, "mpi_views_test", "mpi_views_test");
-    let program = program.to_str().unwrap();
-    let out = mpirun(4, &strs(&component_args(&dir, &[])), &[program]);
-    check_views(&out, "coll:pipecast");
-    let out = mpirun(4, &strs(&Glue::Shim.args(&dir)), &[program]);
-    check_views(&out, "pipecast-preload");
-    if let Some(missing) = mpich() {
-        common::skip_or_fail(missing.kind, format!("the MPICH part: {}", missing.reason));
-        return;
-    }
-    let program = compile(
-        "mpicc.mpich",
-        &dir,
-        "mpi_views_test",
-        "mpi_views_test_mpich",
-    );
-    let out = mpiexec_mpich_with_shim("240", 4, &dir, &[], &program);
-    check_views(&out, "pipecast-preload");
-}
-
-fn check_views(out: &Output, marker: &str) {
-    mpi::assert_views(out, marker);
+    under_each_glue(&dir, "mpi_views_test", "240", mpi::assert_views);
 }
 
 /// mpi4py's own collective tests (`test_cco`, 350 tests; the sdist's `test/` directory named by

@@ -160,67 +160,88 @@ fn gather_addresses(
     deadline: Instant,
 ) -> Result<Vec<SocketAddr>, CommError> {
     let bad = |e: std::io::Error| CommError::Bootstrap(format!("rendezvous {addr}: {e}"));
-    listener.set_nonblocking(true).map_err(bad)?;
     let unset = SocketAddr::from(([0, 0, 0, 0], 0));
     let mut table: Vec<Option<SocketAddr>> = (0..size).map(|r| (r == 0).then_some(unset)).collect();
     let mut missing = size - 1;
     while missing > 0 {
+        let late = || {
+            let missing: Vec<usize> = (1..size).filter(|r| table[*r].is_none()).collect();
+            CommError::Bootstrap(format!(
+                "ranks {missing:?} did not join the rendezvous at {addr} within {} ms",
+                timeout.as_millis()
+            ))
+        };
+        // A rank's first bytes to rank 0: its rank and the job size, then its address.
+        let (mut s, from, words) = accept_hello(listener, timeout, deadline, &bad, &late)?;
+        let Some((r, n)) = words else {
+            tracing::warn!(%from, "rendezvous: dropped a connection that is not a pipecast rank's");
+            continue;
+        };
+        let (r, n) = (r as usize, n as usize);
+        if n != size {
+            return Err(CommError::Bootstrap(format!(
+                "rank {r} says the job has {n} ranks, rank 0 says {size}: set the same PIPECAST_SIZE everywhere"
+            )));
+        }
+        let listens = read_limited(&mut s, MAX_ADDR)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())
+            .and_then(|t| t.parse::<SocketAddr>().ok());
+        let Some(listens) = listens else {
+            tracing::warn!(%from, rank = r, "rendezvous: dropped a hello without a listening address");
+            continue;
+        };
+        match table.get_mut(r) {
+            Some(slot @ None) => *slot = Some(listens),
+            _ => {
+                return Err(CommError::Bootstrap(format!(
+                    "rank {r} joined twice or is out of range 1..{size}: give every process its own PIPECAST_RANK"
+                )))
+            }
+        }
+        missing -= 1;
+        // The rank waits for this byte before it closes its side.
+        let _ = s.write_all(&[1]);
+    }
+    Ok(table.into_iter().map(|a| a.unwrap_or(unset)).collect())
+}
+
+/// A rendezvous hello's words: the rank that says it and the job size.
+type Hello = (u64, u64);
+
+/// The next connection on `listener` (polled every 2 ms) and its first [`hello::LEN`] bytes
+/// as a rendezvous hello (`None`: not one); a stray that connects and says nothing is given
+/// up after [`HELLO_WAIT`], so it cannot stall the job. Past `deadline`, `late`'s error.
+fn accept_hello(
+    listener: &TcpListener,
+    timeout: Duration,
+    deadline: Instant,
+    bad: &dyn Fn(std::io::Error) -> CommError,
+    late: &dyn Fn() -> CommError,
+) -> Result<(TcpStream, SocketAddr, Option<Hello>), CommError> {
+    listener.set_nonblocking(true).map_err(bad)?;
+    loop {
         match listener.accept() {
             Ok((mut s, from)) => {
                 s.set_nonblocking(false).map_err(bad)?;
-                // A stray that connects and says nothing must not stall the job.
                 s.set_read_timeout(Some(HELLO_WAIT.min(timeout)))
                     .map_err(bad)?;
-                // A rank's first bytes to rank 0: its rank and the job size, then its address.
                 let mut first = [0u8; hello::LEN];
                 let words = s
                     .read_exact(&mut first)
                     .ok()
                     .and_then(|()| hello::parse(hello::RENDEZVOUS, &first));
-                let Some((r, n)) = words else {
-                    tracing::warn!(%from, "rendezvous: dropped a connection that is not a pipecast rank's");
-                    continue;
-                };
-                let (r, n) = (r as usize, n as usize);
-                if n != size {
-                    return Err(CommError::Bootstrap(format!(
-                        "rank {r} says the job has {n} ranks, rank 0 says {size}: set the same PIPECAST_SIZE everywhere"
-                    )));
-                }
-                let listens = read_limited(&mut s, MAX_ADDR)
-                    .ok()
-                    .and_then(|b| String::from_utf8(b).ok())
-                    .and_then(|t| t.parse::<SocketAddr>().ok());
-                let Some(listens) = listens else {
-                    tracing::warn!(%from, rank = r, "rendezvous: dropped a hello without a listening address");
-                    continue;
-                };
-                match table.get_mut(r) {
-                    Some(slot @ None) => *slot = Some(listens),
-                    _ => {
-                        return Err(CommError::Bootstrap(format!(
-                            "rank {r} joined twice or is out of range 1..{size}: give every process its own PIPECAST_RANK"
-                        )))
-                    }
-                }
-                missing -= 1;
-                // The rank waits for this byte before it closes its side.
-                let _ = s.write_all(&[1]);
+                return Ok((s, from, words));
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 if Instant::now() >= deadline {
-                    let missing: Vec<usize> = (1..size).filter(|r| table[*r].is_none()).collect();
-                    return Err(CommError::Bootstrap(format!(
-                        "ranks {missing:?} did not join the rendezvous at {addr} within {} ms",
-                        timeout.as_millis()
-                    )));
+                    return Err(late());
                 }
                 std::thread::sleep(Duration::from_millis(2));
             }
             Err(e) => return Err(bad(e)),
         }
     }
-    Ok(table.into_iter().map(|a| a.unwrap_or(unset)).collect())
 }
 
 /// A rank but 0: listens on the address it reaches rank 0 from, and tells rank 0 its rank, the
@@ -290,45 +311,29 @@ fn await_parent(
 ) -> Result<(TcpStream, Vec<SocketAddr>), CommError> {
     let up = parent(rank).unwrap_or(0);
     let bad = |e: std::io::Error| CommError::Bootstrap(format!("rendezvous: rank {rank}: {e}"));
-    listener.set_nonblocking(true).map_err(bad)?;
+    let late = || {
+        CommError::Bootstrap(format!(
+            "rendezvous: rank {rank}: its parent rank {up} did not connect within {} ms (a rank missing? rank 0 says which)",
+            timeout.as_millis()
+        ))
+    };
     loop {
-        match listener.accept() {
-            Ok((mut s, from)) => {
-                s.set_nonblocking(false).map_err(bad)?;
-                s.set_read_timeout(Some(HELLO_WAIT.min(timeout)))
-                    .map_err(bad)?;
-                let mut first = [0u8; hello::LEN];
-                let words = s
-                    .read_exact(&mut first)
-                    .ok()
-                    .and_then(|()| hello::parse(hello::RENDEZVOUS, &first));
-                if words != Some((up as u64, size as u64)) {
-                    tracing::warn!(%from, rank, "rendezvous: dropped a connection that is not this rank's parent");
-                    continue;
-                }
-                s.set_read_timeout(Some(timeout)).map_err(bad)?;
-                let table = recv_blob(&mut s)
-                    .ok()
-                    .and_then(|b| decode_table(&b, size))
-                    .ok_or_else(|| {
-                        CommError::Bootstrap(format!(
-                            "rendezvous: rank {rank}: its parent rank {up} sent no valid address table"
-                        ))
-                    })?;
-                s.set_nodelay(true).map_err(bad)?;
-                return Ok((s, table));
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if Instant::now() >= deadline {
-                    return Err(CommError::Bootstrap(format!(
-                        "rendezvous: rank {rank}: its parent rank {up} did not connect within {} ms (a rank missing? rank 0 says which)",
-                        timeout.as_millis()
-                    )));
-                }
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            Err(e) => return Err(bad(e)),
+        let (mut s, from, words) = accept_hello(listener, timeout, deadline, &bad, &late)?;
+        if words != Some((up as u64, size as u64)) {
+            tracing::warn!(%from, rank, "rendezvous: dropped a connection that is not this rank's parent");
+            continue;
         }
+        s.set_read_timeout(Some(timeout)).map_err(bad)?;
+        let table = recv_blob(&mut s)
+            .ok()
+            .and_then(|b| decode_table(&b, size))
+            .ok_or_else(|| {
+                CommError::Bootstrap(format!(
+                    "rendezvous: rank {rank}: its parent rank {up} sent no valid address table"
+                ))
+            })?;
+        s.set_nodelay(true).map_err(bad)?;
+        return Ok((s, table));
     }
 }
 
@@ -543,12 +548,7 @@ mod tests {
 
     #[test]
     fn rendezvous_allgathers_in_rank_order() {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let addr = format!("127.0.0.1:{port}");
+        let addr = free_addr();
         let threads: Vec<_> = (0..4)
             .map(|r| {
                 let addr = addr.clone();
@@ -570,25 +570,9 @@ mod tests {
     /// A stray connection (a web client, a port scanner) is dropped, not fatal.
     #[test]
     fn a_foreign_connection_is_dropped_and_the_job_goes_on() {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let addr = format!("127.0.0.1:{port}");
-        let rank0 = {
-            let addr = addr.clone();
-            std::thread::spawn(move || {
-                let mut b = TcpRendezvous::new(0, 2, &addr, Duration::from_secs(10)).unwrap();
-                b.allgather(b"zero").unwrap()
-            })
-        };
-        let stray = loop {
-            match TcpStream::connect(&addr) {
-                Ok(s) => break s,
-                Err(_) => std::thread::sleep(Duration::from_millis(5)),
-            }
-        };
+        let addr = free_addr();
+        let rank0 = rank_0_says_zero(&addr, 2);
+        let stray = connect_when_listening(&addr);
         (&stray).write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
         let mut b = TcpRendezvous::new(1, 2, &addr, Duration::from_secs(10)).unwrap();
         assert_eq!(b.allgather(b"one").unwrap()[0], b"zero");
@@ -597,16 +581,30 @@ mod tests {
 
     #[test]
     fn missing_rank_is_an_error_not_a_hang() {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let addr = format!("127.0.0.1:{port}");
+        let addr = free_addr();
         let err = TcpRendezvous::new(0, 3, &addr, Duration::from_millis(200))
             .err()
             .unwrap();
         assert!(err.to_string().contains("[1, 2]"), "{err}");
+    }
+
+    /// Rank 0 of a job of `size` ranks at `addr`, in a thread: one allgather of `zero`.
+    fn rank_0_says_zero(addr: &str, size: usize) -> std::thread::JoinHandle<Vec<Vec<u8>>> {
+        let addr = addr.to_string();
+        std::thread::spawn(move || {
+            let mut b = TcpRendezvous::new(0, size, &addr, Duration::from_secs(10)).unwrap();
+            b.allgather(b"zero").unwrap()
+        })
+    }
+
+    /// A connection to `addr` once something listens there.
+    fn connect_when_listening(addr: &str) -> TcpStream {
+        loop {
+            match TcpStream::connect(addr) {
+                Ok(s) => return s,
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
+            }
+        }
     }
 
     fn free_addr() -> String {
@@ -713,19 +711,8 @@ mod tests {
     #[test]
     fn silent_strays_at_rank_0_are_dropped() {
         let addr = free_addr();
-        let rank0 = {
-            let addr = addr.clone();
-            std::thread::spawn(move || {
-                let mut b = TcpRendezvous::new(0, 3, &addr, Duration::from_secs(10)).unwrap();
-                b.allgather(b"zero").unwrap()
-            })
-        };
-        let _silent = loop {
-            match TcpStream::connect(&addr) {
-                Ok(s) => break s,
-                Err(_) => std::thread::sleep(Duration::from_millis(5)),
-            }
-        };
+        let rank0 = rank_0_says_zero(&addr, 3);
+        let _silent = connect_when_listening(&addr);
         let others: Vec<_> = (1..3)
             .map(|r| {
                 let addr = addr.clone();

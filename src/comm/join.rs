@@ -2,7 +2,7 @@
 //! ([`Comm::join`]), from a bootstrap or from the environment ([`Comm::from_env`]).
 
 use super::setup::Local;
-use super::shared::{Parts, Shared};
+use super::shared::{Known, Shared};
 use super::TcpRendezvous;
 use super::{agree, hosts, settings, tree_dump, Bootstrap, Comm, CommError, Config, Settings};
 use std::collections::BTreeMap;
@@ -81,10 +81,7 @@ impl Comm {
             .tree_dump
             .as_deref()
             .map(|dir| tree_dump::TreeDump::new(dir, rank));
-        let engine = Shared::new(Parts {
-            ops: f.ops,
-            wake: f.wake,
-            progress: f.progress,
+        let known = Known {
             rank,
             size,
             topology: f.topology.clone(),
@@ -94,7 +91,8 @@ impl Comm {
             network: f.network,
             host_of: f.host_of,
             cpus: f.cpus,
-        });
+        };
+        let engine = Shared::new(f.ops, f.wake, f.progress, known);
         Ok(Comm {
             rank,
             size,

@@ -128,7 +128,7 @@ impl Comm {
     /// on (its rate and host cost, `model::network`), or seed 003's Table 2 at 1 Gbit/s where
     /// no rank knew its link's rate.
     pub fn profile_source(&self) -> String {
-        match &self.engine.network {
+        match &self.engine.known.network {
             _ if self.config.profile_given => "PIPECAST_PROFILE".into(),
             Some(n) => format!(
                 "derived: {} Mbit/s, {:.1} us per segment end{}",
@@ -162,13 +162,13 @@ impl Comm {
     /// rank's own reasons and the agreed ones, `; `-separated (empty when none was missed, or
     /// the transport was named). For the MPI glue's verbose 1.
     pub fn link_reason(&self) -> &str {
-        &self.engine.why_not
+        &self.engine.known.why_not
     }
 
     /// The link that runs: `tcp`, `raweth:IFACE`, `verbs`, `shm:cma`, `tcp+shm:cma`, … (`auto`
     /// resolved).
     pub fn transport(&self) -> &str {
-        &self.engine.link
+        &self.engine.known.link
     }
 
     /// Broadcasts `buf` from `root` to every rank with the configured algorithm.

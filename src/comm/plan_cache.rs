@@ -46,7 +46,7 @@ impl Comm {
             &self.config.profile,
         )?;
         if let (None, Some(frame), Algorithm::Tree(kind)) =
-            (segment, self.engine.frame_payload, &c.0)
+            (segment, self.engine.known.frame_payload, &c.0)
         {
             // The model's segment in whole frames: a 1024-byte segment would travel in
             // 1024-byte frames, 38 % more frames than 1408-byte ones (MTU 1500) for the same bytes, and

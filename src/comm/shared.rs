@@ -22,6 +22,13 @@ pub(super) struct Shared {
     /// The ids of the communicators on this engine: live ones, and dropped ones whose
     /// broadcasts still run (the progress thread removes those when they end).
     pub ids: Arc<Mutex<BTreeSet<u32>>>,
+    /// What the agreed setup found.
+    pub known: Known,
+}
+
+/// What the base communicator's agreed setup found: the engine's processes, where they run
+/// and the links between them.
+pub(super) struct Known {
     /// This process's rank among the engine's processes, and their number.
     pub rank: usize,
     pub size: usize,
@@ -41,22 +48,6 @@ pub(super) struct Shared {
     pub cpus: Vec<Option<crate::wire::bootstrap::CpuRange>>,
 }
 
-/// What the base communicator's setup hands the engine.
-pub(super) struct Parts {
-    pub ops: Sender<Op>,
-    pub wake: Arc<Wake>,
-    pub progress: JoinHandle<()>,
-    pub rank: usize,
-    pub size: usize,
-    pub topology: Topology,
-    pub link: String,
-    pub why_not: String,
-    pub frame_payload: Option<u64>,
-    pub network: Option<crate::model::network::Network>,
-    pub host_of: Vec<usize>,
-    pub cpus: Vec<Option<crate::wire::bootstrap::CpuRange>>,
-}
-
 /// Where a set of the engine's processes runs: how many hosts they are on, how many share
 /// this process's host, and how many CPUs those share (`None`: unknown).
 pub(super) struct Placement {
@@ -66,22 +57,15 @@ pub(super) struct Placement {
 }
 
 impl Shared {
-    /// The engine of a base communicator, with its id (0) taken.
-    pub fn new(p: Parts) -> Shared {
+    /// The engine of a base communicator, with its id (0) taken: its progress thread, the
+    /// thread's queue and wake descriptor, and what the setup found.
+    pub fn new(ops: Sender<Op>, wake: Arc<Wake>, progress: JoinHandle<()>, known: Known) -> Shared {
         Shared {
-            ops: Some(p.ops),
-            wake: p.wake,
-            progress: Some(p.progress),
+            ops: Some(ops),
+            wake,
+            progress: Some(progress),
             ids: Arc::new(Mutex::new(BTreeSet::from([0]))),
-            rank: p.rank,
-            size: p.size,
-            topology: p.topology,
-            link: p.link,
-            why_not: p.why_not,
-            frame_payload: p.frame_payload,
-            network: p.network,
-            host_of: p.host_of,
-            cpus: p.cpus,
+            known,
         }
     }
 
@@ -134,14 +118,14 @@ impl Shared {
 
     /// Where processes `procs` run (`procs` includes this one).
     pub fn placement(&self, procs: &[usize]) -> Placement {
-        let mine = self.host_of[self.rank];
-        let mut hosts: Vec<usize> = procs.iter().map(|&p| self.host_of[p]).collect();
+        let mine = self.known.host_of[self.known.rank];
+        let mut hosts: Vec<usize> = procs.iter().map(|&p| self.known.host_of[p]).collect();
         hosts.sort_unstable();
         hosts.dedup();
         let local: Vec<_> = procs
             .iter()
-            .filter(|&&p| self.host_of[p] == mine)
-            .map(|&p| self.cpus.get(p).copied().flatten())
+            .filter(|&&p| self.known.host_of[p] == mine)
+            .map(|&p| self.known.cpus.get(p).copied().flatten())
             .collect();
         Placement {
             hosts: hosts.len(),

@@ -22,13 +22,13 @@ impl Comm {
     pub fn view(&self, id: u32, members: &[usize]) -> crate::Result<Comm> {
         let rank = check_members(self.rank, self.size, members)?;
         let procs: Vec<usize> = members.iter().map(|&m| self.process(m)).collect();
-        let topology = self.engine.topology.restrict(&procs).map_err(|e| {
+        let topology = self.engine.known.topology.restrict(&procs).map_err(|e| {
             CommError::Usage(format!("cannot restrict the topology to the view: {e}"))
         })?;
         self.engine.take_id(id)?;
         let placed = self.engine.placement(&procs);
         let identity =
-            procs.len() == self.engine.size && procs.iter().enumerate().all(|(i, &p)| i == p);
+            procs.len() == self.engine.known.size && procs.iter().enumerate().all(|(i, &p)| i == p);
         let dump = self
             .config
             .tree_dump
@@ -70,7 +70,7 @@ impl Comm {
         let Some(members) = &self.members else {
             return lanes.clone();
         };
-        let p = self.engine.size;
+        let p = self.engine.known.size;
         let lanes = lanes
             .iter()
             .map(|lane| {

@@ -374,62 +374,83 @@ mod tests {
         Bcast::new(me, &chain(3), setup, Config::default(), 0).unwrap()
     }
 
+    /// The header of broadcast `seq`'s first 4-byte segment of `msize` bytes from root 0.
+    fn first(seq: u64, msize: u64) -> DataHeader {
+        DataHeader {
+            seq,
+            root: 0,
+            msize,
+            segment: 4,
+            lanes: 1,
+            lane: 0,
+            index: 0,
+            len: 4,
+        }
+    }
+
     /// Two broadcasts in flight on a chain 0 → 1 → 2, run by hand: rank 1 posts only the
     /// first at first; the root's segments of the second are held and replayed when rank 1
     /// posts it; both complete byte-exact.
     #[test]
     fn messages_of_a_later_broadcast_are_held_until_it_is_posted() {
-        let msgs = [b"0123456789".to_vec(), b"abcdefgh".to_vec()];
+        let msgs = BTreeMap::from([(1, b"0123456789".to_vec()), (2, b"abcdefgh".to_vec())]);
         let mut eps: Vec<Endpoint> = (0..3).map(|_| Endpoint::new()).collect();
-        let mut bufs: Vec<BTreeMap<u64, Vec<u8>>> = (0..3)
-            .map(|r| {
-                (1..=2u64)
-                    .map(|s| {
-                        let m = &msgs[s as usize - 1];
-                        (s, if r == 0 { m.clone() } else { vec![0; m.len()] })
-                    })
-                    .collect()
-            })
-            .collect();
+        let mut bufs = buffers(&msgs);
         for r in 0..3 {
-            for s in 1..=2u64 {
+            for (&s, m) in &msgs {
                 if r == 1 && s == 2 {
                     continue; // late
                 }
-                let b = bcast(r, s, msgs[s as usize - 1].len() as u64);
+                let b = bcast(r, s, m.len() as u64);
                 eps[r].post(b, bufs[r].get_mut(&s).unwrap(), 0).unwrap();
             }
         }
-        let mut posted_late = false;
         for round in 0..200 {
-            let mut wire = Vec::new();
-            for (r, ep) in eps.iter_mut().enumerate() {
-                while let Some((seq, t)) = ep.poll_transmit(0) {
-                    let payload = bufs[r][&seq][t.payload.clone()].to_vec();
-                    wire.push((r, t.to, t.message, payload));
-                }
-            }
-            for (from, to, message, payload) in wire {
-                let bufs = &mut bufs[to];
-                eps[to]
-                    .deliver(0, from, message, payload, |seq, range, p| {
-                        copy_into(bufs.get_mut(&seq).unwrap(), range, p)
-                    })
-                    .unwrap();
-            }
-            if round == 20 && !posted_late {
-                posted_late = true;
+            exchange(&mut eps, &mut bufs);
+            if round == 20 {
                 assert!(eps[1].held_bytes() > 0, "the root ran ahead");
-                let b = bcast(1, 2, msgs[1].len() as u64);
+                let b = bcast(1, 2, msgs[&2].len() as u64);
                 eps[1].post(b, bufs[1].get_mut(&2).unwrap(), 0).unwrap();
                 assert_eq!(eps[1].held_bytes(), 0);
             }
         }
         for r in 0..3 {
-            for s in 1..=2u64 {
+            for (&s, m) in &msgs {
                 assert!(eps[r].is_done(s), "rank {r} broadcast {s}");
-                assert_eq!(bufs[r][&s], msgs[s as usize - 1], "rank {r} broadcast {s}");
+                assert_eq!(&bufs[r][&s], m, "rank {r} broadcast {s}");
             }
+        }
+    }
+
+    /// Each of 3 ranks' buffers for `msgs` (broadcast number → message): the root's hold the
+    /// messages, the others zeros.
+    fn buffers(msgs: &BTreeMap<u64, Vec<u8>>) -> Vec<BTreeMap<u64, Vec<u8>>> {
+        (0..3)
+            .map(|r| {
+                msgs.iter()
+                    .map(|(&n, m)| (n, if r == 0 { m.clone() } else { vec![0; m.len()] }))
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// One round by hand: every rank's messages out, then each delivered to its rank, its
+    /// payload landing in that rank's buffer of its broadcast.
+    fn exchange(eps: &mut [Endpoint], bufs: &mut [BTreeMap<u64, Vec<u8>>]) {
+        let mut wire = Vec::new();
+        for (r, ep) in eps.iter_mut().enumerate() {
+            while let Some((seq, t)) = ep.poll_transmit(0) {
+                let payload = bufs[r][&seq][t.payload.clone()].to_vec();
+                wire.push((r, t.to, t.message, payload));
+            }
+        }
+        for (from, to, message, payload) in wire {
+            let bufs = &mut bufs[to];
+            eps[to]
+                .deliver(0, from, message, payload, |seq, range, p| {
+                    copy_into(bufs.get_mut(&seq).unwrap(), range, p)
+                })
+                .unwrap();
         }
     }
 
@@ -438,13 +459,7 @@ mod tests {
     /// per few rounds, and checks every broadcast byte-exact everywhere.
     fn run_interleaved(msgs: &BTreeMap<u64, Vec<u8>>, order: [Vec<u64>; 3]) {
         let mut eps: Vec<Endpoint> = (0..3).map(|_| Endpoint::new()).collect();
-        let mut bufs: Vec<BTreeMap<u64, Vec<u8>>> = (0..3)
-            .map(|r| {
-                msgs.iter()
-                    .map(|(&n, m)| (n, if r == 0 { m.clone() } else { vec![0; m.len()] }))
-                    .collect()
-            })
-            .collect();
+        let mut bufs = buffers(msgs);
         let mut next = [0usize; 3];
         for round in 0..400 {
             for r in 0..3 {
@@ -456,21 +471,7 @@ mod tests {
                     eps[r].post(b, bufs[r].get_mut(&n).unwrap(), 0).unwrap();
                 }
             }
-            let mut wire = Vec::new();
-            for (r, ep) in eps.iter_mut().enumerate() {
-                while let Some((seq, t)) = ep.poll_transmit(0) {
-                    let payload = bufs[r][&seq][t.payload.clone()].to_vec();
-                    wire.push((r, t.to, t.message, payload));
-                }
-            }
-            for (from, to, message, payload) in wire {
-                let bufs = &mut bufs[to];
-                eps[to]
-                    .deliver(0, from, message, payload, |seq, range, p| {
-                        copy_into(bufs.get_mut(&seq).unwrap(), range, p)
-                    })
-                    .unwrap();
-            }
+            exchange(&mut eps, &mut bufs);
         }
         for r in 0..3 {
             for (&n, m) in msgs {
@@ -522,16 +523,7 @@ mod tests {
         assert!(e.contains("broadcast 1 of communicator 2"), "{e}");
         assert!(ep.post(bcast(1, number(0, 2), 8), &mut buf, 0).is_err());
         assert!(ep.runs_on(2) && ep.runs_on(0) && !ep.runs_on(1));
-        let h = DataHeader {
-            seq: number(2, 1),
-            root: 0,
-            msize: 8,
-            segment: 4,
-            lanes: 1,
-            lane: 0,
-            index: 0,
-            len: 4,
-        };
+        let h = first(number(2, 1), 8);
         // Communicator 5 has posted nothing: its broadcast 1 is held; communicator 0's 1 is
         // over here.
         let of = |seq| DataHeader { seq, ..h };
@@ -565,16 +557,7 @@ mod tests {
         ep.post(bcast(1, 3, 8), &mut buf, 0).unwrap();
         assert!(ep.post(bcast(1, 2, 8), &mut buf, 0).is_err());
         ep.finish(3);
-        let h = DataHeader {
-            seq: 3,
-            root: 0,
-            msize: 8,
-            segment: 4,
-            lanes: 1,
-            lane: 0,
-            index: 0,
-            len: 4,
-        };
+        let h = first(3, 8);
         assert_eq!(ep.route_data(0, &h).unwrap(), Route::Discard);
         let later = DataHeader { seq: 9, ..h };
         assert_eq!(ep.route_data(0, &later).unwrap(), Route::Hold);
@@ -589,14 +572,8 @@ mod tests {
         let mut buf = [0u8; 8];
         ep.post(bcast(1, 1, 8), &mut buf, 0).unwrap();
         let h = DataHeader {
-            seq: 2,
-            root: 0,
-            msize: 1 << 30,
-            segment: 4,
-            lanes: 1,
-            lane: 0,
-            index: 0,
             len: 1 << 30,
+            ..first(2, 1 << 30)
         };
         let e = ep.route_data(0, &h).unwrap_err().to_string();
         assert!(e.contains("longer than its 4-byte segments"), "{e}");

@@ -64,6 +64,30 @@ static unsigned char pattern(size_t i, unsigned seed)
     return (unsigned char)(x * 0xBF58476D1CE4E5B9ull >> 56);
 }
 
+static const size_t sizes[] = {0, 1, 7, 8191, 8193, (1u << 20) + 3};
+
+/* A blocking broadcast of every size in `sizes` from every root on `comm` (of RANKS ranks,
+ * this one `mine` in it), seeds from *seed on, each checked byte for byte. */
+static void every_root_and_size(pipecast_comm *comm, int rank, int mine, const char *what,
+                                unsigned *seed)
+{
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        for (int root = 0; root < RANKS; root++, ++*seed) {
+            size_t n = sizes[s];
+            unsigned char *buf = malloc(n + 1);
+            for (size_t i = 0; i < n; i++) buf[i] = mine == root ? pattern(i, *seed) : 0xEE;
+            pipecast_result rc = pipecast_bcast_bytes(comm, n ? buf : NULL, n, root);
+            CHECK(rc == PIPECAST_OK, "rank %d: %s bcast %zu from %d: %s", rank, what, n, root,
+                  pipecast_strerror(rc));
+            size_t bad = 0;
+            for (size_t i = 0; i < n; i++) bad += buf[i] != pattern(i, *seed);
+            CHECK(bad == 0, "rank %d: %s: %zu of %zu bytes wrong (root %d)", rank, what, bad, n,
+                  root);
+            free(buf);
+        }
+    }
+}
+
 /* A stand-in for an MPI's progress engine: counts the calls. */
 static void count_progress(void *arg)
 {
@@ -82,22 +106,8 @@ static void *rank_main(void *arg)
     CHECK(rc == PIPECAST_OK && comm != NULL, "rank %d: create: %s", ctx->rank, pipecast_strerror(rc));
     if (comm == NULL) return NULL;
 
-    const size_t sizes[] = {0, 1, 7, 8191, 8193, (1u << 20) + 3};
     unsigned seed = 1;
-    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
-        for (int root = 0; root < RANKS; root++, seed++) {
-            size_t n = sizes[s];
-            unsigned char *buf = malloc(n + 1);
-            for (size_t i = 0; i < n; i++) buf[i] = ctx->rank == root ? pattern(i, seed) : 0xEE;
-            rc = pipecast_bcast_bytes(comm, n ? buf : NULL, n, root);
-            CHECK(rc == PIPECAST_OK, "rank %d: bcast %zu from %d: %s", ctx->rank, n, root,
-                  pipecast_strerror(rc));
-            size_t bad = 0;
-            for (size_t i = 0; i < n; i++) bad += buf[i] != pattern(i, seed);
-            CHECK(bad == 0, "rank %d: %zu of %zu bytes wrong (root %d)", ctx->rank, bad, n, root);
-            free(buf);
-        }
-    }
+    every_root_and_size(comm, ctx->rank, ctx->rank, "base", &seed);
 
     /* Nonblocking broadcasts, completed the three ways: pipecast_wait, a pipecast_test loop,
      * and pipecast_wait_progressing calling a progress function (an MPI's) between polls. */
@@ -212,22 +222,8 @@ static void *rank_main(void *arg)
         CHECK(rc == PIPECAST_OK, "rank %d: ibcast on the odd view: %s", ctx->rank, pipecast_strerror(rc));
     }
     pipecast_comm_free(comm);
-    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
-        for (int root = 0; root < RANKS; root++, seed++) {
-            size_t n = sizes[s];
-            unsigned char *buf = malloc(n + 1);
-            /* view rank r is process RANKS - 1 - r */
-            int mine = RANKS - 1 - ctx->rank;
-            for (size_t i = 0; i < n; i++) buf[i] = mine == root ? pattern(i, seed) : 0xEE;
-            rc = pipecast_bcast_bytes(rev, n ? buf : NULL, n, root);
-            CHECK(rc == PIPECAST_OK, "rank %d: view bcast %zu from %d: %s", ctx->rank, n, root,
-                  pipecast_strerror(rc));
-            size_t bad = 0;
-            for (size_t i = 0; i < n; i++) bad += buf[i] != pattern(i, seed);
-            CHECK(bad == 0, "rank %d: view: %zu of %zu bytes wrong (root %d)", ctx->rank, bad, n, root);
-            free(buf);
-        }
-    }
+    /* view rank r is process RANKS - 1 - r */
+    every_root_and_size(rev, ctx->rank, RANKS - 1 - ctx->rank, "view", &seed);
     if (pending != NULL) {
         rc = pipecast_wait(pending);
         CHECK(rc == PIPECAST_OK, "rank %d: odd view wait: %s", ctx->rank, pipecast_strerror(rc));

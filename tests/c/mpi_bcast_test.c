@@ -11,14 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int failures = 0;
+#include "pc_check.h"
 
-static unsigned char pattern(size_t i, unsigned seed)
-{
-    uint64_t x = (uint64_t)i * 0x9E3779B97F4A7C15ull + seed * 0xD1B54A32D192ED03ull;
-    x ^= x >> 31;
-    return (unsigned char)(x * 0xBF58476D1CE4E5B9ull >> 56);
-}
+static int failures = 0;
 
 static void bytes_case(MPI_Comm comm, const char *name, size_t n, int root, unsigned seed)
 {

@@ -31,12 +31,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static unsigned char pattern(size_t i, unsigned seed)
-{
-    uint64_t x = (uint64_t)i * 0x9E3779B97F4A7C15ull + seed * 0xD1B54A32D192ED03ull;
-    x ^= x >> 31;
-    return (unsigned char)(x * 0xBF58476D1CE4E5B9ull >> 56);
-}
+#include "pc_check.h"
 
 static void *kill_soon(void *arg)
 {

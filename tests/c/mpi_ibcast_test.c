@@ -12,28 +12,12 @@
  * Rank 0 prints "mpi_ibcast_test: ok".
  */
 #include <mpi.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-static unsigned char pattern(size_t i, unsigned seed)
-{
-    uint64_t x = (uint64_t)i * 0x9E3779B97F4A7C15ull + seed * 0xD1B54A32D192ED03ull;
-    x ^= x >> 31;
-    return (unsigned char)(x * 0xBF58476D1CE4E5B9ull >> 56);
-}
+#include "pc_check.h"
 
 #define N 8
-
-static int check(const unsigned char *buf, size_t len, unsigned seed, int rank, const char *what)
-{
-    size_t bad = 0;
-    for (size_t i = 0; i < len; i++) bad += buf[i] != pattern(i, seed);
-    if (bad == 0) return 0;
-    fprintf(stderr, "WRONG DATA rank %d %s (seed %u): %zu of %zu bytes\n", rank, what, seed, bad,
-            len);
-    return 1;
-}
 
 int main(int argc, char **argv)
 {

@@ -17,56 +17,11 @@
  *
  *   mpi_views_test [NDUP]      (default 64)
  */
-#include <dirent.h>
 #include <mpi.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
-static unsigned char pattern(size_t i, unsigned seed)
-{
-    uint64_t x = (uint64_t)i * 0x9E3779B97F4A7C15ull + seed * 0xD1B54A32D192ED03ull;
-    x ^= x >> 31;
-    return (unsigned char)(x * 0xBF58476D1CE4E5B9ull >> 56);
-}
-
-static int check(const unsigned char *buf, size_t len, unsigned seed, int rank, const char *what)
-{
-    size_t bad = 0;
-    for (size_t i = 0; i < len; i++) bad += buf[i] != pattern(i, seed);
-    if (bad == 0) return 0;
-    fprintf(stderr, "WRONG DATA rank %d %s (seed %u): %zu of %zu bytes\n", rank, what, seed, bad,
-            len);
-    return 1;
-}
-
-/* Entries of a /proc/self directory whose name passes `keep` (NULL: all). */
-static int count_dir(const char *path, int (*keep)(const char *task))
-{
-    DIR *d = opendir(path);
-    if (d == NULL) return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.') continue;
-        n += keep == NULL || keep(e->d_name);
-    }
-    closedir(d);
-    return n - (keep == NULL); /* the directory's own descriptor */
-}
-
-/* Whether thread `task` of this process is one of pipecast's ("pipecast-progress-…"). */
-static int pipecast_thread(const char *task)
-{
-    char path[64], name[32] = "";
-    snprintf(path, sizeof path, "/proc/self/task/%s/comm", task);
-    FILE *f = fopen(path, "r");
-    if (f == NULL) return 0;
-    if (fgets(name, sizeof name, f) == NULL) name[0] = '\0';
-    fclose(f);
-    return strncmp(name, "pipecast", 8) == 0;
-}
+#include "pc_check.h"
 
 #define NSIZES 6
 static const size_t sizes[NSIZES] = {0, 1, 7, 600001, (1u << 20) + 3, (4u << 20) + 1};
