@@ -36,6 +36,7 @@ max_len() {
     bootstrap) echo 16384 ;;
     lldp|frame) echo 10000 ;;
     raweth_rx) echo 20000 ;;
+    mcast_frame) echo 10000 ;;
     *) echo 4096 ;;
   esac
 }

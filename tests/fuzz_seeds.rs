@@ -24,6 +24,7 @@ fn all() -> BTreeMap<&'static str, Seeds> {
         ("frame", frame()),
         ("lab_state", lab_state()),
         ("lldpd_json", lldpd_json()),
+        ("mcast_frame", mcast_frame()),
         ("names", names()),
         ("raweth_rx", raweth_rx()),
         ("shm_record", shm_record()),
@@ -221,6 +222,47 @@ fn lab_state() -> Seeds {
     ])
 }
 
+/// Every kind of multicast frame, sealed, from rank 0 to rank 1 or the group; the first byte
+/// is the target's control byte (0: rank 0's source, the checksum as it is).
+fn mcast_frame() -> Seeds {
+    use pipecast::wire::mcast::{Kind as McKind, Repr as McRepr, GROUP};
+    let frame = |kind, to, payload: &[u8]| {
+        let repr = McRepr {
+            kind,
+            from: 0,
+            cookie: 0x3232_c0de,
+            bseq: 5,
+            msize: 3000,
+            segment: 1000,
+            index: 2,
+            count: if kind == McKind::Data {
+                payload.len() as u32
+            } else {
+                3
+            },
+            root: 0,
+            value: 2,
+            to,
+            ..McRepr::default()
+        };
+        let mut b = vec![0u8];
+        b.extend_from_slice(&repr.to_bytes(payload));
+        if kind == McKind::Data {
+            b.extend_from_slice(payload);
+        }
+        b
+    };
+    let payload = pipecast::testing::pattern(1000, 3);
+    BTreeMap::from([
+        ("data", frame(McKind::Data, GROUP, &payload)),
+        ("nack", frame(McKind::Nack, 1, &[])),
+        ("ack", frame(McKind::Ack, 1, &[])),
+        ("sync", frame(McKind::Sync, GROUP, &[])),
+        ("probe", frame(McKind::Probe, GROUP, &[])),
+        ("abort", frame(McKind::Abort, GROUP, &[])),
+    ])
+}
+
 fn lldpd_json() -> Seeds {
     // Trimmed from a real `lldpcli -f json0 show neighbors` of switch s0 in the lab (the unit
     // tests of `topology::lldpd` read it from the seed).
@@ -399,6 +441,9 @@ fn passes(target: &str, seed: &[u8]) -> bool {
         "frame" => Frame::new_checked(seed).is_ok_and(|f| {
             FrameRepr::parse(&f).is_ok() && f.checksum_ok(&[2, 0, 0, 0, 0, 2], &[2, 0, 0, 0, 0, 1])
         }),
+        "mcast_frame" => {
+            pipecast::wire::mcast::Frame::new_checked(&seed[1..]).is_ok_and(|f| f.checksum_ok())
+        }
         "lab_state" => serde_json::from_slice::<pipecast::lab::LabState>(seed).is_ok(),
         "lldpd_json" => {
             pipecast::topology::lldpd::parse_neighbors(text()).is_ok_and(|n| !n.is_empty())

@@ -19,6 +19,7 @@ mod endpoint;
 mod expected;
 mod layout;
 mod message;
+pub mod multicast;
 pub mod number;
 pub mod reliable;
 

@@ -26,6 +26,10 @@ pub struct UpOptions {
     pub lldp_wait: Duration,
     /// Set (e.g. by a Ctrl-C handler) to abandon the build; the partial lab is removed.
     pub interrupted: Option<Arc<AtomicBool>>,
+    /// The switches' bridges snoop IGMP (`mcast_snooping 1`) and run a querier
+    /// (`mcast_querier 1`), so IP multicast reaches only the ports that joined; default off:
+    /// every switch floods multicast.
+    pub igmp_snooping: bool,
 }
 
 impl UpOptions {
@@ -37,6 +41,7 @@ impl UpOptions {
             announce_exe: None,
             lldp_wait: Duration::from_secs(15),
             interrupted: None,
+            igmp_snooping: false,
         }
     }
 }
@@ -160,6 +165,7 @@ fn plan(topology: &Topology, opts: &UpOptions) -> Result<LabState, LabError> {
         topology: topology::to_json(topology),
         complete: false,
         owner: Owner::Root,
+        igmp_snooping: opts.igmp_snooping,
     })
 }
 
@@ -249,13 +255,21 @@ fn build(t: &Topology, opts: &UpOptions, state: &LabState) -> Result<(), LabErro
         )?;
         sh("ip", &format!("-n {ns} link set lo up"))?;
     }
-    // FDB ageing 3600 s (in centiseconds) so that learned MACs outlive long runs.
-    let bridges = state.switches.iter().map(|s| &s.netns);
-    for ns in bridges.chain([&state.mgmt_netns]) {
+    // FDB ageing 3600 s (in centiseconds) so that learned MACs outlive long runs. IGMP
+    // snooping filters only once a querier exists (started below, once the bridge is up) and
+    // has waited one query response interval: 1 s here (10 s by default), set before the
+    // querier starts, which takes the interval it finds.
+    let snooping = if opts.igmp_snooping {
+        "mcast_snooping 1 mcast_query_response_interval 100"
+    } else {
+        "mcast_snooping 0"
+    };
+    let bridges = state.switches.iter().map(|s| (&s.netns, snooping));
+    for (ns, mcast) in bridges.chain([(&state.mgmt_netns, "mcast_snooping 0")]) {
         sh(
             "ip",
             &format!(
-                "-n {ns} link add name br0 type bridge stp_state 0 mcast_snooping 0 \
+                "-n {ns} link add name br0 type bridge stp_state 0 {mcast} \
                  ageing_time 360000"
             ),
         )?;
@@ -344,6 +358,12 @@ fn build(t: &Topology, opts: &UpOptions, state: &LabState) -> Result<(), LabErro
     }
     for s in &state.switches {
         sh("ip", &format!("-n {} link set br0 up", s.netns))?;
+        if opts.igmp_snooping {
+            sh(
+                "ip",
+                &format!("-n {} link set br0 type bridge mcast_querier 1", s.netns),
+            )?;
+        }
     }
     if state.owner.runs_lldpd() {
         for s in &state.switches {

@@ -68,6 +68,10 @@ pub struct LabState {
     /// Who owns the namespaces: root, or a user namespace (labs built without root).
     #[serde(default)]
     pub owner: Owner,
+    /// The switches' bridges snoop IGMP and run a querier (`lab up --igmp-snooping`): IP
+    /// multicast reaches only the ports whose hosts joined the group.
+    #[serde(default)]
+    pub igmp_snooping: bool,
 }
 
 impl LabState {
@@ -251,6 +255,7 @@ pub(crate) fn sample_state() -> LabState {
         topology: serde_json::Value::Null,
         complete: true,
         owner: Owner::Root,
+        igmp_snooping: false,
     }
 }
 

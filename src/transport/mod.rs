@@ -227,4 +227,5 @@ pub enum TransportError {
 
 pub mod ifaddrs;
 pub mod lldp_socket;
+pub mod mcast;
 pub mod raweth;

@@ -18,6 +18,7 @@ pub mod ethernet;
 pub mod frame;
 pub mod hello;
 pub mod lldp;
+pub mod mcast;
 pub mod message;
 pub mod shm;
 pub mod verbs;

@@ -82,6 +82,11 @@ struct UpArgs {
     /// Seconds to wait for every switch's lldpd to see its neighbour switches (0: don't wait).
     #[arg(long, default_value_t = 15)]
     lldp_wait: u64,
+    /// The switches snoop IGMP and run a querier (bridge mcast_snooping 1, mcast_querier 1):
+    /// IP multicast then reaches only the machines that joined the group. Default: off (every
+    /// switch floods multicast).
+    #[arg(long)]
+    igmp_snooping: bool,
 }
 
 #[derive(clap::Args)]
@@ -223,16 +228,22 @@ fn up(a: UpArgs) -> CliResult {
         announce_exe: std::env::current_exe().ok(),
         lldp_wait: Duration::from_secs(a.lldp_wait),
         interrupted: Some(interrupted),
+        igmp_snooping: a.igmp_snooping,
         ..UpOptions::new(a.name.clone())
     };
     let state = lab::up(&topology, &opts)?;
     println!(
-        "lab {} is up: {} switches, {} machines, {} per link direction, MTU {}{}",
+        "lab {} is up: {} switches, {} machines, {} per link direction, MTU {}{}{}",
         state.name,
         state.switches.len(),
         state.machines.len(),
         pipecast::input::rate_name(rate_bits),
         state.mtu,
+        if state.igmp_snooping {
+            ", IGMP snooping with a querier"
+        } else {
+            ""
+        },
         match state.owner {
             lab::Owner::Root => String::new(),
             lab::Owner::UserNamespace { keeper, .. } => {

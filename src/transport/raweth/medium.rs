@@ -1,6 +1,7 @@
 //! A MODEL of an Ethernet segment in memory: a switch between [`MemoryPort`]s of one process
 //! that delivers each datagram to the port with its destination MAC address through a
-//! bounded queue, so that raw Ethernet's link runs whole, sockets aside, without root or
+//! bounded queue (a datagram to a group MAC — the I/G bit set — to every port that joined the
+//! group, [`MemoryPort::join`], but its sender, each copy impaired on its own), so that raw Ethernet's link runs whole, sockets aside, without root or
 //! namespaces. A full queue drops what arrives, as a socket's full receive buffer does (the
 //! port counts it: [`Port::take_drops`], the link's `kernel_drops`); a frame to a MAC no
 //! port has (its process gone) is dropped, as a switch's port to nobody would.
@@ -67,6 +68,8 @@ struct Queue {
 
 struct Switch {
     ports: BTreeMap<Mac, Queue>,
+    /// Group MAC → the ports that joined it.
+    groups: BTreeMap<Mac, std::collections::BTreeSet<Mac>>,
     capacity: usize,
     impair: Impairments,
     rng: ChaCha8Rng,
@@ -85,6 +88,7 @@ impl Medium {
         Medium {
             switch: Arc::new(Mutex::new(Switch {
                 ports: BTreeMap::new(),
+                groups: BTreeMap::new(),
                 capacity: capacity.max(1),
                 impair,
                 rng: ChaCha8Rng::seed_from_u64(impair.seed),
@@ -127,11 +131,33 @@ fn lock(switch: &Mutex<Switch>) -> MutexGuard<'_, Switch> {
     switch.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Whether `mac` is a group address (the I/G bit of its first octet).
+pub fn is_group(mac: &Mac) -> bool {
+    mac[0] & 1 == 1
+}
+
 impl Switch {
-    /// Puts `bytes` from `from` into `to`'s queue, impaired.
+    /// Puts `bytes` from `from` into `to`'s queue (every member's but the sender's for a
+    /// group), impaired.
     fn deliver(&mut self, from: Mac, to: &Mac, bytes: Vec<u8>) {
+        if is_group(to) {
+            let members: Vec<Mac> = self
+                .groups
+                .get(to)
+                .map(|m| m.iter().copied().filter(|&p| p != from).collect())
+                .unwrap_or_default();
+            for m in members {
+                self.deliver_one(from, &m, bytes.clone());
+            }
+            return;
+        }
+        self.deliver_one(from, to, bytes);
+    }
+
+    fn deliver_one(&mut self, from: Mac, to: &Mac, bytes: Vec<u8>) {
         let Switch {
             ports,
+            groups: _,
             capacity,
             impair,
             rng,
@@ -177,6 +203,17 @@ pub struct MemoryPort {
     mac: Mac,
     mtu: usize,
     ready: Arc<Wake>,
+}
+
+impl MemoryPort {
+    /// Receives the datagrams sent to group MAC address `group` from now on.
+    pub fn join(&self, group: Mac) {
+        lock(&self.switch)
+            .groups
+            .entry(group)
+            .or_default()
+            .insert(self.mac);
+    }
 }
 
 impl Port for MemoryPort {
@@ -253,6 +290,10 @@ impl Port for MemoryPort {
 
 impl Drop for MemoryPort {
     fn drop(&mut self) {
-        lock(&self.switch).ports.remove(&self.mac);
+        let mut switch = lock(&self.switch);
+        switch.ports.remove(&self.mac);
+        for members in switch.groups.values_mut() {
+            members.remove(&self.mac);
+        }
     }
 }

@@ -81,6 +81,16 @@ impl PacketPort {
         })
     }
 
+    /// `sock` as a port that keeps every frame of its EtherType (no rank filter, no ring):
+    /// the multicast carrier's, whose group frames are every rank's.
+    pub fn plain(sock: RawSocket, batch: usize) -> PacketPort {
+        PacketPort {
+            recv: RecvBatch::new(batch, sock.mtu() + 64),
+            ring: None,
+            sock,
+        }
+    }
+
     pub fn socket(&self) -> &RawSocket {
         &self.sock
     }

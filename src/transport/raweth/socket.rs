@@ -77,6 +77,7 @@ pub fn interface_with(ip: std::net::Ipv4Addr) -> Option<String> {
 pub struct RawSocket {
     fd: OwnedFd,
     ifindex: i32,
+    ethertype: u16,
     mac: Mac,
     mtu: usize,
     ifname: String,
@@ -95,6 +96,11 @@ impl RawSocket {
     /// Opens a non-blocking packet socket on interface `ifname` in this thread's network
     /// namespace.
     pub fn open(ifname: &str) -> Result<RawSocket, TransportError> {
+        Self::open_with(ifname, ETHERTYPE)
+    }
+
+    /// [`RawSocket::open`] for frames of `ethertype` (the multicast carrier's is 0x88B6).
+    pub fn open_with(ifname: &str, ethertype: u16) -> Result<RawSocket, TransportError> {
         let what = || format!("raw Ethernet socket on interface {ifname:?}");
         let name = CString::new(ifname).map_err(|_| TransportError::Setup {
             what: what(),
@@ -106,7 +112,7 @@ impl RawSocket {
                 error: format!("interface names have fewer than {} bytes", libc::IFNAMSIZ),
             });
         }
-        let proto = i32::from(ETHERTYPE.to_be());
+        let proto = i32::from(ethertype.to_be());
         // SAFETY: plain system call with constant arguments; the result is checked.
         let fd = unsafe {
             libc::socket(
@@ -153,7 +159,7 @@ impl RawSocket {
         // SAFETY: an all-zero sockaddr_ll is valid; we fill family, protocol and index.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;
-        sll.sll_protocol = ETHERTYPE.to_be();
+        sll.sll_protocol = ethertype.to_be();
         sll.sll_ifindex = ifindex;
         // SAFETY: `sll` is a valid sockaddr_ll of the size passed.
         let r = unsafe {
@@ -169,6 +175,7 @@ impl RawSocket {
         let sock = RawSocket {
             fd,
             ifindex,
+            ethertype,
             mac,
             mtu,
             ifname: ifname.to_string(),
@@ -277,6 +284,35 @@ impl RawSocket {
         }
     }
 
+    /// Receives frames sent to the group MAC address `group` as well
+    /// (`PACKET_ADD_MEMBERSHIP`, `PACKET_MR_MULTICAST`: the interface then accepts that
+    /// address, as a NIC that filters multicast must be told; a bridge or veth floods such
+    /// frames anyway).
+    pub fn add_membership(&self, group: &Mac) -> io::Result<()> {
+        let mut mreq = libc::packet_mreq {
+            mr_ifindex: self.ifindex,
+            mr_type: libc::PACKET_MR_MULTICAST as u16,
+            mr_alen: 6,
+            mr_address: [0; 8],
+        };
+        mreq.mr_address[..6].copy_from_slice(group);
+        // SAFETY: `mreq` is a live packet_mreq of the size passed; the kernel only reads it.
+        let r = unsafe {
+            libc::setsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                libc::PACKET_ADD_MEMBERSHIP,
+                &mreq as *const libc::packet_mreq as *const libc::c_void,
+                std::mem::size_of::<libc::packet_mreq>() as u32,
+            )
+        };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+
     /// Accepts only frames for rank `rank` from now on ([`super::filter::rank_filter`];
     /// attaching again replaces the filter).
     pub fn set_rank_filter(&self, rank: u32) -> io::Result<()> {
@@ -342,7 +378,7 @@ impl RawSocket {
         // SAFETY: an all-zero sockaddr_ll is valid.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;
-        sll.sll_protocol = ETHERTYPE.to_be();
+        sll.sll_protocol = self.ethertype.to_be();
         sll.sll_ifindex = self.ifindex;
         sll.sll_halen = 6;
         sll.sll_addr[..6].copy_from_slice(mac);

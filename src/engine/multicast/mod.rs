@@ -1,0 +1,212 @@
+//! Reliable multicast broadcast: the protocol, pure (no sockets; time is `u64` ns passed in).
+//!
+//! The root sends every segment of the message once, to the job's multicast group; every
+//! other rank lands each segment straight at its place in its buffer. What the group loses is
+//! repaired, and the root never handles P acknowledgements:
+//!
+//! - **An ack tree** (a parent per rank, given by the caller: any tree rooted at the root, e.g.
+//!   the contention-free tree of the plan). Each rank reports to its parent a *cumulative*
+//!   acknowledgement of its whole subtree: segments `0..value` are held by it and by every
+//!   rank below it (the minimum of its own prefix and its children's reports). A rank
+//!   reports when that value grew by [`Config::ack_every`] segments, when it reaches the end,
+//!   and whenever the root's sync asks. The root's window thus rests on the slowest receiver
+//!   of the whole group while it hears only from its own children.
+//! - **Credit window** (the root): segment `i` leaves only while `i < acked + window`, where
+//!   `acked` is the smallest report of the root's children; an optional token bucket
+//!   ([`Config::rate`], the links' [`Pacer`](super::reliable::Pacer)) paces new segments.
+//! - **NACKs, suppressed and aggregated up the tree**: a receiver learns that segment `i` was
+//!   sent when a later one arrives (or from the root's sync); after [`Config::nack_delay`]
+//!   (reordering) it asks its *parent* for the missing runs, and asks again for the same
+//!   segment no sooner than [`Config::nack_interval`]. A parent that holds the segment
+//!   repairs it by unicast; one that lacks it too remembers who asked and repairs them when
+//!   it arrives — its own NACK, one per segment however many children asked, is what goes
+//!   up. The root re-multicasts a segment that [`Config::group_repair`] of its children asked
+//!   for (a loss near the root hit whole subtrees) and repairs the others by unicast.
+//! - **Sync** (the root): when its window has not moved for [`Config::sync_interval`], the
+//!   root multicasts how many segments it sent; every rank then NACKs its lost tail (which no
+//!   later segment reveals) and sends its report to its parent again (a lost report, or a
+//!   late rank). Repeated every interval while the root is stalled: it is also the group's
+//!   heartbeat.
+//! - **Liveness**: a rank that waits for its parent's repairs pings it (an ack that asks for
+//!   an answer) when it has not heard from it for a sync interval; a parent waited for that
+//!   stays silent for [`Config::liveness`], or a child that neither answers the root's syncs
+//!   nor reports, is *gone*: the rank fails and the failure travels to the root (an abort up
+//!   the tree), which multicasts it to everyone; a failed rank answers anything with the
+//!   abort. A *late* rank — one that has not posted the broadcast yet — is alive: whoever
+//!   holds its place answers syncs and pings ([`absent_answer`]), so it is waited for
+//!   however long.
+//! - **Completion** is deep: a rank is done when it holds every segment and its whole
+//!   subtree reported holding them all (so that it still repairs its children until then);
+//!   the root when every rank did. A finished rank must keep answering for a while
+//!   ([`absent_answer`] with [`Absent::Finished`]), as a report to its parent may be lost.
+//!
+//! Prior art, read, not copied: UCC's TL/MLX5 multicast (a window of packets, then a
+//! reliability round in which children report up a tree relative to the root and what is
+//! missing is sent point to point) and MVAPICH2's NACK-based multicast (receivers report
+//! gaps; suppression at the root). Here the two are one continuous protocol: cumulative
+//! reports in place of per-window rounds, NACKs to the parent in place of to the root.
+//!
+//! One concept per file: [`Member`] (one rank's part in one broadcast) here; the carriers
+//! (UDP/IP multicast, raw Ethernet to a group MAC) and their frames are in
+//! `transport::mcast` and `wire::mcast`.
+
+#![deny(unsafe_code)]
+
+mod member;
+
+pub use member::{Member, State, Stats};
+
+/// Protocol tuning (times in ns).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    /// Segments the root may send beyond the slowest report.
+    pub window: u32,
+    /// A rank reports to its parent when its subtree's value grew by this many segments.
+    pub ack_every: u32,
+    /// How long a gap waits before it is NACKed (a reordered segment may still come).
+    pub nack_delay: u64,
+    /// The same segment is NACKed again no sooner than this; a repair to one child is not
+    /// repeated sooner than half of it.
+    pub nack_interval: u64,
+    /// The root syncs when its window has not moved for this long, and again every interval;
+    /// a waiting rank pings its parent when it has not heard from it for this long.
+    pub sync_interval: u64,
+    /// A peer waited for that is silent this long is gone.
+    pub liveness: u64,
+    /// The root re-multicasts a segment this many of its children asked for (0: never).
+    pub group_repair: usize,
+    /// Paces the root's new segments (bytes per second), if set.
+    pub rate: Option<u64>,
+    /// The pacer's bucket (bytes).
+    pub burst: u64,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            window: 256,
+            ack_every: 32,
+            nack_delay: 2_000_000,
+            nack_interval: 20_000_000,
+            sync_interval: 20_000_000,
+            liveness: 5_000_000_000,
+            group_repair: 2,
+            rate: None,
+            burst: 256 * 1024,
+        }
+    }
+}
+
+/// A rank's place in the ack tree of one broadcast.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shape {
+    pub me: usize,
+    pub root: usize,
+    /// `None` exactly at the root.
+    pub parent: Option<usize>,
+    pub children: Vec<usize>,
+}
+
+/// Where a message goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum To {
+    /// The job's multicast group (every rank but the sender).
+    Group,
+    Rank(usize),
+}
+
+/// What ranks say to each other in one broadcast.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Msg {
+    /// Segment `index` (its bytes: [`Member::segment_range`] of the sender's buffer); `repair`
+    /// when sent again.
+    Data { index: u32, repair: bool },
+    /// Segments `index..index + count` are missing here.
+    Nack { index: u32, count: u32 },
+    /// Segments `0..value` are held by the sender and its whole subtree; `ping`: answer me.
+    Ack { value: u64, ping: bool },
+    /// The root sent segments `0..sent` (to the group), or a parent's `answer` to a ping.
+    Sync { sent: u64, answer: bool },
+    /// The broadcast failed: rank `gone` is gone.
+    Abort { gone: usize },
+}
+
+/// One message to send.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Out {
+    pub to: To,
+    pub msg: Msg,
+}
+
+/// Why a broadcast failed at a rank.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum McastError {
+    #[error("rank {rank} is gone: silent for {silent_ms} ms while this rank waited for it")]
+    Gone { rank: usize, silent_ms: u64 },
+    #[error("the broadcast was aborted: rank {gone} is gone (reported by rank {by})")]
+    Aborted { gone: usize, by: usize },
+    #[error("bad multicast broadcast: {0}")]
+    Invalid(String),
+}
+
+impl McastError {
+    /// The rank that is gone, if any.
+    pub fn gone(&self) -> Option<usize> {
+        match self {
+            McastError::Gone { rank, .. } => Some(*rank),
+            McastError::Aborted { gone, .. } => Some(*gone),
+            McastError::Invalid(_) => None,
+        }
+    }
+}
+
+/// Segments of a message of `msize` bytes cut into `segment`-byte segments: at least one (a
+/// zero-byte broadcast is one empty segment, which still synchronizes the group).
+pub fn segments(msize: u64, segment: u32) -> Option<u32> {
+    if segment == 0 {
+        return None;
+    }
+    u32::try_from(msize.div_ceil(u64::from(segment)).max(1)).ok()
+}
+
+/// Why a rank holds no [`Member`] for a broadcast it is part of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Absent {
+    /// Not posted yet (a late rank): alive, holding nothing.
+    NotYet,
+    /// Finished: it and its whole subtree hold all `segments`.
+    Finished { segments: u64 },
+    /// Failed because rank `gone` is gone.
+    Failed { gone: usize },
+}
+
+/// What a rank that holds no [`Member`] for a broadcast answers to `msg` from `from`, so that
+/// a late rank is waited for and a finished one's lost report is repeated: a root's sync is
+/// answered with a report to `parent`, a child's ping with a sync; a failed rank answers
+/// everything but an abort with its abort.
+pub fn absent_answer(parent: Option<usize>, absent: Absent, from: usize, msg: Msg) -> Option<Out> {
+    let value = match absent {
+        Absent::NotYet => 0,
+        Absent::Finished { segments } => segments,
+        Absent::Failed { gone } => {
+            return (!matches!(msg, Msg::Abort { .. })).then_some(Out {
+                to: To::Rank(from),
+                msg: Msg::Abort { gone },
+            })
+        }
+    };
+    match msg {
+        Msg::Sync { answer: false, .. } => parent.map(|p| Out {
+            to: To::Rank(p),
+            msg: Msg::Ack { value, ping: false },
+        }),
+        Msg::Ack { ping: true, .. } => Some(Out {
+            to: To::Rank(from),
+            msg: Msg::Sync {
+                sent: value,
+                answer: true,
+            },
+        }),
+        _ => None,
+    }
+}

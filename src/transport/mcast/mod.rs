@@ -1,0 +1,141 @@
+//! Multicast carriers: what moves the frames of a multicast broadcast (`wire::mcast`) between
+//! ranks, to the job's group ([`group::Group`], from the job cookie) and to one rank. Two
+//! carriers behind one trait, [`Carrier`]:
+//!
+//! - [`udp::UdpCarrier`]: UDP/IP multicast with an IGMP join; no privilege; works behind
+//!   snooping switches and across a routed hop (TTL > 1). Group frames leave from the rank's
+//!   unicast socket and arrive on a socket bound to the group; repairs, NACKs and reports use
+//!   the unicast sockets.
+//! - [`ether::EtherCarrier`]: raw Ethernet frames of EtherType 0x88B6 to the group MAC (or a
+//!   rank's MAC) through a raw Ethernet [`Port`](crate::transport::raweth::port::Port): an
+//!   `AF_PACKET` socket with `PACKET_ADD_MEMBERSHIP` (CAP_NET_RAW), or a port of the
+//!   in-memory switch (`raweth::medium`), which delivers group frames to every member, so the
+//!   protocol's tests run without root.
+//!
+//! [`accept`] is the one receive check of both: bounds, version, checksum, cookie, that the
+//! frame is for this rank or the group, and that it came from the address of the rank it
+//! names. [`probe`] is the setup probe: does the group reach every rank? The protocol itself
+//! (`engine::multicast`) is pure; [`codec`] turns its messages into frames and back.
+//!
+//! Nothing here is wired into the communicator's choice of tree yet.
+
+pub mod codec;
+pub mod ether;
+pub mod group;
+pub mod probe;
+pub mod udp;
+
+pub use group::Group;
+
+use crate::wire::mcast::{Frame, Kind, Repr, GROUP, HEADER_LEN};
+use std::io;
+use std::net::SocketAddrV4;
+use std::os::fd::RawFd;
+
+/// Where a received frame came from, as the carrier saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Udp(SocketAddrV4),
+    Mac(crate::wire::frame::Mac),
+}
+
+/// Where a frame goes.
+pub use crate::engine::multicast::To;
+
+/// Moves multicast frames: to the job's group or to one rank, without blocking.
+pub trait Carrier: Send {
+    /// For logs: `udp:239.192.1.2:34567 on 10.0.0.1`, `ether:eth0 03:50:…`.
+    fn describe(&self) -> String;
+
+    /// Sends one frame (its header and payload); `Ok(false)` when the socket is full (try
+    /// again when a descriptor is writable).
+    fn send(&mut self, to: To, header: &[u8], payload: &[u8]) -> io::Result<bool>;
+
+    /// Takes the next frame that waits into `buf`: its source and length, `None` when none
+    /// waits. A frame longer than `buf` is cut (and then fails [`accept`]).
+    fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<(Source, usize)>>;
+
+    /// Whether `source` is rank `rank`'s address.
+    fn is_rank(&self, rank: usize, source: &Source) -> bool;
+
+    /// The descriptors to wait on for arrivals.
+    fn fds(&self) -> Vec<RawFd>;
+
+    /// The receive buffer the kernel gave the group's socket (bytes, as `SO_RCVBUF` reads
+    /// back: Linux doubles what it was asked for to cover its overhead); `None` in memory.
+    fn rcvbuf(&self) -> Option<usize>;
+
+    /// Datagrams the kernel dropped for want of buffer space, if it says.
+    fn drops(&self) -> Option<u64> {
+        None
+    }
+}
+
+/// Why an arrived frame was dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dropped {
+    /// Too short, another version or kind, a payload past its end.
+    Malformed,
+    Checksum,
+    /// Another job's (a group shared by a hash collision, or a stray).
+    Foreign,
+    /// For another rank (ranks of a host share its NIC).
+    OtherRank,
+    /// Its `from` is not the rank at its source address.
+    Spoofed,
+}
+
+/// Counts of what [`accept`] dropped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Drops {
+    pub malformed: u64,
+    pub checksum: u64,
+    pub foreign: u64,
+    pub other_rank: u64,
+    pub spoofed: u64,
+}
+
+impl Drops {
+    pub fn count(&mut self, d: Dropped) {
+        match d {
+            Dropped::Malformed => self.malformed += 1,
+            Dropped::Checksum => self.checksum += 1,
+            Dropped::Foreign => self.foreign += 1,
+            Dropped::OtherRank => self.other_rank += 1,
+            Dropped::Spoofed => self.spoofed += 1,
+        }
+    }
+}
+
+/// Checks an arrived frame for rank `me` of the job with `cookie`, in this order: lengths,
+/// version and kind, checksum, cookie, that it is for `me` or the group, and that `source` is
+/// the address of the rank it names (`is_rank`). Returns its header and payload.
+pub fn accept<'a>(
+    bytes: &'a [u8],
+    source: &Source,
+    me: usize,
+    cookie: u64,
+    is_rank: &dyn Fn(usize, &Source) -> bool,
+) -> Result<(Repr, &'a [u8]), Dropped> {
+    let frame = Frame::new_checked(bytes).map_err(|_| Dropped::Malformed)?;
+    if !frame.checksum_ok() {
+        return Err(Dropped::Checksum);
+    }
+    let repr = Repr::parse(&frame);
+    if repr.cookie != cookie {
+        return Err(Dropped::Foreign);
+    }
+    if repr.to != GROUP && repr.to as usize != me {
+        return Err(Dropped::OtherRank);
+    }
+    if !is_rank(repr.from as usize, source) {
+        return Err(Dropped::Spoofed);
+    }
+    let payload = if repr.kind == Kind::Data {
+        // Within `bytes`: `new_checked` saw the whole payload there.
+        &bytes[HEADER_LEN..HEADER_LEN + repr.count as usize]
+    } else {
+        &[]
+    };
+    Ok((repr, payload))
+}

@@ -1,0 +1,351 @@
+//! UDP/IP multicast: the job's group address and port ([`Group`]) joined with IGMP on one
+//! interface; no privilege needed.
+//!
+//! Two non-blocking sockets per rank:
+//! - the *group socket*, bound to the group address and port (so only this group's datagrams
+//!   reach it, whatever other sockets of the host joined; `IP_MULTICAST_ALL` off as well),
+//!   joined on the chosen interface (`IP_ADD_MEMBERSHIP`, which sends the IGMP report a
+//!   snooping switch needs);
+//! - the *unicast socket*, bound to the interface's address on a port of the kernel's choice:
+//!   group frames leave from it (`IP_MULTICAST_IF` the interface — without it, or a route for
+//!   224.0.0.0/4, the kernel has no way to the group —, `IP_MULTICAST_TTL` from the settings,
+//!   default 1: the group stays on the local network; `IP_MULTICAST_LOOP` off: the sender does
+//!   not get its own frames back), and repairs, NACKs and reports go to and arrive at it.
+//!   Every frame of rank r thus comes from r's unicast address, which [`Carrier::is_rank`]
+//!   checks.
+//!
+//! Receive buffers: as large as the kernel allows (a burst of group frames arrives at the
+//! speed of the root's link): `SO_RCVBUFFORCE` when privileged, else `SO_RCVBUF` up to
+//! `net.core.rmem_max`; the size the kernel gave is read back ([`UdpCarrier::rcvbuf`]).
+//!
+//! Ranks of one host: loop is off, so a rank does not receive the group frames of a root on its
+//! own host; such ranks are reached over shared memory.
+
+use super::{Carrier, Group, Source, To};
+use crate::transport::TransportError;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+
+/// How to open the carrier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdpConfig {
+    /// `IP_MULTICAST_TTL`: 1 keeps the group on the local network; more crosses routers.
+    pub ttl: u32,
+    /// The receive buffer asked for (bytes).
+    pub rcvbuf: usize,
+    /// Join the group (off only in tests: a rank that did not join).
+    pub join: bool,
+}
+
+impl Default for UdpConfig {
+    fn default() -> UdpConfig {
+        UdpConfig {
+            ttl: 1,
+            rcvbuf: 8 << 20,
+            join: true,
+        }
+    }
+}
+
+/// One rank's UDP multicast carrier.
+#[derive(Debug)]
+pub struct UdpCarrier {
+    group: Group,
+    iface: Ipv4Addr,
+    grp: UdpSocket,
+    uni: UdpSocket,
+    local: SocketAddrV4,
+    peers: Vec<SocketAddrV4>,
+    rcvbuf: usize,
+}
+
+fn setup(what: String, e: io::Error) -> TransportError {
+    TransportError::Setup {
+        what,
+        error: e.to_string(),
+    }
+}
+
+fn in_addr(ip: Ipv4Addr) -> libc::in_addr {
+    libc::in_addr {
+        s_addr: u32::from_ne_bytes(ip.octets()),
+    }
+}
+
+/// Sets a socket option from a plain value.
+fn set_opt<T: Copy>(fd: RawFd, level: i32, name: i32, value: T) -> io::Result<()> {
+    // SAFETY: `value` is a live, initialized T and the length passed is its size; the kernel
+    // only reads it.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            &value as *const T as *const libc::c_void,
+            std::mem::size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+fn get_int(fd: RawFd, level: i32, name: i32) -> io::Result<i32> {
+    let mut value = 0i32;
+    let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
+    // SAFETY: `value` and `len` are live and sized for an int; the kernel writes at most
+    // `len` bytes.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            level,
+            name,
+            &mut value as *mut i32 as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(value)
+    }
+}
+
+/// The largest receive buffer an unprivileged socket may ask for (`net.core.rmem_max`).
+pub fn rmem_max() -> Option<usize> {
+    std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Asks for a receive buffer of `bytes` (forced past `rmem_max` when privileged) and returns
+/// what the kernel gave.
+fn grow_rcvbuf(fd: RawFd, bytes: usize) -> io::Result<usize> {
+    let want = bytes.min(i32::MAX as usize / 2) as i32;
+    if set_opt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, want).is_err() {
+        let cap = rmem_max().map_or(want, |m| want.min(m.min(i32::MAX as usize) as i32));
+        set_opt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, cap)?;
+    }
+    Ok(get_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF)?.max(0) as usize)
+}
+
+/// A non-blocking UDP socket with `SO_REUSEADDR` (ranks of one host share the group's
+/// port), bound to `addr`.
+fn udp_socket(addr: SocketAddrV4) -> io::Result<UdpSocket> {
+    // SAFETY: plain system call with constant arguments; the result is checked.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_INET,
+            libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor that nothing else owns; the UdpSocket closes it.
+    let sock = unsafe { UdpSocket::from_raw_fd(fd) };
+    set_opt(fd, libc::SOL_SOCKET, libc::SO_REUSEADDR, 1i32)?;
+    let sin = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: addr.port().to_be(),
+        sin_addr: in_addr(*addr.ip()),
+        sin_zero: [0; 8],
+    };
+    // SAFETY: `sin` is a valid sockaddr_in of the size passed.
+    let r = unsafe {
+        libc::bind(
+            fd,
+            &sin as *const libc::sockaddr_in as *const libc::sockaddr,
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(sock)
+}
+
+/// Sends `header` and `payload` as one datagram to `to` without blocking; `Ok(false)` when
+/// the socket buffer is full.
+fn send_two(fd: RawFd, to: SocketAddrV4, header: &[u8], payload: &[u8]) -> io::Result<bool> {
+    let mut sin = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: to.port().to_be(),
+        sin_addr: in_addr(*to.ip()),
+        sin_zero: [0; 8],
+    };
+    let mut iov = [
+        libc::iovec {
+            iov_base: header.as_ptr() as *mut libc::c_void,
+            iov_len: header.len(),
+        },
+        libc::iovec {
+            iov_base: payload.as_ptr() as *mut libc::c_void,
+            iov_len: payload.len(),
+        },
+    ];
+    // SAFETY: an all-zero msghdr is valid (no control data); it is filled below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = &mut sin as *mut libc::sockaddr_in as *mut libc::c_void;
+    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = iov.len();
+    // SAFETY: `msg` points at `sin` and two iovecs over `header` and `payload`, all alive for
+    // the call; sendmsg only reads them.
+    let r = unsafe { libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+    if r >= 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EAGAIN) | Some(libc::ENOBUFS) | Some(libc::EINTR) => Ok(false),
+        _ => Err(e),
+    }
+}
+
+impl UdpCarrier {
+    /// Rank `me`'s carrier for `group` on the interface that holds address `iface`.
+    pub fn open(
+        group: Group,
+        iface: Ipv4Addr,
+        config: UdpConfig,
+    ) -> Result<UdpCarrier, TransportError> {
+        let what = |s: &str| format!("UDP multicast {}:{} on {iface}: {s}", group.ip, group.port);
+        let grp = udp_socket(SocketAddrV4::new(group.ip, group.port))
+            .map_err(|e| setup(what("bind the group socket"), e))?;
+        let g = grp.as_raw_fd();
+        set_opt(g, libc::IPPROTO_IP, libc::IP_MULTICAST_ALL, 0i32)
+            .map_err(|e| setup(what("IP_MULTICAST_ALL"), e))?;
+        if config.join {
+            let mreq = libc::ip_mreq {
+                imr_multiaddr: in_addr(group.ip),
+                imr_interface: in_addr(iface),
+            };
+            set_opt(g, libc::IPPROTO_IP, libc::IP_ADD_MEMBERSHIP, mreq)
+                .map_err(|e| setup(what("join the group (IP_ADD_MEMBERSHIP)"), e))?;
+        }
+        let rcvbuf = grow_rcvbuf(g, config.rcvbuf)
+            .map_err(|e| setup(what("the group socket's receive buffer"), e))?;
+        let uni = udp_socket(SocketAddrV4::new(iface, 0))
+            .map_err(|e| setup(what("bind the unicast socket"), e))?;
+        let u = uni.as_raw_fd();
+        set_opt(u, libc::IPPROTO_IP, libc::IP_MULTICAST_IF, in_addr(iface))
+            .map_err(|e| setup(what("IP_MULTICAST_IF"), e))?;
+        set_opt(
+            u,
+            libc::IPPROTO_IP,
+            libc::IP_MULTICAST_TTL,
+            config.ttl.min(255) as i32,
+        )
+        .map_err(|e| setup(what("IP_MULTICAST_TTL"), e))?;
+        set_opt(u, libc::IPPROTO_IP, libc::IP_MULTICAST_LOOP, 0i32)
+            .map_err(|e| setup(what("IP_MULTICAST_LOOP"), e))?;
+        grow_rcvbuf(u, config.rcvbuf)
+            .map_err(|e| setup(what("the unicast socket's receive buffer"), e))?;
+        let local = match uni.local_addr() {
+            Ok(SocketAddr::V4(a)) => a,
+            Ok(other) => {
+                return Err(setup(
+                    what("the unicast address"),
+                    io::Error::other(format!("{other} is not IPv4")),
+                ))
+            }
+            Err(e) => return Err(setup(what("the unicast address"), e)),
+        };
+        Ok(UdpCarrier {
+            group,
+            iface,
+            grp,
+            uni,
+            local,
+            peers: Vec::new(),
+            rcvbuf,
+        })
+    }
+
+    /// This rank's unicast address: what the others need ([`UdpCarrier::set_peers`]).
+    pub fn local_addr(&self) -> SocketAddrV4 {
+        self.local
+    }
+
+    /// Every rank's unicast address, by rank.
+    pub fn set_peers(&mut self, peers: Vec<SocketAddrV4>) {
+        self.peers = peers;
+    }
+
+    pub fn group(&self) -> Group {
+        self.group
+    }
+}
+
+impl Carrier for UdpCarrier {
+    fn describe(&self) -> String {
+        format!(
+            "udp:{}:{} on {} (receive buffer {} bytes)",
+            self.group.ip, self.group.port, self.iface, self.rcvbuf
+        )
+    }
+
+    fn send(&mut self, to: To, header: &[u8], payload: &[u8]) -> io::Result<bool> {
+        let addr = match to {
+            To::Group => SocketAddrV4::new(self.group.ip, self.group.port),
+            To::Rank(r) => match self.peers.get(r) {
+                Some(a) => *a,
+                None => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::NotFound,
+                        format!("rank {r} has no unicast address"),
+                    ))
+                }
+            },
+        };
+        send_two(self.uni.as_raw_fd(), addr, header, payload)
+    }
+
+    fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<(Source, usize)>> {
+        for sock in [&self.grp, &self.uni] {
+            match sock.recv_from(buf) {
+                Ok((n, SocketAddr::V4(from))) => return Ok(Some((Source::Udp(from), n))),
+                Ok((_, SocketAddr::V6(_))) => continue,
+                Err(e)
+                    if e.kind() == io::ErrorKind::WouldBlock
+                        || e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(None)
+    }
+
+    fn is_rank(&self, rank: usize, source: &Source) -> bool {
+        matches!(source, Source::Udp(a) if self.peers.get(rank) == Some(a))
+    }
+
+    fn fds(&self) -> Vec<RawFd> {
+        vec![self.grp.as_raw_fd(), self.uni.as_raw_fd()]
+    }
+
+    fn rcvbuf(&self) -> Option<usize> {
+        Some(self.rcvbuf)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_interface_address_is_a_clear_error() {
+        // 192.0.2.1 (TEST-NET-1) is no interface's here.
+        let g = Group::of(42);
+        let e = UdpCarrier::open(g, Ipv4Addr::new(192, 0, 2, 1), UdpConfig::default())
+            .expect_err("no interface holds 192.0.2.1");
+        let s = e.to_string();
+        assert!(s.contains("192.0.2.1"), "{s}");
+    }
+}
