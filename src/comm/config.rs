@@ -72,6 +72,11 @@ pub struct Config {
     /// PIPECAST_VERBS_MAX_QPS; default 64). Its completion queue is sized from it. Every
     /// rank must have the same (the agreement checks it when verbs may run).
     pub verbs_max_qps: usize,
+    /// Connections the TCP link keeps open: above this many, idle ones are closed, least
+    /// recently used first (env PIPECAST_MAX_CONNECTIONS; default
+    /// [`MAX_CONNECTIONS`](crate::transport::tcp::MAX_CONNECTIONS)). Every rank the same
+    /// (agreed).
+    pub max_connections: usize,
     /// Move TCP data through io_uring where the kernel offers it (env PIPECAST_IO_URING;
     /// default on; `false`: plain `sendmsg`/`readv`). Every rank the same (agreed).
     pub io_uring: bool,
@@ -109,6 +114,7 @@ impl Default for Config {
             tree_dump: None,
             verbs: Default::default(),
             verbs_max_qps: crate::transport::verbs::LinkConfig::default().max_qps,
+            max_connections: crate::transport::tcp::MAX_CONNECTIONS,
             io_uring: true,
             machine: None,
         }

@@ -66,6 +66,9 @@ pub struct Settings {
     /// `PIPECAST_VERBS_MAX_QPS`: queue pairs the verbs link keeps before it closes idle ones
     /// (default 64; every rank the same).
     pub verbs_max_qps: Option<String>,
+    /// `PIPECAST_MAX_CONNECTIONS`: connections the TCP link keeps before it closes idle ones
+    /// (default 16; every rank the same).
+    pub max_connections: Option<String>,
     /// `PIPECAST_IO_URING`: 0 moves TCP data with plain `sendmsg`/`readv`, 1 (the default)
     /// through io_uring where the kernel offers it (every rank the same).
     pub io_uring: Option<String>,
@@ -77,7 +80,7 @@ pub struct Settings {
 }
 
 /// The variables, in the order errors and documentation list them.
-pub const VARIABLES: [&str; 23] = [
+pub const VARIABLES: [&str; 24] = [
     "PIPECAST_TRANSPORT",
     "PIPECAST_TREE",
     "PIPECAST_SEGMENT",
@@ -98,6 +101,7 @@ pub const VARIABLES: [&str; 23] = [
     "PIPECAST_VERBS_PORT",
     "PIPECAST_VERBS_GID_INDEX",
     "PIPECAST_VERBS_MAX_QPS",
+    "PIPECAST_MAX_CONNECTIONS",
     "PIPECAST_IO_URING",
     "PIPECAST_MACHINE",
     "PIPECAST_MAX_INPUT_BYTES",
@@ -294,6 +298,7 @@ impl Settings {
             &mut self.verbs_port,
             &mut self.verbs_gid_index,
             &mut self.verbs_max_qps,
+            &mut self.max_connections,
             &mut self.io_uring,
             &mut self.machine,
             &mut self.max_input_bytes,
@@ -468,6 +473,20 @@ impl Settings {
                     bad(
                         "PIPECAST_VERBS_MAX_QPS",
                         format!("{v:?}: expected a whole number of queue pairs from 1 to {most}"),
+                    )
+                })?;
+        }
+        if let Some(v) = &self.max_connections {
+            let most = crate::transport::tcp::MAX_CONNECTIONS_LIMIT;
+            config.max_connections = v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|n| (1..=most).contains(n))
+                .ok_or_else(|| {
+                    bad(
+                        "PIPECAST_MAX_CONNECTIONS",
+                        format!("{v:?}: expected a whole number of connections from 1 to {most}"),
                     )
                 })?;
         }
@@ -661,7 +680,7 @@ mod tests {
     #[test]
     fn assignments_as_the_glue_writes_them() {
         let s = Settings::parse_assignments(
-            "PIPECAST_VERBS_DEVICE=mlx5_0\nPIPECAST_VERBS_PORT = 2; PIPECAST_VERBS_GID_INDEX=3;;\n PIPECAST_TREE=;PIPECAST_VERBS_MAX_QPS=8",
+            "PIPECAST_VERBS_DEVICE=mlx5_0\nPIPECAST_VERBS_PORT = 2; PIPECAST_VERBS_GID_INDEX=3;;\n PIPECAST_TREE=;PIPECAST_VERBS_MAX_QPS=8;PIPECAST_MAX_CONNECTIONS=2",
         )
         .unwrap();
         assert_eq!(s.verbs_device.as_deref(), Some("mlx5_0"));
@@ -673,6 +692,7 @@ mod tests {
         assert_eq!(c.verbs.device.as_deref(), Some("mlx5_0"));
         assert_eq!((c.verbs.port, c.verbs.gid_index), (2, 3));
         assert_eq!(c.verbs_max_qps, 8);
+        assert_eq!(c.max_connections, 2);
         assert_eq!(
             Config::default().verbs_max_qps,
             crate::transport::verbs::LinkConfig::default().max_qps
@@ -733,7 +753,8 @@ mod tests {
         .map(String::from)
         .into_iter()
         .chain([format!("PIPECAST_MACHINE={}", "m".repeat(MAX_MACHINE + 1))])
-        .chain(["0", "-1", "many", "1000000"].map(|v| format!("PIPECAST_VERBS_MAX_QPS={v}")));
+        .chain(["0", "-1", "many", "1000000"].map(|v| format!("PIPECAST_VERBS_MAX_QPS={v}")))
+        .chain(["0", "-3", "few", "2000000"].map(|v| format!("PIPECAST_MAX_CONNECTIONS={v}")));
         for text in bad {
             let name = text.split('=').next().unwrap();
             let s = Settings::parse_assignments(&text).unwrap();

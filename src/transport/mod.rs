@@ -31,6 +31,7 @@
 mod arrival;
 pub mod drive;
 pub use crate::engine::driver;
+pub mod limits;
 pub mod loan;
 pub mod recording;
 pub mod router;

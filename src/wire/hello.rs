@@ -3,6 +3,12 @@
 //! `"pcrendez"`, rank, job size; the TCP transport (`transport::tcp`) sends `"pipecast"`, job
 //! cookie, rank. A connection whose first bytes are anything else (`GET / HTTP/1.0`, a port
 //! scanner) is dropped.
+//!
+//! The TCP transport's connections carry one direction each (the rank that opened one sends
+//! on it) and are closed when idle with a [`goodbye`]: a record as long as an engine header
+//! ([`message::HEADER`](super::message::HEADER)) that begins with `"pcgoodby"` (an engine
+//! header begins with `"PC"`), after which the stream ends. The end of a stream after a
+//! goodbye is orderly; without one, its sender is gone.
 
 /// Bytes of a hello.
 pub const LEN: usize = 24;
@@ -10,6 +16,21 @@ pub const LEN: usize = 24;
 pub const RENDEZVOUS: [u8; 8] = *b"pcrendez";
 /// The TCP transport's magic: words are the job cookie and the rank.
 pub const TCP_LINK: [u8; 8] = *b"pipecast";
+
+/// The magic of the TCP transport's goodbye record.
+pub const GOODBYE: [u8; 8] = *b"pcgoodby";
+
+/// The goodbye record: [`GOODBYE`], then zeros, as long as an engine header.
+pub fn goodbye() -> [u8; super::message::HEADER] {
+    let mut b = [0u8; super::message::HEADER];
+    b[..8].copy_from_slice(&GOODBYE);
+    b
+}
+
+/// Whether an engine-header-sized record is a goodbye.
+pub fn is_goodbye(b: &[u8]) -> bool {
+    b.len() == super::message::HEADER && b[..8] == GOODBYE && b[8..].iter().all(|&x| x == 0)
+}
 
 /// A hello with `magic` and the two words.
 pub fn emit(magic: [u8; 8], first: u64, second: u64) -> [u8; LEN] {
@@ -45,5 +66,16 @@ mod tests {
         assert_eq!(parse(TCP_LINK, &b), None);
         assert_eq!(parse(RENDEZVOUS, &b[..23]), None);
         assert_eq!(parse(TCP_LINK, b"GET / HTTP/1.0\r\n\r\n\0\0\0\0\0\0"), None);
+    }
+
+    #[test]
+    fn a_goodbye_is_no_engine_header() {
+        let b = goodbye();
+        assert!(is_goodbye(&b));
+        assert!(super::super::message::parse(&b).is_err());
+        let mut other = b;
+        other[20] = 1;
+        assert!(!is_goodbye(&other));
+        assert!(!is_goodbye(&b[..24]));
     }
 }

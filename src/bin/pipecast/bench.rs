@@ -364,8 +364,8 @@ pub fn run(args: Args) -> CliResult {
             }
             if let Some(f) = &report.fds {
                 println!(
-                    "# descriptors per rank (/proc/self/fd, after setup and after each broadcast): {} after setup, peak {} (rank {}), median peak {}, least {}",
-                    f.after_setup, f.peak, f.peak_rank, f.peak_median, f.peak_min
+                    "# descriptors per rank (/proc/self/fd, after setup and after each broadcast): {} after setup, peak {} (rank {}), ranks but 0 {}, median peak {}, least {}",
+                    f.after_setup, f.peak, f.peak_rank, f.peak_rest, f.peak_median, f.peak_min
                 );
             }
         }

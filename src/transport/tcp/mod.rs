@@ -1,5 +1,7 @@
-//! TCP transport: one connection per pair of ranks that share a tree edge, set up lazily and
-//! cached (`setup.rs`); non-blocking sockets, readiness by `poll(2)`; `TCP_NODELAY`. Each
+//! TCP transport: connections only on the tree edges the broadcasts use, opened when a
+//! broadcast that talks to a peer is posted and kept in a bounded cache (`setup.rs`: one
+//! stream per direction, dialled, accepted and closed inside the poll loop, never blocking
+//! the progress thread); non-blocking sockets, readiness by `poll(2)`; `TCP_NODELAY`. Each
 //! round sends on every writable connection and receives on every readable one with one
 //! io_uring submission each (`../uring.rs`), or plain `sendmsg`/`read` without io_uring:
 //! segments leave straight from the user buffer and land straight in it.
@@ -10,15 +12,16 @@ use super::uring::{RecvTarget, Ring};
 use super::{slot, Buffers, Link, TransportError};
 use crate::engine::Message;
 use crate::wire::message::{self, HEADER};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::{self, IoSlice, IoSliceMut, Read};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::ops::Range;
 use std::os::fd::AsRawFd;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 mod setup;
 pub(crate) use setup::connect_started;
+use setup::{Gone, Pending};
 #[cfg(test)]
 mod tests;
 
@@ -26,9 +29,20 @@ mod tests;
 /// the others (or our own sends).
 const READ_BUDGET: usize = 4 << 20;
 
-/// One queued frame: a header and an optional payload range of broadcast `seq`'s buffer.
+/// Connections a rank keeps open by default (`PIPECAST_MAX_CONNECTIONS`): above this many,
+/// idle ones are closed, least recently used first. A few trees' worth of neighbours (a
+/// binary tree has 3, a linear one 2, a binomial one up to log2 of the ranks).
+pub const MAX_CONNECTIONS: usize = 16;
+
+/// The most `PIPECAST_MAX_CONNECTIONS` may be.
+pub const MAX_CONNECTIONS_LIMIT: usize = 1 << 20;
+
+/// One queued frame: a header (or a link record: hello, goodbye) and an optional payload
+/// range of broadcast `seq`'s buffer.
 struct Out {
     head: [u8; HEADER],
+    /// Bytes of `head` to send (an engine header's [`HEADER`], a hello's 24).
+    head_len: usize,
     sent: usize,
     seq: u64,
     payload: Range<usize>,
@@ -36,7 +50,20 @@ struct Out {
 
 impl Out {
     fn len(&self) -> usize {
-        HEADER + self.payload.len()
+        self.head_len + self.payload.len()
+    }
+
+    /// A record of the link itself (a hello, a goodbye): no payload.
+    fn record(bytes: &[u8]) -> Out {
+        let mut head = [0u8; HEADER];
+        head[..bytes.len()].copy_from_slice(bytes);
+        Out {
+            head,
+            head_len: bytes.len(),
+            sent: 0,
+            seq: 0,
+            payload: 0..0,
+        }
     }
 }
 
@@ -53,13 +80,23 @@ enum Rx {
     },
 }
 
+/// One stream: this rank sends on those it opened (`TcpTransport::conns`) and reads those it
+/// accepted (`TcpTransport::ins`).
 struct Conn {
     stream: TcpStream,
+    /// Frames waiting for (or being written to) an opened stream, the hello first.
     out: VecDeque<Out>,
     rx: Rx,
-    /// The peer closed its end. Only an error when a broadcast needs this peer: a peer that
+    /// The stream ended. Only an error when a broadcast needs this peer: a peer that
     /// finished (and exited) must not fail ranks that no longer talk to it.
     closed: bool,
+    /// An accepted stream whose sender said goodbye: its end is orderly.
+    goodbye: bool,
+    /// An opened stream whose connection is under way: until when it may be.
+    connecting: Option<Instant>,
+    /// When an opened stream was last used (the link's round counter): the cache closes the
+    /// least recently used idle ones first.
+    last_used: u64,
     /// A payload read also asks for the next frame's header, into here: one syscall per
     /// segment instead of two.
     spare: [u8; HEADER],
@@ -67,21 +104,78 @@ struct Conn {
     sent_bytes: u64,
 }
 
+impl Conn {
+    fn new(stream: TcpStream) -> Conn {
+        Conn {
+            stream,
+            out: VecDeque::new(),
+            rx: Rx::Header {
+                buf: [0; HEADER],
+                got: 0,
+            },
+            closed: false,
+            goodbye: false,
+            connecting: None,
+            last_used: 0,
+            spare: [0; HEADER],
+            sent_bytes: 0,
+        }
+    }
+
+    /// Nothing queued, nothing being connected: closing it loses nothing (what was written is
+    /// in the kernel, which delivers it before the end of the stream).
+    fn idle(&self) -> bool {
+        self.out.is_empty() && self.connecting.is_none() && !self.closed
+    }
+}
+
 /// A connection's peer and rail (the NIC index both ends use: rail 0 is the listener of
 /// [`TcpTransport::bind`], rail i ≥ 1 that of the i-th [`TcpTransport::bind_rails`] address).
 type Key = (usize, usize);
 
+/// An accepted stream: its peer, rail and arrival number (a peer's streams on a rail are
+/// read one after the other, oldest first, so a reopened connection never overtakes the
+/// end of the one it replaced).
+type InKey = (usize, usize, u64);
+
 /// This rank's TCP endpoint.
 pub struct TcpTransport {
     me: usize,
-    /// One per rail (NIC): `listeners[0]` is [`TcpTransport::bind`]'s.
+    /// One per rail (NIC): `listeners[0]` is [`TcpTransport::bind`]'s (none after shutdown).
     listeners: Vec<TcpListener>,
+    /// Where `listeners[0]` listens.
+    addr: SocketAddr,
     cookie: u64,
     /// Every rank's listening address on each rail: `addrs[rail][rank]`.
     addrs: Vec<Vec<SocketAddr>>,
     /// How many rails the job connects (1 unless every rank published several NICs).
     rails: usize,
+    /// The streams this rank opened (it sends on them), by peer and rail.
     conns: BTreeMap<Key, Conn>,
+    /// The streams peers opened to this rank (it reads them).
+    ins: BTreeMap<InKey, Conn>,
+    /// Accepted connections whose hello has not arrived yet.
+    pending: Vec<Pending>,
+    /// Opened streams closed while idle, until their goodbye is written.
+    leaving: Vec<Conn>,
+    /// The peers this link serves ([`Link::connect`]: the router gives it the other hosts').
+    serves: BTreeSet<usize>,
+    /// Peers found gone (refused, reset, ended without a goodbye): an error for a broadcast
+    /// that needs them.
+    gone: BTreeMap<usize, Gone>,
+    /// Streams whose peer said goodbye: this rank closes its own stream to the peer too, if idle.
+    farewells: BTreeSet<Key>,
+    /// Opened streams kept at most (idle ones beyond are closed, least recently used first).
+    max_conns: usize,
+    /// How long a connection may take to be established, and an accepted one to say hello.
+    connect_timeout: Duration,
+    /// Rounds so far (the clock of `Conn::last_used`), and accepted streams so far.
+    rounds: u64,
+    accepted: u64,
+    /// Bytes sent by closed streams, per rail (the counters).
+    retired_sent: Vec<u64>,
+    /// Idle streams closed so far (the cache's bound, or the peer's goodbye).
+    closed_idle: u64,
     scratch: Vec<u8>,
     /// Batched sends; `None` when io_uring is unavailable or not wanted (`bind_with`).
     ring: Option<Ring>,
@@ -103,7 +197,11 @@ impl TcpTransport {
     /// (the communicator's `PIPECAST_IO_URING`), sends and receives are batched through
     /// io_uring where the kernel offers it; without, plain `sendmsg`/`readv`.
     pub fn bind_with(me: usize, ip: &str, io_uring: bool) -> Result<TcpTransport, TransportError> {
-        let listener = TcpListener::bind((ip, 0)).map_err(|e| TransportError::Setup {
+        let listener = setup::listen(ip).map_err(|e| TransportError::Setup {
+            what: format!("listen on {ip}"),
+            error: e.to_string(),
+        })?;
+        let addr = listener.local_addr().map_err(|e| TransportError::Setup {
             what: format!("listen on {ip}"),
             error: e.to_string(),
         })?;
@@ -125,10 +223,23 @@ impl TcpTransport {
         Ok(TcpTransport {
             me,
             listeners: vec![listener],
+            addr,
             cookie: 0,
             addrs: Vec::new(),
             rails: 1,
             conns: BTreeMap::new(),
+            ins: BTreeMap::new(),
+            pending: Vec::new(),
+            leaving: Vec::new(),
+            serves: BTreeSet::new(),
+            gone: BTreeMap::new(),
+            farewells: BTreeSet::new(),
+            max_conns: MAX_CONNECTIONS,
+            connect_timeout: Duration::from_secs(60),
+            rounds: 0,
+            accepted: 0,
+            retired_sent: Vec::new(),
+            closed_idle: 0,
             scratch: vec![0; 64 << 10],
             ring,
             wake: None,
@@ -137,7 +248,7 @@ impl TcpTransport {
     }
 
     pub fn local_addr(&self) -> SocketAddr {
-        self.listeners[0].local_addr().expect("bound listener")
+        self.addr
     }
 
     /// Also listens on each of `ips`, the addresses of this rank's NICs 1, 2, … (rails 1, 2,
@@ -147,7 +258,7 @@ impl TcpTransport {
         ips: &[std::net::IpAddr],
     ) -> Result<Vec<SocketAddr>, TransportError> {
         for ip in ips {
-            let listener = TcpListener::bind((*ip, 0)).map_err(|e| TransportError::Setup {
+            let listener = setup::listen(&ip.to_string()).map_err(|e| TransportError::Setup {
                 what: format!("listen on {ip} (rail {})", self.listeners.len()),
                 error: e.to_string(),
             })?;
@@ -165,6 +276,13 @@ impl TcpTransport {
     /// answering from its kernel, so it is waited for.
     pub fn set_keepalive(&mut self, within: Duration) {
         self.keepalive = Some(within);
+    }
+
+    /// Keeps at most `n` opened connections (at least 1; `PIPECAST_MAX_CONNECTIONS`): above
+    /// that, idle ones are closed, least recently used first. Connections the broadcasts in
+    /// flight use are never closed, so a broadcast that talks to more peers holds more.
+    pub fn set_max_connections(&mut self, n: usize) {
+        self.max_conns = n.max(1);
     }
 
     /// Every rank's listening address (from the bootstrap) and the job cookie.
@@ -203,7 +321,7 @@ impl TcpTransport {
         let mut batch = Vec::with_capacity(peers.len());
         for &p in peers {
             let c = &self.conns[&p];
-            if !c.out.is_empty() {
+            if !c.out.is_empty() && c.connecting.is_none() && !c.closed {
                 sent_to.push(p);
                 batch.push((c.stream.as_raw_fd(), slices(c, bufs)));
             }
@@ -236,33 +354,51 @@ impl TcpTransport {
         Ok(())
     }
 
-    /// Fails if a peer that a broadcast in flight waits for has closed its connection.
+    /// Fails if a peer that a broadcast in flight waits for is gone (its stream ended without
+    /// a goodbye, or its listener refused this rank).
     fn check_closed(&self, driver: &dyn Driver) -> Result<(), TransportError> {
-        if !self.conns.values().any(|c| c.closed) {
+        if self.gone.is_empty() {
             return Ok(());
         }
-        super::check_closed(driver, |p| {
-            self.conns.range((p, 0)..(p + 1, 0)).any(|(_, c)| c.closed)
-        })
+        match driver
+            .waiting_for()
+            .into_iter()
+            .find_map(|p| Some((p, self.gone.get(&p)?)))
+        {
+            Some((peer, why)) => Err(why.error(peer)),
+            None => Ok(()),
+        }
     }
 
+    /// Queues what the driver hands out to this link's peers; a peer without a connection
+    /// gets one started (its messages wait in its queue meanwhile).
     fn queue(&mut self, driver: &mut dyn Driver, now: u64) -> Result<(), TransportError> {
         loop {
-            let conns = &self.conns;
-            let Some(t) = driver.next(now, &|p| conns.contains_key(&(p, 0))) else {
+            let serves = &self.serves;
+            let Some(t) = driver.next(now, &|p| serves.contains(&p)) else {
                 break;
             };
             // Lane i of a plan on rails leaves through NIC i (its data, and its credits back).
             let rail = Some(t.rail).filter(|&r| r < self.rails);
+            let key = (t.to, rail.unwrap_or(0));
+            if !self.conns.contains_key(&key) {
+                self.dial(key)?;
+            }
+            if let Some(why) = self.gone.get(&t.to) {
+                return Err(why.error(t.to));
+            }
+            let rounds = self.rounds;
             let conn = self
                 .conns
-                .get_mut(&(t.to, rail.unwrap_or(0)))
+                .get_mut(&key)
                 .ok_or(TransportError::UnknownPeer { peer: t.to })?;
             if conn.closed {
                 return Err(TransportError::Closed { peer: t.to });
             }
+            conn.last_used = rounds;
             conn.out.push_back(Out {
                 head: message::emit(&t.message),
+                head_len: HEADER,
                 sent: 0,
                 seq: t.seq,
                 payload: t.payload,
@@ -274,6 +410,9 @@ impl TcpTransport {
     fn write(&mut self, key: Key, bufs: &Buffers) -> Result<(), TransportError> {
         let peer = key.0;
         let conn = self.conns.get_mut(&key).expect("connected");
+        if conn.connecting.is_some() || conn.closed {
+            return Ok(());
+        }
         while !conn.out.is_empty() {
             let r = send_vectored(&conn.stream, &slices(conn, bufs));
             match r {
@@ -289,7 +428,7 @@ impl TcpTransport {
 
     fn read(
         &mut self,
-        key: Key,
+        key: InKey,
         bufs: &mut Buffers,
         driver: &mut dyn Driver,
         now: u64,
@@ -297,7 +436,7 @@ impl TcpTransport {
         let peer = key.0;
         let mut budget = READ_BUDGET;
         loop {
-            let conn = self.conns.get_mut(&key).expect("connected");
+            let conn = self.ins.get_mut(&key).expect("accepted");
             if conn.closed || budget == 0 {
                 return Ok(());
             }
@@ -333,33 +472,33 @@ impl TcpTransport {
                 }
             };
             match r {
-                Ok(0) => return eof(peer, conn).map_err(Into::into),
+                Ok(0) => return eof(peer, conn, &mut self.gone).map_err(Into::into),
                 Ok(n) => {
                     budget = budget.saturating_sub(n);
-                    received(peer, conn, n, driver, bufs, now)?;
+                    received(key, conn, n, driver, bufs, now, &mut self.farewells)?;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(io_error(peer, e).into()),
+                Err(e) => return read_error(peer, conn, e, &mut self.gone).map_err(Into::into),
             }
         }
     }
 
-    /// Reads from every connection in `peers` with one io_uring submission per round, until
-    /// none has more (or a round limit, so sends get their turn).
+    /// Reads from every accepted stream in `active` with one io_uring submission per round,
+    /// until none has more (or a round limit, so sends get their turn).
     fn read_batch(
         &mut self,
-        mut active: Vec<Key>,
+        mut active: Vec<InKey>,
         bufs: &mut Buffers,
         driver: &mut dyn Driver,
         clock: &dyn Fn() -> u64,
     ) -> Result<(), crate::Error> {
         for _round in 0..64 {
-            active.retain(|p| !self.conns[p].closed);
+            active.retain(|p| !self.ins[p].closed);
             // Discarded payloads share one scratch buffer: read those one by one.
-            let (discard, batched): (Vec<Key>, Vec<Key>) = active.iter().partition(|p| {
+            let (discard, batched): (Vec<InKey>, Vec<InKey>) = active.iter().partition(|p| {
                 matches!(
-                    self.conns[p].rx,
+                    self.ins[p].rx,
                     Rx::Payload {
                         dest: Dest::Discard,
                         ..
@@ -374,7 +513,7 @@ impl TcpTransport {
             }
             let mut entries: Vec<RecvTarget> = Vec::with_capacity(batched.len());
             for p in &batched {
-                let c = self.conns.get_mut(p).expect("connected");
+                let c = self.ins.get_mut(p).expect("accepted");
                 let fd = c.stream.as_raw_fd();
                 entries.push(match &mut c.rx {
                     Rx::Header { buf: head, got } => (
@@ -435,17 +574,17 @@ impl TcpTransport {
             let now = clock();
             let mut next = Vec::with_capacity(batched.len());
             for (key, r) in batched.into_iter().zip(results) {
-                let conn = self.conns.get_mut(&key).expect("connected");
+                let conn = self.ins.get_mut(&key).expect("accepted");
                 let peer = key.0;
                 match r {
-                    Ok(0) => eof(peer, conn)?,
+                    Ok(0) => eof(peer, conn, &mut self.gone)?,
                     Ok(n) => {
-                        received(peer, conn, n, driver, bufs, now)?;
+                        received(key, conn, n, driver, bufs, now, &mut self.farewells)?;
                         next.push(key);
                     }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => next.push(key),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) => return Err(io_error(peer, e).into()),
+                    Err(e) => read_error(peer, conn, e, &mut self.gone)?,
                 }
             }
             self.queue(driver, now)?;
@@ -454,6 +593,17 @@ impl TcpTransport {
         }
         Ok(())
     }
+}
+
+/// What a pollfd in a round stands for.
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    Listener(usize),
+    Pending(usize),
+    Out(Key),
+    In(InKey),
+    Leaving,
+    Wake,
 }
 
 impl Link for TcpTransport {
@@ -471,16 +621,34 @@ impl Link for TcpTransport {
         }
     }
 
+    /// Serves `peers` from now on and starts a connection to each one not connected yet, on
+    /// every rail, without waiting: the poll loop finishes them (`progress`), and messages to
+    /// a peer whose connection is under way wait in its queue. A connection not established
+    /// within `timeout` (at least a minute) fails the broadcasts that need its peer.
     fn connect(&mut self, peers: &[usize], timeout: Duration) -> Result<(), TransportError> {
-        self.connect_all(peers, timeout)
+        self.connect_timeout = timeout.max(Duration::from_secs(60));
+        let known = self.addrs.first().map_or(0, Vec::len);
+        let me = self.me;
+        for &p in peers.iter().filter(|&&p| p != me) {
+            if p >= known {
+                return Err(TransportError::UnknownPeer { peer: p });
+            }
+            self.serves.insert(p);
+            for rail in 0..self.rails {
+                self.dial((p, rail))?;
+            }
+        }
+        Ok(())
     }
 
     fn set_wake(&mut self, fd: std::os::fd::RawFd) {
         self.wake = Some(fd);
     }
 
-    /// One round: queue what the driver hands out, wait up to `wait` for readiness, then
-    /// write and read what can be (delivering arrivals to the driver).
+    /// One round: connect to the peers the broadcasts talk to, queue what the driver hands
+    /// out, close idle connections over the bound, wait up to `wait` for readiness, then
+    /// accept, finish connections, write and read what can be (delivering arrivals to the
+    /// driver).
     fn progress(
         &mut self,
         bufs: &mut Buffers,
@@ -488,43 +656,70 @@ impl Link for TcpTransport {
         clock: &dyn Fn() -> u64,
         wait: Duration,
     ) -> crate::Result<()> {
+        self.rounds += 1;
+        let busy: BTreeSet<usize> = driver
+            .talks_to()
+            .into_iter()
+            .filter(|p| self.serves.contains(p))
+            .collect();
+        for &p in &busy {
+            for rail in 0..self.rails {
+                self.dial((p, rail))?;
+                if let Some(c) = self.conns.get_mut(&(p, rail)) {
+                    c.last_used = self.rounds;
+                }
+            }
+        }
         self.queue(driver, clock())?;
         self.check_closed(driver)?;
-        let peers: Vec<Key> = self.conns.keys().copied().collect();
-        let mut fds: Vec<libc::pollfd> = peers
-            .iter()
-            .map(|p| {
-                let c = &self.conns[p];
-                let mut events = 0;
-                if !c.closed {
-                    events |= libc::POLLIN;
-                }
-                if !c.out.is_empty() {
-                    events |= libc::POLLOUT;
-                }
-                libc::pollfd {
-                    // A closed connection would report POLLHUP forever: leave it out.
-                    fd: if c.closed && c.out.is_empty() {
-                        -1
-                    } else {
-                        c.stream.as_raw_fd()
-                    },
-                    events,
-                    revents: 0,
-                }
-            })
-            .collect();
+        self.trim(&busy);
+        let mut slots: Vec<Slot> = Vec::new();
+        let mut fds: Vec<libc::pollfd> = Vec::new();
+        let mut add = |slot: Slot, fd: std::os::fd::RawFd, events: i16| {
+            slots.push(slot);
+            fds.push(libc::pollfd {
+                fd,
+                events,
+                revents: 0,
+            });
+        };
+        for (rail, l) in self.listeners.iter().enumerate().take(self.rails) {
+            add(Slot::Listener(rail), l.as_raw_fd(), libc::POLLIN);
+        }
+        for (i, p) in self.pending.iter().enumerate() {
+            add(Slot::Pending(i), p.stream.as_raw_fd(), libc::POLLIN);
+        }
+        for (&key, c) in &self.conns {
+            if c.closed {
+                continue; // a closed stream would report POLLHUP forever: left out
+            }
+            // An opened stream carries nothing back: readable means its peer closed it.
+            let mut events = libc::POLLIN;
+            if c.connecting.is_some() || !c.out.is_empty() {
+                events |= libc::POLLOUT;
+            }
+            add(Slot::Out(key), c.stream.as_raw_fd(), events);
+        }
+        let mut last: Option<Key> = None;
+        for (&key, c) in &self.ins {
+            // Only a peer's oldest stream on a rail is read (see `InKey`).
+            let first = last != Some((key.0, key.1));
+            last = Some((key.0, key.1));
+            if first && !c.closed {
+                add(Slot::In(key), c.stream.as_raw_fd(), libc::POLLIN);
+            }
+        }
+        for c in &self.leaving {
+            add(Slot::Leaving, c.stream.as_raw_fd(), libc::POLLOUT);
+        }
         // Last: the wake descriptor (its readiness only ends the wait).
-        fds.push(libc::pollfd {
-            fd: self.wake.unwrap_or(-1),
-            events: libc::POLLIN,
-            revents: 0,
-        });
+        add(Slot::Wake, self.wake.unwrap_or(-1), libc::POLLIN);
         // A broadcast that this round's sends completed must not wait for the network.
         let wait = driver.may_wait(wait);
+        let wait = self.pending_wait(wait);
         let ms = wait.as_millis().min(i32::MAX as u128) as i32;
         // SAFETY: `fds` is a live, exclusively borrowed array of `fds.len()` pollfd structs
-        // whose descriptors stay open (owned by `self.conns`, and the wake descriptor by the
+        // whose descriptors stay open (owned by this link, and the wake descriptor by the
         // progress thread) for the duration of the call; -1 entries are ignored.
         let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
         if n < 0 {
@@ -538,37 +733,49 @@ impl Link for TcpTransport {
             }
             return Ok(());
         }
-        let mut writable = Vec::new();
-        let readable: Vec<Key> = peers
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| fds[*i].revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0)
-            .map(|(_, &p)| p)
-            .collect();
+        let ready = |i: usize, mask: i16| fds[i].revents & mask != 0;
+        let any = libc::POLLIN | libc::POLLOUT | libc::POLLHUP | libc::POLLERR;
+        let mut readable = Vec::new();
+        let mut pending = Vec::new();
+        for (i, slot) in slots.iter().enumerate() {
+            match *slot {
+                Slot::Listener(rail) if ready(i, any) => self.accept_all(rail)?,
+                Slot::Pending(p) if ready(i, any) => pending.push(p),
+                Slot::Out(key) if ready(i, any) => self.watch(key, fds[i].revents)?,
+                Slot::In(key) if ready(i, libc::POLLIN | libc::POLLHUP | libc::POLLERR) => {
+                    readable.push(key)
+                }
+                _ => {}
+            }
+        }
+        self.hellos(&pending);
+        self.flush_leaving();
         if self.ring.is_some() {
             self.read_batch(readable, bufs, driver, clock)?;
         } else {
-            for peer in readable {
-                self.read(peer, bufs, driver, clock())?;
+            for key in readable {
+                self.read(key, bufs, driver, clock())?;
                 self.queue(driver, clock())?;
                 self.check_closed(driver)?;
             }
         }
-        for (i, &peer) in peers.iter().enumerate() {
-            // Ready for output, or output queued during this round (worth an optimistic try).
-            let asked = fds[i].events & libc::POLLOUT != 0;
-            let ready = fds[i].revents & libc::POLLOUT != 0;
-            if !self.conns[&peer].out.is_empty() && (ready || !asked) {
-                writable.push(peer);
-            }
-        }
+        // Written: every opened stream with output queued (ready for it, or queued during
+        // this round: worth an optimistic try).
+        let writable: Vec<Key> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| !c.out.is_empty() && c.connecting.is_none() && !c.closed)
+            .map(|(&k, _)| k)
+            .collect();
         if self.ring.is_some() {
             self.write_batch(&writable, bufs)?;
         } else {
-            for peer in writable {
-                self.write(peer, bufs)?;
+            for key in writable {
+                self.write(key, bufs)?;
             }
         }
+        self.ins.retain(|_, c| !c.closed);
+        self.check_closed(driver)?;
         Ok(())
     }
 
@@ -578,7 +785,8 @@ impl Link for TcpTransport {
         let mut out = BTreeMap::new();
         if self.rails > 1 {
             for rail in 0..self.rails {
-                out.insert(format!("rail{rail}.bytes_sent"), 0);
+                let retired = self.retired_sent.get(rail).copied().unwrap_or(0);
+                out.insert(format!("rail{rail}.bytes_sent"), retired);
             }
             for (&(_, rail), c) in &self.conns {
                 *out.entry(format!("rail{rail}.bytes_sent")).or_default() += c.sent_bytes;
@@ -589,55 +797,108 @@ impl Link for TcpTransport {
 
     /// The per-connection state for a failure report (idle connections are left out).
     fn describe_state(&self, _now: u64) -> String {
-        let mut out = String::from("tcp");
+        let mut out = format!(
+            "tcp: {} connections opened, {} accepted, {} awaiting a hello, {} closing",
+            self.conns.len(),
+            self.ins.len(),
+            self.pending.len(),
+            self.leaving.len()
+        );
         for (&(peer, rail), c) in &self.conns {
-            if c.out.is_empty() && !c.closed && matches!(c.rx, Rx::Header { got: 0, .. }) {
+            if c.idle() {
                 continue;
             }
             out += &format!(
-                "\n  peer {peer} rail {rail}: {} messages queued, mid-payload {}, closed {}",
+                "\n  to rank {peer} rail {rail}: {} messages queued, connecting {}, closed {}",
                 c.out.len(),
+                c.connecting.is_some(),
+                c.closed
+            );
+        }
+        for (&(peer, rail, _), c) in &self.ins {
+            if !c.closed && matches!(c.rx, Rx::Header { got: 0, .. }) {
+                continue;
+            }
+            out += &format!(
+                "\n  from rank {peer} rail {rail}: mid-payload {}, closed {}",
                 matches!(c.rx, Rx::Payload { .. }),
                 c.closed
             );
         }
+        for (peer, why) in &self.gone {
+            out += &format!("\n  rank {peer}: {}", why.error(*peer));
+        }
         out
     }
 
-    /// Closes every connection: peers see end-of-file and fail their broadcast at once.
+    /// Closes every connection and the listeners: peers see end-of-file (or a refused or
+    /// reset connection) and fail their broadcast at once.
     fn shutdown(&mut self) {
-        for c in self.conns.values() {
+        for c in self
+            .conns
+            .values()
+            .chain(self.ins.values())
+            .chain(&self.leaving)
+        {
             c.stream.shutdown(std::net::Shutdown::Both).ok();
         }
         self.conns.clear();
+        self.ins.clear();
+        self.leaving.clear();
+        self.pending.clear();
+        self.listeners.clear();
     }
 }
 
-/// The peer closed its end: fine between frames (it may have finished), an error inside one.
-fn eof(peer: usize, conn: &mut Conn) -> Result<(), TransportError> {
+/// The peer closed its end: orderly after its goodbye; else fine between frames (it may have
+/// finished, and is an error only for a broadcast that needs it), an error inside one.
+fn eof(
+    peer: usize,
+    conn: &mut Conn,
+    gone: &mut BTreeMap<usize, Gone>,
+) -> Result<(), TransportError> {
+    conn.closed = true;
+    if conn.goodbye {
+        return Ok(());
+    }
+    gone.entry(peer).or_insert(Gone::Closed);
     if matches!(conn.rx, Rx::Header { got: 0, .. }) {
-        conn.closed = true;
         Ok(())
     } else {
         Err(TransportError::Closed { peer })
     }
 }
 
+/// A read failed: a reset is the peer gone (see [`eof`]), anything else an error.
+fn read_error(
+    peer: usize,
+    conn: &mut Conn,
+    e: io::Error,
+    gone: &mut BTreeMap<usize, Gone>,
+) -> Result<(), TransportError> {
+    match io_error(peer, e) {
+        TransportError::Closed { .. } => eof(peer, conn, gone),
+        e => Err(e),
+    }
+}
+
 /// `n` more bytes of `conn`'s current header or payload arrived (for a payload, bytes beyond
 /// it went into `conn.spare`: the start of the next header).
 fn received(
-    peer: usize,
+    key: InKey,
     conn: &mut Conn,
     n: usize,
     driver: &mut dyn Driver,
     bufs: &mut Buffers,
     now: u64,
+    farewells: &mut BTreeSet<Key>,
 ) -> Result<(), crate::Error> {
+    let peer = key.0;
     match &mut conn.rx {
         Rx::Header { got, .. } => {
             *got += n;
             if *got == HEADER {
-                header_done(peer, conn, driver, bufs, now)?;
+                header_done(key, conn, driver, bufs, now, farewells)?;
             }
         }
         Rx::Payload { len, got, .. } => {
@@ -655,7 +916,7 @@ fn received(
                     dest.landed(driver, bufs, now, peer, msg)?;
                 }
                 if extra == HEADER {
-                    header_done(peer, conn, driver, bufs, now)?;
+                    header_done(key, conn, driver, bufs, now, farewells)?;
                 }
             }
         }
@@ -663,17 +924,36 @@ fn received(
     Ok(())
 }
 
-/// `conn.rx` holds a whole header: decode it and hand it to the driver.
+/// `conn.rx` holds a whole header: decode it and hand it to the driver; or it is the peer's
+/// goodbye (nothing may follow it but the end of the stream).
 fn header_done(
-    peer: usize,
+    key: InKey,
     conn: &mut Conn,
     driver: &mut dyn Driver,
     bufs: &mut Buffers,
     now: u64,
+    farewells: &mut BTreeSet<Key>,
 ) -> Result<(), crate::Error> {
+    let peer = key.0;
     let Rx::Header { buf: head, .. } = &conn.rx else {
         return Ok(());
     };
+    if conn.goodbye {
+        return Err(TransportError::BadFrame {
+            peer,
+            reason: "it sent more after its goodbye".into(),
+        }
+        .into());
+    }
+    if crate::wire::hello::is_goodbye(head) {
+        conn.goodbye = true;
+        conn.rx = Rx::Header {
+            buf: [0; HEADER],
+            got: 0,
+        };
+        farewells.insert((key.0, key.1));
+        return Ok(());
+    }
     let msg = super::decode_header(peer, head)?;
     conn.rx = Rx::Header {
         buf: [0; HEADER],
@@ -721,14 +1001,14 @@ fn slices<'a>(conn: &'a Conn, bufs: &'a Buffers) -> Vec<IoSlice<'a>> {
                 .and_then(|b| b.as_slice().get(o.payload.clone()))
                 .expect("a queued segment's broadcast is in flight")
         };
-        let head = &o.head[..];
-        if o.sent < HEADER {
+        let head = &o.head[..o.head_len];
+        if o.sent < o.head_len {
             slices.push(IoSlice::new(&head[o.sent..]));
             if !body.is_empty() {
                 slices.push(IoSlice::new(body));
             }
         } else {
-            slices.push(IoSlice::new(&body[o.sent - HEADER..]));
+            slices.push(IoSlice::new(&body[o.sent - o.head_len..]));
         }
     }
     slices

@@ -135,3 +135,163 @@ fn each_lane_leaves_through_its_own_rail() {
         );
     }
 }
+
+/// `n` ranks on loopback, each knowing the others' addresses (job cookie 9).
+fn ranks(n: usize) -> Vec<TcpTransport> {
+    let mut tcps: Vec<TcpTransport> = (0..n)
+        .map(|r| TcpTransport::bind(r, "127.0.0.1").unwrap())
+        .collect();
+    let addrs: Vec<_> = tcps.iter().map(TcpTransport::local_addr).collect();
+    for t in &mut tcps {
+        t.set_peers(addrs.clone(), 9);
+    }
+    tcps
+}
+
+/// A chain from `root` over `n` ranks visiting root, root + stride, root + 2 stride, … (mod
+/// `n`, `stride` coprime to it): each stride gives every rank other neighbours.
+fn chain(n: usize, root: usize, stride: usize) -> Vec<Lane> {
+    let mut children = vec![Vec::new(); n];
+    for i in 0..n - 1 {
+        children[(root + i * stride) % n].push((root + (i + 1) * stride) % n);
+    }
+    vec![Lane::from_children(children)]
+}
+
+/// Runs `cases` (root, stride, bytes) one after another at every rank of `tcps`, each rank
+/// connecting to its broadcast's peers when it posts it (as the progress thread does), and
+/// keeps every link going until all ranks are done. Returns each rank's buffers and link.
+fn run_chains(
+    tcps: Vec<TcpTransport>,
+    cases: &[(usize, usize, usize)],
+) -> Vec<(Vec<Vec<u8>>, TcpTransport)> {
+    let n = tcps.len();
+    let finished = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = tcps
+        .into_iter()
+        .enumerate()
+        .map(|(me, mut t)| {
+            let cases = cases.to_vec();
+            let finished = finished.clone();
+            std::thread::spawn(move || {
+                let start = Instant::now();
+                let clock = move || start.elapsed().as_nanos() as u64;
+                let mut endpoint = Engine::new();
+                let mut out = Vec::new();
+                for (i, &(root, stride, len)) in cases.iter().enumerate() {
+                    let seq = i as u64 + 1;
+                    let data = if me == root {
+                        pattern(len, i)
+                    } else {
+                        vec![0; len]
+                    };
+                    let mut bufs = Buffers::new();
+                    bufs.insert(seq, Buffer::Owned(data));
+                    let setup = Setup {
+                        seq,
+                        root,
+                        msize: len as u64,
+                        segment: 4096,
+                        deep: false,
+                    };
+                    let bcast =
+                        Bcast::new(me, &chain(n, root, stride), setup, Config::default(), 0)
+                            .unwrap();
+                    t.connect(&bcast.peers(), Duration::from_secs(10)).unwrap();
+                    let buf = bufs.get_mut(&seq).unwrap().as_mut_slice();
+                    endpoint.post(bcast, buf, clock()).unwrap();
+                    drive(&mut t, &mut bufs, &mut endpoint, seq, &clock).unwrap();
+                    let Some(Buffer::Owned(v)) = bufs.remove(&seq) else {
+                        panic!("the buffer is back")
+                    };
+                    out.push(v);
+                }
+                finished.fetch_add(1, Ordering::SeqCst);
+                while finished.load(Ordering::SeqCst) < n {
+                    let wait = Duration::from_millis(1);
+                    t.progress(&mut Buffers::new(), &mut endpoint, &clock, wait)
+                        .unwrap();
+                }
+                (out, t)
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+/// A cache of one connection: between broadcasts whose chains give each rank other
+/// neighbours, idle connections close with a goodbye and reopen when needed, and every
+/// byte arrives at every rank (a close never loses a byte in flight, nor looks like a gone
+/// peer).
+#[test]
+fn a_cache_of_one_connection_closes_and_reopens_byte_exact() {
+    let n = 5;
+    let mut tcps = ranks(n);
+    for t in &mut tcps {
+        t.set_max_connections(1);
+    }
+    let cases: Vec<(usize, usize, usize)> = [0, 1, 4097, 100_003]
+        .iter()
+        .flat_map(|&len| (1..n).map(move |stride| (stride % n, stride, len)))
+        .chain([(0, 1, 300_001), (4, 2, 300_001), (0, 1, 7)])
+        .collect();
+    let done = run_chains(tcps, &cases);
+    let mut closed = 0;
+    for (me, (got, t)) in done.iter().enumerate() {
+        for (i, &(_, _, len)) in cases.iter().enumerate() {
+            assert!(
+                got[i] == pattern(len, i),
+                "rank {me} case {i} ({len} bytes)"
+            );
+        }
+        closed += t.closed_idle;
+        // Bounded: at most the broadcast's own peers beyond the cache, never everybody.
+        assert!(t.conns.len() <= 2, "rank {me}: {}", t.describe_state(0));
+    }
+    assert!(closed > 0, "the cache of one closed idle connections");
+}
+
+/// Connections come only on tree edges: after chains with stride 1 from root 0, a rank holds
+/// connections to its chain neighbours only.
+#[test]
+fn connections_are_made_only_on_tree_edges() {
+    let n = 6;
+    let done = run_chains(ranks(n), &[(0, 1, 10_000), (0, 1, 0)]);
+    for (me, (got, t)) in done.iter().enumerate() {
+        assert!(got[0] == pattern(10_000, 0), "rank {me}");
+        let mut peers: Vec<usize> = t.conns.keys().map(|&(p, _)| p).collect();
+        peers.sort_unstable();
+        let want: Vec<usize> = [me.checked_sub(1), Some(me + 1).filter(|&r| r < n)]
+            .into_iter()
+            .flatten()
+            .collect();
+        assert_eq!(peers, want, "rank {me}");
+    }
+}
+
+/// A stray that connects and says nothing, and one that says something else, neither stall
+/// a broadcast nor join the job; the second is closed at once.
+#[test]
+fn strays_neither_stall_nor_join() {
+    use std::io::{Read, Write};
+    let tcps = ranks(2);
+    let target = tcps[1].local_addr();
+    let silent = std::net::TcpStream::connect(target).unwrap();
+    let mut talker = std::net::TcpStream::connect(target).unwrap();
+    talker
+        .write_all(b"GET / HTTP/1.0\r\n\r\nand more bytes")
+        .unwrap();
+    let done = run_chains(tcps, &[(0, 1, 100_003), (1, 1, 5)]);
+    for (me, (got, t)) in done.iter().enumerate() {
+        assert!(got[0] == pattern(100_003, 0), "rank {me}");
+        assert!(got[1] == pattern(5, 1), "rank {me}");
+        assert!(t.ins.keys().all(|&(p, _, _)| p == 1 - me), "rank {me}");
+    }
+    talker
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut rest = Vec::new();
+    let n = talker.read_to_end(&mut rest).unwrap_or(0);
+    assert_eq!(n, 0, "the talker was closed without an answer");
+    drop(silent);
+}

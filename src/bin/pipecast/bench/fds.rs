@@ -57,6 +57,9 @@ pub struct Report {
     /// The median over ranks of each rank's peak, and the least.
     pub peak_median: usize,
     pub peak_min: usize,
+    /// The most any rank but rank 0 held (rank 0 also holds the standalone rendezvous's
+    /// connection to every other rank).
+    pub peak_rest: usize,
 }
 
 impl Report {
@@ -71,6 +74,7 @@ impl Report {
             peak_rank,
             peak_median: peaks[peaks.len() / 2],
             peak_min: peaks[0],
+            peak_rest: all.iter().skip(1).map(|p| p.peak).max().unwrap_or(0),
         })
     }
 }
@@ -106,7 +110,8 @@ mod tests {
                 peak: 30,
                 peak_rank: 1,
                 peak_median: 14,
-                peak_min: 12
+                peak_min: 12,
+                peak_rest: 30,
             }
         );
         assert!(Report::over(&[]).is_none());

@@ -1,0 +1,105 @@
+//! Limits are named: when a link runs out of file descriptors (`EMFILE`, the process's limit;
+//! `ENFILE`, the system's) its error says which limit, its soft and hard values, how many
+//! descriptors the process holds and how many more it needed, and the fix — instead of a
+//! bare "Too many open files" (or worse, a misleading "lost rank") far from the cause.
+
+use super::TransportError;
+use std::io;
+
+/// Whether `e` is the process (`EMFILE`) or the system (`ENFILE`) running out of descriptors.
+pub fn out_of_descriptors(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+}
+
+/// The soft and hard `RLIMIT_NOFILE` (`ulimit -n`, `ulimit -Hn`); `None` where unlimited or
+/// unreadable.
+pub fn descriptor_limit() -> (Option<u64>, Option<u64>) {
+    // SAFETY: an all-zero rlimit is valid; getrlimit only writes it.
+    let mut r: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: `r` is a live rlimit for the call to fill.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
+        return (None, None);
+    }
+    let value = |v: libc::rlim_t| -> Option<u64> { (v != libc::RLIM_INFINITY).then_some(v) };
+    (value(r.rlim_cur), value(r.rlim_max))
+}
+
+/// Descriptors this process holds now (`/proc/self/fd`); `None` without /proc.
+pub fn descriptors_open() -> Option<usize> {
+    std::fs::read_dir("/proc/self/fd")
+        .ok()
+        .map(|d| d.count().saturating_sub(1))
+}
+
+/// The error for `e` (see [`out_of_descriptors`]) while doing `what`, where the link needed
+/// `more` descriptors beyond those it holds for `connections` connections.
+pub fn descriptors(what: String, e: &io::Error, more: usize, connections: usize) -> TransportError {
+    let (soft, hard) = descriptor_limit();
+    let show = |v: Option<u64>| v.map_or("unlimited".to_string(), |v| v.to_string());
+    let open = descriptors_open().map_or("all of them".to_string(), |n| n.to_string());
+    let system = e.raw_os_error() == Some(libc::ENFILE);
+    let limit = if system {
+        format!(
+            "the system's open file table is full (ENFILE: fs.file-max); this process holds {open}"
+        )
+    } else {
+        format!(
+            "this process may hold {} descriptors (ulimit -n: soft {}, hard {}) and holds {open}",
+            show(soft),
+            show(soft),
+            show(hard)
+        )
+    };
+    let suggest = soft.map_or(4096, |s| (s * 2).max(1024));
+    let fix = if system {
+        "raise fs.file-max (sysctl), or run fewer ranks per host".to_string()
+    } else {
+        format!(
+            "raise the limit before starting the job (`ulimit -n {suggest}`, at most the hard limit; \
+             LimitNOFILE= or limits.conf for a service), or lower PIPECAST_MAX_CONNECTIONS"
+        )
+    };
+    TransportError::Setup {
+        what,
+        error: format!(
+            "out of file descriptors ({e}): {limit}; it holds {connections} pipecast connections \
+             and needed {more} more for the broadcast in flight: {fix}"
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_error_names_the_limit_and_the_fix() {
+        let e = io::Error::from_raw_os_error(libc::EMFILE);
+        assert!(out_of_descriptors(&e));
+        assert!(!out_of_descriptors(&io::Error::from_raw_os_error(
+            libc::ECONNREFUSED
+        )));
+        let text = descriptors("connect to rank 3".into(), &e, 2, 7).to_string();
+        for want in [
+            "connect to rank 3",
+            "ulimit -n",
+            "soft",
+            "hard",
+            "needed 2 more",
+        ] {
+            assert!(text.contains(want), "{want}: {text}");
+        }
+        let (soft, _) = descriptor_limit();
+        if let Some(s) = soft {
+            assert!(text.contains(&format!("soft {s}")), "{text}");
+        }
+        let text = descriptors(
+            "accept".into(),
+            &io::Error::from_raw_os_error(libc::ENFILE),
+            1,
+            0,
+        )
+        .to_string();
+        assert!(text.contains("fs.file-max"), "{text}");
+    }
+}
