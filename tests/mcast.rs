@@ -472,3 +472,39 @@ fn lab_up_igmp_snooping_turns_on_snooping_and_a_querier() {
         assert!(mg.contains("mcast_snooping 0"), "{mg}");
     }
 }
+
+/// Not a test: what one broadcast over UDP multicast takes on a star whose links are shaped
+/// to 100 Mbit/s in each direction (a tbf on both ends), against T(m) = the message's bytes
+/// at the link rate: `cargo test --test mcast measure -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn measure_udp_multicast_on_a_shaped_star() {
+    if let Some(m) = missing() {
+        return m.skip();
+    }
+    for n in [4, 8] {
+        let (_lab, sw, hosts) = star("pcmm", n, false);
+        for (h, ns) in hosts.iter().enumerate() {
+            common::netns::tbf(ns, "eth0", "100mbit");
+            common::netns::tbf(&sw, &format!("p{h}"), "100mbit");
+        }
+        let mut cookie = 0x0032_0200 + n as u64 * 0x10;
+        for msize in [1 << 20, 4 << 20] {
+            for _ in 0..2 {
+                cookie += 1;
+                let t = Instant::now();
+                let bufs = udp_bcast(&hosts, cookie, 0, msize);
+                let took = t.elapsed().as_secs_f64();
+                let want = pattern(msize, msize);
+                assert!(bufs.iter().all(|b| b == &want));
+                let tm = msize as f64 * 8.0 / 100e6;
+                eprintln!(
+                    "{n} ranks, {msize} bytes: {:.1} ms = {:.2} x T(m) ({:.1} ms)",
+                    took * 1e3,
+                    took / tm,
+                    tm * 1e3
+                );
+            }
+        }
+    }
+}
