@@ -11,8 +11,8 @@ mod common;
 use common::pattern;
 
 use pipecast::comm::{Comm, Config, Request};
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// Set in the ranks this binary starts: which body to run.
 const CHILD: &str = "PIPECAST_VIEWS_TEST";
@@ -21,16 +21,15 @@ const SEGMENT: u64 = 4096;
 /// 0, 1, odd, not a multiple of the segment, large.
 const SIZES: [usize; 5] = [0, 1, 777, 3 * SEGMENT as usize + 5, (1 << 20) + 3];
 
-/// Runs test `name` of this binary as `n` ranks on loopback with `env`; returns each rank's
-/// exit status and stderr.
-fn spawn_ranks(name: &str, n: usize, env: &[(&str, &str)]) -> Vec<(bool, String)> {
+/// Starts test `name` of this binary as `n` ranks on loopback with `env`.
+fn start_ranks(name: &str, n: usize, env: &[(&str, &str)]) -> Vec<Child> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
     let exe = std::env::current_exe().unwrap();
-    let children: Vec<_> = (0..n)
+    (0..n)
         .map(|rank| {
             Command::new(&exe)
                 .args([name, "--exact", "--nocapture", "--test-threads=1"])
@@ -46,17 +45,22 @@ fn spawn_ranks(name: &str, n: usize, env: &[(&str, &str)]) -> Vec<(bool, String)
                 .spawn()
                 .unwrap()
         })
-        .collect();
-    children
-        .into_iter()
-        .map(|c| {
-            let out = c.wait_with_output().unwrap();
-            (
-                out.status.success(),
-                String::from_utf8_lossy(&out.stderr).into_owned(),
-            )
-        })
         .collect()
+}
+
+/// A rank's exit status and stderr.
+fn output(c: Child) -> (bool, String) {
+    let out = c.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Runs test `name` of this binary as `n` ranks on loopback with `env`; returns each rank's
+/// exit status and stderr.
+fn spawn_ranks(name: &str, n: usize, env: &[(&str, &str)]) -> Vec<(bool, String)> {
+    start_ranks(name, n, env).into_iter().map(output).collect()
 }
 
 fn all_ok(name: &str, n: usize, env: &[(&str, &str)]) {
@@ -304,12 +308,33 @@ fn failure_body() {
     // so it fails; from then on every communicator of the engine fails, the view without the
     // dead rank too (never a wait for a rank not in its tree). Each error names the dead
     // rank, or the peer that closed its links when it failed because of it.
-    let named = |e: &pipecast::Error, what: &str| {
+    // On a view the error names its ranks, with the communicator and the world rank: the
+    // dead rank is view 1's rank 0 and no rank of view 2.
+    let named_on = |id: u32, e: &pipecast::Error, what: &str| {
         let e = e.to_string();
+        let dead_named = match id {
+            0 => format!("rank {dead}"),
+            1 => format!("rank 0 of communicator 0x1 (world rank {dead})"),
+            _ => format!("world rank {dead} (not in communicator {id:#x})"),
+        };
         assert!(
-            e.contains(&format!("rank {dead}")) || e.contains("closed its connection"),
+            e.contains(&dead_named) || e.contains("closed its connection"),
             "rank {me}: {what}: {e}"
         );
+        if id != 0 {
+            assert!(
+                e.contains(&format!("communicator {id:#x}")),
+                "rank {me}: {what}: {e}"
+            );
+        }
+    };
+    let named = |e: &pipecast::Error, what: &str| {
+        let id = match what {
+            "barrier" => 0,
+            w if w.contains("without") => 2,
+            _ => 1,
+        };
+        named_on(id, e, what)
     };
     let len = 1 << 20;
     let req = all.ibcast(buffer(&all, len, 1, 7), 1).unwrap();
@@ -343,6 +368,228 @@ fn a_dead_rank_fails_every_communicator() {
         let ranks = spawn_ranks("a_dead_rank_fails_every_communicator", 3, env);
         for (rank, (ok, stderr)) in ranks.iter().enumerate() {
             assert!(ok, "{env:?}: rank {rank} failed:\n{stderr}");
+        }
+    }
+}
+
+/// The marker file rank `rank` writes once its broadcasts are in flight.
+fn marker(dir: &str, rank: usize) -> std::path::PathBuf {
+    std::path::Path::new(dir).join(format!("posted.{rank}"))
+}
+
+const MARKS: &str = "PIPECAST_VIEWS_MARKS";
+
+/// Views 1 (every rank), 2 (reversed), 3 (the survivors, not at the victim) and 4 (victim and
+/// rank 0), and one nonblocking broadcast in flight on each at every survivor, plus a
+/// blocking one on the base: every view's broadcast with the victim as its root, view 3's
+/// from rank 2, which never posts it, so none can complete. The test kills the victim; every
+/// broadcast, and a later one on each view, ends with an error that names the view's ranks.
+fn killed_body() {
+    let config = Config {
+        timeout: Duration::from_secs(2),
+        ..config()
+    };
+    let mut base = Comm::from_env(config).unwrap();
+    let (n, me) = (base.size(), base.rank());
+    let victim = n - 1;
+    let mut views = vec![
+        (victim, base.view(1, &(0..n).collect::<Vec<_>>()).unwrap()),
+        (0, base.view(2, &(0..n).rev().collect::<Vec<_>>()).unwrap()),
+    ];
+    if me != victim {
+        views.push((2, base.view(3, &(0..victim).collect::<Vec<_>>()).unwrap()));
+    }
+    if me == 0 || me == victim {
+        views.push((0, base.view(4, &[victim, 0]).unwrap()));
+    }
+    base.barrier().unwrap();
+    if me == victim {
+        std::thread::sleep(Duration::from_secs(120));
+        panic!("the victim was not killed");
+    }
+    let len = (1 << 20) + 3;
+    let mut reqs = Vec::new();
+    for (root, view) in views.iter_mut() {
+        if view.id() == 3 && me == 2 {
+            continue;
+        }
+        let req = view.ibcast(buffer(view, len, *root, 5), *root).unwrap();
+        reqs.push((view.id(), req));
+    }
+    std::fs::write(marker(&std::env::var(MARKS).unwrap(), me), b"").unwrap();
+    let mut buf = buffer(&base, len, victim, 6);
+    let e = base.bcast(&mut buf, victim).unwrap_err();
+    eprintln!("rank {me} base: {e}");
+    for (id, req) in reqs {
+        let e = req.wait().0.unwrap_err().to_string();
+        eprintln!("rank {me} view {id}: {e}");
+        assert!(
+            e.contains(&format!("communicator {id:#x}")),
+            "rank {me} view {id}: {e}"
+        );
+    }
+    for (root, view) in views.iter_mut() {
+        let mut buf = buffer(view, 10, *root, 7);
+        let e = view.bcast(&mut buf, *root).unwrap_err().to_string();
+        let id = view.id();
+        assert!(
+            e.contains(&format!("communicator {id:#x}")),
+            "rank {me} view {id} later: {e}"
+        );
+    }
+    eprintln!("rank {me}: done");
+}
+
+/// A rank killed (SIGKILL) while broadcasts of every view are in flight ends every one of
+/// them at every surviving rank with an error, within the timeout (2 s, plus slack for a
+/// loaded machine: no hang), each naming peers in its view's ranks; over shared memory and
+/// over TCP.
+#[test]
+fn a_killed_rank_ends_every_views_broadcast_in_flight() {
+    if child("a_killed_rank_ends_every_views_broadcast_in_flight") {
+        killed_body();
+        return;
+    }
+    let n = 4;
+    for env in [&[][..], &[("PIPECAST_SHM", "off")][..]] {
+        let dir = std::env::temp_dir().join(format!(
+            "pipecast-views-killed-{}-{}",
+            std::process::id(),
+            env.len()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let dir_s = dir.to_str().unwrap().to_string();
+        let mut env = env.to_vec();
+        env.push((MARKS, &dir_s));
+        let mut ranks = start_ranks(
+            "a_killed_rank_ends_every_views_broadcast_in_flight",
+            n,
+            &env,
+        );
+        let posted = |r| marker(&dir_s, r).exists();
+        let until = Instant::now() + Duration::from_secs(120);
+        while !(0..n - 1).all(posted) {
+            if Instant::now() > until || ranks.iter_mut().any(|c| c.try_wait().unwrap().is_some()) {
+                ranks.iter_mut().for_each(|c| drop(c.kill()));
+                let outs: Vec<_> = ranks.into_iter().map(output).collect();
+                panic!("{env:?}: the survivors did not post their broadcasts: {outs:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Their broadcasts are posted; give them a moment to be under way, then kill.
+        std::thread::sleep(Duration::from_millis(300));
+        let mut victim = ranks.pop().unwrap();
+        victim.kill().unwrap();
+        victim.wait().unwrap();
+        let killed = Instant::now();
+        let deadline = killed + Duration::from_secs(15);
+        for (r, c) in ranks.iter_mut().enumerate() {
+            while c.try_wait().unwrap().is_none() {
+                if Instant::now() > deadline {
+                    c.kill().ok();
+                    panic!("{env:?}: rank {r} hangs after the kill");
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        let took = killed.elapsed();
+        let outs: Vec<_> = ranks.into_iter().map(output).collect();
+        let all: String = outs.iter().map(|(_, e)| e.as_str()).collect();
+        for (r, (ok, stderr)) in outs.iter().enumerate() {
+            assert!(ok, "{env:?}: rank {r} failed:\n{stderr}");
+            assert!(stderr.contains(&format!("rank {r}: done")), "{stderr}");
+        }
+        // The first rank that noticed names the victim; every rank's errors carry that text,
+        // so the reversed view names it as its rank 0.
+        assert!(
+            all.contains("rank 0 of communicator 0x2 (world rank 3)"),
+            "{env:?}: the victim is not named in view 2's ranks:\n{all}"
+        );
+        eprintln!(
+            "{env:?}: every survivor ended {} ms after the kill",
+            took.as_millis()
+        );
+        eprintln!("{all}");
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
+
+const LATE: &str = "PIPECAST_VIEWS_LATE";
+
+/// Rank 1 comes LATE seconds after the others into broadcasts on views (the timeout is 2 s):
+/// a nonblocking broadcast on the reversed view, a blocking one on the view of ranks 1 and 2
+/// from rank 1, and one on the base, posted in different orders; all complete byte-exact.
+fn late_body() {
+    let config = Config {
+        timeout: Duration::from_secs(2),
+        ..config()
+    };
+    let mut base = Comm::from_env(config).unwrap();
+    let (n, me) = (base.size(), base.rank());
+    let late = 1;
+    let mut reversed = base.view(1, &(0..n).rev().collect::<Vec<_>>()).unwrap();
+    let mut pair = (me != 0).then(|| base.view(2, &[1, 2]).unwrap());
+    base.barrier().unwrap();
+    let t0 = Instant::now();
+    if me == late {
+        let secs: u64 = std::env::var(LATE).unwrap().parse().unwrap();
+        std::thread::sleep(Duration::from_secs(secs));
+    }
+    let len = (1 << 20) + 3;
+    let req = reversed.ibcast(buffer(&reversed, len, 0, 11), 0).unwrap();
+    let on_base = |base: &mut Comm| {
+        let mut buf = buffer(base, len, 0, 12);
+        base.bcast(&mut buf, 0).unwrap();
+        check(base, &buf, len, 12, "bcast on the base");
+    };
+    if me == 0 {
+        on_base(&mut base);
+    }
+    if let Some(pair) = pair.as_mut() {
+        let mut buf = buffer(pair, len, 0, 13);
+        pair.bcast(&mut buf, 0).unwrap();
+        check(pair, &buf, len, 13, "bcast on the pair");
+    }
+    if me != 0 {
+        on_base(&mut base);
+    }
+    let (result, buf) = req.wait();
+    result.unwrap();
+    check(
+        &reversed,
+        &buf.unwrap(),
+        len,
+        11,
+        "ibcast on the reversed view",
+    );
+    base.barrier().unwrap();
+    eprintln!("rank {me}: done after {} ms", t0.elapsed().as_millis());
+}
+
+/// MPI has no timeouts: a rank late by 20 s (ten times the timeout) is waited for on views
+/// as on the base, over shared memory and over TCP at once.
+#[test]
+fn a_rank_late_by_20_s_is_waited_for_on_views() {
+    if child("a_rank_late_by_20_s_is_waited_for_on_views") {
+        late_body();
+        return;
+    }
+    let runs: Vec<_> = [&[][..], &[("PIPECAST_SHM", "off")][..]]
+        .into_iter()
+        .map(|env| {
+            std::thread::spawn(move || {
+                let mut env = env.to_vec();
+                env.push((LATE, "20"));
+                let name = "a_rank_late_by_20_s_is_waited_for_on_views";
+                (env.clone(), spawn_ranks(name, 3, &env))
+            })
+        })
+        .collect();
+    for run in runs {
+        let (env, outs) = run.join().unwrap();
+        for (rank, (ok, stderr)) in outs.iter().enumerate() {
+            assert!(ok, "{env:?}: rank {rank} failed:\n{stderr}");
+            assert!(stderr.contains(&format!("rank {rank}: done")), "{stderr}");
         }
     }
 }

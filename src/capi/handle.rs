@@ -84,7 +84,12 @@ impl Bootstrap for CallbackBootstrap {
 
 /// The result code for a crate error, with its message recorded for `pipecast_last_error`.
 pub(crate) fn code_of(e: &Error) -> pipecast_result {
-    let code = match ErrorClass::of(e) {
+    // A view's error names its ranks; its class is the engine's error's.
+    let class = match e {
+        Error::Comm(CommError::OnView { source, .. }) => ErrorClass::of(source),
+        e => ErrorClass::of(e),
+    };
+    let code = match class {
         ErrorClass::Config => PIPECAST_ERR_CONFIG,
         ErrorClass::Bootstrap => PIPECAST_ERR_BOOTSTRAP,
         ErrorClass::Transport => PIPECAST_ERR_TRANSPORT,

@@ -30,4 +30,12 @@ pub enum CommError {
     Usage(String),
     #[error("the progress thread is gone (it panicked)")]
     ProgressGone,
+    /// A broadcast on view `id` failed: `source`, the engine's error (which names peers by
+    /// their world rank, the engine's process), named in the view's ranks (`detail`).
+    #[error("{detail}")]
+    OnView {
+        id: u32,
+        detail: String,
+        source: Box<crate::Error>,
+    },
 }

@@ -3,7 +3,8 @@
 //! MPI deferral policy ([`defer`]), the plan cache ([`plan_cache`]), the settings reader
 //! ([`settings`]), the agreement ([`agree`]), the progress thread that joins the engine,
 //! the links and a real clock (`progress`), the engine every communicator of a process
-//! shares (`shared`) and the communicators made locally as views of another (`view`).
+//! shares (`shared`), the communicators made locally as views of another (`view`) and how a
+//! view's errors name peers in its ranks (`names`).
 //!
 //! ```no_run
 //! # fn main() -> pipecast::Result<()> {
@@ -26,6 +27,7 @@ pub mod host_cost;
 pub mod hosts;
 mod join;
 mod link;
+mod names;
 pub mod network;
 mod plan_cache;
 mod plan_json;
@@ -309,6 +311,15 @@ impl Comm {
         Ok(crate::engine::number::number(self.id, self.seq))
     }
 
+    /// How this communicator names the engine's processes in its errors (`None`: the base
+    /// communicator, whose ranks they are).
+    fn names(&self) -> Option<names::Names> {
+        (self.id != 0).then(|| names::Names {
+            id: self.id,
+            members: self.members.clone(),
+        })
+    }
+
     fn check(&self) -> Result<(), CommError> {
         match &self.failed {
             Some(e) => Err(CommError::Failed(e.clone())),
@@ -360,6 +371,10 @@ impl Comm {
             let poll = self.config.poll;
             let outcome = spin(poll, || answer.try_recv().ok()).map_or_else(|| answer.recv(), Ok);
             outcome.map_err(|_| CommError::ProgressGone)?.result
+        })
+        .map_err(|e| match self.names() {
+            Some(names) => names.of(e),
+            None => e,
         });
         if let Err(e) = &result {
             self.failed = Some(e.to_string());
@@ -418,6 +433,7 @@ impl Comm {
         Ok(Request::new(
             self.post(buf, &planned, &[setup])?,
             self.config.poll,
+            self.names(),
         ))
     }
 }

@@ -1,5 +1,6 @@
 //! A nonblocking broadcast in flight ([`Comm::ibcast`](super::Comm::ibcast)).
 
+use super::names::Names;
 use super::progress::Outcome;
 use super::CommError;
 use crate::transport::wake::spin;
@@ -13,14 +14,17 @@ pub struct Request {
     outcome: Option<Outcome>,
     /// How long `wait` polls before it sleeps ([`Config::poll`](super::Config::poll)).
     poll: Duration,
+    /// A view's: its errors name peers in its ranks.
+    names: Option<Names>,
 }
 
 impl Request {
-    pub(super) fn new(answer: Receiver<Outcome>, poll: Duration) -> Request {
+    pub(super) fn new(answer: Receiver<Outcome>, poll: Duration, names: Option<Names>) -> Request {
         Request {
             answer,
             outcome: None,
             poll,
+            names,
         }
     }
 
@@ -59,11 +63,18 @@ impl Request {
     }
 
     fn take(&mut self) -> Outcome {
-        match self.outcome.take() {
+        let o = match self.outcome.take() {
             Some(o) => o,
             None => spin(self.poll, || self.answer.try_recv().ok())
                 .map_or_else(|| self.answer.recv(), Ok)
                 .unwrap_or_else(|_| gone()),
+        };
+        match &self.names {
+            Some(names) => Outcome {
+                result: o.result.map_err(|e| names.of(e)),
+                buf: o.buf,
+            },
+            None => o,
         }
     }
 }
