@@ -284,7 +284,9 @@ impl Local {
         let progress = std::thread::Builder::new()
             .name(format!("pipecast-progress-{rank}"))
             .spawn(move || progress::serve(rank, transport, rx, woken, poll, round))
-            .map_err(|e| CommError::Bootstrap(format!("cannot start the progress thread: {e}")))?;
+            .map_err(|e| {
+                CommError::Bootstrap(crate::transport::limits::thread("the progress thread", &e))
+            })?;
         let local: Vec<_> = (0..size)
             .filter(|&r| keys[r] == keys[rank])
             .map(|r| peers.cpus.get(r).copied().flatten())

@@ -68,8 +68,48 @@ pub fn descriptors(what: String, e: &io::Error, more: usize, connections: usize)
     }
 }
 
+/// Why a thread could not start (`e`, from `std::thread::Builder::spawn`), naming the limits
+/// that refuse one: the user's processes and threads (`ulimit -u`, `RLIMIT_NPROC`), the
+/// system's (`kernel.threads-max`), or memory for its stack.
+pub fn thread(what: &str, e: &io::Error) -> String {
+    // SAFETY: an all-zero rlimit is valid; getrlimit only writes it.
+    let mut r: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: `r` is a live rlimit for the call to fill.
+    let nproc = if unsafe { libc::getrlimit(libc::RLIMIT_NPROC, &mut r) } == 0 {
+        match r.rlim_cur {
+            libc::RLIM_INFINITY => "unlimited".to_string(),
+            v => v.to_string(),
+        }
+    } else {
+        "unknown".to_string()
+    };
+    let max = std::fs::read_to_string("/proc/sys/kernel/threads-max")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into());
+    format!(
+        "cannot start {what} ({e}): pipecast needs at most two threads per process, whatever \
+         the number of communicators; the limits that refuse one are the user's processes and \
+         threads (ulimit -u: {nproc}), the system's threads (kernel.threads-max: {max}) and \
+         memory for the thread's stack: raise the one that is reached, or run fewer ranks per host"
+    )
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_thread_error_names_the_limits() {
+        let e = io::Error::from_raw_os_error(libc::EAGAIN);
+        let m = super::thread("the progress thread", &e);
+        for want in [
+            "the progress thread",
+            "ulimit -u",
+            "kernel.threads-max",
+            "at most two",
+        ] {
+            assert!(m.contains(want), "{want}: {m}");
+        }
+    }
+
     use super::*;
 
     #[test]
