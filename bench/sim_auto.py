@@ -26,6 +26,13 @@ the result without its edge list, and the wall and CPU seconds it took) as soon 
 and simulations already in FILE are not run again: a long run can be read while it goes,
 stopped and resumed, or split over several processes (`--parts`) that share the file.
 `--table-only` prints the tables from FILE alone (missing simulations are shown as `—`).
+
+Multicast (issue 32, docs/multicast.md): the part `multicast` simulates `pipecast sim --tree
+multicast` (the multicast model's segment; `--loss` per frame and link, seed `--loss-seed`) at
+every point and prints a third table: multicast against the best simulated tree and both
+against T(m), the root's port carrying the message once at the profile's streaming rate. Only
+the multicast simulations are cheap: with `--parts multicast --cache FILE` the trees come from
+an earlier run's cache (bench/results/sim-auto-20261124/).
 """
 
 import argparse
@@ -105,6 +112,59 @@ def sim(binary, topology, trees, size, segment, profile, cache=None, p=None, run
     return [cached[t] for t in trees if cached.get(t) is not None]
 
 
+def sim_multicast(binary, topology, size, profile, loss, seed, name, cache, p, run):
+    """The multicast simulation at one point (cached under `name`), or None."""
+    row = cache.get(p, size, name, None) if cache else None
+    if row is None and run:
+        cmd = [binary, "sim", "--topology", topology, "--tree", "multicast", "--msize", size,
+               "--profile", profile, "--loss", str(loss), "--seed", str(seed), "--json"]
+        before, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.time()
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        after, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.time() - wall
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        row = json.loads(out)["results"][0]
+        row.pop("edges", None)
+        row.pop("ranks_us", None)
+        if cache:
+            cache.put(p, size, name, None, row, wall, cpu)
+    return row
+
+
+def stream_us(profile, msize):
+    """T(m): the message once through the root's port at the profile's streaming rate (its
+    largest size over its g), µs."""
+    path = profile if os.path.exists(profile) else os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "profiles", f"table2-{profile}.json")
+    with open(path) as f:
+        last = json.load(f)["points"][-1]
+    return msize * last["g_us"] / last["bytes"]
+
+
+def print_multicast(rows, args):
+    if not any(mc for _, _, mc, _ in rows):
+        return
+    loss = f", frame loss {args.loss} per link (seed {args.loss_seed})" if args.loss else ""
+    print(f"\nMulticast (simulated, `pipecast sim --tree multicast`{loss}) against the best "
+          "simulated tree; T(m) = the message once through the root's port at the profile's "
+          "streaming rate:\n")
+    print("| machines | size | T(m) ms | multicast ms | segment | model ms | best tree | ms | "
+          "multicast / best | multicast / T(m) | best / T(m) | repairs |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for p, size, mc, top in rows:
+        t = stream_us(args.profile, parse_size(size))
+        ms = lambda us: f"{us / 1e3:.2f}" if us is not None else "—"
+        if not mc:
+            continue
+        done = mc["completion_us"]
+        best = top[1][0] if top else None
+        ratio = f"{done / best:.3f}" if best else "—"
+        bt = f"{best / t:.3f}" if best else "—"
+        reps = (mc.get("multicast") or {}).get("repairs", 0)
+        print(f"| {p} | {size} | {ms(t)} | {ms(done)} | {mc['segment_bytes']} | "
+              f"{ms(mc['predicted_us'])} | {top[0] if top else '—'} | {ms(best)} | {ratio} | "
+              f"{done / t:.3f} | {bt} | {reps} |")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--pipecast", default=os.path.join(
@@ -121,8 +181,12 @@ def main():
     ap.add_argument("--sa-max", type=int, default=256,
                     help="simulate scatter-allgather up to this many machines (it is O(P^2))")
     ap.add_argument("--cache", help="JSONL file of simulations done: appended to, and resumed")
-    ap.add_argument("--parts", default="auto,grid,whole",
-                    help="what to simulate (the rest only from --cache): auto, grid, whole")
+    ap.add_argument("--parts", default="auto,grid,whole,multicast",
+                    help="what to simulate (the rest only from --cache): auto, grid, whole, "
+                    "multicast")
+    ap.add_argument("--loss", type=float, default=0.0,
+                    help="multicast: chance that a 1500-byte frame is lost on a link")
+    ap.add_argument("--loss-seed", type=int, default=1, help="multicast: seed of the losses")
     ap.add_argument("--table-only", action="store_true",
                     help="simulate nothing: the tables from --cache")
     args = ap.parse_args()
@@ -131,7 +195,8 @@ def main():
     chosen = args.trees.split(",")
     pipelined = [t for t in PIPELINED + ["naive-linear"] if t in chosen]
 
-    auto_rows, tree_rows = [], []
+    auto_rows, tree_rows, mc_rows = [], [], []
+    mc_name = "multicast" if args.loss == 0 else f"multicast@{args.loss}/{args.loss_seed}"
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
         for p in [int(x) for x in args.machines.split(",")]:
@@ -168,6 +233,9 @@ def main():
                         best[name] = (auto["completion_us"], auto["segment_bytes"])
                 top = min(best.items(), key=lambda kv: kv[1][0]) if best else None
                 tree_rows.append((p, size, best))
+                mc = sim_multicast(args.pipecast, topology, size, args.profile, args.loss,
+                                   args.loss_seed, mc_name, cache, p, "multicast" in parts)
+                mc_rows.append((p, size, mc, top))
                 if not auto or not top:
                     auto_rows.append((p, size, "— (not simulated)", None, None, None,
                                       top[0] if top else "—", top[1][1] if top else None,
@@ -193,6 +261,7 @@ def main():
         ratio = f"{done / bdone:.3f}" if done and bdone else "—"
         print(f"| {p} | {size} | {tree} | {seg or '—'} | {ms(done)} | {ms(pred)} | "
               f"{btree} | {bseg or '—'} | {ms(bdone)} | {ratio} |")
+    print_multicast(mc_rows, args)
     trees = [t for t in PIPELINED + ["naive-linear", "binomial", "scatter-allgather"]
              if t in chosen]
     print("\nBest simulated time of each tree over the segment sizes "

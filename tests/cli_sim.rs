@@ -197,3 +197,57 @@ fn bad_input_is_a_clear_error() {
         assert!(err.contains(want), "{all:?}: {err}");
     }
 }
+
+/// Issue 32: `multicast` in the tree list runs the multicast simulator beside the trees; its
+/// row checks delivery at every rank (also with loss), and is faster than linear at 16 MiB.
+#[test]
+fn multicast_beside_the_trees() {
+    for loss in ["0", "0.01"] {
+        let v = pipecast_json(&[
+            "sim",
+            "--topology",
+            INTERLEAVED,
+            "--tree",
+            "linear,multicast",
+            "--sizes",
+            "1,65537,16M",
+            "--loss",
+            loss,
+            "--json",
+        ]);
+        let results = v["results"].as_array().unwrap();
+        assert_eq!(results.len(), 6);
+        for pair in results.chunks(2) {
+            let (linear, mc) = (&pair[0], &pair[1]);
+            assert_eq!(mc["tree"], "multicast");
+            let m = &mc["multicast"];
+            let segments = m["segments"].as_u64().unwrap();
+            assert_eq!(m["delivered"].as_u64().unwrap(), 15 * segments);
+            assert_eq!(mc["ranks_us"].as_array().unwrap().len(), 16);
+            assert!(mc["predicted_us"].as_f64().unwrap() > 0.0);
+            if loss == "0" {
+                assert_eq!(m["repairs"], 0);
+                if mc["bytes"] == 16 << 20 {
+                    let (l, t) = (
+                        linear["completion_us"].as_f64().unwrap(),
+                        mc["completion_us"].as_f64().unwrap(),
+                    );
+                    assert!(t < l, "multicast {t} us, linear {l} us");
+                }
+            }
+        }
+    }
+    let out = pipecast(&[
+        "sim",
+        "--topology",
+        HUB,
+        "--tree",
+        "multicast",
+        "--msize",
+        "1K",
+        "--loss",
+        "1",
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--loss"));
+}

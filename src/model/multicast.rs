@@ -10,10 +10,12 @@
 //!   + L(s)                         the last segment's latency
 //!   + h·(g(a) + L(a))              the last acknowledgement climbing the ack tree (height h,
 //!                                  a = ACK_BYTES): the root may reuse its buffer only then
-//!   + (1 − (1 − q)^n)·(w + g(a) + L(a) + g(s) + L(s))
+//!   + (1 − (1 − q)^n)·h·(w + g(a) + L(a) + g(s) + L(s))
 //!                                  a tail loss: some of the n receivers misses the last
 //!                                  segment, notices after the NACK wait w, asks its parent,
-//!                                  gets a unicast repair
+//!                                  gets a unicast repair; a frame lost on a switch link is
+//!                                  missed by a whole subtree, whose ranks are repaired level
+//!                                  by level down the ack tree (up to h rounds)
 //! ```
 //!
 //! where q = 1 − (1 − p)^(f·d) is the chance that a receiver misses a segment: p the loss
@@ -115,7 +117,8 @@ pub fn predict(shape: Shape, profile: &Profile, msize: u64, segment: u64, loss: 
     let acks = shape.ack_height as f64 * (a.g_us + a.l_us);
     let tail_p = 1.0 - (1.0 - q).powf(shape.receivers as f64);
     let repair = nack_wait_us(profile, seg) + a.g_us + a.l_us + c.g_us + c.l_us;
-    stream + c.l_us + acks + tail_p * repair
+    let rounds = shape.ack_height.max(1) as f64;
+    stream + c.l_us + acks + tail_p * rounds * repair
 }
 
 /// The profile size (capped at the message) with the least [`predict`]ed time, and that time.

@@ -143,6 +143,22 @@ pub enum SimError {
     Size { lanes: usize, machines: usize },
     #[error("--link-rate must be a positive number of Gbit/s, not {0}")]
     Rate(f64),
+    #[error("the multicast simulator runs multicast plans (plan::multicast), not {0}")]
+    NotMulticast(String),
+    #[error("the frame loss rate must be at least 0 and below 1, not {0}")]
+    Loss(f64),
+    #[error("{0} segments: the multicast simulator numbers at most 2^32 (give a larger segment)")]
+    TooManySegments(u64),
+    #[error("the simulation is stuck: {events} events by {at_ns} ns")]
+    Stuck { events: u64, at_ns: u64 },
+    #[error("rank {rank} misses {missing} segments at the end (first: {first:?})")]
+    Undelivered {
+        rank: usize,
+        missing: u64,
+        first: Vec<u32>,
+    },
+    #[error("every rank holds the message but the root never heard it")]
+    Unacknowledged,
 }
 
 /// Simulates one broadcast of `msize` bytes from `root` over `lanes` in `segment`-byte

@@ -253,6 +253,11 @@ impl<T: Clone> SimLink<T> {
         Some((at, message))
     }
 
+    /// When the edge is free to put the next message on.
+    pub fn free_at(&self) -> u64 {
+        self.free_at
+    }
+
     /// Whether nothing is in flight.
     pub fn is_empty(&self) -> bool {
         self.flight.is_empty()

@@ -7,12 +7,15 @@
 //! flight and, between ranks whose path is lossy, raw Ethernet's lossy-path adapter
 //! ([`reliable::Lossy`](crate::engine::reliable::Lossy): its round robin, pacer,
 //! acknowledgements and heartbeats). [`simulate`] runs
-//! one whole broadcast at scale (timing only) and reports what `pipecast sim` prints.
+//! one whole broadcast at scale (timing only) and reports what `pipecast sim` prints;
+//! [`multicast::simulate_multicast`] one multicast broadcast (issue 32: group copies by the
+//! switches, seeded loss, NACK-driven repair, acks up the ack tree, a credit window).
 
 #![deny(unsafe_code)]
 
 mod broadcast;
 mod link;
+pub mod multicast;
 mod net;
 #[cfg(test)]
 pub(crate) mod tests;

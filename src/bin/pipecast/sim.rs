@@ -18,9 +18,17 @@ pub struct Args {
     /// Topology file (rank r on machine r; per-link `gbps` sets edge rates).
     #[arg(long)]
     topology: std::path::PathBuf,
-    /// Trees: comma list of `pipecast plan`'s trees (auto included) or scatter-allgather.
+    /// Trees: comma list of `pipecast plan`'s trees (auto included), scatter-allgather, or
+    /// multicast (issue 32: the group send with its repair and ack tree, simulated by
+    /// `sim::multicast`; docs/multicast.md).
     #[arg(long, default_value = "auto")]
     tree: String,
+    /// Multicast only: chance that one 1500-byte frame is lost on one link (0 to below 1).
+    #[arg(long, default_value_t = 0.0)]
+    loss: f64,
+    /// Multicast only: seed of the loss draws.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
     /// Message size (K/M/G suffixes, binary units).
     #[arg(long, conflicts_with = "sizes")]
     msize: Option<String>,
@@ -76,8 +84,29 @@ struct Row {
     contention: Vec<ContentionRow>,
     /// Extension: the model's prediction for this tree and segment (µs).
     predicted_us: f64,
-    /// Extension: engine messages sent (segments and credits).
+    /// Extension: engine messages sent (segments and credits); multicast: group frames,
+    /// repairs, NACKs, acknowledgements and status frames' senders' messages.
     messages: u64,
+    /// Extension (multicast only): what the reliability did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    multicast: Option<McRow>,
+}
+
+/// What a multicast run's reliability did (`sim::multicast::Report`).
+#[derive(Serialize)]
+struct McRow {
+    loss: f64,
+    seed: u64,
+    repairs: u64,
+    root_repairs: u64,
+    nacks: u64,
+    acks: u64,
+    lost: u64,
+    duplicates: u64,
+    stalls: u64,
+    /// (rank, segment) pairs held at the end: checked to be (ranks − 1) × segments.
+    delivered: u64,
+    segments: u64,
 }
 
 #[derive(Serialize)]
@@ -117,7 +146,17 @@ pub fn run(args: Args) -> CliResult {
         (None, Some(list)) => parse_sizes(list)?,
         (None, None) => return Err("give --msize SIZE or --sizes LIST".into()),
     };
-    let trees = crate::bench::parse_trees(&args.tree)?;
+    // Multicast is simulated here but refused by the communicator's names (no carrier yet).
+    let mut trees = Vec::new();
+    for name in args.tree.split(',').map(str::trim) {
+        match name {
+            "multicast" => trees.push(None),
+            _ => trees.push(Some(crate::bench::parse_trees(name)?.remove(0))),
+        }
+    }
+    if !(0.0..1.0).contains(&args.loss) {
+        return Err(format!("--loss must be at least 0 and below 1, not {}", args.loss).into());
+    }
     let segment = args
         .segment
         .as_deref()
@@ -151,9 +190,14 @@ pub fn run(args: Args) -> CliResult {
     let mut rows = Vec::new();
     for &bytes in &sizes {
         for tree in &trees {
-            rows.push(one(
-                &topology, args.root, tree, bytes, segment, &profile, &timing,
-            )?);
+            rows.push(match tree {
+                Some(tree) => one(
+                    &topology, args.root, tree, bytes, segment, &profile, &timing,
+                )?,
+                None => one_multicast(
+                    &topology, args.root, bytes, segment, &profile, &timing, args.loss, args.seed,
+                )?,
+            });
         }
     }
     let format = if args.json { Format::Json } else { args.format };
@@ -207,6 +251,70 @@ fn one(
     Ok(row(topology, name, bytes, seg, &report, predicted_us))
 }
 
+/// Simulates the multicast schedule for `bytes` (segment: given, else the multicast model's).
+#[allow(clippy::too_many_arguments)]
+fn one_multicast(
+    topology: &Topology,
+    root: usize,
+    bytes: u64,
+    segment: Option<u64>,
+    profile: &Profile,
+    timing: &Timing,
+    loss: f64,
+    seed: u64,
+) -> Result<Row, Box<dyn std::error::Error>> {
+    use pipecast::model::multicast as model;
+    let choice = model::plan_for(topology, root, profile, bytes, loss)?;
+    let shape = model::Shape::of(&choice.plan, Some(topology));
+    let seg = segment.unwrap_or(choice.segment_bytes).max(1);
+    let predicted_us = model::predict(shape, profile, bytes, seg, loss);
+    let options = pipecast::sim::multicast::Options {
+        loss,
+        seed,
+        window: None,
+    };
+    let r = pipecast::sim::multicast::simulate_multicast(
+        topology,
+        &choice.plan,
+        bytes,
+        seg,
+        timing,
+        options,
+    )
+    .map_err(|e| format!("multicast at {bytes} B: {e}"))?;
+    let report = Report {
+        completion_ns: r.completion_ns,
+        finished_ns: r.holds_ns.clone(),
+        holds_ns: r.holds_ns.clone(),
+        edges: r.edges.clone(),
+        bottleneck: r.bottleneck,
+        contention: Vec::new(),
+        messages: r.group_frames + r.repairs + r.nacks + r.acks,
+    };
+    let mut row = row(
+        topology,
+        "multicast".into(),
+        bytes,
+        seg.min(bytes.max(1)),
+        &report,
+        predicted_us,
+    );
+    row.multicast = Some(McRow {
+        loss,
+        seed,
+        repairs: r.repairs,
+        root_repairs: r.root_repairs,
+        nacks: r.nacks,
+        acks: r.acks,
+        lost: r.lost,
+        duplicates: r.duplicates,
+        stalls: r.stalls,
+        delivered: r.delivered,
+        segments: r.segments,
+    });
+    Ok(row)
+}
+
 fn us(ns: u64) -> f64 {
     ns as f64 / 1000.0
 }
@@ -245,6 +353,7 @@ fn row(
             .collect(),
         predicted_us,
         messages: r.messages,
+        multicast: None,
     }
 }
 
