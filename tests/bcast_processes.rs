@@ -294,14 +294,6 @@ fn spawn_rank_env(rank: usize, n: usize, port: u16, args: &[&str], env: &[(&str,
         .expect("spawn rank")
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Waits for `child` until `deadline`; kills it and panics on a hang.
 fn wait_until(child: &mut Child, deadline: Instant, what: &str) -> std::process::ExitStatus {
     loop {
@@ -385,7 +377,7 @@ fn listener_ports(pids: &[u32]) -> Vec<String> {
 
 fn killed_rank(env: &[(&str, &str)]) {
     let n = 4;
-    let port = free_port();
+    let port = common::free_port();
     let args = [
         "--sizes",
         "1M",
@@ -441,7 +433,7 @@ fn killed_rank(env: &[(&str, &str)]) {
 #[test]
 fn mismatched_message_sizes_are_reported() {
     let n = 3;
-    let port = free_port();
+    let port = common::free_port();
     let common = ["--iters", "1", "--tree", "flat", "--timeout-ms", "3000"];
     let mut ranks: Vec<Child> = (0..n)
         .map(|r| {
@@ -469,7 +461,7 @@ fn mismatched_message_sizes_are_reported() {
 #[test]
 fn stopped_rank_is_waited_for_beyond_the_timeout() {
     let n = 3;
-    let port = free_port();
+    let port = common::free_port();
     let args = [
         "--sizes",
         "256K",
@@ -580,7 +572,7 @@ fn topology_file_maps_ranks_to_machines() {
 fn mixed_hosts_of_one_two_and_three_ranks() {
     let hosts = ["a", "b", "b", "c", "c", "c"];
     let n = hosts.len();
-    let port = free_port();
+    let port = common::free_port();
     let args = [
         "--sizes",
         "0,1,65537,1048579",
@@ -780,7 +772,7 @@ fn ranks_derive_one_profile_from_the_slowest_link() {
     let cache = std::env::temp_dir().join(format!("pipecast-cache-{}", std::process::id()));
     std::fs::remove_dir_all(&cache).ok();
     let n = 3;
-    let port = free_port();
+    let port = common::free_port();
     let rates = ["10gbit", "1gbit", "25gbit"];
     let ranks: Vec<Child> = (0..n)
         .map(|r| {

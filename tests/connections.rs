@@ -43,14 +43,6 @@ fn spawn(
         .expect("spawn a rank")
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// How each rank of a job ended: success, its stderr, and rank 0's stdout.
 struct Ended {
     ok: Vec<bool>,
@@ -67,7 +59,7 @@ fn job(
     env: &[(&str, &str)],
     within: Duration,
 ) -> Ended {
-    let port = free_port();
+    let port = common::free_port();
     let mut ranks: Vec<Child> = (0..n)
         .map(|r| spawn(r, n, port, limit(r), args, env))
         .collect();

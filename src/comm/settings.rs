@@ -462,33 +462,26 @@ impl Settings {
                 })?;
             }
         }
-        if let Some(v) = &self.verbs_max_qps {
-            let most = crate::transport::verbs::MAX_QPS_LIMIT;
-            config.verbs_max_qps = v
-                .trim()
+        // A count from 1 to `most` of `what`.
+        let count = |v: &str, name: &'static str, what: &str, most: usize| {
+            v.trim()
                 .parse()
                 .ok()
                 .filter(|n| (1..=most).contains(n))
                 .ok_or_else(|| {
                     bad(
-                        "PIPECAST_VERBS_MAX_QPS",
-                        format!("{v:?}: expected a whole number of queue pairs from 1 to {most}"),
+                        name,
+                        format!("{v:?}: expected a whole number of {what} from 1 to {most}"),
                     )
-                })?;
+                })
+        };
+        if let Some(v) = &self.verbs_max_qps {
+            let most = crate::transport::verbs::MAX_QPS_LIMIT;
+            config.verbs_max_qps = count(v, "PIPECAST_VERBS_MAX_QPS", "queue pairs", most)?;
         }
         if let Some(v) = &self.max_connections {
             let most = crate::transport::tcp::MAX_CONNECTIONS_LIMIT;
-            config.max_connections = v
-                .trim()
-                .parse()
-                .ok()
-                .filter(|n| (1..=most).contains(n))
-                .ok_or_else(|| {
-                    bad(
-                        "PIPECAST_MAX_CONNECTIONS",
-                        format!("{v:?}: expected a whole number of connections from 1 to {most}"),
-                    )
-                })?;
+            config.max_connections = count(v, "PIPECAST_MAX_CONNECTIONS", "connections", most)?;
         }
         if let Some(v) = &self.tree_dump {
             config.tree_dump = Some(v.into());

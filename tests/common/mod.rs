@@ -19,6 +19,16 @@ use std::sync::OnceLock;
 #[allow(dead_code)] // not every test binary runs it
 pub const EXE: &str = env!("CARGO_BIN_EXE_pipecast");
 
+/// A loopback port free a moment ago (for a job's rendezvous).
+#[allow(dead_code)] // not every test binary starts a job
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// Runs `pipecast ARGS` to completion.
 #[allow(dead_code)] // not every test binary runs it
 pub fn pipecast(args: &[&str]) -> std::process::Output {

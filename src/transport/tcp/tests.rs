@@ -30,6 +30,77 @@ fn two_lanes(root: usize) -> Vec<Lane> {
     vec![chain(others[0], others[1]), chain(others[1], others[0])]
 }
 
+/// Broadcast `i` of a test (number i + 1, `len` bytes of `pattern(len, i)` from `root`), as
+/// rank `me` runs it.
+struct Ran {
+    me: usize,
+    i: usize,
+    root: usize,
+    len: usize,
+}
+
+impl Ran {
+    /// Runs it over `lanes` (each on its rail of `rails`, if given) through `t`, connecting
+    /// to its peers when it is posted as the progress thread does; returns the buffer.
+    fn on(
+        self,
+        t: &mut TcpTransport,
+        endpoint: &mut Engine,
+        lanes: &[Lane],
+        rails: Option<Vec<usize>>,
+        clock: &dyn Fn() -> u64,
+    ) -> Vec<u8> {
+        let Ran { me, i, root, len } = self;
+        let seq = i as u64 + 1;
+        let data = if me == root {
+            pattern(len, i)
+        } else {
+            vec![0; len]
+        };
+        let mut bufs = Buffers::new();
+        bufs.insert(seq, Buffer::Owned(data));
+        let setup = Setup {
+            seq,
+            root,
+            msize: len as u64,
+            segment: 4096,
+            deep: false,
+        };
+        let mut bcast = Bcast::new(me, lanes, setup, Config::default(), 0).unwrap();
+        if let Some(rails) = rails {
+            bcast = bcast.with_rails(rails);
+        }
+        t.connect(&bcast.peers(), Duration::from_secs(10)).unwrap();
+        let buf = bufs.get_mut(&seq).unwrap().as_mut_slice();
+        endpoint.post(bcast, buf, clock()).unwrap();
+        drive(t, &mut bufs, endpoint, seq, clock).unwrap();
+        let Some(Buffer::Owned(v)) = bufs.remove(&seq) else {
+            panic!("the buffer is back")
+        };
+        v
+    }
+}
+
+/// Keeps `t` going (credits, goodbyes) until all `n` ranks counted themselves `finished`.
+fn linger(
+    t: &mut TcpTransport,
+    endpoint: &mut Engine,
+    finished: &AtomicUsize,
+    n: usize,
+    clock: &dyn Fn() -> u64,
+) {
+    finished.fetch_add(1, Ordering::SeqCst);
+    while finished.load(Ordering::SeqCst) < n {
+        t.progress(
+            &mut Buffers::new(),
+            endpoint,
+            clock,
+            Duration::from_millis(1),
+        )
+        .unwrap();
+    }
+}
+
 /// Three ranks with two NICs each: every broadcast is byte-exact, lane 1's bytes leave
 /// through the NIC 1 connections, and nothing else uses them.
 #[test]
@@ -69,38 +140,16 @@ fn each_lane_leaves_through_its_own_rail() {
                 let mut endpoint = Engine::new();
                 let mut out = Vec::new();
                 for (i, &(root, n)) in cases.iter().enumerate() {
-                    let seq = i as u64 + 1;
-                    let data = if me == root {
-                        pattern(n, i)
-                    } else {
-                        vec![0; n]
-                    };
-                    let mut bufs = Buffers::new();
-                    bufs.insert(seq, Buffer::Owned(data));
-                    let setup = Setup {
-                        seq,
+                    let lanes = two_lanes(root);
+                    let ran = Ran {
+                        me,
+                        i,
                         root,
-                        msize: n as u64,
-                        segment: 4096,
-                        deep: false,
+                        len: n,
                     };
-                    let bcast = Bcast::new(me, &two_lanes(root), setup, Config::default(), 0)
-                        .unwrap()
-                        .with_rails(vec![0, 1]);
-                    let buf = bufs.get_mut(&seq).unwrap().as_mut_slice();
-                    endpoint.post(bcast, buf, clock()).unwrap();
-                    drive(&mut t, &mut bufs, &mut endpoint, seq, &clock).unwrap();
-                    let Some(Buffer::Owned(v)) = bufs.remove(&seq) else {
-                        panic!("the buffer is back")
-                    };
-                    out.push(v);
+                    out.push(ran.on(&mut t, &mut endpoint, &lanes, Some(vec![0, 1]), &clock));
                 }
-                finished.fetch_add(1, Ordering::SeqCst);
-                while finished.load(Ordering::SeqCst) < 3 {
-                    let wait = Duration::from_millis(1);
-                    t.progress(&mut Buffers::new(), &mut endpoint, &clock, wait)
-                        .unwrap();
-                }
+                linger(&mut t, &mut endpoint, &finished, 3, &clock);
                 // Each rail's connections run between that rail's addresses at both ends (the
                 // connecting side binds its source to its NIC's address).
                 for (&(peer, rail), c) in &t.conns {
@@ -179,39 +228,11 @@ fn run_chains(
                 let mut endpoint = Engine::new();
                 let mut out = Vec::new();
                 for (i, &(root, stride, len)) in cases.iter().enumerate() {
-                    let seq = i as u64 + 1;
-                    let data = if me == root {
-                        pattern(len, i)
-                    } else {
-                        vec![0; len]
-                    };
-                    let mut bufs = Buffers::new();
-                    bufs.insert(seq, Buffer::Owned(data));
-                    let setup = Setup {
-                        seq,
-                        root,
-                        msize: len as u64,
-                        segment: 4096,
-                        deep: false,
-                    };
-                    let bcast =
-                        Bcast::new(me, &chain(n, root, stride), setup, Config::default(), 0)
-                            .unwrap();
-                    t.connect(&bcast.peers(), Duration::from_secs(10)).unwrap();
-                    let buf = bufs.get_mut(&seq).unwrap().as_mut_slice();
-                    endpoint.post(bcast, buf, clock()).unwrap();
-                    drive(&mut t, &mut bufs, &mut endpoint, seq, &clock).unwrap();
-                    let Some(Buffer::Owned(v)) = bufs.remove(&seq) else {
-                        panic!("the buffer is back")
-                    };
-                    out.push(v);
+                    let lanes = chain(n, root, stride);
+                    let ran = Ran { me, i, root, len };
+                    out.push(ran.on(&mut t, &mut endpoint, &lanes, None, &clock));
                 }
-                finished.fetch_add(1, Ordering::SeqCst);
-                while finished.load(Ordering::SeqCst) < n {
-                    let wait = Duration::from_millis(1);
-                    t.progress(&mut Buffers::new(), &mut endpoint, &clock, wait)
-                        .unwrap();
-                }
+                linger(&mut t, &mut endpoint, &finished, n, &clock);
                 (out, t)
             })
         })
