@@ -19,7 +19,7 @@ pub enum CommError {
         size: usize,
         missing: String,
     },
-    #[error("this communicator failed earlier ({0}) and can no longer be used")]
+    #[error("pipecast failed earlier in this process ({0}): no communicator on its engine (this one included) can be used any more")]
     Failed(String),
     /// Some rank could not set up (or ranks disagree): every rank returns this same error.
     #[error("pipecast is not used on this communicator: {detail}")]
