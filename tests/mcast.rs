@@ -14,7 +14,7 @@
 
 mod common;
 
-use common::netns::{sh, Lab};
+use common::netns::{nft, sh, Lab};
 use common::pattern;
 use common::requirements::{root, tool, Missing};
 use pipecast::engine::multicast::{Config, Member, Msg, Shape, State};
@@ -333,23 +333,6 @@ fn udp_bcast(hosts: &[String], cookie: u64, root: usize, msize: usize) -> Vec<Ve
         })
         .collect();
     threads.into_iter().map(|t| t.join().unwrap()).collect()
-}
-
-/// Loads nftables `rules` in namespace `ns`.
-fn nft(ns: &str, rules: &str) {
-    let mut nft = std::process::Command::new("ip")
-        .args(["netns", "exec", ns, "nft", "-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::io::Write::write_all(&mut nft.stdin.take().unwrap(), rules.as_bytes()).unwrap();
-    let out = nft.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "nft: {}\n{rules}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 fn bcast_case(tag: &str, loss: bool) {

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::netns::{sh, tbf, Lab};
+use common::netns::{nft, sh, tbf, Lab};
 use common::pattern;
 use common::requirements::tool;
 use pipecast::engine::drive::Engine;
@@ -20,7 +20,6 @@ use pipecast::transport::raweth::{Config, Counters, RawEthTransport};
 use pipecast::transport::{Buffer, Buffers, Link};
 use pipecast::wire::frame::{Kind, Repr, HEADER_LEN};
 use std::io::IoSlice;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
@@ -942,22 +941,5 @@ fn a_soak_with_loss_duplication_bursts_and_a_flood_stays_byte_exact() {
     assert!(
         sum(|c| c.duplicates) > 0,
         "1 % duplication must show: {counters:?}"
-    );
-}
-
-/// Loads nftables `rules` in namespace `ns`.
-fn nft(ns: &str, rules: &str) {
-    let mut nft = Command::new("ip")
-        .args(["netns", "exec", ns, "nft", "-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::io::Write::write_all(&mut nft.stdin.take().unwrap(), rules.as_bytes()).unwrap();
-    let out = nft.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "nft: {}\n{rules}",
-        String::from_utf8_lossy(&out.stderr)
     );
 }

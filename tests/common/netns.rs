@@ -168,3 +168,20 @@ pub fn tbf(ns: &str, dev: &str, rate: &str) {
     ])
     .unwrap();
 }
+
+/// Loads nftables `rules` in namespace `ns`.
+pub fn nft(ns: &str, rules: &str) {
+    let mut nft = Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut nft.stdin.take().unwrap(), rules.as_bytes()).unwrap();
+    let out = nft.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "nft: {}\n{rules}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -93,27 +93,6 @@ fn set_opt<T: Copy>(fd: RawFd, level: i32, name: i32, value: T) -> io::Result<()
     }
 }
 
-fn get_int(fd: RawFd, level: i32, name: i32) -> io::Result<i32> {
-    let mut value = 0i32;
-    let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
-    // SAFETY: `value` and `len` are live and sized for an int; the kernel writes at most
-    // `len` bytes.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            level,
-            name,
-            &mut value as *mut i32 as *mut libc::c_void,
-            &mut len,
-        )
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(value)
-    }
-}
-
 /// The largest receive buffer an unprivileged socket may ask for (`net.core.rmem_max`).
 pub fn rmem_max() -> Option<usize> {
     std::fs::read_to_string("/proc/sys/net/core/rmem_max")
@@ -131,7 +110,10 @@ fn grow_rcvbuf(fd: RawFd, bytes: usize) -> io::Result<usize> {
         let cap = rmem_max().map_or(want, |m| want.min(m.min(i32::MAX as usize) as i32));
         set_opt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, cap)?;
     }
-    Ok(get_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF)?.max(0) as usize)
+    Ok(
+        crate::transport::raweth::socket::int_option(fd, libc::SOL_SOCKET, libc::SO_RCVBUF)?.max(0)
+            as usize,
+    )
 }
 
 /// A non-blocking UDP socket with `SO_REUSEADDR` (ranks of one host share the group's

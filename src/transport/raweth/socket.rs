@@ -345,23 +345,7 @@ impl RawSocket {
 
     /// Reads an `SOL_SOCKET` integer option.
     pub fn get_int(&self, option: i32) -> io::Result<i32> {
-        let mut value = 0i32;
-        let mut len = std::mem::size_of::<i32>() as u32;
-        // SAFETY: `value`/`len` are live and sized for an int.
-        let r = unsafe {
-            libc::getsockopt(
-                self.fd.as_raw_fd(),
-                libc::SOL_SOCKET,
-                option,
-                &mut value as *mut i32 as *mut libc::c_void,
-                &mut len,
-            )
-        };
-        if r < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(value)
-        }
+        int_option(self.fd.as_raw_fd(), libc::SOL_SOCKET, option)
     }
 
     pub fn mac(&self) -> Mac {
@@ -573,6 +557,28 @@ impl RecvBatch {
             mac.copy_from_slice(&f.sll_addr[..6]);
             Some((mac, to, self.truncated[i], &self.bufs[i][..self.lens[i]]))
         })
+    }
+}
+
+/// Reads the integer socket option `level`/`name` of `fd` (also the multicast carriers').
+pub(crate) fn int_option(fd: RawFd, level: i32, name: i32) -> io::Result<i32> {
+    let mut value = 0i32;
+    let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
+    // SAFETY: `value` and `len` are live and sized for an int; the kernel writes at most
+    // `len` bytes.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            level,
+            name,
+            &mut value as *mut i32 as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(value)
     }
 }
 
