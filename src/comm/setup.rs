@@ -6,7 +6,7 @@
 use super::agree::{self, Roster};
 use super::progress::{self, Op};
 use super::{cpus, hosts, link, CommError, Config};
-use crate::topology::Topology;
+use crate::topology::{InHost, Topology};
 use crate::transport::raweth::RawEthTransport;
 use crate::transport::router::Router;
 use crate::transport::shm::{self, ShmLink, ShmMode};
@@ -197,23 +197,17 @@ impl Local {
                 );
             }
         }
-        let topology = hosts::topology(config.topology.as_ref(), &rank_hosts, &keys)?;
-        // Ranks of one host without shared memory between them talk through loopback TCP,
-        // and a two-level plan's fan-out "through memory" is a flat tree over sockets: the
-        // root connected to every rank. On a few ranks that is the fastest (measured on 2
-        // cores: 1 MiB to 16 ranks took 6.3 ms, a chain 13.0 ms), but beyond the connection
-        // cache every root would hold every rank. Then each rank is a machine of one switch
-        // and every tree keeps its shape (docs/scale.md). Every rank decides alike: from the
-        // host keys and the agreed bound.
-        let topology = if shm.is_none()
-            && config.topology.is_none()
-            && size > config.max_connections.saturating_add(1)
-            && keys.iter().all(|k| *k == keys[0])
-        {
-            Topology::single_switch(size)
-        } else {
-            topology
+        // Without shared memory (an agreed setting) a host's ranks talk through loopback
+        // TCP, under the agreed connection bound: the plans feed a host of many such ranks by
+        // a tree, not the fan-out (plan::two_level, topology::InHost).
+        let in_host = match shm {
+            Some(_) => InHost::Memory,
+            None => InHost::Sockets {
+                max_connections: config.max_connections,
+            },
         };
+        let topology = hosts::topology(config.topology.as_ref(), &rank_hosts, &keys)?
+            .with_in_host(|_| in_host);
         tcp.set_peers(peers.addrs.clone(), peers.cookie);
         tcp.set_rails(&peers.rails);
         tcp.set_keepalive(config.timeout);

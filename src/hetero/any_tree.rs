@@ -31,7 +31,9 @@ pub fn build_plan(
     }
     if let Some(hosts) = topology.hosts() {
         let network = build_plan(hosts.network(), hosts.host_of(root), tree, segments)?;
-        return Ok(plan::two_level::expand(hosts, root, &network));
+        return Ok(plan::two_level::expand(
+            hosts, root, &network, tree, segments,
+        ));
     }
     let (lane, _) =
         plan_on_topology(topology, root, name, PLAN_SLICE).map_err(|e| PlanError::Hetero {

@@ -271,7 +271,11 @@ pub fn plan_for(
         }
         TreeKind::KBinomial(None) => {
             // The tree between hosts when ranks share them (plan::two_level).
-            let size = topology.hosts().map_or(topology.size(), |h| h.count()) as u64;
+            // (A job of one host fed by a tree is that tree over its ranks.)
+            let size = topology
+                .hosts()
+                .filter(|h| !h.one_tree())
+                .map_or(topology.size(), |h| h.count()) as u64;
             let mut built: BTreeMap<u32, Plan> = BTreeMap::new();
             let mut best: Option<Choice> = None;
             for seg in profile.sizes() {
@@ -319,10 +323,8 @@ pub fn price(plan: Plan, topology: &Topology, profile: &Profile, msize: u64) -> 
     }
     let (segment_bytes, predicted_us) = if let Some(hosts) = topology.hosts() {
         two_level::choose_segment(&plan, hosts, profile, msize)
-    } else if plan.lanes.len() > 1 && plan.tree.is_pipelined() {
-        choose_segment_with_links(&plan, topology, profile, msize)
     } else {
-        choose_segment(&plan, profile, msize)
+        choose_segment_flat(&plan, topology, profile, msize)
     };
     Choice {
         plan,
@@ -358,6 +360,21 @@ pub fn busiest_edge(plan: &Plan, topology: &Topology) -> usize {
         }
     }
     count.into_values().max().unwrap_or(0)
+}
+
+/// The segment and time of a plan on a topology without hosts: [`choose_segment`], or
+/// [`choose_segment_with_links`] for several concurrent lanes.
+fn choose_segment_flat(
+    plan: &Plan,
+    topology: &Topology,
+    profile: &Profile,
+    msize: u64,
+) -> (u64, f64) {
+    if plan.lanes.len() > 1 && plan.tree.is_pipelined() {
+        choose_segment_with_links(plan, topology, profile, msize)
+    } else {
+        choose_segment(plan, profile, msize)
+    }
 }
 
 /// [`choose_segment`] for plans of several concurrent lanes: each candidate is priced as the

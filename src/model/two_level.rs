@@ -15,17 +15,26 @@
 //! host's stage does not grow with its rank count; the memory bus they share is not modelled.
 //! A single host is `X·c` = the message over the copy bandwidth plus a per-segment overhead
 //! ([`super::profile::COPY_OVERHEAD_US`]).
+//!
+//! A host fed by a tree over sockets (`Hosts::tree_inside`, `plan::two_level::inside`) is
+//! priced as that tree: its part of the plan over the host's ranks as machines of one switch
+//! ([`super::predict`] with the profile's network costs, loopback being a network), starting
+//! when its leader has the first segment: `arrive(leader) + T_inside`. A job of one such
+//! host is that tree alone, priced and its segment chosen as on a topology without hosts.
 
 use super::logp;
 use super::profile::{Cost, Profile};
-use crate::plan::{kbinomial, two_level, Plan, TreeKind};
-use crate::topology::Hosts;
+use crate::plan::{kbinomial, two_level, Lane, Plan, TreeKind};
+use crate::topology::{Hosts, Topology};
 
 /// Predicted µs of `msize` bytes over the two-level `plan` with segments of `segment` bytes
 /// (per lane; non-pipelined trees move whole messages, as [`super::predict`]).
 pub fn predict(plan: &Plan, hosts: &Hosts, profile: &Profile, msize: u64, segment: u64) -> f64 {
     if msize == 0 || plan.lanes.is_empty() {
         return 0.0;
+    }
+    if hosts.one_tree() {
+        return super::predict(plan, profile, msize, segment);
     }
     let net = two_level::network(plan, hosts);
     let t_net = super::predict(&net, profile, msize, segment);
@@ -42,8 +51,41 @@ pub fn predict(plan: &Plan, hosts: &Hosts, profile: &Profile, msize: u64, segmen
     let pipeline = x.saturating_sub(1) as f64 * period.max(copy_period);
     (0..hosts.count())
         .filter(|&h| hosts.ranks(h).len() > 1)
-        .map(|h| arrive.get(h).copied().unwrap_or(0.0) + copy + pipeline)
+        .map(|h| {
+            let at = arrive.get(h).copied().unwrap_or(0.0);
+            if hosts.tree_inside(h) {
+                at + super::predict(&inside(plan, hosts, h), profile, msize, segment)
+            } else {
+                at + copy + pipeline
+            }
+        })
         .fold(t_net, f64::max)
+}
+
+/// Host h's part of `plan`: its edges between ranks of host h, over the host's ranks as
+/// machines (machine i = the host's i-th rank), rooted at its leader.
+pub fn inside(plan: &Plan, hosts: &Hosts, h: usize) -> Plan {
+    let ranks = hosts.ranks(h);
+    let index = |r: usize| ranks.binary_search(&r).ok();
+    let leader = hosts.leader(h, plan.root);
+    let lanes = plan
+        .lanes
+        .iter()
+        .map(|lane| {
+            let mut children = vec![Vec::new(); ranks.len()];
+            for (i, &r) in ranks.iter().enumerate() {
+                let kids = lane.children.get(r).map_or(&[][..], Vec::as_slice);
+                children[i].extend(kids.iter().filter_map(|&c| index(c)));
+            }
+            Lane::from_children(children)
+        })
+        .collect();
+    Plan {
+        tree: plan.tree.clone(),
+        root: index(leader).unwrap_or(0),
+        lanes,
+        rails: plan.rails.clone(),
+    }
 }
 
 /// When the first segment reaches each host's leader (latest over lanes), and the network's
@@ -74,6 +116,14 @@ fn network_schedule(net: &Plan, cost: Cost, profile: &Profile) -> (Vec<f64>, f64
 pub fn choose_segment(plan: &Plan, hosts: &Hosts, profile: &Profile, msize: u64) -> (u64, f64) {
     if msize == 0 {
         return (0, 0.0);
+    }
+    if hosts.one_tree() {
+        return super::choose_segment_flat(
+            plan,
+            &Topology::single_switch(hosts.size()),
+            profile,
+            msize,
+        );
     }
     if !plan.tree.is_pipelined() {
         return (msize, predict(plan, hosts, profile, msize, msize));
@@ -167,6 +217,53 @@ mod tests {
         let c = p.cost(seg);
         let want = c.l_us + c.g_us + 64.0 * copy;
         assert!((t_us - want).abs() < 1e-6, "{t_us} vs {want}");
+    }
+
+    fn sockets(t: Topology, bound: usize) -> Topology {
+        t.with_in_host(|_| crate::topology::InHost::Sockets {
+            max_connections: bound,
+        })
+    }
+
+    #[test]
+    fn one_host_fed_by_a_tree_is_priced_as_that_tree() {
+        // 20 ranks on one host without shared memory, a bound of 16: exactly what the ranks
+        // as machines of one switch plan and price.
+        let t = sockets(hosts::expand(&Topology::single_switch(1), Some(20)).unwrap(), 16);
+        let flat = Topology::single_switch(20);
+        let p = profile();
+        for name in ["auto", "linear", "binary", "kbinomial", "multilane", "binomial"] {
+            for msize in [1, 64 << 10, 1 << 20] {
+                let tree = name.parse().unwrap();
+                let a = plan_for(&t, 3, &tree, &p, msize).unwrap();
+                let b = plan_for(&flat, 3, &tree, &p, msize).unwrap();
+                assert_eq!(a.plan, b.plan, "{name} {msize}");
+                assert_eq!(a.segment_bytes, b.segment_bytes, "{name} {msize}");
+                assert!((a.predicted_us - b.predicted_us).abs() < 1e-9, "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_host_fed_by_a_tree_pays_for_it() {
+        // 2 hosts of 12 ranks: fed through memory, the in-host stage is about one copy; fed
+        // by a chain over sockets (bound 4), it is a chain of 12 behind the leader.
+        let p = profile();
+        let memory = hosts::expand(&Topology::single_switch(2), Some(12)).unwrap();
+        let chains = sockets(memory.clone(), 4);
+        let h = chains.hosts().unwrap();
+        let msize = 1 << 20;
+        let plan = plan::build(&chains, 0, &TreeKind::Linear, None).unwrap();
+        let seg = 64 << 10;
+        let t = predict(&plan, h, &p, msize, seg);
+        let host1 = inside(&plan, h, 1);
+        assert_eq!(host1.lanes[0].height(), 11);
+        let net = two_level::network(&plan, h);
+        let (arrive, _) = network_schedule(&net, p.cost(seg), &p);
+        let want = arrive[1] + crate::model::predict(&host1, &p, msize, seg);
+        assert!((t - want).abs() < 1e-6, "{t} vs {want}");
+        let fan = plan::build(&memory, 0, &TreeKind::Linear, None).unwrap();
+        assert!(predict(&fan, memory.hosts().unwrap(), &p, msize, seg) < t);
     }
 
     #[test]

@@ -21,29 +21,88 @@
 //! network hops. The result is ordinary [`Lane`]s over all ranks, one per lane of the
 //! inter-host plan (`multilane` keeps its two), so the engine needs no change. O(P) after the
 //! inter-host tree.
+//!
+//! A host whose ranks talk through sockets (no shared memory: [`InHost::Sockets`]) and are
+//! more than the connection bound + 1 ([`Hosts::tree_inside`]) is fed by a tree instead of
+//! the fan-out, which over sockets would be a flat tree whose root opens a connection to
+//! every rank of the host, beyond what the link keeps: the requested tree over the host's
+//! ranks as machines of one switch, from its leader ([`inside`]; a chain for a tree that
+//! cannot be built there). A job of one such host is that tree alone. Every rank plans
+//! alike: the facts ([`Hosts::in_host`]) come from agreed settings.
 
 use super::{Lane, Plan, PlanError, TreeKind};
-use crate::topology::{Hosts, MachineId};
+use crate::topology::{Hosts, MachineId, Topology};
 
 /// Every host's leader for a broadcast from `root`, by host.
 pub fn leaders(hosts: &Hosts, root: MachineId) -> Vec<MachineId> {
     (0..hosts.count()).map(|h| hosts.leader(h, root)).collect()
 }
 
+/// The tree that feeds host h's ranks from `leader` when they are fed by a tree
+/// ([`Hosts::tree_inside`]): `tree` over the host's ranks as machines of one switch (machine
+/// i = the host's i-th rank), rooted at the leader's index; a chain when `tree` cannot be
+/// built there (`auto`, `multicast`, `hetero:NAME`, too many ranks for its planner).
+pub fn inside(
+    hosts: &Hosts,
+    h: usize,
+    leader: MachineId,
+    tree: &TreeKind,
+    segments: Option<u64>,
+) -> Plan {
+    let ranks = hosts.ranks(h);
+    let at = ranks
+        .iter()
+        .position(|&r| r == leader)
+        .expect("the leader is a rank of its host");
+    let one = Topology::single_switch(ranks.len());
+    let built = match tree {
+        TreeKind::Auto | TreeKind::Multicast | TreeKind::Hetero(_) => None,
+        tree => super::build(&one, at, tree, segments).ok(),
+    };
+    built.unwrap_or_else(|| {
+        Plan::one_lane(TreeKind::Linear, at, super::linear::build(&one, at))
+    })
+}
+
 /// The plan over all ranks for `network`, a plan over [`Hosts::network`] rooted at the root's
 /// host: each network edge `h → g` becomes `leader(h) → leader(g)`, and each leader then feeds
-/// the other ranks of its host (module doc).
-pub fn expand(hosts: &Hosts, root: MachineId, network: &Plan) -> Plan {
+/// the other ranks of its host: all of them directly, or through the tree [`inside`] builds of
+/// `tree` when the host's ranks talk through sockets and are many ([`Hosts::tree_inside`];
+/// its lane l feeds network lane l, cycling when it has fewer).
+pub fn expand(
+    hosts: &Hosts,
+    root: MachineId,
+    network: &Plan,
+    tree: &TreeKind,
+    segments: Option<u64>,
+) -> Plan {
     let leaders = leaders(hosts, root);
+    let trees: Vec<Option<Plan>> = (0..hosts.count())
+        .map(|h| {
+            hosts
+                .tree_inside(h)
+                .then(|| inside(hosts, h, leaders[h], tree, segments))
+        })
+        .collect();
     let lanes = network
         .lanes
         .iter()
-        .map(|lane| {
+        .enumerate()
+        .map(|(l, lane)| {
             let mut children = vec![Vec::new(); hosts.size()];
             for (h, kids) in lane.children.iter().enumerate() {
                 let leader = leaders[h];
                 children[leader].extend(kids.iter().map(|&g| leaders[g]));
-                children[leader].extend(hosts.ranks(h).iter().filter(|&&r| r != leader));
+                let ranks = hosts.ranks(h);
+                match &trees[h] {
+                    None => children[leader].extend(ranks.iter().filter(|&&r| r != leader)),
+                    Some(t) => {
+                        let local = &t.lanes[l % t.lanes.len()];
+                        for (i, kids) in local.children.iter().enumerate() {
+                            children[ranks[i]].extend(kids.iter().map(|&k| ranks[k]));
+                        }
+                    }
+                }
             }
             Lane::from_children(children)
         })
@@ -68,8 +127,12 @@ pub fn build(
     if root >= size {
         return Err(PlanError::BadRoot { root, size });
     }
+    if hosts.one_tree() {
+        // One host fed by a tree: that tree is the plan (ranks 0.. are the host's, in order).
+        return super::build(&Topology::single_switch(size), root, tree, segments);
+    }
     let network = super::build(hosts.network(), hosts.host_of(root), tree, segments)?;
-    Ok(expand(hosts, root, &network))
+    Ok(expand(hosts, root, &network, tree, segments))
 }
 
 /// The inter-host part of a plan over all ranks: its edges between ranks of different hosts,
@@ -256,6 +319,99 @@ mod tests {
             }
             assert!(check(&plan, &t).ok(), "{name}");
         }
+    }
+
+    /// `n` ranks on each of `hosts` hosts of one switch, talking through sockets under a
+    /// connection bound of `bound`.
+    fn socket_hosts(hosts: usize, n: usize, bound: usize) -> Topology {
+        hosts::expand(&Topology::single_switch(hosts), Some(n))
+            .unwrap()
+            .with_in_host(|_| crate::topology::InHost::Sockets {
+                max_connections: bound,
+            })
+    }
+
+    #[test]
+    fn one_host_over_sockets_beyond_the_bound_is_the_tree_itself() {
+        for name in TREES {
+            let tree: TreeKind = name.parse().unwrap();
+            for root in [0, 5, 9] {
+                // 10 ranks, a bound of 8: the fan-out would need 9 connections.
+                let t = socket_hosts(1, 10, 8);
+                assert!(t.hosts().unwrap().one_tree());
+                let plan = plan::build(&t, root, &tree, Some(8)).unwrap();
+                let want = plan::build(&Topology::single_switch(10), root, &tree, Some(8));
+                assert_eq!(plan, want.unwrap(), "{name} root {root}");
+                assert!(check(&plan, &t).ok(), "{name}");
+                // Up to the bound the fan-out stays (faster there).
+                let t = socket_hosts(1, 10, 9);
+                assert!(!t.hosts().unwrap().tree_inside(0));
+                let plan = plan::build(&t, root, &tree, Some(8)).unwrap();
+                for lane in &plan.lanes {
+                    assert_eq!(lane.children[root].len(), 9, "{name}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn hosts_over_sockets_beyond_the_bound_are_fed_by_trees() {
+        // 3 hosts of 8 ranks, a bound of 3: inside every host the requested tree from its
+        // leader; only leaders cross a NIC; no rank has more local children than its tree.
+        let t = socket_hosts(3, 8, 3);
+        let h = t.hosts().unwrap();
+        assert!((0..3).all(|host| h.tree_inside(host)));
+        for name in TREES {
+            let tree: TreeKind = name.parse().unwrap();
+            for root in [0, 7, 12, 23] {
+                let plan = plan::build(&t, root, &tree, Some(8)).unwrap();
+                let net = plan::build(h.network(), h.host_of(root), &tree, Some(8)).unwrap();
+                assert_eq!(network(&plan, h), net, "{name} root {root}");
+                let report = check(&plan, &t);
+                assert!(report.spanning && report.rooted && report.acyclic, "{name}");
+                let leaders = leaders(h, root);
+                for (l, lane) in plan.lanes.iter().enumerate() {
+                    for host in 0..3 {
+                        let inner = inside(h, host, leaders[host], &tree, Some(8));
+                        let local = &inner.lanes[l % inner.lanes.len()];
+                        for (i, &r) in h.ranks(host).iter().enumerate() {
+                            let mine: Vec<usize> = lane.children[r]
+                                .iter()
+                                .copied()
+                                .filter(|&c| is_local(h, r, c))
+                                .collect();
+                            let want: Vec<usize> =
+                                local.children[i].iter().map(|&k| h.ranks(host)[k]).collect();
+                            assert_eq!(mine, want, "{name} root {root} rank {r}");
+                            // Network children only at leaders.
+                            if lane.children[r].iter().any(|&c| !is_local(h, r, c)) {
+                                assert_eq!(r, leaders[host]);
+                            }
+                        }
+                    }
+                }
+                if tree == TreeKind::Linear {
+                    // A chain inside every host: at most one local child per rank.
+                    for r in 0..24 {
+                        let local = plan.lanes[0].children[r]
+                            .iter()
+                            .filter(|&&c| is_local(h, r, c))
+                            .count();
+                        assert!(local <= 1, "rank {r}");
+                    }
+                }
+            }
+        }
+        // A restriction (a communicator of some ranks) keeps how its hosts talk.
+        let members: Vec<usize> = (0..24).filter(|r| r % 8 < 5).collect();
+        let view = t.restrict(&members).unwrap();
+        let vh = view.hosts().unwrap();
+        assert!((0..3).all(|host| vh.tree_inside(host)));
+        let fewer: Vec<usize> = (0..24).filter(|r| r % 8 < 4).collect();
+        let view = t.restrict(&fewer).unwrap();
+        assert!(!view.hosts().unwrap().tree_inside(0));
+        let memory = hosts::expand(&Topology::single_switch(3), Some(8)).unwrap();
+        assert!(!memory.hosts().unwrap().tree_inside(0));
     }
 
     #[test]

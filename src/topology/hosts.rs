@@ -23,6 +23,21 @@ pub const MAX_RANKS_PER_MACHINE: usize = 1024;
 /// Most ranks [`expand`] makes in all.
 pub const MAX_RANKS: usize = 1 << 20;
 
+/// How the ranks of one host reach each other, as far as planning cares (`plan::two_level`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum InHost {
+    /// Through memory (the shared-memory link): every local rank reads the leader's buffer,
+    /// so the leader's fan-out costs about one copy per rank, concurrently.
+    #[default]
+    Memory,
+    /// Through sockets (loopback TCP: no shared memory between them). Every in-host edge is a
+    /// connection, and a rank keeps at most `max_connections` of those it opens
+    /// (`PIPECAST_MAX_CONNECTIONS`): a fan-out to more ranks than that would reopen
+    /// connections at every broadcast, so such a host's ranks are fed by a tree
+    /// ([`Hosts::tree_inside`]).
+    Sockets { max_connections: usize },
+}
+
 /// Which ranks share a host (and so its NIC), and the network between the hosts.
 ///
 /// Host h is machine h of [`Hosts::network`]; its link there is the host's NIC. Ranks are
@@ -32,6 +47,8 @@ pub struct Hosts {
     network: Topology,
     host_of: Vec<usize>,
     ranks: Vec<Vec<MachineId>>,
+    /// How each host's ranks reach each other ([`InHost::Memory`] unless told).
+    in_host: Vec<InHost>,
 }
 
 impl Hosts {
@@ -60,11 +77,41 @@ impl Hosts {
         for (m, list) in network.machines.iter_mut().zip(&ranks) {
             m.ranks = list.len();
         }
+        let in_host = vec![InHost::Memory; ranks.len()];
         Ok(Hosts {
             network,
             host_of,
             ranks,
+            in_host,
         })
+    }
+
+    /// The same grouping with host h's ranks reaching each other as `in_host(h)` says.
+    pub fn with_in_host(mut self, in_host: impl Fn(usize) -> InHost) -> Hosts {
+        self.in_host = (0..self.count()).map(in_host).collect();
+        self
+    }
+    /// How host h's ranks reach each other.
+    pub fn in_host(&self, h: usize) -> InHost {
+        self.in_host[h]
+    }
+    /// Whether host h's ranks are fed by a tree among them instead of the leader's flat
+    /// fan-out: they talk through sockets and are more than one rank's connection bound + 1
+    /// (the fan-out's root would hold one connection per other rank). Up to that bound the
+    /// fan-out stays: it is the faster one there (1 MiB to 16 ranks over loopback TCP on 2
+    /// cores: 6.3 ms against 13.0 ms for a chain, docs/scale.md).
+    pub fn tree_inside(&self, h: usize) -> bool {
+        match self.in_host[h] {
+            InHost::Memory => false,
+            InHost::Sockets { max_connections } => {
+                self.ranks[h].len() > max_connections.saturating_add(1)
+            }
+        }
+    }
+    /// Whether the whole job is one host whose ranks are fed by a tree ([`Hosts::tree_inside`]):
+    /// then a plan is the tree over the ranks as machines of one switch, priced as such.
+    pub fn one_tree(&self) -> bool {
+        self.count() == 1 && self.tree_inside(0)
     }
 
     /// One machine per host: host h is machine h, its link the host's NIC.

@@ -30,7 +30,7 @@ pub mod slurm;
 
 pub use error::TopologyError;
 pub use file::{parse_topology, to_json};
-pub use hosts::Hosts;
+pub use hosts::{Hosts, InHost};
 use std::sync::Arc;
 
 /// Why `name` cannot name a switch, machine, host or platform node: it is empty, or it holds a
@@ -239,6 +239,14 @@ impl Topology {
     /// are two-level (`plan::two_level`). `None` when every machine is a host of its own.
     pub fn hosts(&self) -> Option<&Hosts> {
         self.hosts.as_deref()
+    }
+    /// The same topology with host h's ranks reaching each other as `in_host(h)` says
+    /// ([`hosts::InHost`]); unchanged when every machine is a host of its own.
+    pub fn with_in_host(mut self, in_host: impl Fn(usize) -> hosts::InHost) -> Topology {
+        if let Some(h) = self.hosts.take() {
+            self.hosts = Some(Arc::new((*h).clone().with_in_host(in_host)));
+        }
+        self
     }
     /// The switch machine `m` is attached to (by its NIC 0).
     pub fn switch_of(&self, m: MachineId) -> SwitchId {

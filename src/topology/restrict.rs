@@ -43,7 +43,9 @@ impl Topology {
             net.links.clone(),
             used.iter().map(|&h| net.machines[h].clone()).collect(),
         )?;
-        let t = Hosts::new(network, host_of)?.rank_topology()?;
+        let t = Hosts::new(network, host_of)?
+            .with_in_host(|i| hosts.in_host(used[i]))
+            .rank_topology()?;
         Ok(t.first_rails(self.rails()))
     }
 }
