@@ -85,6 +85,10 @@ impl Driver for Engine {
         self.endpoint.peers()
     }
 
+    fn in_flight(&self) -> u64 {
+        self.endpoint.changes()
+    }
+
     fn expected(&self, serves: &dyn Fn(usize) -> bool) -> Vec<Expected> {
         self.endpoint.expected(serves)
     }

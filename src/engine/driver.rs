@@ -111,6 +111,10 @@ pub trait Driver {
     /// demand, RDMA verbs, keeps theirs).
     fn talks_to(&self) -> Vec<usize>;
 
+    /// A number that changes whenever the set of broadcasts in flight changes (one posted or
+    /// finished): what a link derives from them ([`Driver::talks_to`]) holds until it does.
+    fn in_flight(&self) -> u64;
+
     /// The segments this rank may receive next from the peers this link serves (`serves`),
     /// each with its broadcast and byte range: what a link that pre-posts receives or
     /// exposes memory (RDMA verbs) prepares for.

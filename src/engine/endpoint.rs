@@ -46,6 +46,8 @@ pub struct Endpoint {
     posted: BTreeMap<u32, u64>,
     held: BTreeMap<u64, VecDeque<Held>>,
     held_bytes: usize,
+    /// Broadcasts posted and finished so far ([`Endpoint::changes`]).
+    changes: u64,
 }
 
 impl Endpoint {
@@ -69,6 +71,7 @@ impl Endpoint {
         }
         self.posted.insert(comm_of(seq), seq);
         self.active.insert(seq, bcast);
+        self.changes += 1;
         let held = self.held.remove(&seq).unwrap_or_default();
         for h in held {
             self.held_bytes -= h.payload.len();
@@ -145,7 +148,14 @@ impl Endpoint {
 
     /// Removes a finished (or failed) broadcast; messages for it are dropped from now on.
     pub fn finish(&mut self, seq: u64) -> Option<Bcast> {
+        self.changes += 1;
         self.active.remove(&seq)
+    }
+
+    /// Broadcasts posted and finished so far: it changes whenever the set in flight does, so
+    /// what is derived from that set ([`Endpoint::peers`]) holds until it changes.
+    pub fn changes(&self) -> u64 {
+        self.changes
     }
 
     /// Bytes of payload held for broadcasts not posted yet.

@@ -229,10 +229,20 @@ mod tests {
     fn one_host_fed_by_a_tree_is_priced_as_that_tree() {
         // 20 ranks on one host without shared memory, a bound of 16: exactly what the ranks
         // as machines of one switch plan and price.
-        let t = sockets(hosts::expand(&Topology::single_switch(1), Some(20)).unwrap(), 16);
+        let t = sockets(
+            hosts::expand(&Topology::single_switch(1), Some(20)).unwrap(),
+            16,
+        );
         let flat = Topology::single_switch(20);
         let p = profile();
-        for name in ["auto", "linear", "binary", "kbinomial", "multilane", "binomial"] {
+        for name in [
+            "auto",
+            "linear",
+            "binary",
+            "kbinomial",
+            "multilane",
+            "binomial",
+        ] {
             for msize in [1, 64 << 10, 1 << 20] {
                 let tree = name.parse().unwrap();
                 let a = plan_for(&t, 3, &tree, &p, msize).unwrap();

@@ -59,9 +59,7 @@ pub fn inside(
         TreeKind::Auto | TreeKind::Multicast | TreeKind::Hetero(_) => None,
         tree => super::build(&one, at, tree, segments).ok(),
     };
-    built.unwrap_or_else(|| {
-        Plan::one_lane(TreeKind::Linear, at, super::linear::build(&one, at))
-    })
+    built.unwrap_or_else(|| Plan::one_lane(TreeKind::Linear, at, super::linear::build(&one, at)))
 }
 
 /// The plan over all ranks for `network`, a plan over [`Hosts::network`] rooted at the root's
@@ -371,8 +369,8 @@ mod tests {
                 assert!(report.spanning && report.rooted && report.acyclic, "{name}");
                 let leaders = leaders(h, root);
                 for (l, lane) in plan.lanes.iter().enumerate() {
-                    for host in 0..3 {
-                        let inner = inside(h, host, leaders[host], &tree, Some(8));
+                    for (host, &leader) in leaders.iter().enumerate() {
+                        let inner = inside(h, host, leader, &tree, Some(8));
                         let local = &inner.lanes[l % inner.lanes.len()];
                         for (i, &r) in h.ranks(host).iter().enumerate() {
                             let mine: Vec<usize> = lane.children[r]
@@ -380,12 +378,14 @@ mod tests {
                                 .copied()
                                 .filter(|&c| is_local(h, r, c))
                                 .collect();
-                            let want: Vec<usize> =
-                                local.children[i].iter().map(|&k| h.ranks(host)[k]).collect();
+                            let want: Vec<usize> = local.children[i]
+                                .iter()
+                                .map(|&k| h.ranks(host)[k])
+                                .collect();
                             assert_eq!(mine, want, "{name} root {root} rank {r}");
                             // Network children only at leaders.
                             if lane.children[r].iter().any(|&c| !is_local(h, r, c)) {
-                                assert_eq!(r, leaders[host]);
+                                assert_eq!(r, leader);
                             }
                         }
                     }

@@ -165,6 +165,10 @@ pub struct TcpTransport {
     gone: BTreeMap<usize, Gone>,
     /// Streams whose peer said goodbye: this rank closes its own stream to the peer too, if idle.
     farewells: BTreeSet<Key>,
+    /// The peers this link serves that the broadcasts in flight talk to, increasing, as of
+    /// the driver's `in_flight` count `busy_at` (recomputed, and dialled, only when it moves).
+    busy: Vec<usize>,
+    busy_at: Option<u64>,
     /// Opened streams kept at most (idle ones beyond are closed, least recently used first).
     max_conns: usize,
     /// How long a connection may take to be established, and an accepted one to say hello.
@@ -234,6 +238,8 @@ impl TcpTransport {
             serves: BTreeSet::new(),
             gone: BTreeMap::new(),
             farewells: BTreeSet::new(),
+            busy: Vec::new(),
+            busy_at: None,
             max_conns: MAX_CONNECTIONS,
             connect_timeout: Duration::from_secs(60),
             rounds: 0,
@@ -595,6 +601,46 @@ impl TcpTransport {
     }
 }
 
+impl TcpTransport {
+    /// Keeps `busy` (the peers the broadcasts in flight talk to) as of the driver's set in
+    /// flight: when that set changed since the last round, the streams of the peers that were
+    /// busy are marked used now (the cache's recency: a busy stream is never closed, so it
+    /// was last used when it stopped being busy), and the new ones are dialled (`connect`
+    /// did at posting; this also reopens one closed meanwhile). Nothing per round otherwise.
+    fn follow(&mut self, driver: &dyn Driver) -> Result<(), TransportError> {
+        let at = driver.in_flight();
+        if self.busy_at == Some(at) {
+            return Ok(());
+        }
+        self.stamp_busy();
+        let serves = &self.serves;
+        self.busy = driver
+            .talks_to()
+            .into_iter()
+            .filter(|p| serves.contains(p))
+            .collect();
+        self.busy_at = Some(at);
+        for i in 0..self.busy.len() {
+            for rail in 0..self.rails {
+                self.dial((self.busy[i], rail))?;
+            }
+        }
+        self.stamp_busy();
+        Ok(())
+    }
+
+    /// Marks the streams to the busy peers used in this round.
+    fn stamp_busy(&mut self) {
+        for &p in &self.busy {
+            for rail in 0..self.rails {
+                if let Some(c) = self.conns.get_mut(&(p, rail)) {
+                    c.last_used = self.rounds;
+                }
+            }
+        }
+    }
+}
+
 /// What a pollfd in a round stands for.
 #[derive(Debug, Clone, Copy)]
 enum Slot {
@@ -634,6 +680,7 @@ impl Link for TcpTransport {
                 return Err(TransportError::UnknownPeer { peer: p });
             }
             self.serves.insert(p);
+            self.busy_at = None; // what it serves changed: recomputed next round
             for rail in 0..self.rails {
                 self.dial((p, rail))?;
             }
@@ -657,22 +704,10 @@ impl Link for TcpTransport {
         wait: Duration,
     ) -> crate::Result<()> {
         self.rounds += 1;
-        let busy: BTreeSet<usize> = driver
-            .talks_to()
-            .into_iter()
-            .filter(|p| self.serves.contains(p))
-            .collect();
-        for &p in &busy {
-            for rail in 0..self.rails {
-                self.dial((p, rail))?;
-                if let Some(c) = self.conns.get_mut(&(p, rail)) {
-                    c.last_used = self.rounds;
-                }
-            }
-        }
+        self.follow(driver)?;
         self.queue(driver, clock())?;
         self.check_closed(driver)?;
-        self.trim(&busy);
+        self.trim();
         let mut slots: Vec<Slot> = Vec::new();
         let mut fds: Vec<libc::pollfd> = Vec::new();
         let mut add = |slot: Slot, fd: std::os::fd::RawFd, events: i16| {

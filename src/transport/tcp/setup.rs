@@ -8,7 +8,8 @@
 //!
 //! **Opening** (`dial`): when a broadcast that talks to a peer is posted
 //! ([`Link::connect`](crate::transport::Link::connect) from the progress thread, and every
-//! round for [`Driver::talks_to`](crate::transport::Driver::talks_to)), a non-blocking
+//! time the set of broadcasts in flight changes, for
+//! [`Driver::talks_to`](crate::transport::Driver::talks_to)), a non-blocking
 //! `connect(2)` starts and the stream's first 24 bytes, a hello (magic, job cookie, rank:
 //! [`wire::hello`](crate::wire::hello)), wait in its queue with the messages to that peer
 //! until the socket turns writable. Connecting early to every peer a broadcast talks to keeps
@@ -339,8 +340,14 @@ impl TcpTransport {
 
     /// Closes idle opened streams: those whose peer said goodbye, and above the bound the
     /// least recently used (none that a broadcast in flight talks to, `busy`).
-    pub(super) fn trim(&mut self, busy: &std::collections::BTreeSet<usize>) {
-        let closable = |k: &Key, c: &Conn| c.idle() && !busy.contains(&k.0);
+    pub(super) fn trim(&mut self) {
+        let busy = std::mem::take(&mut self.busy);
+        self.trim_except(&busy);
+        self.busy = busy;
+    }
+
+    fn trim_except(&mut self, busy: &[usize]) {
+        let closable = |k: &Key, c: &Conn| c.idle() && busy.binary_search(&k.0).is_err();
         // A farewell waits for this rank's stream to turn idle (or to go).
         let farewells = std::mem::take(&mut self.farewells);
         for key in farewells {
