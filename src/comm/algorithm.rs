@@ -70,9 +70,12 @@ pub fn schedule(
         return Err(PlanError::BadRoot { root, size });
     }
     let lanes = match algorithm {
-        // Issue 32: no link carries a group send yet (refused here, not run as its ack tree).
+        // The ack tree: the progress thread sends the data to the group (`comm::multicast`).
         Algorithm::Tree(TreeKind::Multicast) => {
-            return Err(PlanError::NoCarrier("multicast".into()))
+            return Ok((
+                crate::plan::multicast::build(topology, root)?.lanes,
+                Vec::new(),
+            ))
         }
         Algorithm::Tree(tree) => {
             let plan = crate::hetero::build_plan(topology, root, tree, Some(segments))?;

@@ -84,6 +84,48 @@ pub struct Config {
     /// host name, [`hosts::host_name`]). Ranks differ, but either all give one or none does
     /// (agreed).
     pub machine: Option<String>,
+    /// Reliable multicast broadcasts (env PIPECAST_MULTICAST; default off, `auto` with
+    /// `PIPECAST_TREE=multicast`; docs/multicast.md). Every rank the same (agreed).
+    pub multicast: MulticastMode,
+}
+
+/// Whether and over what broadcasts may use the network's multicast (`PIPECAST_MULTICAST`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MulticastMode {
+    /// Never: trees only.
+    Off,
+    /// UDP/IP multicast where every rank receives the group (the setup's probe).
+    Auto,
+    /// UDP/IP multicast with an IGMP join (no privilege).
+    Udp,
+    /// Raw Ethernet frames to a group MAC (CAP_NET_RAW): not carried yet.
+    Ether,
+}
+
+impl std::fmt::Display for MulticastMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            MulticastMode::Off => "off",
+            MulticastMode::Auto => "auto",
+            MulticastMode::Udp => "udp",
+            MulticastMode::Ether => "ether",
+        })
+    }
+}
+
+impl std::str::FromStr for MulticastMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<MulticastMode, String> {
+        match s.trim() {
+            "off" => Ok(MulticastMode::Off),
+            "auto" => Ok(MulticastMode::Auto),
+            "udp" => Ok(MulticastMode::Udp),
+            "ether" => Ok(MulticastMode::Ether),
+            other => Err(format!(
+                "{other:?}: expected auto, off, udp or ether (raw Ethernet, not carried yet)"
+            )),
+        }
+    }
 }
 
 /// The default of [`Config::round`].
@@ -117,6 +159,7 @@ impl Default for Config {
             max_connections: crate::transport::tcp::MAX_CONNECTIONS,
             io_uring: true,
             machine: None,
+            multicast: MulticastMode::Off,
         }
     }
 }

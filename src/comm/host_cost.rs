@@ -243,7 +243,15 @@ impl Pair {
                 .name(format!("pipecast-measure-{rank}"))
                 .spawn(move || {
                     if tcp.connect(&[1 - rank], Duration::from_secs(10)).is_ok() {
-                        progress::serve(rank, Box::new(tcp), rx, wake, super::POLL, super::ROUND);
+                        progress::serve(
+                            rank,
+                            Box::new(tcp),
+                            rx,
+                            wake,
+                            None,
+                            super::POLL,
+                            super::ROUND,
+                        );
                     }
                 })
                 .map_err(|e| super::CommError::Bootstrap(format!("cannot start a thread: {e}")))?;
@@ -276,6 +284,7 @@ impl Pair {
                     },
                     engine: EngineConfig::default(),
                     connect_timeout: Duration::from_secs(10),
+                    multicast: false,
                 };
                 let buf = Buffer::Owned(vec![0; MESSAGE as usize]);
                 tx.send(Op::Run {

@@ -4,7 +4,10 @@
 use super::setup::Local;
 use super::shared::{Known, Shared};
 use super::TcpRendezvous;
-use super::{agree, hosts, settings, tree_dump, Bootstrap, Comm, CommError, Config, Settings};
+use super::{
+    agree, hosts, multicast_setup, settings, tree_dump, Bootstrap, Comm, CommError, Config,
+    Settings,
+};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -72,10 +75,48 @@ impl Comm {
         // for rare local failures (a thread, a connection), which the second round shares.
         let local = local.expect("a failed rank fails the agreement");
         let finished = local.finish(rank, size, &peers);
-        let ready = agree::ready_blob(finished.as_ref().err());
+        let mut ready = agree::ready_blob(finished.as_ref().err());
+        if let Ok(f) = &finished {
+            ready.extend(multicast_setup::blob(f.mcast.as_ref()));
+        }
         let all = bootstrap.allgather(&ready)?;
         agree::all_ready(&all)?;
-        let f = finished.expect("a failed rank fails the second round");
+        let mut f = finished.expect("a failed rank fails the second round");
+        // Every rank has a carrier result here or none has (agreed settings and hosts).
+        let multicast = match f.mcast.take() {
+            Some(mine) => match multicast_setup::agree(
+                &multicast_setup::Job {
+                    rank,
+                    size,
+                    cookie: peers.cookie,
+                    config: &f.config,
+                    topology: &f.topology,
+                    rate_bps: f.network.as_ref().map(|n| n.rate_bps),
+                },
+                bootstrap.as_mut(),
+                mine,
+                &all,
+            )? {
+                Ok(agreed) => {
+                    let segment = agreed.segment;
+                    let m = super::multicast::Multicast::new(rank, agreed);
+                    f.ops
+                        .send(super::progress::Op::Multicast(Box::new(m)))
+                        .map_err(|_| CommError::ProgressGone)?;
+                    f.wake.notify();
+                    Ok(segment)
+                }
+                Err(why) => {
+                    tracing::info!(rank, "multicast off, every rank uses the trees: {why}");
+                    Err(why)
+                }
+            },
+            None => Err(if f.config.multicast == super::MulticastMode::Off {
+                "PIPECAST_MULTICAST=off".to_string()
+            } else {
+                "the ranks are on one host".to_string()
+            }),
+        };
         let dump = f
             .config
             .tree_dump
@@ -91,6 +132,7 @@ impl Comm {
             network: f.network,
             host_of: f.host_of,
             cpus: f.cpus,
+            multicast,
         };
         let engine = Shared::new(f.ops, f.wake, f.progress, known);
         Ok(Comm {

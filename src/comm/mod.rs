@@ -27,6 +27,8 @@ pub mod host_cost;
 pub mod hosts;
 mod join;
 mod link;
+mod multicast;
+mod multicast_setup;
 mod names;
 pub mod network;
 mod plan_cache;
@@ -46,7 +48,7 @@ pub use algorithm::{
     DEFAULT_SEGMENT,
 };
 pub use bootstrap::{Bootstrap, TcpRendezvous};
-pub use config::{Config, POLL, ROUND};
+pub use config::{Config, MulticastMode, POLL, ROUND};
 pub use defer::{FEW_READERS_MIN_BYTES, HOST_MIN_BYTES, TWO_READERS_MIN_BYTES};
 pub use error::CommError;
 pub use link::Transport;
@@ -346,6 +348,7 @@ impl Comm {
                 },
                 engine,
                 connect_timeout: self.config.timeout,
+                multicast: planned.multicast,
             })
             .collect()
     }

@@ -22,6 +22,8 @@ pub(super) struct Planned {
     pub rails: RailsOf,
     /// Its lanes over the engine's processes (the same lanes on a base communicator).
     pub posted: Arc<Vec<Lane>>,
+    /// Sent to the multicast group (the lanes are its ack tree).
+    pub multicast: bool,
 }
 
 impl Comm {
@@ -37,6 +39,17 @@ impl Comm {
         if let Some(c) = self.choices.get(&key) {
             return Ok(c.clone());
         }
+        if let Some(c) = self.multicast_choice(root, algorithm, msize)? {
+            self.choices.insert(key, c.clone());
+            return Ok(c);
+        }
+        // Multicast asked for where it cannot run: the trees (`auto`), the same at every rank.
+        let auto = Algorithm::Tree(TreeKind::Auto);
+        let algorithm = if *algorithm == Algorithm::Tree(TreeKind::Multicast) {
+            &auto
+        } else {
+            algorithm
+        };
         let mut c = resolve(
             &self.topology,
             root,
@@ -60,6 +73,63 @@ impl Comm {
         }
         self.choices.insert(key, c.clone());
         Ok(c)
+    }
+
+    /// Multicast for a broadcast of `msize` bytes from `root`, with its segment (one datagram),
+    /// if it takes it: asked for (`multicast`) when the setup agreed on it and this
+    /// communicator holds every process of the engine (a view of some ranks would send to
+    /// processes outside it); with `auto`, when the model also predicts it faster than the best
+    /// tree. Decided from agreed data only, so every rank takes the same. Asked for where it
+    /// cannot run, it says why at info once per broadcast shape, and the trees run.
+    fn multicast_choice(
+        &self,
+        root: usize,
+        algorithm: &Algorithm,
+        msize: u64,
+    ) -> crate::Result<Option<(Algorithm, u64)>> {
+        let multicast = Algorithm::Tree(TreeKind::Multicast);
+        let asked = *algorithm == multicast;
+        if !asked && *algorithm != Algorithm::Tree(TreeKind::Auto) {
+            return Ok(None);
+        }
+        let whole = self.members.is_none() && self.size == self.engine.known.size;
+        let segment = match &self.engine.known.multicast {
+            Ok(s) if whole => u64::from(*s),
+            Ok(_) => {
+                if asked {
+                    tracing::info!(
+                        rank = self.rank,
+                        comm = self.id,
+                        "multicast asked for on a communicator of some of the processes: the trees run"
+                    );
+                }
+                return Ok(None);
+            }
+            Err(why) => {
+                if asked {
+                    tracing::info!(
+                        rank = self.rank,
+                        "multicast asked for, but the trees run: {why}"
+                    );
+                }
+                return Ok(None);
+            }
+        };
+        if asked {
+            return Ok(Some((multicast, segment)));
+        }
+        let profile = &self.config.profile;
+        let tree = crate::hetero::any_tree::plan_for(
+            &self.topology,
+            root,
+            &TreeKind::Auto,
+            profile,
+            msize,
+        )?;
+        let plan = crate::plan::multicast::build(&self.topology, root)?;
+        let shape = crate::model::multicast::Shape::of(&plan, Some(&self.topology));
+        let t = crate::model::multicast::predict(shape, profile, msize, segment, 0.0);
+        Ok((t < tree.predicted_us).then_some((multicast, segment)))
     }
 
     /// The lanes of a schedule, cached; `true` when they were planned by this call.
@@ -86,6 +156,7 @@ impl Comm {
             posted: self.to_engine(&lanes),
             lanes,
             rails: Arc::new(rails),
+            multicast: *algorithm == Algorithm::Tree(TreeKind::Multicast),
         };
         self.plans.insert(key, l.clone());
         Ok((l, true))

@@ -7,6 +7,7 @@
 //! broadcasts are over ([`Op::Close`]).
 
 use super::link::BoxedLink;
+use super::multicast::Multicast;
 use super::CommError;
 use crate::engine::drive::{round_wait, Engine};
 use crate::engine::number::comm_of;
@@ -27,6 +28,8 @@ pub struct Job {
     pub setup: Setup,
     pub engine: EngineConfig,
     pub connect_timeout: Duration,
+    /// Sent to the job's multicast group (`lanes` are then the ack tree; `comm::multicast`).
+    pub multicast: bool,
 }
 
 /// How a run ended: its duration (ns) or error, and an owned buffer back.
@@ -56,6 +59,9 @@ pub enum Op {
         ids: Arc<Mutex<BTreeSet<u32>>>,
         reply: Sender<()>,
     },
+    /// The setup agreed on multicast: from now on broadcasts may run on it, and its carrier
+    /// is served between broadcasts too (a late rank answers the root's syncs).
+    Multicast(Box<Multicast>),
 }
 
 /// A posted run: the jobs still to start, and whom to tell.
@@ -91,6 +97,11 @@ struct Driver {
     round: Duration,
     /// Communicators dropped while their broadcasts ran, to forget when those end.
     closing: BTreeMap<u32, Arc<Mutex<BTreeSet<u32>>>>,
+    /// The multicast broadcasts, once the setup agreed on a carrier.
+    mcast: Option<Multicast>,
+    /// What the link waits on in place of the wake descriptor when multicast may run: an
+    /// epoll holding it and the carrier's descriptors (kept as long as the link).
+    _waits: Option<std::os::fd::OwnedFd>,
 }
 
 /// Serves `ops` until the communicator drops its end.
@@ -99,6 +110,7 @@ pub fn serve(
     link: BoxedLink,
     ops: Receiver<Op>,
     wake: Arc<Wake>,
+    waits: Option<std::os::fd::OwnedFd>,
     poll: Duration,
     round: Duration,
 ) {
@@ -114,11 +126,14 @@ pub fn serve(
         start: Instant::now(),
         failed: None,
         closing: BTreeMap::new(),
+        mcast: None,
+        _waits: waits,
     };
     loop {
         wake.clear();
         let busy = !d.runs.is_empty();
-        let op = if busy || (d.failed.is_none() && d.link.serves_idle()) {
+        let idle_serves = d.link.serves_idle() || d.mcast.is_some();
+        let op = if busy || (d.failed.is_none() && idle_serves) {
             match ops.try_recv() {
                 Ok(op) => Some(op),
                 Err(TryRecvError::Empty) => None,
@@ -137,7 +152,15 @@ pub fn serve(
         match op {
             Some(Op::Run { buf, jobs, reply }) => d.post(buf, jobs, reply),
             Some(Op::Counters { reply }) => {
-                reply.send(d.link.counters()).ok();
+                let mut counters = d.link.counters();
+                if let Some(m) = &d.mcast {
+                    counters.extend(m.counters());
+                }
+                reply.send(counters).ok();
+            }
+            Some(Op::Multicast(m)) => {
+                tracing::info!(rank = me, "multicast broadcasts over {}", m.describe());
+                d.mcast = Some(*m);
             }
             Some(Op::Close { comm, ids, reply }) => {
                 d.closing.insert(comm, ids);
@@ -233,6 +256,15 @@ impl Driver {
         let seq = job.setup.seq;
         self.register(seq)?;
         let now = self.now();
+        if job.multicast {
+            let Some(m) = self.mcast.as_mut() else {
+                return Err(CommError::Usage(format!(
+                    "broadcast {seq} asked for multicast, which the setup did not agree on"
+                ))
+                .into());
+            };
+            return m.start(seq, job.setup.root, job.setup.msize, now, &mut self.bufs);
+        }
         let bcast = Bcast::new(self.me, &job.lanes, job.setup, job.engine, now)?
             .with_rails(job.rails.to_vec());
         self.link.connect(&bcast.peers(), job.connect_timeout)?;
@@ -249,7 +281,7 @@ impl Driver {
     fn round(&mut self) {
         // A broadcast can be over before the link did anything (everything it needed arrived
         // before it was posted): then the link must not wait.
-        let wait = round_wait(
+        let mut wait = round_wait(
             &self.endpoint,
             if self.runs.is_empty() {
                 IDLE_ROUND
@@ -257,6 +289,11 @@ impl Driver {
                 self.round
             },
         );
+        if let Some(m) = &self.mcast {
+            if let Some(w) = m.wait(self.now()) {
+                wait = wait.min(w);
+            }
+        }
         let start = self.start;
         let clock = move || start.elapsed().as_nanos() as u64;
         let result = self
@@ -266,6 +303,10 @@ impl Driver {
             .and_then(|()| {
                 self.link
                     .progress(&mut self.bufs, &mut self.endpoint, &clock, wait)
+            })
+            .and_then(|()| match self.mcast.as_mut() {
+                Some(m) => m.drive(&clock, &mut self.bufs),
+                None => Ok(()),
             });
         if let Err(e) = result {
             self.fail(e);
@@ -276,10 +317,17 @@ impl Driver {
             .runs
             .keys()
             .copied()
-            .filter(|&seq| self.endpoint.is_done(seq))
+            .filter(|&seq| {
+                self.endpoint.is_done(seq) || self.mcast.as_ref().is_some_and(|m| m.is_done(seq))
+            })
             .collect();
         for seq in done {
-            self.endpoint.finish(seq);
+            match self.mcast.as_mut() {
+                Some(m) if m.runs(seq) => m.finish(seq),
+                _ => {
+                    self.endpoint.finish(seq);
+                }
+            }
             let mut run = self.runs.remove(&seq).expect("listed");
             let buf = self.take_buf(seq).expect("a run has a buffer");
             match run.jobs.pop_front() {
@@ -351,6 +399,9 @@ impl Driver {
         // The first run in flight gets the error itself, the others that the communicator
         // failed.
         let mut first = Some(e);
+        if let Some(m) = self.mcast.as_mut() {
+            m.clear();
+        }
         for (seq, run) in std::mem::take(&mut self.runs) {
             self.endpoint.finish(seq);
             let result = match first.take() {
@@ -402,6 +453,7 @@ mod tests {
             },
             engine: EngineConfig::default(),
             connect_timeout: Duration::from_secs(10),
+            multicast: false,
         }
     }
 
@@ -465,6 +517,7 @@ mod tests {
                     Box::new(link),
                     rx,
                     wake,
+                    None,
                     Duration::ZERO,
                     crate::comm::ROUND,
                 );

@@ -77,10 +77,12 @@ pub struct Settings {
     /// `PIPECAST_MAX_INPUT_BYTES`: the largest topology or profile file read
     /// ([`crate::input::max_input_bytes`]).
     pub max_input_bytes: Option<String>,
+    /// `PIPECAST_MULTICAST`: auto, off, udp (ether: not carried yet).
+    pub multicast: Option<String>,
 }
 
 /// The variables, in the order errors and documentation list them.
-pub const VARIABLES: [&str; 24] = [
+pub const VARIABLES: [&str; 25] = [
     "PIPECAST_TRANSPORT",
     "PIPECAST_TREE",
     "PIPECAST_SEGMENT",
@@ -105,6 +107,7 @@ pub const VARIABLES: [&str; 24] = [
     "PIPECAST_IO_URING",
     "PIPECAST_MACHINE",
     "PIPECAST_MAX_INPUT_BYTES",
+    "PIPECAST_MULTICAST",
 ];
 
 /// Longest text [`Settings::parse_assignments`] reads.
@@ -302,6 +305,7 @@ impl Settings {
             &mut self.io_uring,
             &mut self.machine,
             &mut self.max_input_bytes,
+            &mut self.multicast,
         ]
     }
 
@@ -344,11 +348,29 @@ impl Settings {
                 .trim()
                 .parse::<Algorithm>()
                 .map_err(|e| bad("PIPECAST_TREE", format!("{e} (or scatter-allgather)")))?;
-            if config.algorithm == Algorithm::Tree(crate::plan::TreeKind::Multicast) {
-                // Issue 32: planned and simulated only until a multicast carrier exists.
-                let e = crate::plan::PlanError::NoCarrier("multicast".into());
-                return Err(bad("PIPECAST_TREE", e.to_string()));
+        }
+        let forced = config.algorithm == Algorithm::Tree(crate::plan::TreeKind::Multicast);
+        match &self.multicast {
+            Some(v) => {
+                config.multicast = v
+                    .parse::<super::config::MulticastMode>()
+                    .map_err(|e| bad("PIPECAST_MULTICAST", e))?;
+                if config.multicast == super::config::MulticastMode::Ether {
+                    return Err(bad(
+                        "PIPECAST_MULTICAST",
+                        "ether: raw Ethernet multicast is not carried by the communicator yet; use udp or auto".into(),
+                    ));
+                }
+                if forced && config.multicast == super::config::MulticastMode::Off {
+                    return Err(bad(
+                        "PIPECAST_TREE",
+                        "multicast, but PIPECAST_MULTICAST=off: set PIPECAST_MULTICAST=auto (or leave it unset)".into(),
+                    ));
+                }
             }
+            // The tree asks for multicast: set up the carrier it needs.
+            None if forced => config.multicast = super::config::MulticastMode::Auto,
+            None => {}
         }
         if let Some(v) = &self.segment {
             let s = parse_bytes(v)
@@ -756,20 +778,38 @@ mod tests {
         }
     }
 
-    /// Issue 32: multicast is planned and simulated only; asked for at runtime it is refused
-    /// by name, never run as its ack tree.
+    /// Issue 32: `PIPECAST_MULTICAST` is parsed like the others; `PIPECAST_TREE=multicast`
+    /// turns the carrier on unless it is off by name (then it is a settings error).
     #[test]
-    fn multicast_is_refused_until_a_carrier_exists() {
-        let s = Settings::parse_assignments("PIPECAST_TREE=multicast").unwrap();
-        let e = s.apply(&mut Config::default()).unwrap_err().to_string();
-        assert!(
-            e.contains("PIPECAST_TREE") && e.contains("no multicast carrier"),
-            "{e}"
-        );
+    fn multicast_settings() {
+        use super::super::config::MulticastMode;
+        let applied = |text: &str| {
+            let mut c = Config::default();
+            Settings::parse_assignments(text)
+                .unwrap()
+                .apply(&mut c)
+                .map(|()| c.multicast)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(applied(""), Ok(MulticastMode::Off));
+        assert_eq!(applied("PIPECAST_TREE=multicast"), Ok(MulticastMode::Auto));
+        assert_eq!(applied("PIPECAST_MULTICAST= udp "), Ok(MulticastMode::Udp));
+        assert_eq!(applied("PIPECAST_MULTICAST=auto"), Ok(MulticastMode::Auto));
+        for bad in [
+            "PIPECAST_MULTICAST=yes",
+            "PIPECAST_MULTICAST=ether",
+            "PIPECAST_TREE=multicast;PIPECAST_MULTICAST=off",
+        ] {
+            let e = applied(bad).unwrap_err();
+            assert!(
+                e.contains("PIPECAST_MULTICAST") || e.contains("PIPECAST_TREE"),
+                "{bad}: {e}"
+            );
+        }
         let t = crate::topology::Topology::single_switch(4);
         let mc = Algorithm::Tree(crate::plan::TreeKind::Multicast);
-        let e = super::super::algorithm::schedule(&t, 0, &mc, 1).unwrap_err();
-        assert!(e.to_string().contains("no multicast carrier"), "{e}");
+        let (lanes, _) = super::super::algorithm::schedule(&t, 0, &mc, 1).unwrap();
+        assert_eq!(lanes.len(), 1, "the ack tree");
     }
 
     /// One parser, one behaviour: blanks around a value are ignored wherever it comes from

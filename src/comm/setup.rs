@@ -66,6 +66,10 @@ pub struct Finished {
     /// communicators made as views of this one.
     pub host_of: Vec<usize>,
     pub cpus: Vec<Option<crate::wire::bootstrap::CpuRange>>,
+    /// The multicast carrier, when every rank opens one (`PIPECAST_MULTICAST` not off and
+    /// the ranks on more than one host: the same at every rank): this rank's, or why it has
+    /// none. The probe follows the second round ([`super::multicast_setup`]).
+    pub mcast: Option<Result<crate::transport::mcast::udp::UdpCarrier, String>>,
 }
 
 impl Local {
@@ -271,13 +275,36 @@ impl Local {
         let wake = Arc::new(Wake::new().map_err(|e| {
             CommError::Bootstrap(format!("cannot create the progress thread's eventfd: {e}"))
         })?);
-        transport.set_wake(wake.raw());
+        let mut distinct = keys.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        let mcast =
+            (config.multicast != super::MulticastMode::Off && distinct.len() > 1).then(|| {
+                let shares_host = keys.iter().filter(|k| **k == keys[rank]).count() > 1;
+                super::multicast_setup::open(&config, peers.cookie, shares_host)
+            });
+        // The link waits on the carrier's descriptors too (an epoll holding them and the wake
+        // descriptor), so a frame ends the progress thread's wait at once.
+        let waits = match &mcast {
+            Some(Ok(c)) => {
+                use crate::transport::mcast::Carrier;
+                let fds = [&[wake.raw()][..], &c.fds()].concat();
+                Some(crate::transport::wake::epoll_of(&fds).map_err(|e| {
+                    CommError::Bootstrap(format!("cannot create the progress thread's epoll: {e}"))
+                })?)
+            }
+            _ => None,
+        };
+        {
+            use std::os::fd::AsRawFd;
+            transport.set_wake(waits.as_ref().map_or(wake.raw(), |w| w.as_raw_fd()));
+        }
         let (ops, rx) = crossbeam_channel::unbounded();
         let woken = wake.clone();
         let (poll, round) = (config.poll, config.round);
         let progress = std::thread::Builder::new()
             .name(format!("pipecast-progress-{rank}"))
-            .spawn(move || progress::serve(rank, transport, rx, woken, poll, round))
+            .spawn(move || progress::serve(rank, transport, rx, woken, waits, poll, round))
             .map_err(|e| {
                 CommError::Bootstrap(crate::transport::limits::thread("the progress thread", &e))
             })?;
@@ -285,9 +312,6 @@ impl Local {
             .filter(|&r| keys[r] == keys[rank])
             .map(|r| peers.cpus.get(r).copied().flatten())
             .collect();
-        let mut distinct = keys.clone();
-        distinct.sort_unstable();
-        distinct.dedup();
         Ok(Finished {
             config,
             topology,
@@ -303,6 +327,7 @@ impl Local {
             network,
             host_of,
             cpus: peers.cpus.clone(),
+            mcast,
         })
     }
 }

@@ -46,6 +46,9 @@ pub(super) struct Known {
     pub host_of: Vec<usize>,
     /// The CPUs each process may run on (`None`: unknown).
     pub cpus: Vec<Option<crate::wire::bootstrap::CpuRange>>,
+    /// Multicast as the setup agreed on it: the segment (payload bytes per datagram) every
+    /// rank uses, or why broadcasts use the trees only (the same at every rank).
+    pub multicast: Result<u32, String>,
 }
 
 /// Where a set of the engine's processes runs: how many hosts they are on, how many share

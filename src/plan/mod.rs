@@ -65,8 +65,8 @@ pub enum TreeKind {
     /// resolves to `multicast`.
     Auto,
     /// Issue 32: the root sends each segment once to the job's group and the switches copy
-    /// it; the plan's one lane is the ack/repair tree ([`multicast`]). Planned, priced and
-    /// simulated only: the runtime has no multicast carrier yet ([`PlanError::NoCarrier`]).
+    /// it; the plan's one lane is the ack/repair tree ([`multicast`]). The communicator runs it
+    /// over UDP multicast where its setup agreed on it (`comm::multicast`, docs/multicast.md).
     Multicast,
     /// A throughput heuristic of seed 004 (one of [`HETERO_HEURISTICS`]) on the platform graph
     /// of the topology's link bandwidths; it ignores shared switch links. The hetero layer builds
@@ -171,8 +171,6 @@ pub enum PlanError {
     Hetero { name: String, reason: String },
     #[error("tree hetero:{0} is built by seed 004's heuristics (hetero::build_plan), not by plan::build")]
     BuiltByHetero(String),
-    #[error("tree {0}: the runtime has no multicast carrier yet (issue 32); `pipecast plan` and `pipecast sim` model it, broadcasts need a tree such as auto")]
-    NoCarrier(String),
     #[error("tree {tree}: {ranks} ranks exceed the planner's limit of {max} (its dynamic program needs O(P²) memory): use linear or kbinomial")]
     TooLarge {
         tree: String,

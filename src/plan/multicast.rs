@@ -21,9 +21,9 @@
 //! (a host's kernel copies a group frame to each of its sockets, as its host switch does in
 //! the topology) and the ack tree spans all ranks.
 //!
-//! The runtime has no multicast carrier yet: only `pipecast plan`, `pipecast sim`, the model
-//! and the simulator use this schedule; the communicator refuses it
-//! ([`super::PlanError::NoCarrier`]).
+//! The communicator runs this schedule over UDP multicast where its setup agreed on it: the
+//! root's data to the group, the lane as the protocol's ack tree (`comm::multicast`,
+//! docs/multicast.md).
 
 use super::{binary, jump_tree, linear, switch_tree, Lane, Plan, PlanError, TreeKind};
 use crate::topology::{DirEdge, MachineId, SwitchId, Topology};

@@ -6,10 +6,10 @@
 //! Each link takes from the driver only the messages to its own peers
 //! ([`Driver::next`]), so the router never touches a message itself.
 
+use super::wake::epoll_of;
 use super::{Buffer, Buffers, Driver, Link, TransportError};
 use std::collections::BTreeMap;
-use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 /// Links, and which one reaches each peer.
@@ -190,29 +190,6 @@ impl Link for Router {
             l.shutdown();
         }
     }
-}
-
-/// An epoll descriptor, level-triggered, readable while any of `fds` is.
-fn epoll_of(fds: &[RawFd]) -> io::Result<OwnedFd> {
-    // SAFETY: epoll_create1 takes no pointers; a non-negative result is a new descriptor.
-    let e = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-    if e < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `e` is fresh and owned by nobody else.
-    let e = unsafe { OwnedFd::from_raw_fd(e) };
-    for &fd in fds {
-        let mut ev = libc::epoll_event {
-            events: libc::EPOLLIN as u32,
-            u64: fd as u64,
-        };
-        // SAFETY: `ev` is a live epoll_event; `fd` is open (owned by the progress thread or
-        // a link that lives as long as the router holding this epoll).
-        if unsafe { libc::epoll_ctl(e.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(e)
 }
 
 #[cfg(test)]

@@ -74,6 +74,29 @@ impl Wake {
     }
 }
 
+/// An epoll descriptor, level-triggered, readable while any of `fds` is.
+pub fn epoll_of(fds: &[RawFd]) -> io::Result<OwnedFd> {
+    // SAFETY: epoll_create1 takes no pointers; a non-negative result is a new descriptor.
+    let e = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if e < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `e` is fresh and owned by nobody else.
+    let e = unsafe { OwnedFd::from_raw_fd(e) };
+    for &fd in fds {
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: fd as u64,
+        };
+        // SAFETY: `ev` is a live epoll_event; `fd` is open (owned by whoever made this
+        // epoll, who keeps it no longer than those descriptors live).
+        if unsafe { libc::epoll_ctl(e.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(e)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

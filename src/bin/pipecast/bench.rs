@@ -197,6 +197,12 @@ pub fn run(args: Args) -> CliResult {
             window: args.window.max(1),
             ..Default::default()
         },
+        // `--tree multicast` needs the carrier set up (PIPECAST_MULTICAST may say otherwise).
+        multicast: if trees.contains(&Algorithm::Tree(pipecast::plan::TreeKind::Multicast)) {
+            pipecast::comm::MulticastMode::Auto
+        } else {
+            pipecast::comm::MulticastMode::Off
+        },
         ..Config::default()
     };
     let mut comm = Comm::from_env(config)?;

@@ -181,7 +181,7 @@ pub(crate) fn table(
     if plan.tree == TreeKind::Multicast {
         let _ = writeln!(
             s,
-            "multicast: rank {} sends each segment once to the group; the switches copy it over {} directed edges (each once) and every other rank receives it directly. Lane 0 is the ack/repair tree: acks aggregated to the parent, NACKs to the parent, repairs by unicast from it (modelled and simulated only: the runtime has no multicast carrier yet)",
+            "multicast: rank {} sends each segment once to the group; the switches copy it over {} directed edges (each once) and every other rank receives it directly. Lane 0 is the ack/repair tree: acks aggregated to the parent, NACKs to the parent, repairs by unicast from it (the communicator runs it over UDP multicast where every rank received the setup's probe)",
             plan.root,
             multicast::group_edges(topology, plan.root).len()
         );

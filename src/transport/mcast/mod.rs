@@ -17,7 +17,8 @@
 //! names. [`probe`] is the setup probe: does the group reach every rank? The protocol itself
 //! (`engine::multicast`) is pure; [`codec`] turns its messages into frames and back.
 //!
-//! Nothing here is wired into the communicator's choice of tree yet.
+//! The communicator opens the UDP carrier and runs the probe at its setup, and the progress
+//! thread runs the protocol over it (`comm::multicast_setup`, `comm::multicast`).
 
 pub mod codec;
 pub mod ether;

@@ -1,6 +1,9 @@
 //! The setup probe: does the job's group reach every rank? At setup the root multicasts a
 //! probe (a frame of kind `probe` carrying a nonce) every few milliseconds for a while, and
-//! every other rank says whether one arrived ([`probe`]). A switch that snoops IGMP without a
+//! every other rank says whether one arrived ([`probe`]). A rank that hears it answers the root
+//! by unicast, so that the root stops as soon as every rank answered ([`ProbeConfig::answers`]):
+//! on a network where multicast works the probe costs a round trip, not its whole duration;
+//! a rank that hears nothing waits the whole duration. A switch that snoops IGMP without a
 //! join, a filtering switch or a cloud network without multicast makes some rank say no. No
 //! rank decides alone: the caller gathers every rank's answer (an allgather) and every rank
 //! applies [`agree`] to the same answers, so all take multicast or none does.
@@ -17,6 +20,8 @@ pub struct ProbeConfig {
     /// The root sends for this long; the others wait as long for one probe.
     pub duration: Duration,
     pub every: Duration,
+    /// The root stops once this many ranks answered (0: it sends for the whole duration).
+    pub answers: usize,
 }
 
 impl Default for ProbeConfig {
@@ -24,6 +29,7 @@ impl Default for ProbeConfig {
         ProbeConfig {
             duration: Duration::from_millis(200),
             every: Duration::from_millis(10),
+            answers: 0,
         }
     }
 }
@@ -42,7 +48,7 @@ pub fn probe(
 ) -> io::Result<bool> {
     let start = Instant::now();
     let deadline = start + config.duration;
-    let header = Repr {
+    let repr = Repr {
         kind: Kind::Probe,
         from: me as u32,
         cookie,
@@ -50,8 +56,14 @@ pub fn probe(
         value: nonce,
         to: GROUP,
         ..Repr::default()
+    };
+    let header = repr.to_bytes(&[]);
+    let answer = Repr {
+        to: root as u32,
+        ..repr
     }
     .to_bytes(&[]);
+    let mut answered = std::collections::BTreeSet::new();
     let mut next_send = start;
     let mut buf = vec![0u8; 65_536];
     loop {
@@ -63,9 +75,17 @@ pub fn probe(
         while let Some((source, n)) = carrier.recv(&mut buf)? {
             let is_rank = |r: usize, s: &super::Source| carrier.is_rank(r, s);
             if let Ok((r, _)) = accept(&buf[..n], &source, me, cookie, &is_rank) {
-                let ours = r.kind == Kind::Probe && r.value == nonce && r.from as usize == root;
-                if ours && me != root {
+                let probe = r.kind == Kind::Probe && r.value == nonce;
+                if probe && me != root && r.from as usize == root && r.to == GROUP {
+                    // Best effort: a lost answer only makes the root wait the whole duration.
+                    carrier.send(To::Rank(root), &answer, &[])?;
                     return Ok(true);
+                }
+                if probe && me == root && r.to as usize == root && r.from as usize != root {
+                    answered.insert(r.from);
+                    if config.answers > 0 && answered.len() >= config.answers {
+                        return Ok(true);
+                    }
                 }
             }
         }

@@ -18,8 +18,14 @@
 //! speed of the root's link): `SO_RCVBUFFORCE` when privileged, else `SO_RCVBUF` up to
 //! `net.core.rmem_max`; the size the kernel gave is read back ([`UdpCarrier::rcvbuf`]).
 //!
-//! Ranks of one host: loop is off, so a rank does not receive the group frames of a root on its
-//! own host; such ranks are reached over shared memory.
+//! Ranks of one host: with [`UdpConfig::loopback`] (the communicator sets it at ranks that share
+//! their host with another rank) the kernel copies a group frame to the host's own members too,
+//! the sender's group socket included: a receiver drops frames whose `from` is itself. Without
+//! it a rank does not receive the group frames of a root on its own host.
+//!
+//! Segment size: a datagram must fit the interface's MTU unfragmented (a lost fragment loses
+//! the whole datagram): [`UdpCarrier::max_payload`], MTU − 20 (IP) − 8 (UDP) − the frame
+//! header.
 
 use super::{Carrier, Group, Source, To};
 use crate::transport::TransportError;
@@ -36,6 +42,8 @@ pub struct UdpConfig {
     pub rcvbuf: usize,
     /// Join the group (off only in tests: a rank that did not join).
     pub join: bool,
+    /// `IP_MULTICAST_LOOP`: group frames reach this host's own members (ranks sharing a host).
+    pub loopback: bool,
 }
 
 impl Default for UdpConfig {
@@ -44,6 +52,7 @@ impl Default for UdpConfig {
             ttl: 1,
             rcvbuf: 8 << 20,
             join: true,
+            loopback: false,
         }
     }
 }
@@ -58,6 +67,8 @@ pub struct UdpCarrier {
     local: SocketAddrV4,
     peers: Vec<SocketAddrV4>,
     rcvbuf: usize,
+    /// The interface's MTU (1500 when it cannot be read).
+    mtu: usize,
 }
 
 fn setup(what: String, e: io::Error) -> TransportError {
@@ -91,6 +102,20 @@ fn set_opt<T: Copy>(fd: RawFd, level: i32, name: i32, value: T) -> io::Result<()
     } else {
         Ok(())
     }
+}
+
+/// The MTU of the interface that holds `ip` (`/sys/class/net/NAME/mtu`).
+pub fn iface_mtu(ip: Ipv4Addr) -> Option<usize> {
+    let name = crate::transport::ifaddrs::ipv4_interfaces()
+        .ok()?
+        .into_iter()
+        .find(|i| i.addr == ip)?
+        .name;
+    std::fs::read_to_string(format!("/sys/class/net/{name}/mtu"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// The largest receive buffer an unprivileged socket may ask for (`net.core.rmem_max`).
@@ -226,8 +251,13 @@ impl UdpCarrier {
             config.ttl.min(255) as i32,
         )
         .map_err(|e| setup(what("IP_MULTICAST_TTL"), e))?;
-        set_opt(u, libc::IPPROTO_IP, libc::IP_MULTICAST_LOOP, 0i32)
-            .map_err(|e| setup(what("IP_MULTICAST_LOOP"), e))?;
+        set_opt(
+            u,
+            libc::IPPROTO_IP,
+            libc::IP_MULTICAST_LOOP,
+            i32::from(config.loopback),
+        )
+        .map_err(|e| setup(what("IP_MULTICAST_LOOP"), e))?;
         grow_rcvbuf(u, config.rcvbuf)
             .map_err(|e| setup(what("the unicast socket's receive buffer"), e))?;
         let local = match uni.local_addr() {
@@ -248,7 +278,16 @@ impl UdpCarrier {
             local,
             peers: Vec::new(),
             rcvbuf,
+            mtu: iface_mtu(iface).unwrap_or(1500),
         })
+    }
+
+    /// The most payload bytes a frame may carry without IP fragmentation: the interface's MTU
+    /// less the IP and UDP headers and the frame's header.
+    pub fn max_payload(&self) -> usize {
+        self.mtu
+            .saturating_sub(20 + 8 + crate::wire::mcast::HEADER_LEN)
+            .max(1)
     }
 
     /// This rank's unicast address: what the others need ([`UdpCarrier::set_peers`]).

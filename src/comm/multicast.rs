@@ -1,0 +1,507 @@
+//! Multicast broadcasts on the progress thread (issue 32; docs/multicast.md): the protocol of
+//! `engine::multicast` (one [`Member`] per broadcast in flight, keyed by the engine's
+//! broadcast number) over the carrier the setup agreed on (`transport::mcast`), beside the
+//! link's tree broadcasts.
+//!
+//! - Frames name their broadcast by its number (`codec::Ident::bseq`); data lands straight in
+//!   the posted buffer, segment by segment, once its length is checked against the segment
+//!   it claims to be.
+//! - A frame of a broadcast this rank holds no member for is answered as the protocol asks
+//!   ([`absent_answer`]): not posted yet (a late rank: alive, holding nothing), finished (a
+//!   bounded record of the last [`FINISHED_KEPT`] finished ones, so that a lost report is
+//!   repeated), or long gone (older than the record: dropped).
+//! - Frames of a broadcast not posted here yet (the root is ahead: the usual case, as ranks
+//!   leave their previous collective at different times) are kept, up to [`EARLY_BYTES`] in
+//!   all, and handed to its member when it is posted, as the endpoint holds the trees' early
+//!   segments; what did not fit is repaired by the protocol (the root's sync reveals it).
+//! - The carrier is served between broadcasts too: a late rank's progress thread answers the
+//!   root's syncs while its caller computes, so it is waited for however long.
+//! - A failure (a rank gone, an abort, ranks that disagree on a broadcast) fails the run as a
+//!   tree failure does: the progress thread fails the whole engine.
+//!
+//! Only communicators that hold every process of the engine broadcast this way (the base and
+//! its duplicates): every rank then receives every group frame of every broadcast it is part
+//! of, and every process derives a broadcast's ack tree from the root alone
+//! (`plan::multicast::ack_tree` on the engine's topology).
+
+use crate::engine::multicast::{absent_answer, Absent, Config, Member, Msg, Out, Shape, State};
+use crate::engine::number::{comm_of, seq_of};
+use crate::engine::EngineError;
+use crate::plan::Lane;
+use crate::topology::Topology;
+use crate::transport::mcast::codec::{decode, Ident};
+use crate::transport::mcast::{accept, Carrier, Dropped, Drops, Source};
+use crate::transport::{Buffers, TransportError};
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+/// Finished broadcasts remembered, to answer a lost report again.
+pub const FINISHED_KEPT: usize = 1024;
+
+/// Frames read per round at most (the others wait for the next round, which comes at once:
+/// the carrier's descriptors stay readable).
+const READS_PER_ROUND: usize = 4096;
+
+/// Bytes of early frames kept at most (payloads and headers).
+pub const EARLY_BYTES: usize = 16 << 20;
+
+/// How long a round waits when the carrier's socket was full (it is not polled for room).
+const SEND_RETRY: Duration = Duration::from_micros(200);
+
+/// What the setup agreed on, for the progress thread.
+pub struct Agreed {
+    pub carrier: Box<dyn Carrier>,
+    /// The job's cookie: every frame carries it.
+    pub cookie: u64,
+    /// Payload bytes per segment (one datagram), the same at every rank.
+    pub segment: u32,
+    pub config: Config,
+    /// The engine's topology (ack trees).
+    pub topology: Topology,
+}
+
+struct Running {
+    member: Member,
+    ident: Ident,
+    /// A message the carrier had no room for: sent first next time.
+    stalled: Option<Out>,
+}
+
+/// This process's multicast broadcasts.
+pub struct Multicast {
+    me: usize,
+    size: usize,
+    agreed: Agreed,
+    running: BTreeMap<u64, Running>,
+    /// Finished broadcasts (number → segments), oldest first in `order`.
+    finished: BTreeMap<u64, u64>,
+    order: VecDeque<u64>,
+    /// The highest sequence number posted per communicator: a number at or below it that is
+    /// neither running nor remembered is long finished.
+    posted: BTreeMap<u32, u32>,
+    /// Ack trees by root.
+    trees: BTreeMap<usize, Lane>,
+    /// Frames of broadcasts not posted yet: (from, header, payload), in arrival order.
+    early: BTreeMap<u64, Vec<(usize, crate::wire::mcast::Repr, Vec<u8>)>>,
+    early_bytes: usize,
+    rx: Vec<u8>,
+    drops: Drops,
+    /// Frames sent and received (counters).
+    sent: u64,
+    received: u64,
+}
+
+fn gone(seq: u64, e: &crate::engine::multicast::McastError) -> crate::Error {
+    use crate::engine::multicast::McastError;
+    match e {
+        McastError::Gone { rank, silent_ms } => TransportError::PeerGone {
+            peer: *rank,
+            ms: *silent_ms,
+        }
+        .into(),
+        other => TransportError::Io {
+            peer: other.gone(),
+            error: format!("multicast broadcast {seq}: {other}"),
+        }
+        .into(),
+    }
+}
+
+impl Multicast {
+    pub fn new(me: usize, agreed: Agreed) -> Multicast {
+        Multicast {
+            me,
+            size: agreed.topology.size(),
+            agreed,
+            running: BTreeMap::new(),
+            finished: BTreeMap::new(),
+            order: VecDeque::new(),
+            posted: BTreeMap::new(),
+            trees: BTreeMap::new(),
+            early: BTreeMap::new(),
+            early_bytes: 0,
+            rx: vec![0; 65_536],
+            drops: Drops::default(),
+            sent: 0,
+            received: 0,
+        }
+    }
+
+    /// The carrier, for logs.
+    pub fn describe(&self) -> String {
+        format!(
+            "{}, segments of {} bytes, window {}",
+            self.agreed.carrier.describe(),
+            self.agreed.segment,
+            self.agreed.config.window
+        )
+    }
+
+    /// This rank's place in the ack tree of a broadcast from `root`.
+    fn shape(&mut self, root: usize) -> crate::Result<Shape> {
+        if !self.trees.contains_key(&root) {
+            let lane = crate::plan::multicast::ack_tree(&self.agreed.topology, root)?;
+            self.trees.insert(root, lane);
+        }
+        let lane = &self.trees[&root];
+        Ok(Shape {
+            me: self.me,
+            root,
+            parent: lane.parents.get(self.me).copied().flatten(),
+            children: lane.children.get(self.me).cloned().unwrap_or_default(),
+        })
+    }
+
+    /// Starts broadcast `seq` of `msize` bytes from `root` (its buffer is posted in `bufs`)
+    /// and hands it what arrived for it early.
+    pub fn start(
+        &mut self,
+        seq: u64,
+        root: usize,
+        msize: u64,
+        now: u64,
+        bufs: &mut Buffers,
+    ) -> crate::Result<()> {
+        if root >= self.size {
+            return Err(crate::plan::PlanError::BadRoot {
+                root,
+                size: self.size,
+            }
+            .into());
+        }
+        let shape = self.shape(root)?;
+        let segment = self.agreed.segment;
+        let member = Member::new(shape, msize, segment, self.agreed.config, now)
+            .map_err(|e| EngineError::BadPlan(e.to_string()))?;
+        let last = self.posted.entry(comm_of(seq)).or_insert(0);
+        *last = (*last).max(seq_of(seq));
+        let ident = Ident {
+            cookie: self.agreed.cookie,
+            bseq: seq,
+            root,
+            msize,
+            segment,
+            me: self.me,
+        };
+        self.running.insert(
+            seq,
+            Running {
+                member,
+                ident,
+                stalled: None,
+            },
+        );
+        // Older ones will never be posted on this communicator: their space is free.
+        let comm = comm_of(seq);
+        let stale: Vec<u64> = self
+            .early
+            .keys()
+            .copied()
+            .filter(|&n| comm_of(n) == comm && seq_of(n) <= seq_of(seq))
+            .collect();
+        for n in stale {
+            let frames = self.early.remove(&n).unwrap_or_default();
+            self.early_bytes -= frames.iter().map(|f| early_cost(&f.2)).sum::<usize>();
+            if n == seq {
+                for (from, repr, payload) in frames {
+                    self.deliver(seq, from, &repr, &payload, now, bufs)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn runs(&self, seq: u64) -> bool {
+        self.running.contains_key(&seq)
+    }
+
+    /// Whether broadcast `seq` is complete here (and in this rank's subtree).
+    pub fn is_done(&self, seq: u64) -> bool {
+        self.running
+            .get(&seq)
+            .is_some_and(|r| matches!(r.member.state(), State::Complete))
+    }
+
+    /// Forgets broadcast `seq` (complete, or failed with the engine), remembering it as
+    /// finished when it completed.
+    pub fn finish(&mut self, seq: u64) {
+        let Some(r) = self.running.remove(&seq) else {
+            return;
+        };
+        if matches!(r.member.state(), State::Complete) {
+            self.finished.insert(seq, u64::from(r.member.segments()));
+            self.order.push_back(seq);
+            while self.order.len() > FINISHED_KEPT {
+                if let Some(old) = self.order.pop_front() {
+                    self.finished.remove(&old);
+                }
+            }
+        }
+    }
+
+    /// Forgets every broadcast in flight and every early frame (the engine failed).
+    pub fn clear(&mut self) {
+        self.running.clear();
+        self.early.clear();
+        self.early_bytes = 0;
+    }
+
+    /// How long the next round may wait at most (`None`: until a frame arrives).
+    pub fn wait(&self, now: u64) -> Option<Duration> {
+        let mut at: Option<u64> = None;
+        for r in self.running.values() {
+            if r.stalled.is_some() {
+                return Some(SEND_RETRY);
+            }
+            if let Some(t) = r.member.poll_timeout(now) {
+                at = Some(at.map_or(t, |a| a.min(t)));
+            }
+        }
+        at.map(|t| Duration::from_nanos(t.saturating_sub(now)))
+    }
+
+    /// Counters (`mcast_*`) for `Comm::transport_counters`.
+    pub fn counters(&self) -> BTreeMap<String, u64> {
+        let d = self.drops;
+        [
+            ("mcast_frames_sent", self.sent),
+            ("mcast_frames_received", self.received),
+            ("mcast_drop_malformed", d.malformed),
+            ("mcast_drop_checksum", d.checksum),
+            ("mcast_drop_foreign", d.foreign),
+            ("mcast_drop_other_rank", d.other_rank),
+            ("mcast_drop_spoofed", d.spoofed),
+            (
+                "mcast_kernel_drops",
+                self.agreed.carrier.drops().unwrap_or(0),
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+
+    /// One round: what arrived, the timers, what is due to be sent. An error fails the engine.
+    pub fn drive(&mut self, clock: &dyn Fn() -> u64, bufs: &mut Buffers) -> crate::Result<()> {
+        self.receive(clock(), bufs)?;
+        let now = clock();
+        for r in self.running.values_mut() {
+            if r.member.poll_timeout(now).is_some_and(|t| t <= now) {
+                r.member.handle_timeout(now);
+            }
+        }
+        let seqs: Vec<u64> = self.running.keys().copied().collect();
+        for seq in seqs {
+            self.transmit(seq, now, bufs)?;
+            let r = &self.running[&seq];
+            if let State::Failed(e) = r.member.state() {
+                return Err(gone(seq, e));
+            }
+        }
+        Ok(())
+    }
+
+    fn receive(&mut self, now: u64, bufs: &mut Buffers) -> crate::Result<()> {
+        let mut rx = std::mem::take(&mut self.rx);
+        let result = self.receive_into(&mut rx, now, bufs);
+        self.rx = rx;
+        result
+    }
+
+    /// Reads what waits (into `rx`) and hands it on.
+    fn receive_into(&mut self, rx: &mut [u8], now: u64, bufs: &mut Buffers) -> crate::Result<()> {
+        for _ in 0..READS_PER_ROUND {
+            let Some((source, len)) = self
+                .agreed
+                .carrier
+                .recv(rx)
+                .map_err(|e| io_error(None, "receive", &e))?
+            else {
+                return Ok(());
+            };
+            let carrier = &self.agreed.carrier;
+            let is_rank = |p: usize, s: &Source| carrier.is_rank(p, s);
+            let (repr, payload) =
+                match accept(&rx[..len], &source, self.me, self.agreed.cookie, &is_rank) {
+                    Ok(x) => x,
+                    Err(d) => {
+                        self.drops.count(d);
+                        continue;
+                    }
+                };
+            let from = repr.from as usize;
+            if from == self.me || from >= self.size {
+                // Our own group frame, looped back to a host whose ranks share it.
+                continue;
+            }
+            let Some(msg) = decode(&repr) else {
+                continue; // a probe's straggler
+            };
+            self.received += 1;
+            let seq = repr.bseq;
+            if self.running.contains_key(&seq) {
+                self.deliver(seq, from, &repr, payload, now, bufs)?;
+            } else if self.answer_absent(seq, &repr, from, msg)?
+                && self.early_bytes + early_cost(payload) <= EARLY_BYTES
+            {
+                self.early_bytes += early_cost(payload);
+                let payload = payload.to_vec();
+                self.early
+                    .entry(seq)
+                    .or_default()
+                    .push((from, repr, payload));
+            }
+        }
+        Ok(())
+    }
+
+    /// A frame of running broadcast `seq` from `from`, to its member (data into the buffer).
+    fn deliver(
+        &mut self,
+        seq: u64,
+        from: usize,
+        repr: &crate::wire::mcast::Repr,
+        payload: &[u8],
+        now: u64,
+        bufs: &mut Buffers,
+    ) -> crate::Result<()> {
+        let Some(msg) = decode(repr) else {
+            return Ok(());
+        };
+        let Some(r) = self.running.get_mut(&seq) else {
+            return Ok(());
+        };
+        if !r.ident.matches(repr) {
+            let (what, ours, theirs) = if repr.root as usize != r.ident.root {
+                ("root", r.ident.root as u64, u64::from(repr.root))
+            } else if repr.msize != r.ident.msize {
+                ("message size", r.ident.msize, repr.msize)
+            } else {
+                (
+                    "multicast segment size",
+                    u64::from(r.ident.segment),
+                    u64::from(repr.segment),
+                )
+            };
+            return Err(EngineError::Mismatch {
+                seq,
+                what,
+                peer: from,
+                ours,
+                theirs,
+            }
+            .into());
+        }
+        match msg {
+            Msg::Data { index, .. } => {
+                if index >= r.member.segments()
+                    || r.member.segment_range(index).len() != payload.len()
+                {
+                    self.drops.count(Dropped::Malformed);
+                    return Ok(());
+                }
+                if let Some(range) = r.member.land(now, from, index) {
+                    let buf = bufs
+                        .get_mut(&seq)
+                        .expect("a running broadcast has a buffer")
+                        .as_mut_slice();
+                    buf[range].copy_from_slice(payload);
+                }
+            }
+            other => r.member.handle(now, from, other),
+        }
+        Ok(())
+    }
+
+    /// Answers `msg` of broadcast `seq`, for which this rank holds no member; `true` when
+    /// that broadcast is not posted here yet (its frames are worth keeping).
+    fn answer_absent(
+        &mut self,
+        seq: u64,
+        repr: &crate::wire::mcast::Repr,
+        from: usize,
+        msg: Msg,
+    ) -> crate::Result<bool> {
+        let root = repr.root as usize;
+        if root >= self.size {
+            return Ok(false);
+        }
+        let absent = match self.finished.get(&seq) {
+            Some(&segments) => Absent::Finished { segments },
+            None if self
+                .posted
+                .get(&comm_of(seq))
+                .is_some_and(|&s| seq_of(seq) <= s) =>
+            {
+                return Ok(false); // finished long ago (or failed with the engine)
+            }
+            None => Absent::NotYet,
+        };
+        let parent = self.shape(root)?.parent;
+        if let Some(out) = absent_answer(parent, absent, from, msg) {
+            let ident = Ident {
+                cookie: self.agreed.cookie,
+                bseq: seq,
+                root,
+                msize: repr.msize,
+                segment: repr.segment,
+                me: self.me,
+            };
+            let header = ident.encode(&out, 0).to_bytes(&[]);
+            // Best effort: the asker asks again.
+            let sent = self
+                .agreed
+                .carrier
+                .send(out.to, &header, &[])
+                .map_err(|e| io_error(Some(from), "send", &e))?;
+            self.sent += u64::from(sent);
+        }
+        Ok(absent == Absent::NotYet)
+    }
+
+    /// Sends what broadcast `seq`'s member has to send, until the carrier is full.
+    fn transmit(&mut self, seq: u64, now: u64, bufs: &Buffers) -> crate::Result<()> {
+        let Some(r) = self.running.get_mut(&seq) else {
+            return Ok(());
+        };
+        let buf = bufs
+            .get(&seq)
+            .expect("a running broadcast has a buffer")
+            .as_slice();
+        loop {
+            let Some(out) = r.stalled.take().or_else(|| r.member.poll_transmit(now)) else {
+                return Ok(());
+            };
+            let payload: &[u8] = match out.msg {
+                Msg::Data { index, .. } => &buf[r.member.segment_range(index)],
+                _ => &[],
+            };
+            let header = r.ident.encode(&out, payload.len()).to_bytes(payload);
+            let peer = match out.to {
+                crate::engine::multicast::To::Rank(p) => Some(p),
+                crate::engine::multicast::To::Group => None,
+            };
+            match self.agreed.carrier.send(out.to, &header, payload) {
+                Ok(true) => self.sent += 1,
+                Ok(false) => {
+                    r.stalled = Some(out);
+                    return Ok(());
+                }
+                Err(e) => return Err(io_error(peer, "send", &e)),
+            }
+        }
+    }
+}
+
+/// What an early frame costs of [`EARLY_BYTES`].
+fn early_cost(payload: &[u8]) -> usize {
+    payload.len() + crate::wire::mcast::HEADER_LEN
+}
+
+fn io_error(peer: Option<usize>, what: &str, e: &std::io::Error) -> crate::Error {
+    TransportError::Io {
+        peer,
+        error: format!("multicast {what}: {e}"),
+    }
+    .into()
+}
