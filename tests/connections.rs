@@ -210,3 +210,30 @@ fn a_cache_of_two_connections_stays_byte_exact() {
     let e = job(n, |_| 1024, &args, &env, Duration::from_secs(240));
     verified(&e, "a cache of two");
 }
+
+/// Streams others open to a rank are bounded too (`PIPECAST_MAX_CONNECTIONS=2`): with roots
+/// rotating over every rank and several tree kinds, a rank is a child of many different
+/// parents, and beyond the bound it asks the idle ones to close the streams they opened to
+/// it. Every byte verified at every rank, each rank but 0 under `ulimit -n 32`.
+#[test]
+fn streams_others_open_stay_bounded_with_rotating_roots() {
+    let n = 16;
+    let args = [
+        "--sizes",
+        SIZES,
+        "--tree",
+        "binomial,binary,kbinomial,linear",
+        "--segment",
+        "16K",
+        "--iters",
+        "16",
+        "--warmup",
+        "0",
+    ];
+    let env = [("PIPECAST_MAX_CONNECTIONS", "2")];
+    let limit = |r: usize| if r == 0 { 1024 } else { 32 };
+    let e = job(n, limit, &args, &env, Duration::from_secs(300));
+    let json = verified(&e, "16 ranks, a bound of 2, rotating roots");
+    let rest = json["fds"]["peak_rest"].as_u64().unwrap();
+    assert!(rest <= 32, "{}", json["fds"]);
+}

@@ -102,6 +102,13 @@ struct Conn {
     spare: [u8; HEADER],
     /// Bytes written so far (headers and payloads), for the per-rail counters.
     sent_bytes: u64,
+    /// An accepted stream: bytes of this rank's close request written back on it (a goodbye
+    /// record asking its writer to close it when idle; `HEADER` = all of it).
+    asked: usize,
+    /// A closing opened stream whose goodbye is out and whose write side is shut: it is read
+    /// (and what arrives dropped) until the reader closes its end, or until this deadline, so
+    /// that it is never closed with unread bytes (which would reset it).
+    draining: Option<Instant>,
 }
 
 impl Conn {
@@ -119,6 +126,8 @@ impl Conn {
             last_used: 0,
             spare: [0; HEADER],
             sent_bytes: 0,
+            asked: 0,
+            draining: None,
         }
     }
 
@@ -180,6 +189,8 @@ pub struct TcpTransport {
     retired_sent: Vec<u64>,
     /// Idle streams closed so far (the cache's bound, or the peer's goodbye).
     closed_idle: u64,
+    /// Accepted streams whose writer this rank asked to close them (their bound).
+    asked_ins: u64,
     scratch: Vec<u8>,
     /// Batched sends; `None` when io_uring is unavailable or not wanted (`bind_with`).
     ring: Option<Ring>,
@@ -246,6 +257,7 @@ impl TcpTransport {
             accepted: 0,
             retired_sent: Vec::new(),
             closed_idle: 0,
+            asked_ins: 0,
             scratch: vec![0; 64 << 10],
             ring,
             wake: None,
@@ -629,11 +641,14 @@ impl TcpTransport {
         Ok(())
     }
 
-    /// Marks the streams to the busy peers used in this round.
+    /// Marks the streams to and from the busy peers used in this round.
     fn stamp_busy(&mut self) {
         for &p in &self.busy {
             for rail in 0..self.rails {
                 if let Some(c) = self.conns.get_mut(&(p, rail)) {
+                    c.last_used = self.rounds;
+                }
+                for (_, c) in self.ins.range_mut((p, rail, 0)..=(p, rail, u64::MAX)) {
                     c.last_used = self.rounds;
                 }
             }
@@ -708,6 +723,7 @@ impl Link for TcpTransport {
         self.queue(driver, clock())?;
         self.check_closed(driver)?;
         self.trim();
+        self.trim_ins();
         let mut slots: Vec<Slot> = Vec::new();
         let mut fds: Vec<libc::pollfd> = Vec::new();
         let mut add = |slot: Slot, fd: std::os::fd::RawFd, events: i16| {
@@ -745,7 +761,11 @@ impl Link for TcpTransport {
             }
         }
         for c in &self.leaving {
-            add(Slot::Leaving, c.stream.as_raw_fd(), libc::POLLOUT);
+            let events = match c.draining {
+                Some(_) => libc::POLLIN,
+                None => libc::POLLOUT,
+            };
+            add(Slot::Leaving, c.stream.as_raw_fd(), events);
         }
         // Last: the wake descriptor (its readiness only ends the wait).
         add(Slot::Wake, self.wake.unwrap_or(-1), libc::POLLIN);

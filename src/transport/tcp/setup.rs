@@ -29,9 +29,10 @@
 //! this rank's idle stream to it closed too. A peer's streams are read oldest first, so a
 //! reopened stream never overtakes the end of the one it replaced.
 
-use super::{Conn, InKey, Key, Out, TcpTransport};
+use super::{Conn, InKey, Key, Out, Rx, TcpTransport};
 use crate::transport::limits;
 use crate::transport::TransportError;
+use crate::wire::message::HEADER;
 use std::io::{self, Read};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -193,18 +194,37 @@ impl TcpTransport {
         if revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) == 0 {
             return Ok(());
         }
-        let mut byte = [0u8; 64];
-        match conn.stream.read(&mut byte) {
+        // The one thing a reader writes back: a goodbye record asking this rank to close the
+        // stream when idle (its bound on accepted streams), read into the unused header.
+        let Rx::Header { buf, got } = &mut conn.rx else {
+            unreachable!("an opened stream never reads a payload")
+        };
+        match conn.stream.read(&mut buf[*got..]) {
             Ok(0) => {
                 conn.closed = true;
                 self.gone.entry(peer).or_insert(Gone::Closed);
                 Ok(())
             }
-            Ok(_) => Err(TransportError::BadFrame {
-                peer,
-                reason: "it wrote on a connection this rank opened (each carries one direction)"
-                    .into(),
-            }),
+            Ok(n) => {
+                *got += n;
+                if *got < HEADER {
+                    return Ok(());
+                }
+                *got = 0;
+                if !hello::is_goodbye(&buf[..]) {
+                    return Err(TransportError::BadFrame {
+                        peer,
+                        reason: "it wrote on a connection this rank opened something else than a close request (each carries one direction)".into(),
+                    });
+                }
+                tracing::debug!(
+                    rank = self.me,
+                    peer,
+                    "tcp: asked to close an idle connection"
+                );
+                self.farewells.insert(key);
+                Ok(())
+            }
             Err(e)
                 if matches!(
                     e.kind(),
@@ -309,7 +329,9 @@ impl TcpTransport {
             }
             self.accepted += 1;
             let key: InKey = (rank, p.rail, self.accepted);
-            self.ins.insert(key, Conn::new(p.stream));
+            let mut conn = Conn::new(p.stream);
+            conn.last_used = self.rounds;
+            self.ins.insert(key, conn);
         }
         self.pending = keep;
     }
@@ -417,6 +439,8 @@ impl TcpTransport {
     /// Writes the goodbyes of closing streams; a stream whose goodbye is out is dropped
     /// (closed: the kernel sends what it holds, then the end of the stream).
     pub(super) fn flush_leaving(&mut self) {
+        let now = Instant::now();
+        let drain_for = self.connect_timeout;
         self.leaving.retain_mut(|c| {
             while let Some(o) = c.out.front_mut() {
                 let bytes = &o.head[o.sent..o.head_len];
@@ -433,8 +457,84 @@ impl TcpTransport {
                     Err(_) => return false, // its peer is gone: nothing to say goodbye to
                 }
             }
-            false
+            // The goodbye is out: end the stream, then read until the reader closes its end
+            // (a close request it wrote meanwhile is dropped), so as not to close it with
+            // unread bytes, which would reset it and could discard what the reader has not
+            // read yet.
+            let deadline = *c.draining.get_or_insert_with(|| {
+                c.stream.shutdown(std::net::Shutdown::Write).ok();
+                now + drain_for
+            });
+            let mut scratch = [0u8; HEADER];
+            loop {
+                match (&c.stream).read(&mut scratch) {
+                    Ok(0) => return false,
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return now < deadline,
+                    Err(_) => return false,
+                }
+            }
         });
+    }
+
+    /// Bounds the streams peers opened to this rank: above `max_conns` of them (not closing
+    /// already), the least recently used idle ones (between frames, from a peer no broadcast
+    /// in flight talks to) are asked to close: a goodbye record written back on the stream,
+    /// which its writer reads as a request to close it when idle (`watch`; it closes it as
+    /// any idle stream, with a goodbye and the end of the stream, and this rank drops it on
+    /// reading them). The reader never closes a stream itself: its writer may be writing.
+    pub(super) fn trim_ins(&mut self) {
+        if self.ins.len() <= self.max_conns {
+            return;
+        }
+        let open = |c: &Conn| !c.closed && !c.goodbye && c.asked == 0;
+        let over = self
+            .ins
+            .values()
+            .filter(|c| open(c))
+            .count()
+            .saturating_sub(self.max_conns);
+        let busy = &self.busy;
+        let mut idle: Vec<(u64, InKey)> = self
+            .ins
+            .iter()
+            .filter(|(k, c)| {
+                open(c)
+                    && matches!(c.rx, Rx::Header { got: 0, .. })
+                    && busy.binary_search(&k.0).is_err()
+            })
+            .map(|(&k, c)| (c.last_used, k))
+            .collect();
+        idle.sort_unstable();
+        let mut asking: Vec<InKey> = idle.into_iter().take(over).map(|(_, k)| k).collect();
+        // Requests partly written (a full send buffer on a stream never written: unlikely).
+        asking.extend(
+            self.ins
+                .iter()
+                .filter(|(_, c)| c.asked > 0 && c.asked < HEADER && !c.closed)
+                .map(|(&k, _)| k),
+        );
+        let request = hello::goodbye();
+        for key in asking {
+            let Some(c) = self.ins.get_mut(&key) else {
+                continue;
+            };
+            let start = c.asked;
+            // A write that fails is a peer gone: its stream's end is read as such.
+            if let Ok(n) = (&c.stream).write_nosignal(&request[start..]) {
+                c.asked += n;
+                if start == 0 {
+                    self.asked_ins += 1;
+                    tracing::debug!(
+                        rank = self.me,
+                        peer = key.0,
+                        accepted = self.ins.len(),
+                        "tcp: asking a peer to close an idle connection"
+                    );
+                }
+            }
+        }
     }
 }
 

@@ -257,7 +257,7 @@ fn a_cache_of_one_connection_closes_and_reopens_byte_exact() {
         .chain([(0, 1, 300_001), (4, 2, 300_001), (0, 1, 7)])
         .collect();
     let done = run_chains(tcps, &cases);
-    let mut closed = 0;
+    let (mut closed, mut asked) = (0, 0);
     for (me, (got, t)) in done.iter().enumerate() {
         for (i, &(_, _, len)) in cases.iter().enumerate() {
             assert!(
@@ -266,10 +266,14 @@ fn a_cache_of_one_connection_closes_and_reopens_byte_exact() {
             );
         }
         closed += t.closed_idle;
-        // Bounded: at most the broadcast's own peers beyond the cache, never everybody.
+        asked += t.asked_ins;
+        // Bounded: at most the broadcast's own peers beyond the cache, never everybody; the
+        // streams others opened to this rank too.
         assert!(t.conns.len() <= 2, "rank {me}: {}", t.describe_state(0));
+        assert!(t.ins.len() <= 3, "rank {me}: {}", t.describe_state(0));
     }
     assert!(closed > 0, "the cache of one closed idle connections");
+    assert!(asked > 0, "streams opened to a rank were asked to close");
 }
 
 /// Connections come only on tree edges: after chains with stride 1 from root 0, a rank holds
