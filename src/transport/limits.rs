@@ -1,7 +1,9 @@
 //! Limits are named: when a link runs out of file descriptors (`EMFILE`, the process's limit;
 //! `ENFILE`, the system's) its error says which limit, its soft and hard values, how many
 //! descriptors the process holds and how many more it needed, and the fix — instead of a
-//! bare "Too many open files" (or worse, a misleading "lost rank") far from the cause.
+//! bare "Too many open files" (or worse, a misleading "lost rank") far from the cause. The
+//! same for threads ([`thread`]) and memory ([`memory`]: a shared-memory ring that cannot be
+//! created or mapped).
 
 use super::TransportError;
 use std::io;
@@ -94,6 +96,65 @@ pub fn thread(what: &str, e: &io::Error) -> String {
     )
 }
 
+/// Whether `e` is memory refused: `ENOMEM` (the address space, `ulimit -v`, or the host),
+/// `ENOSPC` (a full tmpfs), `EFBIG` (a file size limit, `ulimit -f`).
+pub fn out_of_memory(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOMEM | libc::ENOSPC | libc::EFBIG)
+    )
+}
+
+/// A soft resource limit: its value in bytes (or blocks for `RLIMIT_FSIZE`), "unlimited", or
+/// "unknown".
+fn soft_limit(resource: libc::__rlimit_resource_t) -> String {
+    // SAFETY: an all-zero rlimit is valid; getrlimit only writes it.
+    let mut r: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: `r` is a live rlimit for the call to fill.
+    if unsafe { libc::getrlimit(resource, &mut r) } != 0 {
+        return "unknown".into();
+    }
+    match r.rlim_cur {
+        libc::RLIM_INFINITY => "unlimited".into(),
+        v => format!("{} KiB", v / 1024),
+    }
+}
+
+/// The host's available memory (`MemAvailable` of /proc/meminfo), as written there.
+fn available_memory() -> String {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find(|l| l.starts_with("MemAvailable:"))
+                .map(|l| l["MemAvailable:".len()..].trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Why `what` could not get `bytes` bytes of memory (`e`, from `memfd_create`, `ftruncate`,
+/// `mmap`), naming the limits that refuse it with their values, the count, and the fix.
+pub fn memory(what: &str, e: &io::Error, bytes: u64) -> String {
+    let reason = if out_of_memory(e) {
+        "out of memory"
+    } else {
+        "refused"
+    };
+    format!(
+        "{what}: {reason} ({e}): it needed {bytes} bytes ({} MiB) of shared memory (a memfd, \
+         counted as the host's memory and the job's memory cgroup, not /dev/shm); the limits \
+         that refuse it are this process's address space (ulimit -v: {}), its file size \
+         (ulimit -f: {}), the job's memory cgroup (memory.max) and the host's free memory \
+         (MemAvailable: {}): raise the one that is reached (`ulimit -v unlimited` before \
+         starting the job), or run without the ring (PIPECAST_SHM=cma, single-copy, or \
+         PIPECAST_SHM=off), or fewer ranks per host",
+        bytes.div_ceil(1 << 20),
+        soft_limit(libc::RLIMIT_AS),
+        soft_limit(libc::RLIMIT_FSIZE),
+        available_memory()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -111,6 +172,25 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn a_memory_error_names_the_limits_the_count_and_the_fix() {
+        let e = io::Error::from_raw_os_error(libc::ENOMEM);
+        assert!(out_of_memory(&e));
+        assert!(!out_of_memory(&io::Error::from_raw_os_error(libc::EBADF)));
+        let m = memory("shared memory: create the staging ring", &e, 8 << 20);
+        for want in [
+            "staging ring",
+            "out of memory",
+            "8388608 bytes (8 MiB)",
+            "ulimit -v",
+            "memory.max",
+            "MemAvailable",
+            "PIPECAST_SHM=cma",
+        ] {
+            assert!(m.contains(want), "{want}: {m}");
+        }
+    }
 
     #[test]
     fn the_error_names_the_limit_and_the_fix() {

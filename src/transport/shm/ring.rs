@@ -276,4 +276,24 @@ mod tests {
         );
         assert!(big.is_err(), "a ring smaller than announced is refused");
     }
+
+    /// A real refusal named: a ring larger than the address space may hold (`ftruncate` or
+    /// `mmap` of 2^62 bytes fails whatever `ulimit -v` says; no limit of this process is
+    /// changed, so the other tests are not disturbed).
+    #[test]
+    fn a_ring_too_large_for_the_address_space_is_named() {
+        let bytes = 1usize << 62;
+        let e = match Ring::create(bytes) {
+            Ok(_) => {
+                eprintln!("skipped: a 2^62-byte ring was mapped");
+                return;
+            }
+            Err(e) => e,
+        };
+        let m = crate::transport::limits::memory("the staging ring", &e, bytes as u64);
+        assert!(
+            m.contains("ulimit -v") && m.contains(&bytes.to_string()),
+            "{m}"
+        );
+    }
 }

@@ -184,7 +184,7 @@ impl ShmLink {
             self.stage = Some(
                 Stage::create(RING_BYTES).map_err(|e| TransportError::Setup {
                     what: "shared memory: create the staging ring (memfd_create)".into(),
-                    error: e.to_string(),
+                    error: crate::transport::limits::memory("its mapping", &e, RING_BYTES as u64),
                 })?,
             );
         }
@@ -212,10 +212,14 @@ impl ShmLink {
             let rx = if staged {
                 match self.read(&c, deadline)? {
                     (Record::RingFd { size }, Some(fd)) if (1..=1u64 << 32).contains(&size) => {
-                        Some(
-                            Ring::open(fd, size as usize)
-                                .map_err(|e| bad(c.peer, format!("its ring: {e}")))?,
-                        )
+                        Some(Ring::open(fd, size as usize).map_err(|e| {
+                            let why = if crate::transport::limits::out_of_memory(&e) {
+                                crate::transport::limits::memory("mapping it", &e, size)
+                            } else {
+                                e.to_string()
+                            };
+                            bad(c.peer, format!("its ring: {why}"))
+                        })?)
                     }
                     (r, _) => return Err(bad(c.peer, format!("expected its ring, got {r:?}"))),
                 }
