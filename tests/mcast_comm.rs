@@ -5,6 +5,7 @@
 //!
 //! - with the bridges' IGMP snooping off (they flood) and on with a querier, as this user and
 //!   as `nobody` (UDP multicast needs no privilege);
+//! - with ranks sharing hosts (2, 1 and 3 on the machines), every rank a root;
 //! - with 1 % of the UDP frames dropped at the switch (nftables: this kernel has no netem);
 //! - a rank whose host drops the group (an nftables rule) makes every rank use the trees,
 //!   and every rank says why at `PIPECAST_LOG=info`, naming it;
@@ -106,6 +107,25 @@ fn multicast_is_byte_exact_with_snooping_off_and_on_as_each_user() {
             eprintln!("{what}: ok");
         }
     });
+}
+
+/// Ranks that share a host: the host's other ranks hear its root through the kernel's loop
+/// (`IP_MULTICAST_LOOP`), and a rank drops its own looped-back frames.
+#[test]
+fn multicast_reaches_ranks_that_share_a_host() {
+    require_lab!();
+    const SHARED: &str = r#"{"switches": ["s0", "s1"], "links": [["s0", "s1"]],
+     "machines": [{"name": "h0", "switch": "s0", "ranks": 2}, {"name": "h1", "switch": "s0"},
+                  {"name": "h2", "switch": "s1", "ranks": 3}]}"#;
+    let lab = Lab::up("mcs", SHARED, &["--lldp-wait", "0"]);
+    // Six iterations: every rank is a root once.
+    let report = bench(
+        &lab,
+        &[],
+        &["--tree", "multicast", "--sizes", SIZES, "--iters", "6"],
+    );
+    assert_eq!(report["ranks"], 6, "{report}");
+    check(&report, &SIZE_LIST, "multicast", |r| r == "multicast");
 }
 
 /// Runs `nft -f` with `rules` in namespace `ns`.

@@ -73,8 +73,8 @@ pub struct Multicast {
     size: usize,
     agreed: Agreed,
     running: BTreeMap<u64, Running>,
-    /// Finished broadcasts (number → segments), oldest first in `order`.
-    finished: BTreeMap<u64, u64>,
+    /// Finished broadcasts (number → segments, root, message size), oldest first in `order`.
+    finished: BTreeMap<u64, (u64, u32, u64)>,
     order: VecDeque<u64>,
     /// The highest sequence number posted per communicator: a number at or below it that is
     /// neither running nor remembered is long finished.
@@ -89,6 +89,10 @@ pub struct Multicast {
     /// Frames sent and received (counters).
     sent: u64,
     received: u64,
+    /// Whether the last round landed data ([`Multicast::coalesce`]).
+    landed: bool,
+    /// How long a receiving rank lets frames gather before the next round.
+    coalesce: Duration,
 }
 
 fn gone(seq: u64, e: &crate::engine::multicast::McastError) -> crate::Error {
@@ -109,6 +113,7 @@ fn gone(seq: u64, e: &crate::engine::multicast::McastError) -> crate::Error {
 
 impl Multicast {
     pub fn new(me: usize, agreed: Agreed) -> Multicast {
+        let coalesce = coalesce_for(agreed.config, agreed.segment);
         Multicast {
             me,
             size: agreed.topology.size(),
@@ -124,7 +129,30 @@ impl Multicast {
             drops: Drops::default(),
             sent: 0,
             received: 0,
+            landed: false,
+            coalesce,
         }
+    }
+
+    /// How long the progress thread may let frames gather in the socket before the next round
+    /// (`None`: not now): only while every broadcast here is a receiver's that is landing data
+    /// and has nothing to send. One round per frame (a wake-up, a poll of every link, three
+    /// receive calls) cost a receiving rank several times the CPU of the bytes it moves; a
+    /// round per millisecond reads the frames that arrived meanwhile in one go. The wait is
+    /// an eighth of the window's time at the paced rate (at most 1 ms), so the root's credit
+    /// never runs dry for it, and acknowledgements are late by as much at most.
+    pub fn coalesce(&self, now: u64) -> Option<Duration> {
+        if !self.landed || self.coalesce.is_zero() || self.running.is_empty() {
+            return None;
+        }
+        let horizon = now.saturating_add(self.coalesce.as_nanos() as u64);
+        let quiet = self.running.values().all(|r| {
+            !r.member.is_root()
+                && matches!(r.member.state(), State::Running)
+                && r.stalled.is_none()
+                && r.member.poll_timeout(now).is_none_or(|t| t > horizon)
+        });
+        quiet.then_some(self.coalesce)
     }
 
     /// The carrier, for logs.
@@ -229,13 +257,34 @@ impl Multicast {
             return;
         };
         if matches!(r.member.state(), State::Complete) {
-            self.finished.insert(seq, u64::from(r.member.segments()));
+            let segments = u64::from(r.member.segments());
+            self.finished
+                .insert(seq, (segments, r.ident.root as u32, r.ident.msize));
             self.order.push_back(seq);
             while self.order.len() > FINISHED_KEPT {
                 if let Some(old) = self.order.pop_front() {
                     self.finished.remove(&old);
                 }
             }
+        }
+    }
+
+    /// Forgets communicator `comm` (dropped, its broadcasts over here): its id may be reused,
+    /// and its numbers start again, so nothing of its old broadcasts may answer for the new
+    /// ones (as `Endpoint::forget`).
+    pub fn forget(&mut self, comm: u32) {
+        self.posted.remove(&comm);
+        self.finished.retain(|&n, _| comm_of(n) != comm);
+        self.order.retain(|&n| comm_of(n) != comm);
+        let gone: Vec<u64> = self
+            .early
+            .keys()
+            .copied()
+            .filter(|&n| comm_of(n) == comm)
+            .collect();
+        for n in gone {
+            let frames = self.early.remove(&n).unwrap_or_default();
+            self.early_bytes -= frames.iter().map(|f| early_cost(&f.2)).sum::<usize>();
         }
     }
 
@@ -283,6 +332,7 @@ impl Multicast {
 
     /// One round: what arrived, the timers, what is due to be sent. An error fails the engine.
     pub fn drive(&mut self, clock: &dyn Fn() -> u64, bufs: &mut Buffers) -> crate::Result<()> {
+        self.landed = false;
         self.receive(clock(), bufs)?;
         let now = clock();
         for r in self.running.values_mut() {
@@ -400,6 +450,7 @@ impl Multicast {
                     self.drops.count(Dropped::Malformed);
                     return Ok(());
                 }
+                self.landed = true;
                 if let Some(range) = r.member.land(now, from, index) {
                     let buf = bufs
                         .get_mut(&seq)
@@ -427,7 +478,12 @@ impl Multicast {
             return Ok(false);
         }
         let absent = match self.finished.get(&seq) {
-            Some(&segments) => Absent::Finished { segments },
+            // The same root and size: this rank's finished broadcast (a number of a dropped
+            // communicator whose id came back would name another one: not answered for it).
+            Some(&(segments, root, msize)) if root == repr.root && msize == repr.msize => {
+                Absent::Finished { segments }
+            }
+            Some(_) => return Ok(false),
             None if self
                 .posted
                 .get(&comm_of(seq))
@@ -493,6 +549,21 @@ impl Multicast {
     }
 }
 
+/// [`Multicast::coalesce`]'s wait for a protocol `config` with `segment`-byte segments.
+fn coalesce_for(config: Config, segment: u32) -> Duration {
+    const MOST: Duration = Duration::from_millis(1);
+    match config.rate {
+        Some(rate) if rate > 0 => {
+            let window_ns =
+                u128::from(config.window) * u128::from(u64::from(segment) + 64) * 1_000_000_000
+                    / u128::from(rate);
+            Duration::from_nanos((window_ns / 8).min(MOST.as_nanos()) as u64)
+        }
+        // Unpaced: the link's rate is unknown; a fifth of the longest.
+        _ => MOST / 5,
+    }
+}
+
 /// What an early frame costs of [`EARLY_BYTES`].
 fn early_cost(payload: &[u8]) -> usize {
     payload.len() + crate::wire::mcast::HEADER_LEN
@@ -504,4 +575,33 @@ fn io_error(peer: Option<usize>, what: &str, e: &std::io::Error) -> crate::Error
         error: format!("multicast {what}: {e}"),
     }
     .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn receivers_gather_frames_for_an_eighth_of_the_window_at_most_1_ms() {
+        let paced = |window, rate| Config {
+            window,
+            rate: Some(rate),
+            ..Config::default()
+        };
+        // 2979 segments at 100 Mbit/s take 350 ms: capped at 1 ms.
+        assert_eq!(
+            coalesce_for(paced(2979, 11_800_000), 1408),
+            Duration::from_millis(1)
+        );
+        // 120 segments at 1 Gbit/s: 1.4 ms of window, 0.18 ms.
+        let c = coalesce_for(paced(120, 118_000_000), 1408);
+        assert!(
+            c > Duration::from_micros(150) && c < Duration::from_micros(220),
+            "{c:?}"
+        );
+        assert_eq!(
+            coalesce_for(Config::default(), 1408),
+            Duration::from_micros(200)
+        );
+    }
 }

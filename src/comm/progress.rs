@@ -193,6 +193,9 @@ impl Driver {
         for comm in over {
             let ids = self.closing.remove(&comm).expect("listed");
             self.endpoint.forget(comm);
+            if let Some(m) = self.mcast.as_mut() {
+                m.forget(comm);
+            }
             ids.lock().unwrap_or_else(|e| e.into_inner()).remove(&comm);
         }
     }
@@ -290,8 +293,17 @@ impl Driver {
             },
         );
         if let Some(m) = &self.mcast {
-            if let Some(w) = m.wait(self.now()) {
+            let now = self.now();
+            if let Some(w) = m.wait(now) {
                 wait = wait.min(w);
+            }
+            // Only multicast receivers at work: let frames gather (bounded; a broadcast
+            // posted meanwhile starts at most that late).
+            if let Some(pause) = m.coalesce(now) {
+                if self.runs.keys().all(|&seq| m.runs(seq)) {
+                    std::thread::sleep(pause);
+                    wait = Duration::ZERO;
+                }
             }
         }
         let start = self.start;
