@@ -51,7 +51,7 @@ fn tree_neighbours_are_bounded_and_the_mesh_is_p_minus_1() {
                 "binary" if one_root => assert!(max <= 3, "{row}"),
                 // k-binomial: a rank's children at most k-1 per round, log rounds.
                 "kbinomial" => assert!(max < 63, "{row}"),
-                "full mesh (today)" => assert_eq!((max, median), (63, 63), "{row}"),
+                "full mesh (before)" => assert_eq!((max, median), (63, 63), "{row}"),
                 _ => assert!(max <= 63, "{row}"),
             }
             if !one_root && tree == "linear" {
@@ -67,4 +67,38 @@ fn a_size_that_is_no_multiple_of_64_is_refused() {
     let out = pipecast(&["scale", "--ranks", "100"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a multiple of 64"));
+}
+
+/// `--per-host 8`: two-level plans; a host's ranks are fed through shared memory, so most
+/// ranks have no TCP peer at all, and every rank holds one staging ring.
+#[test]
+fn ranks_sharing_hosts_split_tcp_and_shared_memory_peers() {
+    let rows = rows(&[
+        "scale",
+        "--ranks",
+        "512",
+        "--trees",
+        "linear,binary",
+        "--per-host",
+        "8",
+        "--json",
+    ]);
+    assert_eq!(rows.len(), 3, "two trees and the mesh");
+    for row in &rows[..2] {
+        assert_eq!(row["per_host"].as_u64(), Some(8), "{row}");
+        assert_eq!(row["tcp_median"].as_u64(), Some(0), "{row}");
+        assert_eq!(
+            row["shm_max"].as_u64(),
+            Some(7),
+            "the leader feeds its 7: {row}"
+        );
+        assert!(row["tcp_max"].as_u64().unwrap() <= 3, "{row}");
+        assert_eq!(row["memory_bytes_median"].as_u64(), Some(8 << 20), "{row}");
+        assert!(row["in_max"].as_u64().unwrap() <= 1, "one root: {row}");
+    }
+    let out = pipecast(&["scale", "--ranks", "512", "--per-host", "3"]);
+    assert!(
+        !out.status.success(),
+        "8 ranks per switch, not a multiple of 3"
+    );
 }

@@ -3,11 +3,18 @@
 //! set of roots on a generated hub topology (64 switches: a hub and 63 edge switches, P/64
 //! machines on each), counts every rank's distinct tree neighbours over those plans (the peers
 //! it would connect to with connections made on first use of a tree edge), and sets them
-//! against today's full mesh (every rank connected to every other).
+//! against today's full mesh (every rank connected to every other). With `--per-host K`,
+//! K ranks share each machine (a host) and the plans are two-level (`plan::two_level`): the
+//! tree between hosts over TCP, each host's ranks fed through shared memory; a rank's
+//! neighbours are then split into TCP peers (other hosts) and shared-memory peers (its host).
+//! Per rank it also counts tree edges in (parents) and out (children) over the plans, and the
+//! memory the runtime holds for them: socket buffers per TCP stream, and one shared-memory
+//! staging ring per rank of a host of several (the peers' rings are mapped, shared pages).
 
 use crate::CliResult;
 use pipecast::plan::{self, TreeKind};
-use pipecast::topology::gen;
+use pipecast::topology::{gen, hosts};
+use std::collections::BTreeSet;
 
 /// Streams a rank opens per neighbour over TCP (one each way).
 const STREAMS_PER_PEER: u64 = 2;
@@ -16,6 +23,9 @@ const STREAMS_PER_PEER: u64 = 2;
 const STREAM_BYTES: u64 = 131_072 + 16_384;
 /// Switches of the generated topology (the hub and its edge switches).
 const SWITCHES: usize = 64;
+/// The shared-memory link's staging ring, one per rank of a host of several
+/// (`transport::shm`, `RING_BYTES`).
+const RING_BYTES: u64 = 8 << 20;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -29,6 +39,10 @@ pub struct Args {
     /// counted over all of their plans. 1: the one root 0.
     #[arg(long, default_value_t = 1)]
     roots: usize,
+    /// Ranks per host: comma list (1: every rank a machine of its own; K > 1: two-level plans,
+    /// each host's ranks fed through shared memory). P/64 must be a multiple of K.
+    #[arg(long, default_value = "1")]
+    per_host: String,
     /// One JSON object per row instead of a Markdown table.
     #[arg(long)]
     json: bool,
@@ -39,8 +53,30 @@ struct Row {
     ranks: usize,
     tree: String,
     roots: usize,
-    /// Distinct neighbours per rank: max and median; `None` when the planner refused.
-    peers: Result<(u64, u64), String>,
+    per_host: usize,
+    /// Per rank, max and median; `Err` when the planner refused.
+    counts: Result<Counts, String>,
+}
+
+/// Max and median over ranks of each count.
+struct Counts {
+    /// Distinct neighbours (parents and children over every plan and lane).
+    peers: (u64, u64),
+    /// Distinct parents (tree edges in) and children (out).
+    ins: (u64, u64),
+    outs: (u64, u64),
+    /// Neighbours on other hosts (TCP) and on the rank's host (shared memory).
+    tcp: (u64, u64),
+    shm: (u64, u64),
+    /// Bytes: TCP socket buffers of the TCP neighbours' streams + the staging ring.
+    memory: (u64, u64),
+}
+
+/// Max and median of `values`.
+fn max_median(mut values: Vec<u64>) -> (u64, u64) {
+    values.sort_unstable();
+    let n = values.len();
+    (values[n - 1], values[(n - 1) / 2])
 }
 
 pub fn run(args: Args) -> CliResult {
@@ -63,54 +99,110 @@ pub fn run(args: Args) -> CliResult {
         .split(',')
         .map(|t| t.trim().parse::<TreeKind>())
         .collect::<Result<_, _>>()?;
+    let per_host: Vec<usize> = args
+        .per_host
+        .split(',')
+        .map(|s| s.trim().parse::<usize>())
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("--per-host {:?}: {e}", args.per_host))?;
+    for &p in &sizes {
+        if let Some(k) = per_host
+            .iter()
+            .find(|&&k| k == 0 || (p / SWITCHES) % k != 0)
+        {
+            return Err(format!(
+                "--per-host: {p}/{SWITCHES} ranks per switch is not a multiple of {k}"
+            )
+            .into());
+        }
+    }
     let mut rows = Vec::new();
     for &p in &sizes {
-        let topology = gen::hub(SWITCHES - 1, p / SWITCHES, false);
-        for tree in &trees {
-            let roots = args.roots.min(p);
-            let mut neighbours: Vec<std::collections::BTreeSet<usize>> =
-                vec![Default::default(); p];
-            let mut refused = None;
-            for i in 0..roots {
-                let root = i * (p / roots);
-                match plan::build(&topology, root, tree, None) {
-                    Ok(plan) => {
-                        for lane in &plan.lanes {
-                            for (r, parent) in lane.parents.iter().enumerate() {
-                                if let Some(q) = parent {
-                                    neighbours[r].insert(*q);
-                                    neighbours[*q].insert(r);
+        for &k in &per_host {
+            let file = gen::hub(SWITCHES - 1, p / SWITCHES / k, false);
+            let topology = if k == 1 {
+                file
+            } else {
+                hosts::expand(&file, Some(k))?
+            };
+            let host_of = |r: usize| topology.hosts().map_or(r, |h| h.host_of(r));
+            for tree in &trees {
+                let roots = args.roots.min(p);
+                let mut parents: Vec<BTreeSet<usize>> = vec![Default::default(); p];
+                let mut children: Vec<BTreeSet<usize>> = vec![Default::default(); p];
+                let mut refused = None;
+                for i in 0..roots {
+                    let root = i * (p / roots);
+                    match plan::build(&topology, root, tree, None) {
+                        Ok(plan) => {
+                            for lane in &plan.lanes {
+                                for (r, parent) in lane.parents.iter().enumerate() {
+                                    if let Some(q) = parent {
+                                        parents[r].insert(*q);
+                                        children[*q].insert(r);
+                                    }
                                 }
                             }
                         }
-                    }
-                    Err(e) => {
-                        refused = Some(e.to_string());
-                        break;
+                        Err(e) => {
+                            refused = Some(e.to_string());
+                            break;
+                        }
                     }
                 }
+                let counts = match refused {
+                    Some(e) => Err(e),
+                    None => {
+                        let (mut peers, mut tcp, mut shm, mut memory) =
+                            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+                        for r in 0..p {
+                            let all: BTreeSet<usize> =
+                                parents[r].union(&children[r]).copied().collect();
+                            let remote =
+                                all.iter().filter(|&&q| host_of(q) != host_of(r)).count() as u64;
+                            let ring = if k > 1 { RING_BYTES } else { 0 };
+                            peers.push(all.len() as u64);
+                            tcp.push(remote);
+                            shm.push(all.len() as u64 - remote);
+                            memory.push(remote * STREAMS_PER_PEER * STREAM_BYTES + ring);
+                        }
+                        Ok(Counts {
+                            peers: max_median(peers),
+                            ins: max_median(parents.iter().map(|s| s.len() as u64).collect()),
+                            outs: max_median(children.iter().map(|s| s.len() as u64).collect()),
+                            tcp: max_median(tcp),
+                            shm: max_median(shm),
+                            memory: max_median(memory),
+                        })
+                    }
+                };
+                rows.push(Row {
+                    ranks: p,
+                    tree: tree.to_string(),
+                    roots,
+                    per_host: k,
+                    counts,
+                });
             }
-            let peers = match refused {
-                Some(e) => Err(e),
-                None => {
-                    let mut counts: Vec<u64> = neighbours.iter().map(|n| n.len() as u64).collect();
-                    counts.sort_unstable();
-                    Ok((counts[p - 1], counts[(p - 1) / 2]))
-                }
-            };
-            rows.push(Row {
-                ranks: p,
-                tree: tree.to_string(),
-                roots,
-                peers,
-            });
         }
         let mesh = (p - 1) as u64;
+        let m = (mesh, mesh);
         rows.push(Row {
             ranks: p,
-            tree: "full mesh (today)".into(),
+            tree: "full mesh (before)".into(),
             roots: p,
-            peers: Ok((mesh, mesh)),
+            per_host: 1,
+            counts: Ok(Counts {
+                peers: m,
+                ins: m,
+                outs: m,
+                tcp: m,
+                shm: (0, 0),
+                memory: (
+                    mesh * STREAMS_PER_PEER * STREAM_BYTES,
+                    mesh * STREAMS_PER_PEER * STREAM_BYTES,
+                ),
+            }),
         });
     }
     print_rows(&rows, args.json);
@@ -119,50 +211,62 @@ pub fn run(args: Args) -> CliResult {
 
 fn print_rows(rows: &[Row], json: bool) {
     if !json {
-        println!("| ranks | tree | roots | neighbours max / median | descriptors max / median | socket memory max / median |");
-        println!("|---|---|---|---|---|---|");
+        println!("| ranks | per host | tree | roots | neighbours max / median | edges in max / median | edges out max / median | TCP peers max / median | shm peers max | TCP descriptors max / median | memory max / median |");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|");
     }
     for row in rows {
-        match &row.peers {
-            Ok((max, median)) => {
-                let fds = |n: u64| n * STREAMS_PER_PEER;
-                let mem = |n: u64| fds(n) * STREAM_BYTES;
-                if json {
-                    println!(
-                        "{}",
-                        serde_json::json!({
-                            "ranks": row.ranks, "tree": row.tree, "roots": row.roots,
-                            "neighbours_max": max, "neighbours_median": median,
-                            "descriptors_max": fds(*max), "descriptors_median": fds(*median),
-                            "socket_bytes_max": mem(*max), "socket_bytes_median": mem(*median),
-                        })
-                    );
-                } else {
-                    println!(
-                        "| {} | {} | {} | {max} / {median} | {} / {} | {} / {} |",
-                        row.ranks,
-                        row.tree,
-                        row.roots,
-                        fds(*max),
-                        fds(*median),
-                        size(mem(*max)),
-                        size(mem(*median)),
-                    );
-                }
-            }
+        let c = match &row.counts {
+            Ok(c) => c,
             Err(e) => {
                 if json {
                     println!(
                         "{}",
-                        serde_json::json!({"ranks": row.ranks, "tree": row.tree, "roots": row.roots, "refused": e})
+                        serde_json::json!({"ranks": row.ranks, "per_host": row.per_host, "tree": row.tree, "roots": row.roots, "refused": e})
                     );
                 } else {
                     println!(
-                        "| {} | {} | {} | refused: {e} | | |",
-                        row.ranks, row.tree, row.roots
+                        "| {} | {} | {} | {} | refused: {e} | | | | | | |",
+                        row.ranks, row.per_host, row.tree, row.roots
                     );
                 }
+                continue;
             }
+        };
+        let fds = |n: u64| n * STREAMS_PER_PEER;
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "ranks": row.ranks, "per_host": row.per_host, "tree": row.tree,
+                    "roots": row.roots,
+                    "neighbours_max": c.peers.0, "neighbours_median": c.peers.1,
+                    "in_max": c.ins.0, "in_median": c.ins.1,
+                    "out_max": c.outs.0, "out_median": c.outs.1,
+                    "tcp_max": c.tcp.0, "tcp_median": c.tcp.1,
+                    "shm_max": c.shm.0, "shm_median": c.shm.1,
+                    "descriptors_max": fds(c.tcp.0), "descriptors_median": fds(c.tcp.1),
+                    "socket_bytes_max": fds(c.tcp.0) * STREAM_BYTES,
+                    "socket_bytes_median": fds(c.tcp.1) * STREAM_BYTES,
+                    "memory_bytes_max": c.memory.0, "memory_bytes_median": c.memory.1,
+                })
+            );
+        } else {
+            let pair = |(a, b): (u64, u64)| format!("{a} / {b}");
+            println!(
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} |",
+                row.ranks,
+                row.per_host,
+                row.tree,
+                row.roots,
+                pair(c.peers),
+                pair(c.ins),
+                pair(c.outs),
+                pair(c.tcp),
+                c.shm.0,
+                pair((fds(c.tcp.0), fds(c.tcp.1))),
+                size(c.memory.0),
+                size(c.memory.1),
+            );
         }
     }
 }
