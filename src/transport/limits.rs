@@ -16,14 +16,28 @@ pub fn out_of_descriptors(e: &io::Error) -> bool {
 /// The soft and hard `RLIMIT_NOFILE` (`ulimit -n`, `ulimit -Hn`); `None` where unlimited or
 /// unreadable.
 pub fn descriptor_limit() -> (Option<u64>, Option<u64>) {
+    rlimit(libc::RLIMIT_NOFILE).unwrap_or((None, None))
+}
+
+/// A resource limit's soft and hard values (`None`: unlimited); `None` when unreadable.
+fn rlimit(resource: libc::__rlimit_resource_t) -> Option<(Option<u64>, Option<u64>)> {
     // SAFETY: an all-zero rlimit is valid; getrlimit only writes it.
     let mut r: libc::rlimit = unsafe { std::mem::zeroed() };
     // SAFETY: `r` is a live rlimit for the call to fill.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
-        return (None, None);
+    if unsafe { libc::getrlimit(resource, &mut r) } != 0 {
+        return None;
     }
     let value = |v: libc::rlim_t| -> Option<u64> { (v != libc::RLIM_INFINITY).then_some(v) };
-    (value(r.rlim_cur), value(r.rlim_max))
+    Some((value(r.rlim_cur), value(r.rlim_max)))
+}
+
+/// A soft limit for a message: `show(value)`, "unlimited" or "unknown".
+fn soft(resource: libc::__rlimit_resource_t, show: impl Fn(u64) -> String) -> String {
+    match rlimit(resource) {
+        None => "unknown".into(),
+        Some((None, _)) => "unlimited".into(),
+        Some((Some(v), _)) => show(v),
+    }
 }
 
 /// Descriptors this process holds now (`/proc/self/fd`); `None` without /proc.
@@ -74,17 +88,7 @@ pub fn descriptors(what: String, e: &io::Error, more: usize, connections: usize)
 /// that refuse one: the user's processes and threads (`ulimit -u`, `RLIMIT_NPROC`), the
 /// system's (`kernel.threads-max`), or memory for its stack.
 pub fn thread(what: &str, e: &io::Error) -> String {
-    // SAFETY: an all-zero rlimit is valid; getrlimit only writes it.
-    let mut r: libc::rlimit = unsafe { std::mem::zeroed() };
-    // SAFETY: `r` is a live rlimit for the call to fill.
-    let nproc = if unsafe { libc::getrlimit(libc::RLIMIT_NPROC, &mut r) } == 0 {
-        match r.rlim_cur {
-            libc::RLIM_INFINITY => "unlimited".to_string(),
-            v => v.to_string(),
-        }
-    } else {
-        "unknown".to_string()
-    };
+    let nproc = soft(libc::RLIMIT_NPROC, |v| v.to_string());
     let max = std::fs::read_to_string("/proc/sys/kernel/threads-max")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "unknown".into());
@@ -108,16 +112,7 @@ pub fn out_of_memory(e: &io::Error) -> bool {
 /// A soft resource limit: its value in bytes (or blocks for `RLIMIT_FSIZE`), "unlimited", or
 /// "unknown".
 fn soft_limit(resource: libc::__rlimit_resource_t) -> String {
-    // SAFETY: an all-zero rlimit is valid; getrlimit only writes it.
-    let mut r: libc::rlimit = unsafe { std::mem::zeroed() };
-    // SAFETY: `r` is a live rlimit for the call to fill.
-    if unsafe { libc::getrlimit(resource, &mut r) } != 0 {
-        return "unknown".into();
-    }
-    match r.rlim_cur {
-        libc::RLIM_INFINITY => "unlimited".into(),
-        v => format!("{} KiB", v / 1024),
-    }
+    soft(resource, |v| format!("{} KiB", v / 1024))
 }
 
 /// The host's available memory (`MemAvailable` of /proc/meminfo), as written there.
