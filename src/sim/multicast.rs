@@ -580,15 +580,9 @@ impl Sim<'_> {
             return;
         }
         match (self.head[e.0 as usize], &frame.kind) {
-            (Head::Switch(s), Kind::Group { .. }) => {
-                let outs = std::mem::take(&mut self.fanout[s]);
-                for &out in &outs {
-                    let last = matches!(self.head[out.0 as usize], Head::Machine(_));
-                    self.put(out, frame.clone(), false, last);
-                }
-                self.fanout[s] = outs;
-            }
-            (Head::Switch(s), Kind::Status { .. }) => {
+            // Group frames and the root's status frames: the switch copies them to every port away
+            // from the root.
+            (Head::Switch(s), Kind::Group { .. } | Kind::Status { .. }) => {
                 let outs = std::mem::take(&mut self.fanout[s]);
                 for &out in &outs {
                     let last = matches!(self.head[out.0 as usize], Head::Machine(_));
