@@ -14,6 +14,9 @@
 #                    default 16) set to W (PIPECAST_WINDOW), for each W in $PIPECAST_WINDOWS
 #   raweth           the component over raw Ethernet frames (coll_pipecast_transport raweth,
 #                    the lab's eth0), tree and segment size from its model
+#   multicast        the component with the switches copying the bytes: coll_pipecast_tree
+#                    multicast, PIPECAST_MULTICAST=udp (UDP multicast over the lab's eth0,
+#                    repair by TCP unicast; docs/multicast.md)
 # with `--mca btl tcp,self` and `btl_tcp_if_include 198.18.0.0/16` (`pipecast lab mpirun` sets
 # both, LAB.md), so every byte crosses the shaped links. Output: $OUT/results.jsonl (one line
 # per configuration and size, "label" = placement/configuration), $OUT/*.err (stderr per run;
@@ -129,6 +132,15 @@ for placement in $PLACEMENTS; do
             echo "   WARNING: pipecast fell back (see $OUT/$placement.$label.err)" >&2
           fi
         done ;;
+      multicast)
+        run "$placement" multicast -x PIPECAST_MULTICAST=udp \
+          --mca mca_base_component_path "SYS_DEFAULT:$PWD/$BUILT" \
+          --mca coll_pipecast_verbose 1 --mca coll_pipecast_topology "$topo" \
+          --mca coll_pipecast_profile 100mbit --mca coll_pipecast_tree multicast \
+          --mca coll_pipecast_if_include 198.18.0.0/16 --mca coll_pipecast_timeout_ms 30000
+        if grep -q 'falling back' "$OUT/$placement.multicast.err"; then
+          echo "   WARNING: pipecast fell back (see $OUT/$placement.multicast.err)" >&2
+        fi ;;
       raweth)
         run "$placement" raweth --mca mca_base_component_path "SYS_DEFAULT:$PWD/$BUILT" \
           --mca coll_pipecast_verbose 1 --mca coll_pipecast_topology "$topo" \
