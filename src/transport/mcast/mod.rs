@@ -20,12 +20,14 @@
 //! The communicator opens the UDP carrier and runs the probe at its setup, and the progress
 //! thread runs the protocol over it (`comm::multicast_setup`, `comm::multicast`).
 
+pub mod batch;
 pub mod codec;
 pub mod ether;
 pub mod group;
 pub mod probe;
 pub mod udp;
 
+pub use batch::Batch;
 pub use group::Group;
 
 use crate::wire::mcast::{Frame, Kind, Repr, GROUP, HEADER_LEN};
@@ -55,6 +57,21 @@ pub trait Carrier: Send {
     /// Takes the next frame that waits into `buf`: its source and length, `None` when none
     /// waits. A frame longer than `buf` is cut (and then fails [`accept`]).
     fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<(Source, usize)>>;
+
+    /// Takes what waits into `batch`'s free slots, as many frames as they hold; how many it
+    /// took (0: none waits). Each slot is a frame as [`Carrier::recv`] gives it (cut at the
+    /// slot's length). The default calls [`Carrier::recv`] slot by slot.
+    fn recv_batch(&mut self, batch: &mut Batch) -> io::Result<usize> {
+        let mut n = 0;
+        while let Some(slot) = batch.next_free() {
+            let Some((source, len)) = self.recv(slot)? else {
+                break;
+            };
+            batch.commit(len, source);
+            n += 1;
+        }
+        Ok(n)
+    }
 
     /// Whether `source` is rank `rank`'s address.
     fn is_rank(&self, rank: usize, source: &Source) -> bool;

@@ -27,7 +27,7 @@
 //! the whole datagram): [`UdpCarrier::max_payload`], MTU − 20 (IP) − 8 (UDP) − the frame
 //! header.
 
-use super::{Carrier, Group, Source, To};
+use super::{Batch, Carrier, Group, Source, To};
 use crate::transport::TransportError;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
@@ -69,6 +69,116 @@ pub struct UdpCarrier {
     rcvbuf: usize,
     /// The interface's MTU (1500 when it cannot be read).
     mtu: usize,
+    /// What a frame costs its link beyond the IP packet ([`link_overhead`]).
+    overhead: u64,
+    /// Datagrams the kernel dropped at each socket (group, unicast) for want of receive
+    /// buffer, as `SO_RXQ_OVFL` last said.
+    overflow: [u32; 2],
+}
+
+/// Datagrams one `recvmmsg(2)` takes at most.
+const MMSG: usize = 64;
+
+/// Control bytes per datagram: room for one `SO_RXQ_OVFL` message (a `u32`), 8-aligned.
+type Control = [u64; 4];
+
+/// Receives up to the batch's free slots (at most [`MMSG`]) from `fd` in one `recvmmsg(2)`
+/// without blocking, committing each datagram to its slot in order; how many. `overflow`
+/// becomes the socket's drop count when a datagram carries one (`SO_RXQ_OVFL`).
+fn recv_mmsg(fd: RawFd, batch: &mut Batch, overflow: &mut u32) -> io::Result<usize> {
+    let slot = batch.slot_len();
+    let (region, free) = batch.free_region();
+    let want = free.min(MMSG);
+    if want == 0 {
+        return Ok(0);
+    }
+    // SAFETY: all-zero sockaddr_in, iovec, control blocks and mmsghdr are valid values (null
+    // pointers, zero lengths); they are filled below before the call.
+    let mut names: [libc::sockaddr_in; MMSG] = unsafe { std::mem::zeroed() };
+    let mut control: [Control; MMSG] = [[0; 4]; MMSG];
+    // SAFETY: as above.
+    let mut iovs: [libc::iovec; MMSG] = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    let mut msgs: [libc::mmsghdr; MMSG] = unsafe { std::mem::zeroed() };
+    for (i, chunk) in region.chunks_exact_mut(slot).take(want).enumerate() {
+        iovs[i] = libc::iovec {
+            iov_base: chunk.as_mut_ptr() as *mut libc::c_void,
+            iov_len: slot,
+        };
+        let h = &mut msgs[i].msg_hdr;
+        h.msg_name = &mut names[i] as *mut libc::sockaddr_in as *mut libc::c_void;
+        h.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        h.msg_iov = &mut iovs[i];
+        h.msg_iovlen = 1;
+        h.msg_control = control[i].as_mut_ptr() as *mut libc::c_void;
+        h.msg_controllen = std::mem::size_of::<Control>() as _;
+    }
+    // SAFETY: `msgs[..want]` each point at their own name, control block and one iovec over
+    // a distinct `slot`-byte chunk of the batch's free region (`want` chunks fit in it: `free`
+    // slots of `slot` bytes), all alive and not otherwise borrowed for the call; the kernel
+    // writes at most the lengths given and sets `msg_len`, `msg_namelen`, `msg_controllen`.
+    let r = unsafe {
+        libc::recvmmsg(
+            fd,
+            msgs.as_mut_ptr(),
+            want as libc::c_uint,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut(),
+        )
+    };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+            _ => Err(e),
+        };
+    }
+    let got = (r as usize).min(want);
+    for i in 0..got {
+        let h = &msgs[i].msg_hdr;
+        let name = &names[i];
+        let source = if h.msg_namelen as usize >= std::mem::size_of::<libc::sockaddr_in>()
+            && i32::from(name.sin_family) == libc::AF_INET
+        {
+            SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(name.sin_addr.s_addr)),
+                u16::from_be(name.sin_port),
+            )
+        } else {
+            // Not an IPv4 source (cannot happen on an AF_INET socket): no rank's address, so
+            // `accept` drops it; the slot is kept so the others stay in order.
+            SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)
+        };
+        if let Some(n) = rxq_overflow(h) {
+            *overflow = n;
+        }
+        batch.commit(msgs[i].msg_len as usize, Source::Udp(source));
+    }
+    Ok(got)
+}
+
+/// The `SO_RXQ_OVFL` count a received message's control data carries, if any.
+fn rxq_overflow(h: &libc::msghdr) -> Option<u32> {
+    if h.msg_controllen == 0 || h.msg_control.is_null() {
+        return None;
+    }
+    // SAFETY: `h` is a msghdr the kernel filled: `msg_control` points at its control block
+    // (alive: the caller's array) with `msg_controllen` valid bytes, which CMSG_FIRSTHDR and
+    // CMSG_NXTHDR walk within; a header is read only when it lies inside them, and its data
+    // only when its length covers a u32 (read unaligned).
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(h);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET
+                && (*c).cmsg_type == libc::SO_RXQ_OVFL
+                && (*c).cmsg_len as usize >= libc::CMSG_LEN(4) as usize
+            {
+                return Some(std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const u32));
+            }
+            c = libc::CMSG_NXTHDR(h, c);
+        }
+    }
+    None
 }
 
 fn setup(what: String, e: io::Error) -> TransportError {
@@ -104,18 +214,44 @@ fn set_opt<T: Copy>(fd: RawFd, level: i32, name: i32, value: T) -> io::Result<()
     }
 }
 
-/// The MTU of the interface that holds `ip` (`/sys/class/net/NAME/mtu`).
-pub fn iface_mtu(ip: Ipv4Addr) -> Option<usize> {
-    let name = crate::transport::ifaddrs::ipv4_interfaces()
+/// The name of the interface that holds `ip`.
+fn iface_name(ip: Ipv4Addr) -> Option<String> {
+    crate::transport::ifaddrs::ipv4_interfaces()
         .ok()?
         .into_iter()
-        .find(|i| i.addr == ip)?
-        .name;
+        .find(|i| i.addr == ip)
+        .map(|i| i.name)
+}
+
+/// The MTU of the interface that holds `ip` (`/sys/class/net/NAME/mtu`).
+pub fn iface_mtu(ip: Ipv4Addr) -> Option<usize> {
+    let name = iface_name(ip)?;
     std::fs::read_to_string(format!("/sys/class/net/{name}/mtu"))
         .ok()?
         .trim()
         .parse()
         .ok()
+}
+
+/// Bytes of Ethernet header, check sum, preamble and inter-frame gap a frame costs on a
+/// physical link's wire.
+pub const WIRE_OVERHEAD: u64 = 14 + 4 + 8 + 12;
+
+/// Bytes an Ethernet frame costs a link beyond its IP packet on the interface that holds
+/// `ip`: [`WIRE_OVERHEAD`] on a physical NIC (`/sys/class/net/NAME/device` exists), or where
+/// it cannot be told; 14, the Ethernet header alone, on a virtual one (a veth, a bridge): there
+/// a software shaper such as tc's tbf sets the link's rate, and it charges the frame's bytes
+/// and nothing more.
+pub fn link_overhead(ip: Ipv4Addr) -> u64 {
+    match iface_name(ip) {
+        Some(name)
+            if std::path::Path::new(&format!("/sys/class/net/{name}")).exists()
+                && !std::path::Path::new(&format!("/sys/class/net/{name}/device")).exists() =>
+        {
+            14
+        }
+        _ => WIRE_OVERHEAD,
+    }
 }
 
 /// The largest receive buffer an unprivileged socket may ask for (`net.core.rmem_max`).
@@ -260,6 +396,10 @@ impl UdpCarrier {
         .map_err(|e| setup(what("IP_MULTICAST_LOOP"), e))?;
         grow_rcvbuf(u, config.rcvbuf)
             .map_err(|e| setup(what("the unicast socket's receive buffer"), e))?;
+        // Kernel drops reported with each datagram (best effort: only a counter).
+        for fd in [g, u] {
+            let _ = set_opt(fd, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1i32);
+        }
         let local = match uni.local_addr() {
             Ok(SocketAddr::V4(a)) => a,
             Ok(other) => {
@@ -279,6 +419,8 @@ impl UdpCarrier {
             peers: Vec::new(),
             rcvbuf,
             mtu: iface_mtu(iface).unwrap_or(1500),
+            overhead: link_overhead(iface),
+            overflow: [0; 2],
         })
     }
 
@@ -288,6 +430,11 @@ impl UdpCarrier {
         self.mtu
             .saturating_sub(20 + 8 + crate::wire::mcast::HEADER_LEN)
             .max(1)
+    }
+
+    /// Bytes a datagram costs its link beyond the IP packet ([`link_overhead`]).
+    pub fn link_overhead(&self) -> u64 {
+        self.overhead
     }
 
     /// This rank's unicast address: what the others need ([`UdpCarrier::set_peers`]).
@@ -343,6 +490,16 @@ impl Carrier for UdpCarrier {
         Ok(None)
     }
 
+    /// One `recvmmsg(2)` on the group socket, then one on the unicast socket if slots are
+    /// left.
+    fn recv_batch(&mut self, batch: &mut Batch) -> io::Result<usize> {
+        let mut n = recv_mmsg(self.grp.as_raw_fd(), batch, &mut self.overflow[0])?;
+        if batch.len() < batch.capacity() {
+            n += recv_mmsg(self.uni.as_raw_fd(), batch, &mut self.overflow[1])?;
+        }
+        Ok(n)
+    }
+
     fn is_rank(&self, rank: usize, source: &Source) -> bool {
         matches!(source, Source::Udp(a) if self.peers.get(rank) == Some(a))
     }
@@ -353,6 +510,11 @@ impl Carrier for UdpCarrier {
 
     fn rcvbuf(&self) -> Option<usize> {
         Some(self.rcvbuf)
+    }
+
+    /// What `SO_RXQ_OVFL` last reported (read with [`Carrier::recv_batch`]).
+    fn drops(&self) -> Option<u64> {
+        Some(self.overflow.iter().map(|&n| u64::from(n)).sum())
     }
 }
 
