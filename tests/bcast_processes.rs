@@ -867,3 +867,158 @@ fn broadcasts_round_robin_over_views() {
         _ => eprintln!("skipped: no descriptor counts (no /proc)"),
     }
 }
+
+/// Shared memory sets a pair up on first use, only on the tree edges the broadcasts use
+/// (issue 30): byte-exact at every rank with 8 and 16 ranks, from every root, with awkward
+/// sizes (0, 1, odd, not a multiple of the segment, and large enough for the staging ring)
+/// and several trees (flat: a root's neighbours are every rank).
+#[test]
+fn lazy_shared_memory_is_byte_exact_from_every_root() {
+    for n in [8, 16] {
+        let iters = n.to_string();
+        let args = [
+            "--sizes",
+            "0,1,7,100003,5242883",
+            "--segment",
+            "64K",
+            "--iters",
+            &iters,
+            "--tree",
+            "linear,binary,binomial,flat",
+        ];
+        run_ok(n, &args);
+    }
+}
+
+/// A rank's descriptors grow with its tree neighbours, not with the ranks of its host: the
+/// median rank (a leaf of the one-host plans, which fan out from the root and a second
+/// feeder) holds as many with 16 ranks as with 8, where a full mesh held 2 more per rank
+/// added (43 at 16 ranks before issue 30's lazy setup).
+#[test]
+fn shared_memory_descriptors_follow_tree_neighbours_not_ranks() {
+    let fds = |n: usize| {
+        let args = [
+            "--sizes",
+            "64K,1M",
+            "--iters",
+            "3",
+            "--root",
+            "0",
+            "--tree",
+            "linear,binary",
+        ];
+        run_ok(n, &args)["fds"].clone()
+    };
+    let (f8, f16) = (fds(8), fds(16));
+    if f8.is_null() || f16.is_null() {
+        eprintln!("skipped: no /proc/self/fd to count descriptors");
+        return;
+    }
+    let at = |f: &serde_json::Value, k: &str| f[k].as_u64().unwrap();
+    for k in ["peak_median", "peak_min"] {
+        assert!(
+            at(&f16, k) <= at(&f8, k) + 1,
+            "{k}: 16 ranks {f16}, 8 ranks {f8}"
+        );
+    }
+}
+
+/// Follows a rank's log (stderr, `PIPECAST_LOG=info`) on a thread; the receiver hears once
+/// the rank joined its communicator.
+fn on_join(child: &mut Child) -> std::sync::mpsc::Receiver<()> {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stderr = child.stderr.take().expect("piped");
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if line.contains("joined") {
+                tx.send(()).ok();
+            }
+        }
+    });
+    rx
+}
+
+/// Four ranks on one host; rank 2 logs at info so that the test sees it join.
+fn spawn_watched(port: u16, args: &[&str]) -> (Vec<Child>, std::sync::mpsc::Receiver<()>) {
+    let n = 4;
+    let mut ranks: Vec<Child> = (0..n)
+        .map(|r| {
+            let log = if r == 2 { "info" } else { "off" };
+            spawn_rank_env(r, n, port, args, &[("PIPECAST_LOG", log)])
+        })
+        .collect();
+    let joined = on_join(&mut ranks[2]);
+    joined
+        .recv_timeout(Duration::from_secs(60))
+        .expect("rank 2 joins");
+    (ranks, joined)
+}
+
+/// MPI has no timeouts: a rank stopped for 20 s right after it joined, before its first
+/// broadcast (so before any of its shared-memory pairs is set up: its neighbours' setups
+/// wait on its socket), is late, not gone. Everybody finishes, every byte checked.
+#[test]
+fn a_rank_20_s_late_to_its_first_broadcast_is_waited_for() {
+    let port = common::free_port();
+    let args = [
+        "--sizes",
+        "0,7,1000003",
+        "--iters",
+        "4",
+        "--tree",
+        "linear,binary",
+        "--timeout-ms",
+        "1000",
+    ];
+    let (mut ranks, _joined) = spawn_watched(port, &args);
+    let pid = ranks[2].id().to_string();
+    let signal = |sig: &str| Command::new("kill").args([sig, &pid]).status().unwrap();
+    assert!(signal("-STOP").success());
+    std::thread::sleep(Duration::from_secs(20));
+    for r in [0, 1, 3] {
+        assert!(
+            ranks[r].try_wait().unwrap().is_none(),
+            "rank {r} ended while rank 2 was stopped"
+        );
+    }
+    assert!(signal("-CONT").success());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    for (r, c) in ranks.iter_mut().enumerate() {
+        let status = wait_until(c, deadline, &format!("rank {r}"));
+        assert!(
+            status.success(),
+            "rank {r} must finish after rank 2 resumed"
+        );
+    }
+}
+
+/// A rank killed right after it joined, before any of its shared-memory pairs is set up:
+/// its socket is gone, so its neighbours' setups are refused (or reset) and fail their
+/// broadcast with an error, and the rest fail through them; nobody hangs.
+#[test]
+fn a_rank_killed_before_its_first_broadcast_fails_the_others() {
+    let port = common::free_port();
+    let args = [
+        "--sizes",
+        "1M",
+        "--iters",
+        "1000",
+        "--tree",
+        "linear",
+        "--timeout-ms",
+        "2000",
+    ];
+    let (mut ranks, _joined) = spawn_watched(port, &args);
+    ranks[2].kill().unwrap();
+    ranks[2].wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for r in [0, 1, 3] {
+        let status = wait_until(&mut ranks[r], deadline, &format!("rank {r}"));
+        assert!(!status.success(), "rank {r} must report the dead peer");
+        let mut err = String::new();
+        std::io::Read::read_to_string(ranks[r].stderr.as_mut().unwrap(), &mut err).unwrap();
+        assert!(err.contains("pipecast:"), "rank {r} prints an error: {err}");
+    }
+}

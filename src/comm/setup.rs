@@ -159,9 +159,8 @@ impl Local {
         .expect("lengths are bounded")
     }
 
-    /// Builds the rest from everybody's blobs: topology, link (shared memory set up with the
-    /// ranks of this host; the network's connections are made as broadcasts need them),
-    /// progress thread.
+    /// Builds the rest from everybody's blobs: topology, link (its connections, shared
+    /// memory's included, are made as broadcasts need them), progress thread.
     pub fn finish(self, rank: usize, size: usize, peers: &Roster) -> crate::Result<Finished> {
         let Local {
             mut config,
@@ -252,23 +251,9 @@ impl Local {
         } else {
             topology
         };
-        let shm_peers: Vec<usize> = match &shm {
-            Some(_) => (0..size)
-                .filter(|&r| r != rank && keys[r] == keys[rank])
-                .collect(),
-            None => Vec::new(),
-        };
+        // No mesh: each link connects to a peer when a broadcast that talks to it is posted,
+        // inside the poll loop (TCP and shared memory alike: docs/scale.md, docs/shm.md).
         let mut transport = on_host(rank, net, shm, &keys, peers);
-        // No mesh: the network link connects to a peer when a broadcast that talks to it is
-        // posted (TCP: docs/scale.md). Shared memory still sets up its ranks of this host
-        // here (a handful; every rank is here, it passed the first allgather, so this never
-        // waits for a late rank).
-        if !shm_peers.is_empty() {
-            transport.connect(
-                &shm_peers,
-                config.timeout.max(std::time::Duration::from_secs(60)),
-            )?;
-        }
         let link = transport.describe();
         let frame_payload = transport.capabilities().max_frame;
         tracing::info!(rank, transport = %link, "joined");
@@ -350,6 +335,7 @@ fn on_host(
         peers.addrs.iter().map(shm::socket_name).collect(),
         peers.cookie,
     );
+    shm.set_host_ranks(local.iter().filter(|&&l| l).count());
     let route = local.iter().map(|&l| usize::from(l)).collect();
     let links: Vec<Box<dyn Link>> = vec![net, Box::new(shm)];
     Box::new(Router::new(links, route))

@@ -31,6 +31,7 @@ use crate::engine::Message;
 use crate::wire::message::{self, HEADER};
 use crate::wire::shm::{Record, HEAD, RECORD};
 use ring::Ring;
+use setup::{Gone, Knock, Pair};
 use stage::{Key, Stage};
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
@@ -130,6 +131,9 @@ struct Peer {
     /// once their broadcast is ([`ShmLink::receive`]).
     deferred: VecDeque<Record>,
     closed: bool,
+    /// Its stream was taken out of the link's epoll once closed (a closed stream is always
+    /// readable: it would wake a router's waiting link every time).
+    unwatched: bool,
 }
 
 impl Peer {
@@ -149,6 +153,7 @@ impl Peer {
             consumed: 0,
             deferred: VecDeque::new(),
             closed: false,
+            unwatched: false,
         }
     }
 }
@@ -157,18 +162,39 @@ impl Peer {
 pub struct ShmLink {
     me: usize,
     mode: ShmMode,
-    listener: UnixListener,
+    /// `None` once shut down: a peer that dials this rank then is refused (gone), and the
+    /// connections still queued are reset, so nobody waits for a rank that failed.
+    listener: Option<UnixListener>,
     /// Every rank's socket name (only those on this host are used).
     names: Vec<String>,
     cookie: u64,
     /// 16 random bytes a peer reads to prove that cross-memory attach works.
     probe: Box<[u8; 16]>,
+    /// The peers set up.
     peers: BTreeMap<usize, Peer>,
+    /// Pairs being set up (`setup.rs`): messages to them wait in the engine.
+    pairs: BTreeMap<usize, Pair>,
+    /// Accepted streams whose hello has not arrived yet.
+    knocks: Vec<Knock>,
+    /// Peers found gone during a setup (refused, ended, queue full too long): an error for a
+    /// broadcast that needs them.
+    gone: BTreeMap<usize, Gone>,
+    /// How long a dial may wait for a full listener queue, and an accepted stream for its
+    /// hello (at least a minute).
+    connect_timeout: Duration,
+    /// Ranks on this host (the fan-out's width, [`stage_from`]); `None`: the peers set up
+    /// and this rank.
+    host_ranks: Option<usize>,
+    /// What `describe` says before any pair is set up: `ring` under `PIPECAST_SHM=ring` or
+    /// where this process may not even read itself by cross-memory attach (a seccomp
+    /// profile), else `cma` (a pair refused it later falls back to the ring, logged).
+    expected: &'static str,
     /// This rank's staging ring (`None` under `PIPECAST_SHM=cma`).
     stage: Option<Stage>,
     wake: Option<RawFd>,
-    /// Readable when any peer's socket is (for a router whose other link waits).
-    epoll: Option<OwnedFd>,
+    /// Readable when the listener or any pair's or peer's socket is (for a router whose
+    /// other link waits).
+    epoll: OwnedFd,
     cma_bytes: u64,
     ring_bytes: u64,
     /// Bytes of segments by address that arrived before their broadcast was posted here
@@ -196,23 +222,49 @@ impl ShmLink {
         })?;
         let mut probe = Box::new([0u8; 16]);
         rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut probe[..]);
-        Ok(ShmLink {
+        // SAFETY: no pointers; a non-negative result is a new descriptor we own.
+        let e = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if e < 0 {
+            return Err(io_err(None, io::Error::last_os_error()));
+        }
+        // SAFETY: fresh descriptor, owned by nobody else.
+        let epoll = unsafe { OwnedFd::from_raw_fd(e) };
+        let expected = match mode {
+            ShmMode::Ring => "ring",
+            ShmMode::Cma => "cma",
+            ShmMode::Auto | ShmMode::Off => {
+                match cma::probe(std::process::id() as i32, probe.as_ptr() as u64, &probe[..]) {
+                    Ok(()) => "cma",
+                    Err(_) => "ring",
+                }
+            }
+        };
+        let link = ShmLink {
             me,
             mode,
-            listener,
+            listener: Some(listener),
             names: Vec::new(),
             cookie: 0,
             probe,
             peers: BTreeMap::new(),
+            pairs: BTreeMap::new(),
+            knocks: Vec::new(),
+            gone: BTreeMap::new(),
+            connect_timeout: setup::connect_timeout(Duration::ZERO),
+            host_ranks: None,
+            expected,
             stage: None,
             wake: None,
-            epoll: None,
+            epoll,
             cma_bytes: 0,
             ring_bytes: 0,
             deferred_bytes: 0,
             held_bytes: 0,
             poll,
-        })
+        };
+        let l = link.listener.as_ref().expect("bound above").as_raw_fd();
+        link.watch(l)?;
+        Ok(link)
     }
 
     /// Every rank's socket name and the job cookie.
@@ -221,38 +273,56 @@ impl ShmLink {
         self.cookie = cookie;
     }
 
-    fn add_peer(&mut self, rank: usize, peer: Peer) -> Result<(), TransportError> {
-        if self.epoll.is_none() {
-            // SAFETY: no pointers; a non-negative result is a new descriptor we own.
-            let e = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-            if e < 0 {
-                return Err(io_err(None, io::Error::last_os_error()));
-            }
-            // SAFETY: fresh descriptor, owned by nobody else.
-            self.epoll = Some(unsafe { OwnedFd::from_raw_fd(e) });
-        }
-        let epoll = self.epoll.as_ref().expect("created above").as_raw_fd();
+    /// How many ranks share this host (this one included): the width of a fan-out from it
+    /// ([`stage_from`]). Without it, the peers set up so far and this rank.
+    pub fn set_host_ranks(&mut self, ranks: usize) {
+        self.host_ranks = Some(ranks);
+    }
+
+    /// Makes `fd` (a stream of this link, or its listener) wake the link's epoll.
+    fn watch(&self, fd: RawFd) -> Result<(), TransportError> {
         let mut ev = libc::epoll_event {
             events: libc::EPOLLIN as u32,
-            u64: rank as u64,
+            u64: fd as u64,
         };
-        // SAFETY: a live epoll_event; the stream's descriptor lives as long as the peer,
-        // which lives as long as this link (and its epoll).
-        if unsafe { libc::epoll_ctl(epoll, libc::EPOLL_CTL_ADD, peer.stream.as_raw_fd(), &mut ev) }
-            < 0
+        // SAFETY: a live epoll_event; the descriptor is open (closing it later removes it
+        // from the epoll set, as it is never duplicated).
+        if unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) } < 0
         {
-            return Err(io_err(Some(rank), io::Error::last_os_error()));
+            return Err(io_err(None, io::Error::last_os_error()));
         }
-        self.peers.insert(rank, peer);
         Ok(())
+    }
+
+    /// Takes closed peers' streams out of the epoll (a closed stream would keep it readable).
+    fn unwatch_closed(&mut self) {
+        let epoll = self.epoll.as_raw_fd();
+        for p in self.peers.values_mut().filter(|p| p.closed && !p.unwatched) {
+            p.unwatched = true;
+            // SAFETY: removes an open descriptor from our epoll; no pointer is read for DEL.
+            unsafe {
+                libc::epoll_ctl(
+                    epoll,
+                    libc::EPOLL_CTL_DEL,
+                    p.stream.as_raw_fd(),
+                    std::ptr::null_mut(),
+                )
+            };
+        }
     }
 
     fn queue(&mut self, driver: &mut dyn Driver, now: u64) -> Result<(), TransportError> {
         loop {
-            let peers = &self.peers;
-            let Some(t) = driver.next(now, &|p| peers.contains_key(&p)) else {
+            // Ready peers, and gone ones (their messages fail the round): a peer whose setup
+            // is under way gets nothing yet, so nothing waits here unbounded.
+            let (peers, gone) = (&self.peers, &self.gone);
+            let Some(t) = driver.next(now, &|p| peers.contains_key(&p) || gone.contains_key(&p))
+            else {
                 break;
             };
+            if let Some(why) = self.gone.get(&t.to) {
+                return Err(why.error(t.to));
+            }
             let peer = self.peers.get_mut(&t.to).expect("served");
             if peer.closed {
                 return Err(TransportError::Closed { peer: t.to });
@@ -275,7 +345,9 @@ impl ShmLink {
         match (&self.stage, self.mode) {
             (None, _) | (_, ShmMode::Cma) => u64::MAX,
             (Some(_), ShmMode::Ring) => 0,
-            (Some(_), ShmMode::Auto | ShmMode::Off) => stage_from(self.peers.len() + 1),
+            (Some(_), ShmMode::Auto | ShmMode::Off) => {
+                stage_from(self.host_ranks.unwrap_or(self.peers.len() + 1))
+            }
         }
     }
 
@@ -564,13 +636,23 @@ impl ShmLink {
 
     /// Fails if a peer that a broadcast in flight waits for is gone.
     fn check_closed(&self, driver: &dyn Driver) -> Result<(), TransportError> {
-        if !self.peers.values().any(|p| p.closed) {
+        if self.gone.is_empty() && !self.peers.values().any(|p| p.closed) {
             return Ok(());
+        }
+        if let Some((peer, why)) = driver
+            .waiting_for()
+            .into_iter()
+            .find_map(|p| Some((p, self.gone.get(&p)?)))
+        {
+            return Err(why.error(peer));
         }
         super::check_closed(driver, |r| self.peers.get(&r).is_some_and(|p| p.closed))
     }
 
     fn modes(&self) -> String {
+        if self.peers.is_empty() {
+            return self.expected.into();
+        }
         let cma = self.peers.values().any(|p| p.attach);
         let ring = self.peers.values().any(|p| !p.attach);
         match (cma, ring) {
@@ -587,14 +669,26 @@ impl Link for ShmLink {
         format!("shm:{}", self.modes())
     }
 
+    /// Starts setting up a pair with each of `peers` (on this host) not set up yet, without
+    /// waiting: the poll loop finishes them (`progress`, [`setup`]), and messages to a peer
+    /// whose setup is under way wait in the engine. A peer whose socket refuses is gone, an
+    /// error for the broadcasts that need it; a late one is waited for.
     fn connect(&mut self, peers: &[usize], timeout: Duration) -> Result<(), TransportError> {
-        self.setup(peers, timeout)
+        self.connect_timeout = setup::connect_timeout(timeout);
+        for &p in peers {
+            self.dial(p)?;
+        }
+        Ok(())
     }
 
     /// Reliable; one-sided where the reader attaches to the writer's memory.
     fn capabilities(&self) -> super::Capabilities {
         super::Capabilities {
-            one_sided: self.peers.values().any(|p| p.attach),
+            one_sided: if self.peers.is_empty() {
+                self.expected == "cma"
+            } else {
+                self.peers.values().any(|p| p.attach)
+            },
             ..super::Capabilities::default()
         }
     }
@@ -606,6 +700,7 @@ impl Link for ShmLink {
         clock: &dyn Fn() -> u64,
         wait: Duration,
     ) -> crate::Result<()> {
+        self.advance()?;
         let ranks: Vec<usize> = self.peers.keys().copied().collect();
         let mut landed = false;
         for &r in &ranks {
@@ -616,14 +711,28 @@ impl Link for ShmLink {
         for &r in &ranks {
             self.flush(r, bufs)?;
         }
-        let wait = if landed {
+        // Records read with a pair's last handshake record are in memory, not on the socket.
+        let records = self.peers.values().any(|p| p.rbuf.len() >= RECORD);
+        let wait = if landed || records {
             Duration::ZERO
         } else {
             driver.may_wait(wait)
         };
+        // A listener's full queue is retried soon, not after a whole round.
+        let wait = if self
+            .pairs
+            .values()
+            .any(|s| matches!(s, Pair::Dialling { .. }))
+        {
+            wait.min(Duration::from_millis(10))
+        } else {
+            wait
+        };
         if !wait.is_zero() {
             self.wait(&ranks, wait)?;
         }
+        self.advance()?;
+        let ranks: Vec<usize> = self.peers.keys().copied().collect();
         for &r in &ranks {
             self.receive(r, bufs, driver, clock())?;
         }
@@ -632,6 +741,7 @@ impl Link for ShmLink {
         for &r in &ranks {
             self.flush(r, bufs)?;
         }
+        self.unwatch_closed();
         Ok(())
     }
 
@@ -640,7 +750,7 @@ impl Link for ShmLink {
     }
 
     fn wait_fd(&self) -> Option<RawFd> {
-        self.epoll.as_ref().map(|e| e.as_raw_fd())
+        Some(self.epoll.as_raw_fd())
     }
 
     fn counters(&self) -> BTreeMap<String, u64> {
@@ -676,14 +786,36 @@ impl Link for ShmLink {
                 p.closed
             );
         }
+        for (r, pair) in &self.pairs {
+            out += &match pair {
+                Pair::Dialling { .. } => {
+                    format!("\n  peer {r}: setting up, its listener's queue full")
+                }
+                Pair::Open(c) => format!("\n  peer {r}: setting up, {}", c.state()),
+            };
+        }
+        if !self.knocks.is_empty() {
+            out += &format!(
+                "\n  {} accepted connections awaiting a hello",
+                self.knocks.len()
+            );
+        }
+        for (r, why) in &self.gone {
+            out += &format!("\n  peer {r}: {}", why.error(*r));
+        }
         out
     }
 
+    /// Closes every stream and the listener: peers see end-of-file, or a refused or reset
+    /// connection, and fail their broadcast at once.
     fn shutdown(&mut self) {
         for p in self.peers.values() {
             p.stream.shutdown(std::net::Shutdown::Both).ok();
         }
         self.peers.clear();
+        self.pairs.clear();
+        self.knocks.clear();
+        self.listener = None;
     }
 }
 
@@ -701,6 +833,22 @@ impl ShmLink {
                 }
             })
             .collect();
+        let setting_up = self
+            .pairs
+            .values()
+            .filter_map(|s| match s {
+                Pair::Open(c) => Some(c.fd()),
+                Pair::Dialling { .. } => None,
+            })
+            .chain(self.knocks.iter().map(Knock::fd))
+            .chain(self.listener.as_ref().map(|l| l.as_raw_fd()));
+        for fd in setting_up {
+            fds.push(libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
         fds.push(libc::pollfd {
             fd: self.wake.unwrap_or(-1),
             events: libc::POLLIN,
@@ -852,12 +1000,27 @@ mod tests {
         let mut b = ShmLink::bind(1, &names[1], mode, poll).unwrap();
         a.set_peers(names.clone(), 7);
         b.set_peers(names, 7);
-        let t = std::thread::spawn(move || {
-            b.connect(&[0], Duration::from_secs(10)).unwrap();
-            b
-        });
         a.connect(&[1], Duration::from_secs(10)).unwrap();
-        (a, t.join().unwrap())
+        b.connect(&[0], Duration::from_secs(10)).unwrap();
+        set_up(&mut [&mut a, &mut b]);
+        (a, b)
+    }
+
+    /// Moves the links' setups on until every pair under way is set up (or a peer gone).
+    pub(super) fn set_up(links: &mut [&mut ShmLink]) {
+        for _ in 0..10_000 {
+            for l in links.iter_mut() {
+                l.advance().unwrap();
+            }
+            if links
+                .iter()
+                .all(|l| l.pairs.is_empty() && l.knocks.is_empty())
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        panic!("the pairs were not set up");
     }
 
     #[test]

@@ -15,7 +15,9 @@ use std::os::unix::net::UnixStream;
 pub struct Ring {
     ptr: *mut u8,
     size: usize,
-    fd: OwnedFd,
+    /// The writer's file, which it sends to its readers; a reader closes its copy once
+    /// mapped (the mapping keeps the file), so a peer costs it no descriptor.
+    fd: Option<OwnedFd>,
     writable: bool,
     /// Every page is in this mapping already ([`Ring::populate`]).
     populated: bool,
@@ -86,7 +88,7 @@ impl Ring {
         Ok(Ring {
             ptr: ptr.cast(),
             size,
-            fd,
+            fd: writable.then_some(fd),
             writable,
             populated: false,
         })
@@ -116,8 +118,9 @@ impl Ring {
         self.size
     }
 
+    /// The writer's file (-1 for a reader's mapping, which keeps none).
     pub fn fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
+        self.fd.as_ref().map_or(-1, |f| f.as_raw_fd())
     }
 
     /// Copies `src` to ring offset `off`.
@@ -270,7 +273,7 @@ mod tests {
         assert!(r.read(u64::MAX, &mut out, false).is_err());
         let big = Ring::open(
             Ring::create(4096)
-                .map(|r| r.fd.try_clone().unwrap())
+                .map(|r| r.fd.as_ref().unwrap().try_clone().unwrap())
                 .unwrap(),
             1 << 20,
         );
