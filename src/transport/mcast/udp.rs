@@ -69,8 +69,6 @@ pub struct UdpCarrier {
     rcvbuf: usize,
     /// The interface's MTU (1500 when it cannot be read).
     mtu: usize,
-    /// What a frame costs its link beyond the IP packet ([`link_overhead`]).
-    overhead: u64,
     /// Datagrams the kernel dropped at each socket (group, unicast) for want of receive
     /// buffer, as `SO_RXQ_OVFL` last said.
     overflow: [u32; 2],
@@ -231,27 +229,6 @@ pub fn iface_mtu(ip: Ipv4Addr) -> Option<usize> {
         .trim()
         .parse()
         .ok()
-}
-
-/// Bytes of Ethernet header, check sum, preamble and inter-frame gap a frame costs on a
-/// physical link's wire.
-pub const WIRE_OVERHEAD: u64 = 14 + 4 + 8 + 12;
-
-/// Bytes an Ethernet frame costs a link beyond its IP packet on the interface that holds
-/// `ip`: [`WIRE_OVERHEAD`] on a physical NIC (`/sys/class/net/NAME/device` exists), or where
-/// it cannot be told; 14, the Ethernet header alone, on a virtual one (a veth, a bridge): there
-/// a software shaper such as tc's tbf sets the link's rate, and it charges the frame's bytes
-/// and nothing more.
-pub fn link_overhead(ip: Ipv4Addr) -> u64 {
-    match iface_name(ip) {
-        Some(name)
-            if std::path::Path::new(&format!("/sys/class/net/{name}")).exists()
-                && !std::path::Path::new(&format!("/sys/class/net/{name}/device")).exists() =>
-        {
-            14
-        }
-        _ => WIRE_OVERHEAD,
-    }
 }
 
 /// The largest receive buffer an unprivileged socket may ask for (`net.core.rmem_max`).
@@ -419,7 +396,6 @@ impl UdpCarrier {
             peers: Vec::new(),
             rcvbuf,
             mtu: iface_mtu(iface).unwrap_or(1500),
-            overhead: link_overhead(iface),
             overflow: [0; 2],
         })
     }
@@ -430,11 +406,6 @@ impl UdpCarrier {
         self.mtu
             .saturating_sub(20 + 8 + crate::wire::mcast::HEADER_LEN)
             .max(1)
-    }
-
-    /// Bytes a datagram costs its link beyond the IP packet ([`link_overhead`]).
-    pub fn link_overhead(&self) -> u64 {
-        self.overhead
     }
 
     /// This rank's unicast address: what the others need ([`UdpCarrier::set_peers`]).
