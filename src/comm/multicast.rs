@@ -186,6 +186,26 @@ impl Multicast {
         )
     }
 
+    /// For a stall report: every multicast broadcast in flight here, how far it got.
+    pub fn describe_running(&self) -> String {
+        self.running
+            .iter()
+            .map(|(seq, r)| {
+                format!(
+                    "multicast {seq}: root {}, {} bytes, {} of {} segments landed, holds all {}, {:?}, {:?}",
+                    r.ident.root,
+                    r.ident.msize,
+                    r.landed,
+                    r.member.segments(),
+                    r.member.holds_all(),
+                    r.member.state(),
+                    r.member.stats()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
     /// This rank's place in the ack tree of a broadcast from `root`.
     fn shape(&mut self, root: usize) -> crate::Result<Shape> {
         if !self.trees.contains_key(&root) {

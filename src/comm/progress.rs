@@ -386,9 +386,13 @@ impl Driver {
         for seq in &stalled {
             self.runs.get_mut(seq).expect("listed").reported = true;
         }
+        let mcast = match &self.mcast {
+            Some(m) => format!("\n{}", m.describe_running()),
+            None => String::new(),
+        };
         tracing::warn!(
             rank = self.me,
-            "broadcasts {stalled:?} still running after {STALL_REPORT:?}, waiting for ranks {:?}: {}\n{}",
+            "broadcasts {stalled:?} still running after {STALL_REPORT:?}, waiting for ranks {:?}: {}\n{}{mcast}",
             self.endpoint.waiting_for(),
             self.endpoint.describe(),
             self.link.describe_state(now)

@@ -31,6 +31,10 @@ pub const KINDS: &[(&str, &str)] = &[
         "`lldpd` and `lldpcli` (a lab built as root runs them)",
     ),
     ("nftables", "`nft` (tests that drop frames on purpose)"),
+    (
+        "python3",
+        "`python3` (bench scripts a test runs, e.g. the multicast soak's foreign sender)",
+    ),
     ("util-linux", "`setpriv`, `unshare`, `nsenter`, `taskset`"),
     ("graphviz", "`dot` (plans drawn as SVG)"),
     ("cc", "a C compiler (`cc`)"),
