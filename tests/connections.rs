@@ -213,11 +213,10 @@ fn a_cache_of_two_connections_stays_byte_exact() {
 
 /// Streams others open to a rank are bounded too (`PIPECAST_MAX_CONNECTIONS=2`): with roots
 /// rotating over every rank and several tree kinds, a rank is a child of many different
-/// parents, and beyond the bound it asks the idle ones to close the streams they opened to
-/// it. Every byte verified at every rank, each rank but 0 under `ulimit -n 64`. (The peak
-/// sampled after each broadcast is 23; between samples a rank with a k-binomial root's
-/// children, accepted streams and closing ones that wait for their reader to close has been
-/// seen to reach 32, which a limit of 32 turned into a named failure at every rank.)
+/// parents, and beyond the bound it closes the least recently used idle streams whoever
+/// dialled them (a goodbye, answered by the peer's). Every byte verified at every rank, each
+/// rank but 0 under `ulimit -n 64`. (With a stream each way, a rank between samples, with a
+/// k-binomial root's children, accepted streams and closing ones, was seen to reach 32.)
 #[test]
 fn streams_others_open_stay_bounded_with_rotating_roots() {
     let n = 16;

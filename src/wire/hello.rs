@@ -4,11 +4,13 @@
 //! cookie, rank. A connection whose first bytes are anything else (`GET / HTTP/1.0`, a port
 //! scanner) is dropped.
 //!
-//! The TCP transport's connections carry one direction each (the rank that opened one sends
-//! on it) and are closed when idle with a [`goodbye`]: a record as long as an engine header
-//! ([`message::HEADER`](super::message::HEADER)) that begins with `"pcgoodby"` (an engine
-//! header begins with `"PC"`), after which the stream ends. The end of a stream after a
-//! goodbye is orderly; without one, its sender is gone.
+//! The TCP transport's connections carry both directions between two ranks. Each rank's
+//! direction on a stream begins with a [`start`] record numbering it and ends with a
+//! [`goodbye`]: records as long as an engine header
+//! ([`message::HEADER`](super::message::HEADER)) that begin with `"pcbegins"` and
+//! `"pcgoodby"` (an engine header begins with `"PC"`). After its goodbye a rank sends nothing
+//! more on the stream and shuts its side; the end of a stream after a goodbye is orderly,
+//! without one its sender is gone.
 
 /// Bytes of a hello.
 pub const LEN: usize = 24;
@@ -19,6 +21,29 @@ pub const TCP_LINK: [u8; 8] = *b"pipecast";
 
 /// The magic of the TCP transport's goodbye record.
 pub const GOODBYE: [u8; 8] = *b"pcgoodby";
+
+/// The magic of the TCP transport's start record: a rank's direction on a stream begins with
+/// it, and its word numbers the directions that rank opened to that peer (0, 1, 2, …).
+pub const START: [u8; 8] = *b"pcbegins";
+
+/// The start record of direction number `epoch`: [`START`], the number (little-endian), then
+/// zeros, as long as an engine header.
+pub fn start(epoch: u64) -> [u8; super::message::HEADER] {
+    let mut b = [0u8; super::message::HEADER];
+    b[..8].copy_from_slice(&START);
+    b[8..16].copy_from_slice(&epoch.to_le_bytes());
+    b
+}
+
+/// The direction number of a start record; `None` for anything else.
+pub fn parse_start(b: &[u8]) -> Option<u64> {
+    if b.len() != super::message::HEADER || b[..8] != START || b[16..].iter().any(|&x| x != 0) {
+        return None;
+    }
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[8..16]);
+    Some(u64::from_le_bytes(w))
+}
 
 /// The goodbye record: [`GOODBYE`], then zeros, as long as an engine header.
 pub fn goodbye() -> [u8; super::message::HEADER] {
@@ -77,5 +102,10 @@ mod tests {
         other[20] = 1;
         assert!(!is_goodbye(&other));
         assert!(!is_goodbye(&b[..24]));
+        let s = start(7);
+        assert_eq!(parse_start(&s), Some(7));
+        assert_eq!(parse_start(&b), None);
+        assert!(!is_goodbye(&s));
+        assert!(super::super::message::parse(&s).is_err());
     }
 }

@@ -16,8 +16,10 @@ use pipecast::plan::{self, TreeKind};
 use pipecast::topology::{gen, hosts};
 use std::collections::BTreeSet;
 
-/// Streams a rank opens per neighbour over TCP (one each way).
-const STREAMS_PER_PEER: u64 = 2;
+/// Streams a rank holds per neighbour over TCP (one, carrying both directions).
+const STREAMS_PER_PEER: u64 = 1;
+/// Streams per peer of the full mesh the runtime made before issue 30 (one each way).
+const MESH_STREAMS_PER_PEER: u64 = 2;
 /// What one stream costs in the kernel before autotuning grows it: Linux's default receive and
 /// send buffers (`net.ipv4.tcp_rmem` and `tcp_wmem`, middle values 131072 and 16384).
 const STREAM_BYTES: u64 = 131_072 + 16_384;
@@ -68,6 +70,8 @@ struct Counts {
     /// Neighbours on other hosts (TCP) and on the rank's host (shared memory).
     tcp: (u64, u64),
     shm: (u64, u64),
+    /// Streams (descriptors) per TCP neighbour.
+    streams: u64,
     /// Bytes: TCP socket buffers of the TCP neighbours' streams + the staging ring.
     memory: (u64, u64),
 }
@@ -172,6 +176,7 @@ pub fn run(args: Args) -> CliResult {
                             outs: max_median(children.iter().map(|s| s.len() as u64).collect()),
                             tcp: max_median(tcp),
                             shm: max_median(shm),
+                            streams: STREAMS_PER_PEER,
                             memory: max_median(memory),
                         })
                     }
@@ -198,9 +203,10 @@ pub fn run(args: Args) -> CliResult {
                 outs: m,
                 tcp: m,
                 shm: (0, 0),
+                streams: MESH_STREAMS_PER_PEER,
                 memory: (
-                    mesh * STREAMS_PER_PEER * STREAM_BYTES,
-                    mesh * STREAMS_PER_PEER * STREAM_BYTES,
+                    mesh * MESH_STREAMS_PER_PEER * STREAM_BYTES,
+                    mesh * MESH_STREAMS_PER_PEER * STREAM_BYTES,
                 ),
             }),
         });
@@ -232,7 +238,7 @@ fn print_rows(rows: &[Row], json: bool) {
                 continue;
             }
         };
-        let fds = |n: u64| n * STREAMS_PER_PEER;
+        let fds = |n: u64| n * c.streams;
         if json {
             println!(
                 "{}",

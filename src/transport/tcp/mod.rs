@@ -1,7 +1,7 @@
 //! TCP transport: connections only on the tree edges the broadcasts use, opened when a
 //! broadcast that talks to a peer is posted and kept in a bounded cache (`setup.rs`: one
-//! stream per direction, dialled, accepted and closed inside the poll loop, never blocking
-//! the progress thread); non-blocking sockets, readiness by `poll(2)`; `TCP_NODELAY`. Each
+//! stream per pair of ranks carrying both directions, dialled, accepted and closed inside the
+//! poll loop, never blocking the progress thread); non-blocking sockets, readiness by `poll(2)`; `TCP_NODELAY`. Each
 //! round sends on every writable connection and receives on every readable one with one
 //! io_uring submission each (`../uring.rs`), or plain `sendmsg`/`read` without io_uring:
 //! segments leave straight from the user buffer and land straight in it.
@@ -80,39 +80,51 @@ enum Rx {
     },
 }
 
-/// One stream: this rank sends on those it opened (`TcpTransport::conns`) and reads those it
-/// accepted (`TcpTransport::ins`).
+/// One direction of a stream (this rank's, or its peer's): see `setup.rs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dir {
+    /// Not begun (no start record yet).
+    Unused,
+    /// Begun with the start record of this number.
+    Open(u64),
+    /// Ended with a goodbye (begun or not): nothing more comes on it.
+    Closed,
+}
+
+/// One stream with a peer, dialled or accepted: both ranks send and read on it.
 struct Conn {
     stream: TcpStream,
-    /// Frames waiting for (or being written to) an opened stream, the hello first.
+    /// Frames waiting for (or being written to) the stream: a dialled one's hello first,
+    /// this rank's start record before its first message, its goodbye last.
     out: VecDeque<Out>,
     rx: Rx,
-    /// The stream ended. Only an error when a broadcast needs this peer: a peer that
-    /// finished (and exited) must not fail ranks that no longer talk to it.
-    closed: bool,
-    /// An accepted stream whose sender said goodbye: its end is orderly.
-    goodbye: bool,
-    /// An opened stream whose connection is under way: until when it may be.
+    /// This rank dialled it (else accepted it).
+    dialed: bool,
+    /// This rank's direction on it, and the peer's.
+    mine: Dir,
+    theirs: Dir,
+    /// The peer's end of the stream was read (orderly after its goodbye).
+    ended: bool,
+    /// Refused, timed out, reset, or ended without a goodbye: nothing more goes through it
+    /// (the peer is `gone`: only an error when a broadcast needs it, since a peer that
+    /// finished and exited must not fail ranks that no longer talk to it).
+    broken: bool,
+    /// This rank's goodbye is out and its write side shut.
+    shut: bool,
+    /// A dialled stream whose connection is under way: until when it may be.
     connecting: Option<Instant>,
-    /// When an opened stream was last used (the link's round counter): the cache closes the
-    /// least recently used idle ones first.
+    /// When it was last used (the link's round counter): the cache closes the least recently
+    /// used idle ones first.
     last_used: u64,
     /// A payload read also asks for the next frame's header, into here: one syscall per
     /// segment instead of two.
     spare: [u8; HEADER],
     /// Bytes written so far (headers and payloads), for the per-rail counters.
     sent_bytes: u64,
-    /// An accepted stream: bytes of this rank's close request written back on it (a goodbye
-    /// record asking its writer to close it when idle; `HEADER` = all of it).
-    asked: usize,
-    /// A closing opened stream whose goodbye is out and whose write side is shut: it is read
-    /// (and what arrives dropped) until the reader closes its end, or until this deadline, so
-    /// that it is never closed with unread bytes (which would reset it).
-    draining: Option<Instant>,
 }
 
 impl Conn {
-    fn new(stream: TcpStream) -> Conn {
+    fn new(stream: TcpStream, dialed: bool) -> Conn {
         Conn {
             stream,
             out: VecDeque::new(),
@@ -120,21 +132,50 @@ impl Conn {
                 buf: [0; HEADER],
                 got: 0,
             },
-            closed: false,
-            goodbye: false,
+            dialed,
+            mine: Dir::Unused,
+            theirs: Dir::Unused,
+            ended: false,
+            broken: false,
+            shut: false,
             connecting: None,
             last_used: 0,
             spare: [0; HEADER],
             sent_bytes: 0,
-            asked: 0,
-            draining: None,
         }
     }
 
-    /// Nothing queued, nothing being connected: closing it loses nothing (what was written is
-    /// in the kernel, which delivers it before the end of the stream).
+    /// Idle both ways: nothing queued, nothing being connected, nothing half read. Closing
+    /// this rank's direction then loses nothing (what was written is in the kernel, which
+    /// delivers it before the goodbye).
     fn idle(&self) -> bool {
-        self.out.is_empty() && self.connecting.is_none() && !self.closed
+        self.out.is_empty()
+            && self.connecting.is_none()
+            && !self.broken
+            && matches!(self.rx, Rx::Header { got: 0, .. })
+    }
+
+    /// Has output to write now: established, its write side not shut, nothing failed.
+    fn writes(&self) -> bool {
+        !self.out.is_empty() && self.connecting.is_none() && !self.broken && !self.shut
+    }
+
+    /// Neither direction ended: a stream that counts against the cache's bound, and one
+    /// this rank may still begin its direction on.
+    fn live(&self) -> bool {
+        !self.broken && self.mine != Dir::Closed && self.theirs != Dir::Closed
+    }
+
+    /// Read now: established, not ended, and the peer's direction on it is not one that
+    /// must wait for an older one (`in_epoch`: the number of the peer's direction read now).
+    fn reads(&self, in_epoch: u64) -> bool {
+        !self.broken
+            && !self.ended
+            && self.connecting.is_none()
+            && match self.theirs {
+                Dir::Open(e) => e == in_epoch,
+                _ => true,
+            }
     }
 }
 
@@ -142,10 +183,21 @@ impl Conn {
 /// [`TcpTransport::bind`], rail i ≥ 1 that of the i-th [`TcpTransport::bind_rails`] address).
 type Key = (usize, usize);
 
-/// An accepted stream: its peer, rail and arrival number (a peer's streams on a rail are
-/// read one after the other, oldest first, so a reopened connection never overtakes the
-/// end of the one it replaced).
-type InKey = (usize, usize, u64);
+/// A stream: its peer, rail and number (this link's count of streams made).
+type ConnKey = (usize, usize, u64);
+
+/// What a rank keeps per peer and rail: its directions to the peer are numbered (each begins
+/// on one stream and ends there with a goodbye), and the peer's are read in their order, so
+/// that moving a direction to another stream never reorders messages.
+#[derive(Debug, Default)]
+struct Pair {
+    /// The number of this rank's next direction to the peer.
+    out_epoch: u64,
+    /// The number of the peer's direction read now (its older ones ended).
+    in_epoch: u64,
+    /// The stream this rank's open direction is on.
+    out: Option<u64>,
+}
 
 /// This rank's TCP endpoint.
 pub struct TcpTransport {
@@ -159,38 +211,36 @@ pub struct TcpTransport {
     addrs: Vec<Vec<SocketAddr>>,
     /// How many rails the job connects (1 unless every rank published several NICs).
     rails: usize,
-    /// The streams this rank opened (it sends on them), by peer and rail.
-    conns: BTreeMap<Key, Conn>,
-    /// The streams peers opened to this rank (it reads them).
-    ins: BTreeMap<InKey, Conn>,
+    /// The streams with peers (dialled or accepted), by peer, rail and number.
+    conns: BTreeMap<ConnKey, Conn>,
+    /// Per peer and rail: the numbering of directions, and the stream this rank sends on.
+    pairs: BTreeMap<Key, Pair>,
     /// Accepted connections whose hello has not arrived yet.
     pending: Vec<Pending>,
-    /// Opened streams closed while idle, until their goodbye is written.
-    leaving: Vec<Conn>,
     /// The peers this link serves ([`Link::connect`]: the router gives it the other hosts').
     serves: BTreeSet<usize>,
     /// Peers found gone (refused, reset, ended without a goodbye): an error for a broadcast
     /// that needs them.
     gone: BTreeMap<usize, Gone>,
-    /// Streams whose peer said goodbye: this rank closes its own stream to the peer too, if idle.
-    farewells: BTreeSet<Key>,
+    /// Streams whose peer said goodbye: this rank ends its own direction on them too.
+    farewells: BTreeSet<ConnKey>,
     /// The peers this link serves that the broadcasts in flight talk to, increasing, as of
     /// the driver's `in_flight` count `busy_at` (recomputed, and dialled, only when it moves).
     busy: Vec<usize>,
     busy_at: Option<u64>,
-    /// Opened streams kept at most (idle ones beyond are closed, least recently used first).
+    /// Streams kept at most (idle ones beyond are closed, least recently used first).
     max_conns: usize,
     /// How long a connection may take to be established, and an accepted one to say hello.
     connect_timeout: Duration,
-    /// Rounds so far (the clock of `Conn::last_used`), and accepted streams so far.
+    /// Rounds so far (the clock of `Conn::last_used`), and streams made so far.
     rounds: u64,
-    accepted: u64,
+    made: u64,
     /// Bytes sent by closed streams, per rail (the counters).
     retired_sent: Vec<u64>,
-    /// Idle streams closed so far (the cache's bound, or the peer's goodbye).
+    /// Idle streams this rank closed so far (the cache's bound).
     closed_idle: u64,
-    /// Accepted streams whose writer this rank asked to close them (their bound).
-    asked_ins: u64,
+    /// Directions this rank moved onto a stream the peer dialled (both dialled at once).
+    moved: u64,
     scratch: Vec<u8>,
     /// Batched sends; `None` when io_uring is unavailable or not wanted (`bind_with`).
     ring: Option<Ring>,
@@ -243,9 +293,8 @@ impl TcpTransport {
             addrs: Vec::new(),
             rails: 1,
             conns: BTreeMap::new(),
-            ins: BTreeMap::new(),
+            pairs: BTreeMap::new(),
             pending: Vec::new(),
-            leaving: Vec::new(),
             serves: BTreeSet::new(),
             gone: BTreeMap::new(),
             farewells: BTreeSet::new(),
@@ -254,10 +303,10 @@ impl TcpTransport {
             max_conns: MAX_CONNECTIONS,
             connect_timeout: Duration::from_secs(60),
             rounds: 0,
-            accepted: 0,
+            made: 0,
             retired_sent: Vec::new(),
             closed_idle: 0,
-            asked_ins: 0,
+            moved: 0,
             scratch: vec![0; 64 << 10],
             ring,
             wake: None,
@@ -296,8 +345,8 @@ impl TcpTransport {
         self.keepalive = Some(within);
     }
 
-    /// Keeps at most `n` opened connections (at least 1; `PIPECAST_MAX_CONNECTIONS`): above
-    /// that, idle ones are closed, least recently used first. Connections the broadcasts in
+    /// Keeps at most `n` connections (at least 1; `PIPECAST_MAX_CONNECTIONS`): above that,
+    /// idle ones are closed, least recently used first. Connections the broadcasts in
     /// flight use are never closed, so a broadcast that talks to more peers holds more.
     pub fn set_max_connections(&mut self, n: usize) {
         self.max_conns = n.max(1);
@@ -334,12 +383,12 @@ impl TcpTransport {
     }
 
     /// One io_uring submission sends on every writable connection.
-    fn write_batch(&mut self, peers: &[Key], bufs: &Buffers) -> Result<(), TransportError> {
+    fn write_batch(&mut self, peers: &[ConnKey], bufs: &Buffers) -> Result<(), TransportError> {
         let mut sent_to = Vec::with_capacity(peers.len());
         let mut batch = Vec::with_capacity(peers.len());
         for &p in peers {
             let c = &self.conns[&p];
-            if !c.out.is_empty() && c.connecting.is_none() && !c.closed {
+            if c.writes() {
                 sent_to.push(p);
                 batch.push((c.stream.as_raw_fd(), slices(c, bufs)));
             }
@@ -359,17 +408,32 @@ impl TcpTransport {
         drop(batch);
         for (key, r) in sent_to.into_iter().zip(results) {
             match r {
-                Ok(0) => return Err(TransportError::Closed { peer: key.0 }),
+                Ok(0) => self.write_failed(key, io::ErrorKind::BrokenPipe.into())?,
                 Ok(n) => advance(self.conns.get_mut(&key).expect("connected"), n),
                 Err(e)
                     if matches!(
                         e.kind(),
                         io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
                     ) => {}
-                Err(e) => return Err(io_error(key.0, e)),
+                Err(e) => self.write_failed(key, e)?,
             }
         }
         Ok(())
+    }
+
+    /// A write on `key` failed: a reset or broken pipe is its peer gone (an error for the
+    /// broadcasts that need it: `check_closed`), anything else an error.
+    fn write_failed(&mut self, key: ConnKey, e: io::Error) -> Result<(), TransportError> {
+        match io_error(key.0, e) {
+            TransportError::Closed { .. } => {
+                if let Some(c) = self.conns.get_mut(&key) {
+                    c.broken = true;
+                }
+                self.gone.entry(key.0).or_insert(Gone::Closed);
+                Ok(())
+            }
+            e => Err(e),
+        }
     }
 
     /// Fails if a peer that a broadcast in flight waits for is gone (its stream ended without
@@ -399,20 +463,17 @@ impl TcpTransport {
             // Lane i of a plan on rails leaves through NIC i (its data, and its credits back).
             let rail = Some(t.rail).filter(|&r| r < self.rails);
             let key = (t.to, rail.unwrap_or(0));
-            if !self.conns.contains_key(&key) {
-                self.dial(key)?;
+            if let Some(why) = self.gone.get(&t.to) {
+                return Err(why.error(t.to));
             }
+            let at = self.sender(key)?;
             if let Some(why) = self.gone.get(&t.to) {
                 return Err(why.error(t.to));
             }
             let rounds = self.rounds;
-            let conn = self
-                .conns
-                .get_mut(&key)
+            let conn = at
+                .and_then(|k| self.conns.get_mut(&k))
                 .ok_or(TransportError::UnknownPeer { peer: t.to })?;
-            if conn.closed {
-                return Err(TransportError::Closed { peer: t.to });
-            }
             conn.last_used = rounds;
             conn.out.push_back(Out {
                 head: message::emit(&t.message),
@@ -425,20 +486,19 @@ impl TcpTransport {
         Ok(())
     }
 
-    fn write(&mut self, key: Key, bufs: &Buffers) -> Result<(), TransportError> {
-        let peer = key.0;
+    fn write(&mut self, key: ConnKey, bufs: &Buffers) -> Result<(), TransportError> {
         let conn = self.conns.get_mut(&key).expect("connected");
-        if conn.connecting.is_some() || conn.closed {
+        if !conn.writes() {
             return Ok(());
         }
         while !conn.out.is_empty() {
             let r = send_vectored(&conn.stream, &slices(conn, bufs));
             match r {
-                Ok(0) => return Err(TransportError::Closed { peer }),
+                Ok(0) => return self.write_failed(key, io::ErrorKind::BrokenPipe.into()),
                 Ok(n) => advance(conn, n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(io_error(peer, e)),
+                Err(e) => return self.write_failed(key, e),
             }
         }
         Ok(())
@@ -446,7 +506,7 @@ impl TcpTransport {
 
     fn read(
         &mut self,
-        key: InKey,
+        key: ConnKey,
         bufs: &mut Buffers,
         driver: &mut dyn Driver,
         now: u64,
@@ -454,8 +514,9 @@ impl TcpTransport {
         let peer = key.0;
         let mut budget = READ_BUDGET;
         loop {
-            let conn = self.ins.get_mut(&key).expect("accepted");
-            if conn.closed || budget == 0 {
+            let conn = self.conns.get_mut(&key).expect("a stream");
+            let pair = self.pairs.entry((key.0, key.1)).or_default();
+            if !conn.reads(pair.in_epoch) || budget == 0 {
                 return Ok(());
             }
             let r = match &mut conn.rx {
@@ -493,7 +554,12 @@ impl TcpTransport {
                 Ok(0) => return eof(peer, conn, &mut self.gone).map_err(Into::into),
                 Ok(n) => {
                     budget = budget.saturating_sub(n);
-                    received(key, conn, n, driver, bufs, now, &mut self.farewells)?;
+                    let at = At {
+                        key,
+                        in_epoch: &mut pair.in_epoch,
+                        farewells: &mut self.farewells,
+                    };
+                    received(at, conn, n, driver, bufs, now)?;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -506,17 +572,21 @@ impl TcpTransport {
     /// until none has more (or a round limit, so sends get their turn).
     fn read_batch(
         &mut self,
-        mut active: Vec<InKey>,
+        mut active: Vec<ConnKey>,
         bufs: &mut Buffers,
         driver: &mut dyn Driver,
         clock: &dyn Fn() -> u64,
     ) -> Result<(), crate::Error> {
         for _round in 0..64 {
-            active.retain(|p| !self.ins[p].closed);
+            let (conns, pairs) = (&self.conns, &self.pairs);
+            active.retain(|p| {
+                let in_epoch = pairs.get(&(p.0, p.1)).map_or(0, |s| s.in_epoch);
+                conns[p].reads(in_epoch)
+            });
             // Discarded payloads share one scratch buffer: read those one by one.
-            let (discard, batched): (Vec<InKey>, Vec<InKey>) = active.iter().partition(|p| {
+            let (discard, batched): (Vec<ConnKey>, Vec<ConnKey>) = active.iter().partition(|p| {
                 matches!(
-                    self.ins[p].rx,
+                    self.conns[p].rx,
                     Rx::Payload {
                         dest: Dest::Discard,
                         ..
@@ -531,7 +601,7 @@ impl TcpTransport {
             }
             let mut entries: Vec<RecvTarget> = Vec::with_capacity(batched.len());
             for p in &batched {
-                let c = self.ins.get_mut(p).expect("accepted");
+                let c = self.conns.get_mut(p).expect("a stream");
                 let fd = c.stream.as_raw_fd();
                 entries.push(match &mut c.rx {
                     Rx::Header { buf: head, got } => (
@@ -592,12 +662,18 @@ impl TcpTransport {
             let now = clock();
             let mut next = Vec::with_capacity(batched.len());
             for (key, r) in batched.into_iter().zip(results) {
-                let conn = self.ins.get_mut(&key).expect("accepted");
+                let conn = self.conns.get_mut(&key).expect("a stream");
+                let pair = self.pairs.entry((key.0, key.1)).or_default();
                 let peer = key.0;
                 match r {
                     Ok(0) => eof(peer, conn, &mut self.gone)?,
                     Ok(n) => {
-                        received(key, conn, n, driver, bufs, now, &mut self.farewells)?;
+                        let at = At {
+                            key,
+                            in_epoch: &mut pair.in_epoch,
+                            farewells: &mut self.farewells,
+                        };
+                        received(at, conn, n, driver, bufs, now)?;
                         next.push(key);
                     }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => next.push(key),
@@ -634,23 +710,18 @@ impl TcpTransport {
         self.busy_at = Some(at);
         for i in 0..self.busy.len() {
             for rail in 0..self.rails {
-                self.dial((self.busy[i], rail))?;
+                self.ensure((self.busy[i], rail))?;
             }
         }
         self.stamp_busy();
         Ok(())
     }
 
-    /// Marks the streams to and from the busy peers used in this round.
+    /// Marks the streams with the busy peers used in this round.
     fn stamp_busy(&mut self) {
         for &p in &self.busy {
-            for rail in 0..self.rails {
-                if let Some(c) = self.conns.get_mut(&(p, rail)) {
-                    c.last_used = self.rounds;
-                }
-                for (_, c) in self.ins.range_mut((p, rail, 0)..=(p, rail, u64::MAX)) {
-                    c.last_used = self.rounds;
-                }
+            for (_, c) in self.conns.range_mut((p, 0, 0)..=(p, usize::MAX, u64::MAX)) {
+                c.last_used = self.rounds;
             }
         }
     }
@@ -661,9 +732,7 @@ impl TcpTransport {
 enum Slot {
     Listener(usize),
     Pending(usize),
-    Out(Key),
-    In(InKey),
-    Leaving,
+    Conn(ConnKey),
     Wake,
 }
 
@@ -697,7 +766,7 @@ impl Link for TcpTransport {
             self.serves.insert(p);
             self.busy_at = None; // what it serves changed: recomputed next round
             for rail in 0..self.rails {
-                self.dial((p, rail))?;
+                self.ensure((p, rail))?;
             }
         }
         Ok(())
@@ -723,7 +792,6 @@ impl Link for TcpTransport {
         self.queue(driver, clock())?;
         self.check_closed(driver)?;
         self.trim();
-        self.trim_ins();
         let mut slots: Vec<Slot> = Vec::new();
         let mut fds: Vec<libc::pollfd> = Vec::new();
         let mut add = |slot: Slot, fd: std::os::fd::RawFd, events: i16| {
@@ -741,31 +809,19 @@ impl Link for TcpTransport {
             add(Slot::Pending(i), p.stream.as_raw_fd(), libc::POLLIN);
         }
         for (&key, c) in &self.conns {
-            if c.closed {
-                continue; // a closed stream would report POLLHUP forever: left out
+            let in_epoch = self.pairs.get(&(key.0, key.1)).map_or(0, |p| p.in_epoch);
+            let mut events = 0;
+            if c.reads(in_epoch) {
+                events |= libc::POLLIN;
             }
-            // An opened stream carries nothing back: readable means its peer closed it.
-            let mut events = libc::POLLIN;
-            if c.connecting.is_some() || !c.out.is_empty() {
+            if c.connecting.is_some() || c.writes() {
                 events |= libc::POLLOUT;
             }
-            add(Slot::Out(key), c.stream.as_raw_fd(), events);
-        }
-        let mut last: Option<Key> = None;
-        for (&key, c) in &self.ins {
-            // Only a peer's oldest stream on a rail is read (see `InKey`).
-            let first = last != Some((key.0, key.1));
-            last = Some((key.0, key.1));
-            if first && !c.closed {
-                add(Slot::In(key), c.stream.as_raw_fd(), libc::POLLIN);
+            // A stream with nothing to wait for is left out: one whose ends are both shut
+            // would report POLLHUP forever.
+            if events != 0 && !c.broken {
+                add(Slot::Conn(key), c.stream.as_raw_fd(), events);
             }
-        }
-        for c in &self.leaving {
-            let events = match c.draining {
-                Some(_) => libc::POLLIN,
-                None => libc::POLLOUT,
-            };
-            add(Slot::Leaving, c.stream.as_raw_fd(), events);
         }
         // Last: the wake descriptor (its readiness only ends the wait).
         add(Slot::Wake, self.wake.unwrap_or(-1), libc::POLLIN);
@@ -796,15 +852,16 @@ impl Link for TcpTransport {
             match *slot {
                 Slot::Listener(rail) if ready(i, any) => self.accept_all(rail)?,
                 Slot::Pending(p) if ready(i, any) => pending.push(p),
-                Slot::Out(key) if ready(i, any) => self.watch(key, fds[i].revents)?,
-                Slot::In(key) if ready(i, libc::POLLIN | libc::POLLHUP | libc::POLLERR) => {
-                    readable.push(key)
+                Slot::Conn(key) if ready(i, any) => {
+                    let established = self.watch(key, fds[i].revents);
+                    if established && ready(i, libc::POLLIN | libc::POLLHUP | libc::POLLERR) {
+                        readable.push(key);
+                    }
                 }
                 _ => {}
             }
         }
         self.hellos(&pending);
-        self.flush_leaving();
         if self.ring.is_some() {
             self.read_batch(readable, bufs, driver, clock)?;
         } else {
@@ -814,12 +871,12 @@ impl Link for TcpTransport {
                 self.check_closed(driver)?;
             }
         }
-        // Written: every opened stream with output queued (ready for it, or queued during
-        // this round: worth an optimistic try).
-        let writable: Vec<Key> = self
+        // Written: every stream with output queued (ready for it, or queued during this
+        // round: worth an optimistic try).
+        let writable: Vec<ConnKey> = self
             .conns
             .iter()
-            .filter(|(_, c)| !c.out.is_empty() && c.connecting.is_none() && !c.closed)
+            .filter(|(_, c)| c.writes())
             .map(|(&k, _)| k)
             .collect();
         if self.ring.is_some() {
@@ -829,7 +886,7 @@ impl Link for TcpTransport {
                 self.write(key, bufs)?;
             }
         }
-        self.ins.retain(|_, c| !c.closed);
+        self.reap();
         self.check_closed(driver)?;
         Ok(())
     }
@@ -843,7 +900,7 @@ impl Link for TcpTransport {
                 let retired = self.retired_sent.get(rail).copied().unwrap_or(0);
                 out.insert(format!("rail{rail}.bytes_sent"), retired);
             }
-            for (&(_, rail), c) in &self.conns {
+            for (&(_, rail, _), c) in &self.conns {
                 *out.entry(format!("rail{rail}.bytes_sent")).or_default() += c.sent_bytes;
             }
         }
@@ -852,32 +909,26 @@ impl Link for TcpTransport {
 
     /// The per-connection state for a failure report (idle connections are left out).
     fn describe_state(&self, _now: u64) -> String {
+        let live = self.conns.values().filter(|c| c.live()).count();
         let mut out = format!(
-            "tcp: {} connections opened, {} accepted, {} awaiting a hello, {} closing",
-            self.conns.len(),
-            self.ins.len(),
+            "tcp: {live} connections, {} closing, {} awaiting a hello",
+            self.conns.len() - live,
             self.pending.len(),
-            self.leaving.len()
         );
-        for (&(peer, rail), c) in &self.conns {
-            if c.idle() {
+        for (&(peer, rail, _), c) in &self.conns {
+            if c.idle() && c.live() {
                 continue;
             }
             out += &format!(
-                "\n  to rank {peer} rail {rail}: {} messages queued, connecting {}, closed {}",
+                "\n  rank {peer} rail {rail}: {} messages queued, connecting {}, mid-payload {}, \
+                 this rank's direction {:?}, the peer's {:?}, ended {}, broken {}",
                 c.out.len(),
                 c.connecting.is_some(),
-                c.closed
-            );
-        }
-        for (&(peer, rail, _), c) in &self.ins {
-            if !c.closed && matches!(c.rx, Rx::Header { got: 0, .. }) {
-                continue;
-            }
-            out += &format!(
-                "\n  from rank {peer} rail {rail}: mid-payload {}, closed {}",
                 matches!(c.rx, Rx::Payload { .. }),
-                c.closed
+                c.mine,
+                c.theirs,
+                c.ended,
+                c.broken
             );
         }
         for (peer, why) in &self.gone {
@@ -889,17 +940,11 @@ impl Link for TcpTransport {
     /// Closes every connection and the listeners: peers see end-of-file (or a refused or
     /// reset connection) and fail their broadcast at once.
     fn shutdown(&mut self) {
-        for c in self
-            .conns
-            .values()
-            .chain(self.ins.values())
-            .chain(&self.leaving)
-        {
+        for c in self.conns.values() {
             c.stream.shutdown(std::net::Shutdown::Both).ok();
         }
         self.conns.clear();
-        self.ins.clear();
-        self.leaving.clear();
+        self.pairs.clear();
         self.pending.clear();
         self.listeners.clear();
     }
@@ -912,10 +957,11 @@ fn eof(
     conn: &mut Conn,
     gone: &mut BTreeMap<usize, Gone>,
 ) -> Result<(), TransportError> {
-    conn.closed = true;
-    if conn.goodbye {
+    conn.ended = true;
+    if conn.theirs == Dir::Closed {
         return Ok(());
     }
+    conn.broken = true;
     gone.entry(peer).or_insert(Gone::Closed);
     if matches!(conn.rx, Rx::Header { got: 0, .. }) {
         Ok(())
@@ -937,23 +983,30 @@ fn read_error(
     }
 }
 
+/// Where a stream's bytes are read: its key, the number of the peer's direction read now,
+/// and the streams whose peer said goodbye.
+struct At<'a> {
+    key: ConnKey,
+    in_epoch: &'a mut u64,
+    farewells: &'a mut BTreeSet<ConnKey>,
+}
+
 /// `n` more bytes of `conn`'s current header or payload arrived (for a payload, bytes beyond
 /// it went into `conn.spare`: the start of the next header).
 fn received(
-    key: InKey,
+    at: At<'_>,
     conn: &mut Conn,
     n: usize,
     driver: &mut dyn Driver,
     bufs: &mut Buffers,
     now: u64,
-    farewells: &mut BTreeSet<Key>,
 ) -> Result<(), crate::Error> {
-    let peer = key.0;
+    let peer = at.key.0;
     match &mut conn.rx {
         Rx::Header { got, .. } => {
             *got += n;
             if *got == HEADER {
-                header_done(key, conn, driver, bufs, now, farewells)?;
+                header_done(at, conn, driver, bufs, now)?;
             }
         }
         Rx::Payload { len, got, .. } => {
@@ -971,7 +1024,7 @@ fn received(
                     dest.landed(driver, bufs, now, peer, msg)?;
                 }
                 if extra == HEADER {
-                    header_done(key, conn, driver, bufs, now, farewells)?;
+                    header_done(at, conn, driver, bufs, now)?;
                 }
             }
         }
@@ -979,41 +1032,55 @@ fn received(
     Ok(())
 }
 
-/// `conn.rx` holds a whole header: decode it and hand it to the driver; or it is the peer's
-/// goodbye (nothing may follow it but the end of the stream).
+/// `conn.rx` holds a whole header: decode it and hand it to the driver; or it is the start
+/// of the peer's direction on the stream (read on only once its older ones ended), or its
+/// goodbye (nothing may follow but the end of the stream; the peer's next direction is read
+/// from then on, and this rank ends its own on the stream too).
 fn header_done(
-    key: InKey,
+    at: At<'_>,
     conn: &mut Conn,
     driver: &mut dyn Driver,
     bufs: &mut Buffers,
     now: u64,
-    farewells: &mut BTreeSet<Key>,
 ) -> Result<(), crate::Error> {
-    let peer = key.0;
-    let Rx::Header { buf: head, .. } = &conn.rx else {
+    use crate::wire::hello;
+    let peer = at.key.0;
+    let Rx::Header { buf: head, .. } = conn.rx else {
         return Ok(());
     };
-    if conn.goodbye {
-        return Err(TransportError::BadFrame {
-            peer,
-            reason: "it sent more after its goodbye".into(),
-        }
-        .into());
-    }
-    if crate::wire::hello::is_goodbye(head) {
-        conn.goodbye = true;
-        conn.rx = Rx::Header {
-            buf: [0; HEADER],
-            got: 0,
-        };
-        farewells.insert((key.0, key.1));
-        return Ok(());
-    }
-    let msg = super::decode_header(peer, head)?;
     conn.rx = Rx::Header {
         buf: [0; HEADER],
         got: 0,
     };
+    let bad = |reason: &str| {
+        Err(TransportError::BadFrame {
+            peer,
+            reason: reason.into(),
+        }
+        .into())
+    };
+    if conn.theirs == Dir::Closed {
+        return bad("it sent more after its goodbye");
+    }
+    if hello::is_goodbye(&head) {
+        if let Dir::Open(e) = conn.theirs {
+            *at.in_epoch = e + 1;
+        }
+        conn.theirs = Dir::Closed;
+        at.farewells.insert(at.key);
+        return Ok(());
+    }
+    if let Some(e) = hello::parse_start(&head) {
+        if conn.theirs != Dir::Unused || e < *at.in_epoch {
+            return bad("a stream's start out of order");
+        }
+        conn.theirs = Dir::Open(e);
+        return Ok(());
+    }
+    if conn.theirs != Dir::Open(*at.in_epoch) {
+        return bad("a message before its stream's start");
+    }
+    let msg = super::decode_header(peer, &head)?;
     offer(peer, conn, msg, driver, bufs, now)
 }
 

@@ -1,38 +1,52 @@
 //! Connections, made and closed inside the poll loop, never blocking the progress thread.
 //!
-//! **One stream per direction.** A rank sends to a peer only on a stream it opened itself,
-//! and reads only the streams peers opened to it. Two ranks that share a tree edge (data one
-//! way, credits the other) each open one, at the same time or not: there is nothing to
-//! resolve when both connect at once, and each stream has one writer, so closing it while
-//! idle needs no answer from the other side.
+//! **One stream per pair of ranks, both directions on it.** A rank's messages to a peer
+//! travel as a *direction*: a start record numbering it (0, 1, 2, … per peer and rail:
+//! [`wire::hello::start`](crate::wire::hello::start)), the messages, and a goodbye. A
+//! direction lives on one stream, dialled by either rank; a rank sends on its open direction
+//! (`Pair::out`) and begins a new one only after ending the last. The reader reads a peer's
+//! directions in their numbers' order: a stream whose peer direction is numbered beyond the
+//! one read now waits, unread, until that one's goodbye. So a direction can move to another
+//! stream at any time (the old one's messages are queued before its goodbye) without ever
+//! reordering, losing or duplicating a message.
 //!
-//! **Opening** (`dial`): when a broadcast that talks to a peer is posted
+//! **Opening** (`sender`, `ensure`, `dial`): when a broadcast that talks to a peer is posted
 //! ([`Link::connect`](crate::transport::Link::connect) from the progress thread, and every
 //! time the set of broadcasts in flight changes, for
-//! [`Driver::talks_to`](crate::transport::Driver::talks_to)), a non-blocking
-//! `connect(2)` starts and the stream's first 24 bytes, a hello (magic, job cookie, rank:
-//! [`wire::hello`](crate::wire::hello)), wait in its queue with the messages to that peer
-//! until the socket turns writable. Connecting early to every peer a broadcast talks to keeps
-//! the fault rules of a full mesh: a dead peer's listener refuses (or its end of a stream
-//! closes) and the broadcasts that need it fail naming it; a late peer's listener is open
-//! (bound before the agreement), so its kernel accepts and this rank waits for it.
+//! [`Driver::talks_to`](crate::transport::Driver::talks_to)), a rank without a live stream
+//! with the peer starts a non-blocking `connect(2)`; the stream's first 24 bytes, a hello
+//! (magic, job cookie, rank: [`wire::hello`](crate::wire::hello)), and its start record wait
+//! in its queue with the messages to that peer until the socket turns writable. A rank that
+//! sends to a peer with a live stream the peer dialled begins its direction on that one.
+//! Connecting early to every peer a broadcast talks to keeps the fault rules of a full mesh:
+//! a dead peer's listener refuses (or its end of a stream closes) and the broadcasts that
+//! need it fail naming it; a late peer's listener is open (bound before the agreement), so
+//! its kernel accepts and this rank waits for it.
+//!
+//! **Both at once** (`hellos`): two ranks that dial each other before either's hello arrived
+//! get two streams. The lower rank's wins: the higher rank, on accepting it, ends its
+//! direction on the stream it dialled (its goodbye follows what is queued there) and begins
+//! the next one on the lower rank's; the lower rank, reading that goodbye, ends its own
+//! (unused) direction on the loser, which then closes. Both ranks decide from their ranks
+//! alone, and the numbering keeps the order whichever stream is read first.
 //!
 //! **Accepting** (`accept_all`, `hellos`): a readable listener is accepted without waiting;
 //! the hello is read as it arrives; a connection that says something else, or nothing
 //! within the connect timeout, is closed without stalling anything else.
 //!
-//! **Closing** (`trim`): above [`max_conns`](super::TcpTransport::set_max_connections)
-//! opened streams, the least recently used idle ones (nothing queued, no broadcast in flight
-//! that talks to the peer, established) end with a goodbye record and the end of the stream.
-//! Whatever was written before is in the kernel and arrives before the end; the reader sees
-//! goodbye, then end-of-file, and knows the peer is not gone. A peer that said goodbye gets
-//! this rank's idle stream to it closed too. A peer's streams are read oldest first, so a
-//! reopened stream never overtakes the end of the one it replaced.
+//! **Closing** (`trim`): above [`max_conns`](super::TcpTransport::set_max_connections) live
+//! streams, the least recently used ones idle both ways (nothing queued, nothing half read,
+//! no broadcast in flight that talks to the peer, established) get this rank's goodbye. A
+//! rank that reads a peer's goodbye on a stream ends its own direction there too (after what
+//! it queued), so a goodbye either way closes the stream. Each rank shuts its write side
+//! after its goodbye and keeps reading, delivering whatever the peer sent before its own
+//! goodbye, until the end of the stream: then both directions are over and nothing is
+//! unread, so the stream is closed without a reset and without losing a byte. A rank never
+//! closes a stream whose peer may still write on it.
 
-use super::{Conn, InKey, Key, Out, Rx, TcpTransport};
+use super::{Conn, ConnKey, Dir, Key, Out, TcpTransport};
 use crate::transport::limits;
 use crate::transport::TransportError;
-use crate::wire::message::HEADER;
 use std::io::{self, Read};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -94,13 +108,85 @@ pub(super) struct Pending {
 }
 
 impl TcpTransport {
-    /// Starts a connection to `key`'s peer and rail unless there is one (or the peer is
-    /// gone): non-blocking, its hello queued first. Out of descriptors is an error naming
-    /// the limit; a refused connection makes the peer gone.
-    pub(super) fn dial(&mut self, key: Key) -> Result<(), TransportError> {
+    /// The stream this rank sends to `key`'s peer and rail on: its open direction's, else
+    /// a live stream where it has none begun yet (its direction begins there), else a new
+    /// one (`dial`). `None` when the peer is gone.
+    pub(super) fn sender(&mut self, key: Key) -> Result<Option<ConnKey>, TransportError> {
+        let pair = self.pairs.entry(key).or_default();
+        if let Some(id) = pair.out {
+            let at = (key.0, key.1, id);
+            match self.conns.get(&at) {
+                Some(c) if !c.broken && matches!(c.mine, Dir::Open(_)) => return Ok(Some(at)),
+                _ => pair.out = None,
+            }
+        }
+        let free = self
+            .conns
+            .range((key.0, key.1, 0)..=(key.0, key.1, u64::MAX))
+            .find(|(_, c)| c.live() && c.mine == Dir::Unused && !c.ended)
+            .map(|(&k, _)| k);
+        match free {
+            Some(at) => {
+                self.begin(at);
+                Ok(Some(at))
+            }
+            None => self.dial(key),
+        }
+    }
+
+    /// Makes sure there is a live stream with `key`'s peer and rail (dialling one if not),
+    /// unless the peer is gone.
+    pub(super) fn ensure(&mut self, key: Key) -> Result<(), TransportError> {
+        let live = self
+            .conns
+            .range((key.0, key.1, 0)..=(key.0, key.1, u64::MAX))
+            .any(|(_, c)| c.live());
+        if !live {
+            self.dial(key)?;
+        }
+        Ok(())
+    }
+
+    /// Begins this rank's next direction to the peer on stream `at` (its start record
+    /// queued): from now on it sends there.
+    fn begin(&mut self, at: ConnKey) {
+        let pair = self.pairs.entry((at.0, at.1)).or_default();
+        let Some(c) = self.conns.get_mut(&at) else {
+            return;
+        };
+        let e = pair.out_epoch;
+        pair.out_epoch += 1;
+        pair.out = Some(at.2);
+        c.out.push_back(Out::record(&hello::start(e)));
+        c.mine = Dir::Open(e);
+        c.last_used = self.rounds;
+    }
+
+    /// Ends this rank's direction on stream `at` (its goodbye queued after what is there):
+    /// it sends nothing more on it.
+    pub(super) fn end(&mut self, at: ConnKey) {
+        let Some(c) = self.conns.get_mut(&at) else {
+            return;
+        };
+        if c.mine == Dir::Closed || c.broken {
+            return;
+        }
+        c.mine = Dir::Closed;
+        c.out.push_back(Out::record(&hello::goodbye()));
+        if let Some(pair) = self.pairs.get_mut(&(at.0, at.1)) {
+            if pair.out == Some(at.2) {
+                pair.out = None;
+            }
+        }
+    }
+
+    /// Starts a new stream to `key`'s peer and rail (unless the peer is gone), non-blocking,
+    /// its hello queued first and this rank's next direction begun on it. Out of descriptors
+    /// is an error naming the limit; a refused connection makes the peer gone.
+    pub(super) fn dial(&mut self, key: Key) -> Result<Option<ConnKey>, TransportError> {
         let (p, rail) = key;
-        if self.conns.contains_key(&key) || self.gone.contains_key(&p) || p == self.me {
-            return Ok(());
+        if self.gone.contains_key(&p) || p == self.me {
+            return Ok(None);
         }
         let addr = *self
             .addrs
@@ -132,24 +218,26 @@ impl TcpTransport {
                         error: e.to_string(),
                     },
                 );
-                return Ok(());
+                return Ok(None);
             }
         };
-        let mut conn = Conn::new(stream);
+        let mut conn = Conn::new(stream, true);
         conn.connecting = Some(Instant::now() + self.connect_timeout);
-        conn.last_used = self.rounds;
         conn.out.push_back(Out::record(&hello::emit(
             hello::TCP_LINK,
             self.cookie,
             self.me as u64,
         )));
-        self.conns.insert(key, conn);
-        Ok(())
+        self.made += 1;
+        let at = (p, rail, self.made);
+        self.conns.insert(at, conn);
+        self.begin(at);
+        Ok(Some(at))
     }
 
-    /// The connections this link holds (opened, accepted, awaiting a hello, closing).
+    /// The connections this link holds (live, closing, awaiting a hello).
     pub(super) fn held(&self) -> usize {
-        self.conns.len() + self.ins.len() + self.pending.len() + self.leaving.len()
+        self.conns.len() + self.pending.len()
     }
 
     /// `TCP_NODELAY`, and keepalive if asked for.
@@ -161,84 +249,36 @@ impl TcpTransport {
         Ok(())
     }
 
-    /// An opened stream's socket reported readiness (`revents`): a connection under way is
-    /// established or failed; an established one turned readable, which only its end (or a
-    /// reset) does.
-    pub(super) fn watch(&mut self, key: Key, revents: i16) -> Result<(), TransportError> {
+    /// A stream's socket reported readiness (`revents`): a connection under way is
+    /// established or failed. Whether the stream may be read now (it was established).
+    pub(super) fn watch(&mut self, key: ConnKey, revents: i16) -> bool {
         let peer = key.0;
         let addr = self.addrs.get(key.1).and_then(|a| a.get(peer)).copied();
         let Some(conn) = self.conns.get_mut(&key) else {
-            return Ok(());
+            return false;
         };
-        if conn.connecting.is_some() {
-            let failed = match conn.stream.take_error() {
-                Ok(Some(e)) | Err(e) => Some(e),
-                Ok(None) if revents & (libc::POLLERR | libc::POLLHUP) != 0 => {
-                    Some(io::Error::from(io::ErrorKind::ConnectionRefused))
-                }
-                Ok(None) => None,
-            };
-            match failed {
-                Some(e) => {
-                    conn.closed = true;
-                    let addr = addr.unwrap_or(self.addr);
-                    self.gone.entry(peer).or_insert(Gone::Refused {
-                        addr,
-                        error: e.to_string(),
-                    });
-                }
-                None => conn.connecting = None,
+        if conn.connecting.is_none() {
+            return true;
+        }
+        let failed = match conn.stream.take_error() {
+            Ok(Some(e)) | Err(e) => Some(e),
+            Ok(None) if revents & (libc::POLLERR | libc::POLLHUP) != 0 => {
+                Some(io::Error::from(io::ErrorKind::ConnectionRefused))
             }
-            return Ok(());
-        }
-        if revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) == 0 {
-            return Ok(());
-        }
-        // The one thing a reader writes back: a goodbye record asking this rank to close the
-        // stream when idle (its bound on accepted streams), read into the unused header.
-        let Rx::Header { buf, got } = &mut conn.rx else {
-            unreachable!("an opened stream never reads a payload")
+            Ok(None) => None,
         };
-        match conn.stream.read(&mut buf[*got..]) {
-            Ok(0) => {
-                conn.closed = true;
-                self.gone.entry(peer).or_insert(Gone::Closed);
-                Ok(())
+        match failed {
+            Some(e) => {
+                conn.broken = true;
+                let addr = addr.unwrap_or(self.addr);
+                self.gone.entry(peer).or_insert(Gone::Refused {
+                    addr,
+                    error: e.to_string(),
+                });
             }
-            Ok(n) => {
-                *got += n;
-                if *got < HEADER {
-                    return Ok(());
-                }
-                *got = 0;
-                if !hello::is_goodbye(&buf[..]) {
-                    return Err(TransportError::BadFrame {
-                        peer,
-                        reason: "it wrote on a connection this rank opened something else than a close request (each carries one direction)".into(),
-                    });
-                }
-                tracing::debug!(
-                    rank = self.me,
-                    peer,
-                    "tcp: asked to close an idle connection"
-                );
-                self.farewells.insert(key);
-                Ok(())
-            }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-                ) =>
-            {
-                Ok(())
-            }
-            Err(_) => {
-                conn.closed = true;
-                self.gone.entry(peer).or_insert(Gone::Closed);
-                Ok(())
-            }
+            None => conn.connecting = None,
         }
+        false
     }
 
     /// Accepts every connection waiting on `rail`'s listener, without waiting.
@@ -327,11 +367,30 @@ impl TcpTransport {
             if self.options(&p.stream).is_err() {
                 continue;
             }
-            self.accepted += 1;
-            let key: InKey = (rank, p.rail, self.accepted);
-            let mut conn = Conn::new(p.stream);
+            self.made += 1;
+            let at = (rank, p.rail, self.made);
+            let mut conn = Conn::new(p.stream, false);
             conn.last_used = self.rounds;
-            self.ins.insert(key, conn);
+            self.conns.insert(at, conn);
+            // Both dialled: the lower rank's stream wins. This (higher) rank moves its
+            // direction there; the one it dialled closes once the peer ends its own on it.
+            if rank < self.me {
+                let out = self
+                    .pairs
+                    .get(&(rank, p.rail))
+                    .and_then(|pair| pair.out)
+                    .map(|id| (rank, p.rail, id));
+                if let Some(old) = out.filter(|k| self.conns.get(k).is_some_and(|c| c.dialed)) {
+                    tracing::debug!(
+                        rank = self.me,
+                        peer = rank,
+                        "tcp: both dialled: moving to the peer's stream"
+                    );
+                    self.end(old);
+                    self.begin(at);
+                    self.moved += 1;
+                }
+            }
         }
         self.pending = keep;
     }
@@ -341,10 +400,10 @@ impl TcpTransport {
     pub(super) fn pending_wait(&mut self, wait: Duration) -> Duration {
         let now = Instant::now();
         let mut first: Option<Instant> = self.pending.iter().map(|p| p.deadline).min();
-        for (&(peer, _), c) in self.conns.iter_mut() {
+        for (&(peer, _, _), c) in self.conns.iter_mut() {
             match c.connecting {
                 Some(d) if d <= now => {
-                    c.closed = true;
+                    c.broken = true;
                     c.connecting = None;
                     self.gone.entry(peer).or_insert(Gone::Timeout {
                         ms: self.connect_timeout.as_millis() as u64,
@@ -360,72 +419,64 @@ impl TcpTransport {
         }
     }
 
-    /// Closes idle opened streams: those whose peer said goodbye, and above the bound the
-    /// least recently used (none that a broadcast in flight talks to, `busy`).
+    /// Ends this rank's direction on the streams whose peer said goodbye, drops the streams
+    /// that are over, and above the bound closes the least recently used live streams idle
+    /// both ways (none with a peer that a broadcast in flight talks to, `busy`).
     pub(super) fn trim(&mut self) {
-        let busy = std::mem::take(&mut self.busy);
-        self.trim_except(&busy);
-        self.busy = busy;
-    }
-
-    fn trim_except(&mut self, busy: &[usize]) {
-        let closable = |k: &Key, c: &Conn| c.idle() && busy.binary_search(&k.0).is_err();
-        // A farewell waits for this rank's stream to turn idle (or to go).
-        let farewells = std::mem::take(&mut self.farewells);
-        for key in farewells {
-            match self.conns.get(&key) {
-                Some(c) if closable(&key, c) => self.close(key),
-                Some(c) if !c.closed => {
-                    self.farewells.insert(key);
-                }
-                _ => {}
-            }
+        for at in std::mem::take(&mut self.farewells) {
+            self.end(at);
         }
-        // Closed (gone) streams hold a descriptor for nothing: dropped, the peer stays gone.
-        let dead: Vec<Key> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| c.closed && c.out.is_empty())
-            .map(|(&k, _)| k)
-            .collect();
-        for key in dead {
-            if let Some(c) = self.conns.remove(&key) {
-                self.retire(key.1, &c);
-            }
-        }
-        let over = self.conns.len().saturating_sub(self.max_conns);
+        self.reap();
+        let live = self.conns.values().filter(|c| c.live()).count();
+        let over = live.saturating_sub(self.max_conns);
         if over == 0 {
             return;
         }
-        let mut idle: Vec<(u64, Key)> = self
+        let busy = &self.busy;
+        let mut idle: Vec<(u64, ConnKey)> = self
             .conns
             .iter()
-            .filter(|(k, c)| closable(k, c))
+            .filter(|(k, c)| c.live() && c.idle() && busy.binary_search(&k.0).is_err())
             .map(|(&k, c)| (c.last_used, k))
             .collect();
         idle.sort_unstable();
-        for (_, key) in idle.into_iter().take(over) {
-            self.close(key);
+        for (_, at) in idle.into_iter().take(over) {
+            tracing::debug!(
+                rank = self.me,
+                peer = at.0,
+                rail = at.1,
+                live,
+                "tcp: closing an idle connection"
+            );
+            self.closed_idle += 1;
+            self.end(at);
         }
     }
 
-    /// Ends the idle opened stream `key` with a goodbye (written by `flush_leaving`).
-    fn close(&mut self, key: Key) {
-        let Some(mut c) = self.conns.remove(&key) else {
-            return;
-        };
-        tracing::debug!(
-            rank = self.me,
-            peer = key.0,
-            rail = key.1,
-            open = self.conns.len() + 1,
-            "tcp: closing an idle connection"
-        );
-        self.closed_idle += 1;
-        self.retire(key.1, &c);
-        c.sent_bytes = 0;
-        c.out.push_back(Out::record(&hello::goodbye()));
-        self.leaving.push(c);
+    /// Shuts the write side of streams whose goodbye from this rank is out, and drops those
+    /// that are over: failed ones (their peer is `gone`), and those whose both ends are shut
+    /// and whose end was read (nothing unread: no reset).
+    pub(super) fn reap(&mut self) {
+        let mut over = Vec::new();
+        for (&at, c) in self.conns.iter_mut() {
+            if c.mine == Dir::Closed && c.out.is_empty() && !c.shut && c.connecting.is_none() {
+                c.stream.shutdown(std::net::Shutdown::Write).ok();
+                c.shut = true;
+            }
+            if c.broken || (c.shut && c.ended) {
+                over.push(at);
+            }
+        }
+        for at in over {
+            if let Some(c) = self.conns.remove(&at) {
+                self.retire(at.1, &c);
+            }
+            if let Some(pair) = self.pairs.get_mut(&(at.0, at.1)) {
+                if pair.out == Some(at.2) {
+                    pair.out = None;
+                }
+            }
+        }
     }
 
     /// Keeps the bytes a stream sent in the counters once it is gone.
@@ -434,118 +485,6 @@ impl TcpTransport {
             self.retired_sent.resize(rail + 1, 0);
         }
         self.retired_sent[rail] += c.sent_bytes;
-    }
-
-    /// Writes the goodbyes of closing streams; a stream whose goodbye is out is dropped
-    /// (closed: the kernel sends what it holds, then the end of the stream).
-    pub(super) fn flush_leaving(&mut self) {
-        let now = Instant::now();
-        let drain_for = self.connect_timeout;
-        self.leaving.retain_mut(|c| {
-            while let Some(o) = c.out.front_mut() {
-                let bytes = &o.head[o.sent..o.head_len];
-                match (&c.stream).write_nosignal(bytes) {
-                    Ok(0) => return false,
-                    Ok(n) => {
-                        o.sent += n;
-                        if o.sent == o.head_len {
-                            c.out.pop_front();
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(_) => return false, // its peer is gone: nothing to say goodbye to
-                }
-            }
-            // The goodbye is out: end the stream, then read until the reader closes its end
-            // (a close request it wrote meanwhile is dropped), so as not to close it with
-            // unread bytes, which would reset it and could discard what the reader has not
-            // read yet.
-            let deadline = *c.draining.get_or_insert_with(|| {
-                c.stream.shutdown(std::net::Shutdown::Write).ok();
-                now + drain_for
-            });
-            let mut scratch = [0u8; HEADER];
-            loop {
-                match (&c.stream).read(&mut scratch) {
-                    Ok(0) => return false,
-                    Ok(_) => {}
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return now < deadline,
-                    Err(_) => return false,
-                }
-            }
-        });
-    }
-
-    /// Bounds the streams peers opened to this rank: above `max_conns` of them (not closing
-    /// already), the least recently used idle ones (between frames, from a peer no broadcast
-    /// in flight talks to) are asked to close: a goodbye record written back on the stream,
-    /// which its writer reads as a request to close it when idle (`watch`; it closes it as
-    /// any idle stream, with a goodbye and the end of the stream, and this rank drops it on
-    /// reading them). The reader never closes a stream itself: its writer may be writing.
-    pub(super) fn trim_ins(&mut self) {
-        if self.ins.len() <= self.max_conns {
-            return;
-        }
-        let open = |c: &Conn| !c.closed && !c.goodbye && c.asked == 0;
-        let over = self
-            .ins
-            .values()
-            .filter(|c| open(c))
-            .count()
-            .saturating_sub(self.max_conns);
-        let busy = &self.busy;
-        let mut idle: Vec<(u64, InKey)> = self
-            .ins
-            .iter()
-            .filter(|(k, c)| {
-                open(c)
-                    && matches!(c.rx, Rx::Header { got: 0, .. })
-                    && busy.binary_search(&k.0).is_err()
-            })
-            .map(|(&k, c)| (c.last_used, k))
-            .collect();
-        idle.sort_unstable();
-        let mut asking: Vec<InKey> = idle.into_iter().take(over).map(|(_, k)| k).collect();
-        // Requests partly written (a full send buffer on a stream never written: unlikely).
-        asking.extend(
-            self.ins
-                .iter()
-                .filter(|(_, c)| c.asked > 0 && c.asked < HEADER && !c.closed)
-                .map(|(&k, _)| k),
-        );
-        let request = hello::goodbye();
-        for key in asking {
-            let Some(c) = self.ins.get_mut(&key) else {
-                continue;
-            };
-            let start = c.asked;
-            // A write that fails is a peer gone: its stream's end is read as such.
-            if let Ok(n) = (&c.stream).write_nosignal(&request[start..]) {
-                c.asked += n;
-                if start == 0 {
-                    self.asked_ins += 1;
-                    tracing::debug!(
-                        rank = self.me,
-                        peer = key.0,
-                        accepted = self.ins.len(),
-                        "tcp: asking a peer to close an idle connection"
-                    );
-                }
-            }
-        }
-    }
-}
-
-/// `write(2)` that never raises SIGPIPE.
-trait WriteNoSignal {
-    fn write_nosignal(&self, bytes: &[u8]) -> io::Result<usize>;
-}
-
-impl WriteNoSignal for &TcpStream {
-    fn write_nosignal(&self, bytes: &[u8]) -> io::Result<usize> {
-        super::send_vectored(self, &[io::IoSlice::new(bytes)])
     }
 }
 
