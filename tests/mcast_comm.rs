@@ -11,7 +11,11 @@
 //!   and every rank says why at `PIPECAST_LOG=info`, naming it;
 //! - a killed rank ends the broadcast with an error at every survivor, well within the
 //!   lab's own timeout (no hang);
-//! - a rank 6 s late is waited for (ranks as threads, each in a lab namespace).
+//! - a rank 6 s late is waited for (ranks as threads, each in a lab namespace);
+//! - over raw Ethernet frames to the group MAC (`PIPECAST_MULTICAST=ether`): byte-exact with
+//!   snooping off, with snooping and a querier, and with 1 % of its frames dropped; as a user
+//!   whose ranks cannot open a raw socket, and with ranks sharing a host (one MAC), every
+//!   rank uses the trees and says why.
 //!
 //! Needs what `pipecast lab up` needs (root or user namespaces); the tests that add
 //! nftables rules or enter namespaces need root and `nft`. Without them each test says
@@ -299,4 +303,100 @@ fn a_late_rank_is_waited_for() {
         let ok = t.join().unwrap();
         assert!(ok.iter().all(|&b| b), "rank {rank}: {ok:?}");
     }
+}
+
+/// `pipecast bench` with `PIPECAST_MULTICAST=ether`: every rank said at `PIPECAST_LOG=info`
+/// that multicast is off and why (`why`), and every byte of the trees was right.
+fn ether_falls_back(lab: &Lab, ranks: usize, why: &str) {
+    let out = bench_out(
+        lab,
+        &[("PIPECAST_MULTICAST", "ether"), ("PIPECAST_LOG", "info")],
+        &["--tree", "multicast", "--sizes", SIZES, "--iters", "4"],
+    );
+    assert!(out.status.success(), "bench failed: {}", text(&out));
+    let report = lab::rank0_json(&out);
+    check(&report, &SIZE_LIST, "multicast", |r| r != "multicast");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for rank in 0..ranks {
+        let said = stderr.lines().any(|l| {
+            l.starts_with(&format!("[r{rank}]")) && l.contains("multicast off") && l.contains(why)
+        });
+        assert!(said, "rank {rank} did not say {why:?}: {}", text(&out));
+    }
+}
+
+/// Raw Ethernet frames to the job's group MAC: flooded by the bridges with snooping off and
+/// on (snooping filters IP multicast only), repaired after 1 % loss at the switches; where a
+/// rank cannot open a raw socket (no CAP_NET_RAW), every rank uses the trees.
+#[test]
+fn raw_ethernet_multicast_is_byte_exact_or_every_rank_uses_the_trees() {
+    require_lab!();
+    as_each_user(|user| {
+        let lab = Lab::up_as(user, "mce", TOPOLOGY, &["--lldp-wait", "0"]);
+        let out = bench_out(
+            &lab,
+            &[("PIPECAST_MULTICAST", "ether"), ("PIPECAST_LOG", "info")],
+            &[
+                "--tree",
+                "multicast,linear",
+                "--sizes",
+                SIZES,
+                "--iters",
+                "4",
+            ],
+        );
+        assert!(out.status.success(), "bench failed: {}", text(&out));
+        let report = lab::rank0_json(&out);
+        check(&report, &SIZE_LIST, "linear", |r| r == "linear");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let carried = stderr.contains("multicast broadcasts over ether:");
+        if !carried {
+            // Only where the ranks have no raw sockets, and then every rank says so.
+            assert_eq!(user, lab::User::Nobody, "{}", text(&out));
+            ether_falls_back(&lab, 4, "could not open the raw Ethernet multicast carrier");
+            eprintln!("{user:?}: no raw sockets, every rank used the trees");
+            return;
+        }
+        check(&report, &SIZE_LIST, "multicast", |r| r == "multicast");
+        eprintln!("{user:?}: raw Ethernet multicast ok");
+    });
+    if let Some(m) = root() {
+        common::requirements::skip_or_fail(m.kind, format!("snooping and loss: {}", m.reason));
+        return;
+    }
+    // Snooping with a querier: the group MAC is not an IP group, so the bridges flood it.
+    let lab = Lab::up("mcq", TOPOLOGY, &["--lldp-wait", "0", "--igmp-snooping"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let ether = [("PIPECAST_MULTICAST", "ether")];
+    let args = ["--tree", "multicast", "--sizes", SIZES, "--iters", "4"];
+    check(&bench(&lab, &ether, &args), &SIZE_LIST, "multicast", |r| {
+        r == "multicast"
+    });
+    drop(lab);
+    if let Some(m) = tool("nftables", "nft", &["--version"]) {
+        common::requirements::skip_or_fail(m.kind, format!("1 % loss: {}", m.reason));
+        return;
+    }
+    let lab = Lab::up("mcx", TOPOLOGY, &["--lldp-wait", "0"]);
+    for sw in ["s0", "s1"] {
+        nft(
+            &format!("{}-{sw}", lab.name()),
+            "table bridge pcmloss {\n chain lossy {\n  type filter hook forward priority 0; \
+             policy accept;\n  ether type 0x88b6 numgen random mod 100 < 1 counter drop\n }\n}\n",
+        );
+    }
+    check(&bench(&lab, &ether, &args), &SIZE_LIST, "multicast", |r| {
+        r == "multicast"
+    });
+}
+
+/// Ranks sharing a host share its MAC: the raw Ethernet carrier cannot tell them apart, so
+/// every rank uses the trees and names them.
+#[test]
+fn raw_ethernet_multicast_with_ranks_sharing_a_host_uses_the_trees() {
+    require_lab!(root());
+    const SHARED: &str = r#"{"switches": ["s0"], "links": [],
+     "machines": [{"name": "h0", "switch": "s0", "ranks": 2}, {"name": "h1", "switch": "s0"}]}"#;
+    let lab = Lab::up("mcm", SHARED, &["--lldp-wait", "0"]);
+    ether_falls_back(&lab, 3, "share the MAC");
 }

@@ -98,7 +98,7 @@ pub enum MulticastMode {
     Auto,
     /// UDP/IP multicast with an IGMP join (no privilege).
     Udp,
-    /// Raw Ethernet frames to a group MAC (CAP_NET_RAW): not carried yet.
+    /// Raw Ethernet frames to a group MAC (CAP_NET_RAW; one rank per interface).
     Ether,
 }
 

@@ -2,11 +2,14 @@
 //! same, from the same answers.
 //!
 //! 1. With `PIPECAST_MULTICAST` not off and ranks on more than one host (both agreed), every
-//!    rank opens a UDP multicast carrier on the address its TCP link uses, joined to the job's
-//!    group ([`open`]; `IP_MULTICAST_LOOP` at ranks that share their host, so a root's
-//!    neighbours hear it too). A rank that cannot says so: it has no address in the next round.
-//! 2. The second round of the bootstrap carries each rank's carrier address, its payload per
-//!    datagram (from its MTU) and its receive buffer ([`blob`]).
+//!    rank opens a multicast carrier on the interface its TCP link uses, joined to the job's
+//!    group ([`open`]): UDP/IP (`udp`, `auto`; `IP_MULTICAST_LOOP` at ranks that share their
+//!    host, so a root's neighbours hear it too) or raw Ethernet frames to the group MAC
+//!    (`ether`: CAP_NET_RAW, one rank per interface). A rank that cannot says so: it has no
+//!    address in the next round.
+//! 2. The second round of the bootstrap carries each rank's carrier address (IPv4 and port, or
+//!    MAC), its payload per datagram (from its MTU) and its receive buffer ([`blob`]). Two
+//!    ranks with one MAC under `ether` (a shared host) make every rank use the trees.
 //! 3. If any rank has no carrier, every rank knows it from that round: no probe, trees for all.
 //!    Else rank 0 multicasts its probe; a rank that hears it answers rank 0 by unicast (so rank
 //!    0 stops as soon as all did) and one that hears nothing waits the probe's whole duration;
@@ -17,16 +20,121 @@
 //!    the trees, and says why at `PIPECAST_LOG=info` (verbose 1 of the MPI glue), naming ranks.
 
 use super::multicast::Agreed;
-use super::{Bootstrap, CommError, Config};
+use super::{Bootstrap, CommError, Config, MulticastMode};
 use crate::engine::multicast::Config as McastConfig;
 use crate::topology::Topology;
+use crate::transport::mcast::ether::EtherCarrier;
 use crate::transport::mcast::probe::{self, ProbeConfig};
 use crate::transport::mcast::udp::{UdpCarrier, UdpConfig};
 use crate::transport::mcast::{Carrier, Group};
+use crate::transport::raweth::port::PacketPort;
+use crate::transport::raweth::socket::mac_to_string;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
-/// Opens this rank's carrier for the job with `cookie`, on the address of its TCP link.
-pub fn open(config: &Config, cookie: u64, loopback: bool) -> Result<UdpCarrier, String> {
+/// This rank's opened carrier: UDP/IP multicast (`PIPECAST_MULTICAST=udp` or `auto`) or raw
+/// Ethernet frames to the group MAC (`ether`, CAP_NET_RAW). Every rank opens the same kind
+/// (the mode is an agreed setting).
+pub enum Opened {
+    Udp(UdpCarrier),
+    Ether(Box<EtherCarrier<PacketPort>>),
+}
+
+impl Opened {
+    /// The descriptors the progress thread waits on.
+    pub fn fds(&self) -> Vec<std::os::fd::RawFd> {
+        self.carrier().fds()
+    }
+
+    fn carrier(&self) -> &dyn Carrier {
+        match self {
+            Opened::Udp(c) => c,
+            Opened::Ether(c) => c.as_ref(),
+        }
+    }
+
+    fn carrier_mut(&mut self) -> &mut dyn Carrier {
+        match self {
+            Opened::Udp(c) => c,
+            Opened::Ether(c) => c.as_mut(),
+        }
+    }
+
+    fn into_carrier(self) -> Box<dyn Carrier> {
+        match self {
+            Opened::Udp(c) => Box::new(c),
+            Opened::Ether(c) => c,
+        }
+    }
+
+    /// What the others need to reach this rank: its unicast IPv4 address and port, or its MAC
+    /// (six bytes either way).
+    fn address(&self) -> [u8; 6] {
+        match self {
+            Opened::Udp(c) => {
+                let a = c.local_addr();
+                let (ip, port) = (a.ip().octets(), a.port().to_be_bytes());
+                [ip[0], ip[1], ip[2], ip[3], port[0], port[1]]
+            }
+            Opened::Ether(c) => c.mac(),
+        }
+    }
+
+    /// Payload bytes one frame may carry after every header.
+    fn payload(&self) -> usize {
+        match self {
+            Opened::Udp(c) => c.max_payload(),
+            Opened::Ether(c) => c
+                .mtu()
+                .saturating_sub(crate::wire::mcast::HEADER_LEN)
+                .max(1),
+        }
+    }
+
+    /// Bytes every frame carries besides the protocol's and Ethernet's: IP and UDP headers for
+    /// UDP, none for raw Ethernet ([`pace`]).
+    fn overhead(&self) -> u64 {
+        match self {
+            Opened::Udp(_) => 28,
+            Opened::Ether(_) => 0,
+        }
+    }
+
+    /// Every rank's address (from [`Opened::address`]), by rank. `Err`: two ranks share one
+    /// MAC, which the raw Ethernet carrier cannot tell apart.
+    fn set_peers(&mut self, addrs: &[[u8; 6]]) -> Result<(), String> {
+        match self {
+            Opened::Udp(c) => c.set_peers(
+                addrs
+                    .iter()
+                    .map(|a| {
+                        SocketAddrV4::new(
+                            Ipv4Addr::new(a[0], a[1], a[2], a[3]),
+                            u16::from_be_bytes([a[4], a[5]]),
+                        )
+                    })
+                    .collect(),
+            ),
+            Opened::Ether(c) => {
+                let mut sorted = addrs.to_vec();
+                sorted.sort_unstable();
+                if let Some(w) = sorted.windows(2).find(|w| w[0] == w[1]) {
+                    let ranks: Vec<usize> =
+                        (0..addrs.len()).filter(|&r| addrs[r] == w[0]).collect();
+                    return Err(format!(
+                        "ranks {ranks:?} share the MAC {} (one host, or one interface): raw Ethernet multicast needs one rank per interface; PIPECAST_MULTICAST=udp serves ranks that share a host",
+                        mac_to_string(&w[0])
+                    ));
+                }
+                c.set_peers(addrs.to_vec());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Opens this rank's carrier for the job with `cookie`, on the interface of its TCP link's
+/// address: UDP unless the agreed mode is `ether`.
+pub fn open(config: &Config, cookie: u64, loopback: bool) -> Result<Opened, String> {
     let ip: Ipv4Addr = config
         .ip
         .as_deref()
@@ -37,17 +145,32 @@ pub fn open(config: &Config, cookie: u64, loopback: bool) -> Result<UdpCarrier, 
                 config.ip.as_deref().unwrap_or("")
             )
         })?;
+    let group = Group::of(cookie);
+    if config.multicast == MulticastMode::Ether {
+        let ifname = crate::transport::ifaddrs::ipv4_interfaces()
+            .map_err(|e| format!("cannot list the interfaces (getifaddrs): {e}"))?
+            .into_iter()
+            .find(|i| i.addr == ip)
+            .map(|i| i.name)
+            .ok_or_else(|| format!("no interface holds the TCP link's address {ip}"))?;
+        return EtherCarrier::open(&ifname, group.mac)
+            .map(|c| Opened::Ether(Box::new(c)))
+            .map_err(|e| format!("{e} (raw Ethernet multicast needs CAP_NET_RAW; PIPECAST_MULTICAST=udp needs no privilege)"));
+    }
     let udp = UdpConfig {
         loopback,
         ..UdpConfig::default()
     };
-    UdpCarrier::open(Group::of(cookie), ip, udp).map_err(|e| e.to_string())
+    UdpCarrier::open(group, ip, udp)
+        .map(Opened::Udp)
+        .map_err(|e| e.to_string())
 }
 
 /// What a rank's carrier tells the others.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Addr {
-    addr: SocketAddrV4,
+    /// IPv4 address and port (UDP) or MAC (raw Ethernet).
+    addr: [u8; 6],
     payload: u32,
     rcvbuf: u32,
 }
@@ -56,16 +179,14 @@ const BLOB_LEN: usize = 14;
 
 /// This rank's part of the second round: its carrier's address, payload per datagram and
 /// receive buffer; empty without a carrier.
-pub fn blob(carrier: Option<&Result<UdpCarrier, String>>) -> Vec<u8> {
+pub fn blob(carrier: Option<&Result<Opened, String>>) -> Vec<u8> {
     let Some(Ok(c)) = carrier else {
         return Vec::new();
     };
-    let a = c.local_addr();
     let mut v = Vec::with_capacity(BLOB_LEN);
-    v.extend_from_slice(&a.ip().octets());
-    v.extend_from_slice(&a.port().to_be_bytes());
-    v.extend_from_slice(&(c.max_payload().min(u32::MAX as usize) as u32).to_le_bytes());
-    let rcvbuf = c.rcvbuf().unwrap_or(0).min(u32::MAX as usize) as u32;
+    v.extend_from_slice(&c.address());
+    v.extend_from_slice(&(c.payload().min(u32::MAX as usize) as u32).to_le_bytes());
+    let rcvbuf = c.carrier().rcvbuf().unwrap_or(0).min(u32::MAX as usize) as u32;
     v.extend_from_slice(&rcvbuf.to_le_bytes());
     v
 }
@@ -73,16 +194,14 @@ pub fn blob(carrier: Option<&Result<UdpCarrier, String>>) -> Vec<u8> {
 fn parse(b: &[u8]) -> Option<Addr> {
     let b: &[u8; BLOB_LEN] = b.try_into().ok()?;
     let u32_at = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-    let addr = SocketAddrV4::new(
-        Ipv4Addr::new(b[0], b[1], b[2], b[3]),
-        u16::from_be_bytes([b[4], b[5]]),
-    );
+    let mut addr = [0u8; 6];
+    addr.copy_from_slice(&b[..6]);
     let a = Addr {
         addr,
         payload: u32_at(6),
         rcvbuf: u32_at(10),
     };
-    (a.payload > 0 && a.addr.port() != 0).then_some(a)
+    (a.payload > 0 && a.addr != [0; 6]).then_some(a)
 }
 
 /// The credit window (segments) for `segment`-byte segments when the smallest receive buffer
@@ -98,15 +217,16 @@ pub fn window(segment: u32, rcvbuf: usize) -> u32 {
 
 /// The root's pace (bytes per second as the protocol counts them: payload and frame header)
 /// for a link of `bps` bits per second: the link's rate less what every datagram also carries
-/// on the wire (IP and UDP headers, 28 bytes; Ethernet's header, check sum, preamble and gap,
-/// 38), and 1 % to spare. The switches drop what arrives faster than the slowest port
-/// forwards, silently: a root that outran the link would lose whole windows. The room left is
-/// also what repairs have on a full link: measured on the 16-machine lab (docs/multicast.md),
-/// counting the 14 bytes its shapers charge per frame and 0.2 % to spare took 16 MiB from
-/// 1.06 to 1.03 × T(m) without loss, but with 1 % loss per link from 8.8 to 23.6 × T(m).
-pub fn pace(bps: u64, segment: u32) -> u64 {
+/// on the wire (`overhead`, the carrier's: IP and UDP headers, 28 bytes, for UDP, none for raw
+/// Ethernet; Ethernet's header, check sum, preamble and gap, 38), and 1 % to spare. The
+/// switches drop what arrives faster than the slowest port forwards, silently: a root that
+/// outran the link would lose whole windows. The room left is also what repairs have on a full
+/// link: measured on the 16-machine lab (docs/multicast.md), counting the 14 bytes its shapers
+/// charge per frame and 0.2 % to spare took 16 MiB from 1.06 to 1.03 × T(m) without loss, but
+/// with 1 % loss per link from 8.8 to 23.6 × T(m).
+pub fn pace(bps: u64, segment: u32, overhead: u64) -> u64 {
     let counted = u64::from(segment) + 64;
-    let wire = counted + 28 + 38;
+    let wire = counted + overhead + 38;
     (bps / 8).saturating_mul(counted) / wire * 99 / 100
 }
 
@@ -129,7 +249,7 @@ pub struct Job<'a> {
 pub fn agree(
     job: &Job<'_>,
     bootstrap: &mut dyn Bootstrap,
-    mine: Result<UdpCarrier, String>,
+    mine: Result<Opened, String>,
     ready: &[Vec<u8>],
 ) -> crate::Result<Result<Agreed, String>> {
     let Job {
@@ -143,6 +263,10 @@ pub fn agree(
     if let Err(e) = &mine {
         tracing::info!(rank, "cannot open the multicast carrier: {e}");
     }
+    let kind = match (&mine, config.multicast) {
+        (_, MulticastMode::Ether) => "raw Ethernet",
+        _ => "UDP",
+    };
     let addrs: Vec<Option<Addr>> = ready.iter().map(|b| b.get(1..).and_then(parse)).collect();
     let missing: Vec<usize> = (0..size)
         .filter(|&r| addrs.get(r).copied().flatten().is_none())
@@ -152,18 +276,22 @@ pub fn agree(
         (Ok(c), true) if addrs.len() == size => c,
         _ => {
             return Ok(Err(format!(
-                "ranks {missing:?} could not open the UDP multicast carrier (their logs say why at PIPECAST_LOG=info)"
+                "ranks {missing:?} could not open the {kind} multicast carrier (their logs say why at PIPECAST_LOG=info)"
             )))
         }
     };
-    carrier.set_peers(addrs.iter().map(|a| a.addr).collect());
-    let group = carrier.group();
+    let macs: Vec<[u8; 6]> = addrs.iter().map(|a| a.addr).collect();
+    if let Err(why) = carrier.set_peers(&macs) {
+        // Every rank sees the same addresses: every rank returns here.
+        return Ok(Err(why));
+    }
+    let group = carrier.carrier().describe();
     let probe_config = ProbeConfig {
         answers: size - 1,
         ..ProbeConfig::default()
     };
     let nonce = cookie ^ 0x7072_6f62_6521_0032;
-    let heard = probe::probe(&mut carrier, rank, 0, cookie, nonce, probe_config)
+    let heard = probe::probe(carrier.carrier_mut(), rank, 0, cookie, nonce, probe_config)
         .map_err(|e| tracing::info!(rank, "the multicast probe failed here: {e}"))
         .unwrap_or(false);
     let answers = bootstrap.allgather(&[u8::from(heard)])?;
@@ -177,23 +305,22 @@ pub fn agree(
     let received: Vec<bool> = answers.iter().map(|a| a.first() == Some(&1)).collect();
     if let Err(missed) = probe::agree(&received) {
         return Ok(Err(format!(
-            "ranks {missed:?} did not receive rank 0's probe on the multicast group {}:{} within {:?} (a switch that filters multicast, IGMP snooping without a join, or a network without multicast)",
-            group.ip,
-            group.port,
+            "ranks {missed:?} did not receive rank 0's probe on the multicast group ({group}) within {:?} (a switch that filters multicast, IGMP snooping without a join, or a network without multicast)",
             probe_config.duration
         )));
     }
     let segment = addrs.iter().map(|a| a.payload).min().unwrap_or(1).max(1);
+    let overhead = carrier.overhead();
     let rcvbuf = addrs.iter().map(|a| a.rcvbuf as usize).min().unwrap_or(0);
     let mcast = McastConfig {
         window: window(segment, rcvbuf),
         liveness: u64::try_from(config.timeout.as_nanos()).unwrap_or(u64::MAX),
-        rate: rate_bps.map(|bps| pace(bps, segment)),
+        rate: rate_bps.map(|bps| pace(bps, segment, overhead)),
         burst: 16 * (u64::from(segment) + 64),
         ..McastConfig::default()
     };
     Ok(Ok(Agreed {
-        carrier: Box::new(carrier),
+        carrier: carrier.into_carrier(),
         cookie,
         segment,
         config: mcast,
@@ -213,7 +340,7 @@ mod tests {
         b.extend_from_slice(&1408u32.to_le_bytes());
         b.extend_from_slice(&425_984u32.to_le_bytes());
         let a = parse(&b).unwrap();
-        assert_eq!(a.addr, "10.0.0.1:4660".parse().unwrap());
+        assert_eq!(a.addr, [10, 0, 0, 1, 0x12, 0x34]);
         assert_eq!((a.payload, a.rcvbuf), (1408, 425_984));
         assert_eq!(parse(&b[..13]), None);
         assert_eq!(parse(&[]), None);
@@ -221,9 +348,12 @@ mod tests {
 
     #[test]
     fn the_root_paces_below_the_link_rate() {
-        let p = pace(100_000_000, 1408);
+        let p = pace(100_000_000, 1408, 28);
         // 100 Mbit/s is 12.5 MB/s on the wire; 1472 of every 1538 bytes are counted.
         assert!(p < 12_500_000 * 1472 / 1538 && p > 11_500_000, "{p}");
+        // Raw Ethernet: a 1436-byte segment, 1500 of every 1538 bytes counted.
+        let e = pace(100_000_000, 1436, 0);
+        assert!(e < 12_500_000 * 1500 / 1538 && e > p, "{e}");
     }
 
     #[test]

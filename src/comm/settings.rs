@@ -77,7 +77,7 @@ pub struct Settings {
     /// `PIPECAST_MAX_INPUT_BYTES`: the largest topology or profile file read
     /// ([`crate::input::max_input_bytes`]).
     pub max_input_bytes: Option<String>,
-    /// `PIPECAST_MULTICAST`: auto, off, udp (ether: not carried yet).
+    /// `PIPECAST_MULTICAST`: auto, off, udp, ether.
     pub multicast: Option<String>,
 }
 
@@ -355,12 +355,6 @@ impl Settings {
                 config.multicast = v
                     .parse::<super::config::MulticastMode>()
                     .map_err(|e| bad("PIPECAST_MULTICAST", e))?;
-                if config.multicast == super::config::MulticastMode::Ether {
-                    return Err(bad(
-                        "PIPECAST_MULTICAST",
-                        "ether: raw Ethernet multicast is not carried by the communicator yet; use udp or auto".into(),
-                    ));
-                }
                 if forced && config.multicast == super::config::MulticastMode::Off {
                     return Err(bad(
                         "PIPECAST_TREE",
@@ -795,9 +789,12 @@ mod tests {
         assert_eq!(applied("PIPECAST_TREE=multicast"), Ok(MulticastMode::Auto));
         assert_eq!(applied("PIPECAST_MULTICAST= udp "), Ok(MulticastMode::Udp));
         assert_eq!(applied("PIPECAST_MULTICAST=auto"), Ok(MulticastMode::Auto));
+        assert_eq!(
+            applied("PIPECAST_MULTICAST=ether"),
+            Ok(MulticastMode::Ether)
+        );
         for bad in [
             "PIPECAST_MULTICAST=yes",
-            "PIPECAST_MULTICAST=ether",
             "PIPECAST_TREE=multicast;PIPECAST_MULTICAST=off",
         ] {
             let e = applied(bad).unwrap_err();

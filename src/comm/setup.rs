@@ -69,7 +69,7 @@ pub struct Finished {
     /// The multicast carrier, when every rank opens one (`PIPECAST_MULTICAST` not off and
     /// the ranks on more than one host: the same at every rank): this rank's, or why it has
     /// none. The probe follows the second round ([`super::multicast_setup`]).
-    pub mcast: Option<Result<crate::transport::mcast::udp::UdpCarrier, String>>,
+    pub mcast: Option<Result<super::multicast_setup::Opened, String>>,
 }
 
 impl Local {
@@ -272,7 +272,6 @@ impl Local {
         // descriptor), so a frame ends the progress thread's wait at once.
         let waits = match &mcast {
             Some(Ok(c)) => {
-                use crate::transport::mcast::Carrier;
                 let fds = [&[wake.raw()][..], &c.fds()].concat();
                 Some(crate::transport::wake::epoll_of(&fds).map_err(|e| {
                     CommError::Bootstrap(format!("cannot create the progress thread's epoll: {e}"))

@@ -29,7 +29,11 @@ pub struct EtherCarrier<P: Port> {
     /// Every rank's MAC, by rank.
     peers: Vec<Mac>,
     arrived: VecDeque<(Mac, Vec<u8>)>,
+    /// Buffers of frames already handed out, reused for the next (no allocation per frame).
+    spare: Vec<Vec<u8>>,
     batch: usize,
+    /// The socket's receive buffer as the kernel reports it (`None` in memory).
+    rcvbuf: Option<usize>,
 }
 
 impl EtherCarrier<PacketPort> {
@@ -41,7 +45,18 @@ impl EtherCarrier<PacketPort> {
                 what: format!("join group {} on {ifname}", mac_to_string(&group)),
                 error: e.to_string(),
             })?;
-        Ok(EtherCarrier::on_port(PacketPort::plain(sock, 32), group))
+        // The raw socket asked for a large receive buffer (SO_RCVBUFFORCE where privileged);
+        // what it got sizes the agreed window.
+        let rcvbuf = crate::transport::raweth::socket::int_option(
+            sock.raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+        )
+        .ok()
+        .and_then(|b| usize::try_from(b).ok());
+        let mut c = EtherCarrier::on_port(PacketPort::plain(sock, 32), group);
+        c.rcvbuf = rcvbuf;
+        Ok(c)
     }
 }
 
@@ -53,7 +68,9 @@ impl<P: Port> EtherCarrier<P> {
             group,
             peers: Vec::new(),
             arrived: VecDeque::new(),
+            spare: Vec::new(),
             batch: 32,
+            rcvbuf: None,
         }
     }
 
@@ -101,18 +118,25 @@ impl<P: Port> Carrier for EtherCarrier<P> {
 
     fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<(Source, usize)>> {
         if self.arrived.is_empty() {
-            let arrived = &mut self.arrived;
+            let (arrived, spare) = (&mut self.arrived, &mut self.spare);
             self.port
                 .receive(self.batch, &mut |(mac, to, cut, bytes)| {
                     // Unicast frames flooded to this host for another, and cut ones, are not ours.
                     if to == Addressed::Us && !cut {
-                        arrived.push_back((mac, bytes.to_vec()));
+                        let mut v = spare.pop().unwrap_or_default();
+                        v.clear();
+                        v.extend_from_slice(bytes);
+                        arrived.push_back((mac, v));
                     }
                 })?;
         }
         Ok(self.arrived.pop_front().map(|(mac, bytes)| {
             let n = bytes.len().min(buf.len());
             buf[..n].copy_from_slice(&bytes[..n]);
+            // At most one batch of buffers is kept.
+            if self.spare.len() < self.batch {
+                self.spare.push(bytes);
+            }
             (Source::Mac(mac), n)
         }))
     }
@@ -126,7 +150,7 @@ impl<P: Port> Carrier for EtherCarrier<P> {
     }
 
     fn rcvbuf(&self) -> Option<usize> {
-        None
+        self.rcvbuf
     }
 
     fn drops(&self) -> Option<u64> {
