@@ -49,6 +49,10 @@ const RING_BYTES: usize = 8 << 20;
 const CHUNK: usize = 1 << 20;
 /// Bytes of records read from one peer per round.
 const READ_BUDGET: usize = RECORD * 1024;
+/// A round with no setup under way looks at the listener when its wait saw a connection, or
+/// once in this many rounds (those that did not wait): a peer dialling this rank while it
+/// is busy is answered within that many rounds, and a busy round makes no `accept` call.
+const LISTEN_EVERY: u64 = 64;
 
 const _: () = assert!(HEAD == HEADER, "a record carries one frame header");
 
@@ -205,6 +209,9 @@ pub struct ShmLink {
     held_bytes: u64,
     /// How long a wait polls before it sleeps.
     poll: Duration,
+    /// Rounds so far, and whether the last wait saw a connection queued at the listener.
+    rounds: u64,
+    knocked: bool,
 }
 
 impl ShmLink {
@@ -261,6 +268,8 @@ impl ShmLink {
             deferred_bytes: 0,
             held_bytes: 0,
             poll,
+            rounds: 0,
+            knocked: false,
         };
         let l = link.listener.as_ref().expect("bound above").as_raw_fd();
         link.watch(l)?;
@@ -292,6 +301,11 @@ impl ShmLink {
             return Err(io_err(None, io::Error::last_os_error()));
         }
         Ok(())
+    }
+
+    /// Whether a pair is being set up here (dialled, accepted, or retrying a full queue).
+    fn setting_up(&self) -> bool {
+        !self.pairs.is_empty() || !self.knocks.is_empty()
     }
 
     /// Takes closed peers' streams out of the epoll (a closed stream would keep it readable).
@@ -700,7 +714,10 @@ impl Link for ShmLink {
         clock: &dyn Fn() -> u64,
         wait: Duration,
     ) -> crate::Result<()> {
-        self.advance()?;
+        self.rounds += 1;
+        if self.setting_up() {
+            self.advance()?;
+        }
         let ranks: Vec<usize> = self.peers.keys().copied().collect();
         let mut landed = false;
         for &r in &ranks {
@@ -729,9 +746,14 @@ impl Link for ShmLink {
             wait
         };
         if !wait.is_zero() {
-            self.wait(&ranks, wait)?;
+            self.knocked |= self.wait(&ranks, wait)?;
         }
-        self.advance()?;
+        // The listener only when a peer may be knocking: its connection seen by the wait, or
+        // once every `LISTEN_EVERY` rounds that did not wait (not an `accept` per round).
+        if self.setting_up() || self.knocked || self.rounds % LISTEN_EVERY == 0 {
+            self.knocked = false;
+            self.advance()?;
+        }
         let ranks: Vec<usize> = self.peers.keys().copied().collect();
         for &r in &ranks {
             self.receive(r, bufs, driver, clock())?;
@@ -820,8 +842,9 @@ impl Link for ShmLink {
 }
 
 impl ShmLink {
-    /// Waits up to `wait` for a peer's records, room to write, or the wake descriptor.
-    fn wait(&self, ranks: &[usize], wait: Duration) -> Result<(), TransportError> {
+    /// Waits up to `wait` for a peer's records, room to write, a setup's records or
+    /// connection, or the wake descriptor; whether the listener has a connection queued.
+    fn wait(&self, ranks: &[usize], wait: Duration) -> Result<bool, TransportError> {
         let mut fds: Vec<libc::pollfd> = ranks
             .iter()
             .map(|r| {
@@ -872,7 +895,9 @@ impl ShmLink {
                 return Err(io_err(None, e));
             }
         }
-        Ok(())
+        // The listener is polled last before the wake descriptor.
+        let listener = self.listener.is_some() && fds.len() >= 2;
+        Ok(listener && fds[fds.len() - 2].revents != 0)
     }
 }
 
