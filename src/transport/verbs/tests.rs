@@ -1080,9 +1080,16 @@ fn under_a_router_waiting_on_shared_memory_verbs_broadcasts_are_byte_exact() {
     ];
     let (tx, rx) = std::sync::mpsc::channel();
     let over = Arc::new(AtomicBool::new(false));
-    for (r, v) in verbs.into_iter().enumerate() {
-        let mut shm = ShmLink::bind(r, &names[r], ShmMode::Auto, Duration::ZERO).unwrap();
-        shm.set_peers(names.clone(), COOKIE);
+    // Every rank's socket is bound before any rank connects (as the bootstrap guarantees):
+    // shared memory dials on first use, and a socket that does not exist is a gone rank.
+    let shms: Vec<ShmLink> = (0..size)
+        .map(|r| {
+            let mut shm = ShmLink::bind(r, &names[r], ShmMode::Auto, Duration::ZERO).unwrap();
+            shm.set_peers(names.clone(), COOKIE);
+            shm
+        })
+        .collect();
+    for ((r, v), shm) in verbs.into_iter().enumerate().zip(shms) {
         let route = (0..size).map(|p| usize::from(host(p) != host(r))).collect();
         let links: Vec<Box<dyn Link>> = vec![Box::new(shm), Box::new(v)];
         let mut router = Router::new(links, route);
