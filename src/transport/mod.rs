@@ -30,6 +30,7 @@
 
 mod arrival;
 pub mod drive;
+pub mod gone;
 pub use crate::engine::driver;
 pub mod limits;
 pub mod loan;

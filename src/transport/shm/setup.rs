@@ -39,6 +39,7 @@
 use super::ring::{self, Ring};
 use super::stage::Stage;
 use super::{cma, Peer, ShmLink, ShmMode, RING_BYTES};
+pub(super) use crate::transport::gone::Gone;
 use crate::transport::{limits, TransportError};
 use crate::wire::shm::{Mode, Record, RECORD};
 use std::io::{self, Read};
@@ -66,33 +67,6 @@ pub fn listen(name: &str) -> io::Result<UnixListener> {
         return Err(io::Error::last_os_error());
     }
     Ok(l)
-}
-
-/// Why a peer is gone: an error for the broadcasts that need it.
-#[derive(Debug, Clone)]
-pub(super) enum Gone {
-    /// Its stream ended (its process died or failed).
-    Closed,
-    /// Its socket refused this rank's connection (it no longer exists).
-    Refused { name: String, error: String },
-    /// Its listener's queue stayed full for the whole connect timeout.
-    Timeout { ms: u64 },
-}
-
-impl Gone {
-    pub(super) fn error(&self, peer: usize) -> TransportError {
-        match self {
-            Gone::Closed => TransportError::Closed { peer },
-            Gone::Refused { name, error } => TransportError::Setup {
-                what: format!("shared memory: connect to rank {peer} (@{name})"),
-                error: format!("{error}: it died or failed (see its own error)"),
-            },
-            Gone::Timeout { ms } => TransportError::ConnectTimeout {
-                waiting: vec![peer],
-                ms: *ms,
-            },
-        }
-    }
 }
 
 /// A pair being set up.
@@ -219,7 +193,7 @@ impl ShmLink {
                 self.gone.insert(
                     p,
                     Gone::Refused {
-                        name,
+                        what: format!("shared memory: connect to rank {p} (@{name})"),
                         error: e.to_string(),
                     },
                 );

@@ -45,6 +45,7 @@
 //! closes a stream whose peer may still write on it.
 
 use super::{Conn, ConnKey, Dir, Key, Out, TcpTransport};
+pub(super) use crate::transport::gone::Gone;
 use crate::transport::limits;
 use crate::transport::TransportError;
 use std::io::{self, Read};
@@ -68,33 +69,6 @@ pub(super) fn listen(ip: &str) -> io::Result<TcpListener> {
         return Err(io::Error::last_os_error());
     }
     Ok(l)
-}
-
-/// Why a peer is gone: an error for the broadcasts that need it.
-#[derive(Debug, Clone)]
-pub(super) enum Gone {
-    /// Its stream ended without a goodbye, or was reset.
-    Closed,
-    /// Its listener refused this rank's connection (or another error ended it).
-    Refused { addr: SocketAddr, error: String },
-    /// The connection was not established in time.
-    Timeout { ms: u64 },
-}
-
-impl Gone {
-    pub(super) fn error(&self, peer: usize) -> TransportError {
-        match self {
-            Gone::Closed => TransportError::Closed { peer },
-            Gone::Refused { addr, error } => TransportError::Setup {
-                what: format!("connect to rank {peer} at {addr}"),
-                error: format!("{error}: it died or failed (see its own error)"),
-            },
-            Gone::Timeout { ms } => TransportError::ConnectTimeout {
-                waiting: vec![peer],
-                ms: *ms,
-            },
-        }
-    }
 }
 
 /// An accepted connection whose hello has not arrived yet.
@@ -214,7 +188,7 @@ impl TcpTransport {
                 self.gone.insert(
                     p,
                     Gone::Refused {
-                        addr,
+                        what: format!("connect to rank {p} at {addr}"),
                         error: e.to_string(),
                     },
                 );
@@ -272,7 +246,7 @@ impl TcpTransport {
                 conn.broken = true;
                 let addr = addr.unwrap_or(self.addr);
                 self.gone.entry(peer).or_insert(Gone::Refused {
-                    addr,
+                    what: format!("connect to rank {peer} at {addr}"),
                     error: e.to_string(),
                 });
             }
