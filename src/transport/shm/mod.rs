@@ -951,13 +951,15 @@ fn send(stream: &UnixStream, bytes: &[u8]) -> io::Result<usize> {
     Ok(n as usize)
 }
 
-fn write_out(rank: usize, p: &mut Peer) -> Result<(), TransportError> {
-    while !p.wbuf.is_empty() && !p.closed {
-        match send(&p.stream, &p.wbuf) {
-            Ok(0) => p.closed = true,
-            Ok(n) => {
-                p.wbuf.drain(..n);
-            }
+/// Writes what the socket takes of `bytes` now, without waiting: how many bytes went, or
+/// `None` when the peer closed its end (a broken pipe or a reset: a gone peer, found when its
+/// stream is read). The one write loop of the link, its setup's records and its peers' alike.
+fn write_some(stream: &UnixStream, bytes: &[u8]) -> io::Result<Option<usize>> {
+    let mut sent = 0;
+    while sent < bytes.len() {
+        match send(stream, &bytes[sent..]) {
+            Ok(0) => return Ok(None),
+            Ok(n) => sent += n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e)
@@ -966,10 +968,23 @@ fn write_out(rank: usize, p: &mut Peer) -> Result<(), TransportError> {
                     io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
                 ) =>
             {
-                p.closed = true
+                return Ok(None)
             }
-            Err(e) => return Err(io_err(Some(rank), e)),
+            Err(e) => return Err(e),
         }
+    }
+    Ok(Some(sent))
+}
+
+fn write_out(rank: usize, p: &mut Peer) -> Result<(), TransportError> {
+    if p.wbuf.is_empty() || p.closed {
+        return Ok(());
+    }
+    match write_some(&p.stream, &p.wbuf).map_err(|e| io_err(Some(rank), e))? {
+        Some(n) => {
+            p.wbuf.drain(..n);
+        }
+        None => p.closed = true,
     }
     Ok(())
 }

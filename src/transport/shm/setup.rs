@@ -581,28 +581,14 @@ impl ShmLink {
     }
 }
 
-/// Writes one whole record on a fresh pair stream (its first few: always room for them).
+/// Writes one whole record on a fresh pair stream (its first few: always room for them). A
+/// peer that closed its end is found when its stream is read.
 fn send(peer: usize, stream: &UnixStream, r: &Record) -> Result<(), TransportError> {
     let bytes = r.encode();
-    let mut sent = 0;
-    while sent < bytes.len() {
-        match super::send(stream, &bytes[sent..]) {
-            Ok(0) => return Err(TransportError::Closed { peer }),
-            Ok(n) => sent += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
-                ) =>
-            {
-                // Gone: found when its stream is read.
-                return Ok(());
-            }
-            Err(e) => return Err(io_err(peer, e)),
-        }
+    match super::write_some(stream, &bytes).map_err(|e| io_err(peer, e))? {
+        Some(n) if n < bytes.len() => Err(io_err(peer, io::ErrorKind::WouldBlock.into())),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 fn bad(peer: usize, reason: String) -> TransportError {

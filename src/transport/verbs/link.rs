@@ -234,6 +234,11 @@ pub struct VerbsLink<V: Verbs> {
     /// Peers this link serves (every `connect` adds its peers): under a router, the
     /// broadcasts' other peers (same host: shared memory) get no queue pair here.
     routed: BTreeSet<usize>,
+    /// The peers this link serves that the broadcasts in flight talk to, as of the driver's
+    /// `in_flight` count `busy_at`: recomputed only when that moves (or `connect` adds
+    /// peers), as the TCP link does, not every round.
+    busy: BTreeSet<usize>,
+    busy_at: Option<u64>,
     /// Queue pairs whose outstanding completions the completion queue has room for, and
     /// queue pairs destroyed since it was last polled empty (completions of theirs may
     /// still be in it: they take room until a poll finds it empty).
@@ -327,6 +332,8 @@ impl<V: Verbs> VerbsLink<V> {
             connect_timeout: Duration::from_secs(60),
             failed: BTreeMap::new(),
             routed: BTreeSet::new(),
+            busy: BTreeSet::new(),
+            busy_at: None,
             free_stage: (0..cfg.stage_slots).rev().collect(),
             stage,
             verbs,
@@ -366,6 +373,23 @@ impl<V: Verbs> VerbsLink<V> {
             ring_slot: self.cfg.ring_slot,
             ring_slots: self.cfg.ring_slots,
         }
+    }
+
+    /// Keeps `busy` (the peers it serves that the broadcasts in flight talk to) as of the
+    /// driver's set in flight: recomputed when that set changed (a broadcast posted or
+    /// finished) or `connect` added peers, and left as it is in every other round.
+    fn follow(&mut self, driver: &dyn Driver) {
+        let at = driver.in_flight();
+        if self.busy_at == Some(at) {
+            return;
+        }
+        let routed = &self.routed;
+        self.busy = driver
+            .talks_to()
+            .into_iter()
+            .filter(|p| routed.contains(p))
+            .collect();
+        self.busy_at = Some(at);
     }
 
     /// Takes everybody's addresses (and the job's cookie, which every handshake carries).
@@ -504,6 +528,7 @@ impl<V: Verbs> Link for VerbsLink<V> {
         }
         self.connect_timeout = timeout;
         self.routed.extend(peers);
+        self.busy_at = None; // what it serves changed: recomputed next round
         Ok(())
     }
 
@@ -527,14 +552,13 @@ impl<V: Verbs> Link for VerbsLink<V> {
         self.poll_all(bufs, driver, now)?;
         // The edges the broadcasts in flight use: asked for when new, handshakes advanced,
         // idle ones over the bound closed.
-        let busy: BTreeSet<usize> = driver
-            .talks_to()
-            .into_iter()
-            .filter(|p| self.routed.contains(p))
-            .collect();
-        self.edges(&busy)?;
+        self.follow(driver);
+        let busy = std::mem::take(&mut self.busy);
+        let edges = self.edges(&busy);
+        self.busy = busy;
+        edges?;
         self.cq_shrink()?;
-        if let Some((&peer, why)) = self.failed.iter().find(|(p, _)| busy.contains(p)) {
+        if let Some((&peer, why)) = self.failed.iter().find(|(p, _)| self.busy.contains(p)) {
             return Err(io(peer, why.clone()).into());
         }
         let served: BTreeSet<usize> = self

@@ -10,7 +10,7 @@ use crate::engine::{Bcast, Config, Setup};
 use crate::plan::{self, Lane};
 use crate::testing::pattern;
 use crate::topology::{gen, Topology};
-use crate::transport::{Buffer, Buffers, Link};
+use crate::transport::{Buffer, Buffers, Driver, Link};
 use crate::wire::bootstrap::VerbsAddr;
 use std::cell::Cell;
 use std::time::Duration;
@@ -118,6 +118,77 @@ fn post_at(rank: &mut Rank, r: usize, lanes: &[Lane], setup: Setup, config: Conf
 /// Rounds of every rank's progress until broadcasts `seqs` are done everywhere (each then
 /// finished and deregistered), or the first error. A virtual millisecond per round.
 fn run(ranks: &mut [Rank], seqs: &[u64]) -> Result<(), (usize, crate::Error)> {
+    run_counted(ranks, seqs, &mut vec![Asked::default(); ranks.len()])
+}
+
+/// What a link asked of its driver: rounds, and `talks_to` calls.
+#[derive(Debug, Default, Clone, Copy)]
+struct Asked {
+    rounds: u64,
+    talks_to: u64,
+}
+
+/// The engine, counting the link's `talks_to` calls.
+struct Counting<'a> {
+    ep: &'a mut Engine,
+    talks_to: Cell<u64>,
+}
+
+impl Driver for Counting<'_> {
+    fn next(
+        &mut self,
+        now: u64,
+        serves: &dyn Fn(usize) -> bool,
+    ) -> Option<crate::engine::driver::Outgoing> {
+        Driver::next(&mut *self.ep, now, serves)
+    }
+    fn header(
+        &mut self,
+        from: usize,
+        h: &crate::engine::DataHeader,
+    ) -> crate::Result<crate::engine::driver::Landing> {
+        Driver::header(&mut *self.ep, from, h)
+    }
+    fn landed(&mut self, now: u64, from: usize, m: &crate::engine::Message) -> crate::Result<()> {
+        Driver::landed(&mut *self.ep, now, from, m)
+    }
+    fn held(
+        &mut self,
+        bufs: &mut dyn crate::engine::driver::Memory,
+        now: u64,
+        from: usize,
+        m: crate::engine::Message,
+        payload: Vec<u8>,
+    ) -> crate::Result<()> {
+        Driver::held(&mut *self.ep, bufs, now, from, m, payload)
+    }
+    fn waiting_for(&self) -> Vec<usize> {
+        Driver::waiting_for(&*self.ep)
+    }
+    fn talks_to(&self) -> Vec<usize> {
+        self.talks_to.set(self.talks_to.get() + 1);
+        Driver::talks_to(&*self.ep)
+    }
+    fn in_flight(&self) -> u64 {
+        Driver::in_flight(&*self.ep)
+    }
+    fn expected(&self, serves: &dyn Fn(usize) -> bool) -> Vec<crate::engine::Expected> {
+        Driver::expected(&*self.ep, serves)
+    }
+    fn broadcast(&self, seq: u64) -> Option<crate::engine::driver::Broadcast<'_>> {
+        Driver::broadcast(&*self.ep, seq)
+    }
+    fn may_wait(&self, wait: Duration) -> Duration {
+        Driver::may_wait(&*self.ep, wait)
+    }
+}
+
+/// [`run`], adding to `asked` what each rank's link asked of its driver.
+fn run_counted(
+    ranks: &mut [Rank],
+    seqs: &[u64],
+    asked: &mut [Asked],
+) -> Result<(), (usize, crate::Error)> {
     let now = Cell::new(0u64);
     let clock = || now.get();
     let mut left: Vec<Vec<u64>> = ranks.iter().map(|_| seqs.to_vec()).collect();
@@ -130,9 +201,15 @@ fn run(ranks: &mut [Rank], seqs: &[u64]) -> Result<(), (usize, crate::Error)> {
             rank.ep
                 .handle_timeout(now.get())
                 .map_err(|e| (r, e.into()))?;
+            let mut driver = Counting {
+                ep: &mut rank.ep,
+                talks_to: Cell::new(0),
+            };
             rank.link
-                .progress(&mut rank.bufs, &mut rank.ep, &clock, Duration::ZERO)
+                .progress(&mut rank.bufs, &mut driver, &clock, Duration::ZERO)
                 .map_err(|e| (r, e))?;
+            asked[r].rounds += 1;
+            asked[r].talks_to += driver.talks_to.get();
             for seq in left[r].clone() {
                 if rank.ep.is_done(seq) {
                     rank.ep.finish(seq);
@@ -399,17 +476,26 @@ fn an_edge_that_cannot_register_its_rings_names_the_limit() {
 
 /// Broadcasts of each of `msizes` bytes over each (tree, root) of `trees`, one after another
 /// (512-byte segments), each byte-exact at every rank; numbered after those the ranks ran.
-fn one_after_another(rs: &mut [Rank], topo: &Topology, trees: &[(&str, usize)], msizes: &[u64]) {
+/// What each rank's link asked of its driver meanwhile.
+fn one_after_another(
+    rs: &mut [Rank],
+    topo: &Topology,
+    trees: &[(&str, usize)],
+    msizes: &[u64],
+) -> Vec<Asked> {
+    let mut asked = vec![Asked::default(); rs.len()];
     let mut seq = rs[0].bufs.keys().max().copied().unwrap_or(0);
     for &(tree, root) in trees {
         let plan = plan::build(topo, root, &tree.parse().unwrap(), None).unwrap();
         for &msize in msizes {
             seq += 1;
             post(rs, &plan.lanes, setup_of(seq, root, msize, 512), config());
-            run(rs, &[seq]).unwrap_or_else(|(r, e)| panic!("{tree} {root}: rank {r}: {e}"));
+            run_counted(rs, &[seq], &mut asked)
+                .unwrap_or_else(|(r, e)| panic!("{tree} {root}: rank {r}: {e}"));
             check(rs, seq, &format!("{tree} root {root}"));
         }
     }
+    asked
 }
 
 /// The distinct peers (parents and children, every lane) of `rank` in `lanes`.
@@ -539,7 +625,17 @@ fn the_queue_pair_cache_is_bounded_and_closes_idle_edges_safely() {
         ("flat", 1),
         ("binomial", 0),
     ];
-    one_after_another(&mut rs, &topo, &trees, &[1, 5000]);
+    let asked = one_after_another(&mut rs, &topo, &trees, &[1, 5000]);
+    // The peers in use are asked for when the broadcasts in flight change (each posted and
+    // finished once), not every round.
+    let broadcasts = (trees.len() * 2) as u64;
+    for (r, a) in asked.iter().enumerate() {
+        assert!(a.talks_to <= 2 * broadcasts + 1, "rank {r}: {a:?}");
+    }
+    let (talks, rounds) = asked
+        .iter()
+        .fold((0, 0), |(t, n), a| (t + a.talks_to, n + a.rounds));
+    assert!(talks * 3 < rounds, "{asked:?}");
     // Idle rounds: the closes finish.
     let clock = || 0u64;
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
