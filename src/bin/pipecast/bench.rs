@@ -123,6 +123,11 @@ struct Row {
     /// Extension: what one broadcast (+ the closing barrier) cost all ranks together, per
     /// iteration: CPU time (every thread, µs), page faults, context switches.
     cpu_us: f64,
+    /// Extension: what one receiving rank's process spent per broadcast it received (CPU
+    /// time of every thread, µs): the mean over ranks and iterations, and the largest rank's
+    /// mean (the root's own CPU is in `cpu_us` only).
+    cpu_recv_us: f64,
+    cpu_recv_max_us: f64,
     minflt: f64,
     majflt: f64,
     vcsw: f64,
@@ -297,6 +302,7 @@ pub fn run(args: Args) -> CliResult {
             let (avg_us, min_us, max_us, verified, times_us) =
                 summarize(&mut comm, &run.times, run.ok)?;
             let spent = usage_sum(&mut comm, run.usage)?;
+            let (cpu_recv_us, cpu_recv_max_us) = receivers_cpu(&mut comm, run.recv_cpu_ns)?;
             let per_iter = |n: u64| n as f64 / iters as f64;
             let transport_counters = counters_delta(&mut comm, &before)?;
             all_ok &= verified;
@@ -332,6 +338,8 @@ pub fn run(args: Args) -> CliResult {
                 times_us,
                 memcpy_cpu_us,
                 cpu_us: per_iter(spent.cpu_ns).round() / 1000.0,
+                cpu_recv_us: cpu_recv_us.round(),
+                cpu_recv_max_us: cpu_recv_max_us.round(),
                 minflt: per_iter(spent.minflt),
                 majflt: per_iter(spent.majflt),
                 vcsw: per_iter(spent.vcsw),
@@ -395,6 +403,9 @@ struct Measured {
     ran: String,
     /// This process's CPU time, faults and switches during the timed part of all iterations.
     usage: Usage,
+    /// This process's CPU time (ns) in the iterations where it received (was not the root),
+    /// and how many those were.
+    recv_cpu_ns: (u64, u64),
 }
 
 /// Times `iters` broadcasts of `buf` (each followed by a barrier) at this rank from `root`
@@ -418,6 +429,7 @@ fn measure(
     let mut seg = 0;
     let mut ran = tree.to_string();
     let mut usage = Usage::default();
+    let mut recv_cpu_ns = (0, 0);
     let roots = if root.is_some() { 1 } else { n };
     for it in 0..iters {
         let root = root.unwrap_or(it % n);
@@ -442,7 +454,12 @@ fn measure(
         let info = on.bcast_with(buf, root, tree, segment)?;
         comm.barrier()?;
         times.push(t0.elapsed().as_secs_f64() * 1e6);
-        usage += Usage::now() - u0;
+        let spent = Usage::now() - u0;
+        usage += spent;
+        if receives {
+            recv_cpu_ns.0 += spent.cpu_ns;
+            recv_cpu_ns.1 += 1;
+        }
         seg = info.segment;
         ran = info.tree.to_string();
         // Untimed: no rank checks its bytes (a CPU-bound pass over the message) until every
@@ -461,7 +478,30 @@ fn measure(
         segment: seg,
         ran,
         usage,
+        recv_cpu_ns,
     })
+}
+
+/// A receiving rank's CPU time per broadcast (µs): the mean over every rank's received
+/// broadcasts, and the largest rank's mean (ranks that received none left out).
+fn receivers_cpu(comm: &mut Comm, (ns, count): (u64, u64)) -> pipecast::Result<(f64, f64)> {
+    let mut mine = ns.to_le_bytes().to_vec();
+    mine.extend_from_slice(&count.to_le_bytes());
+    let all = comm.allgather(&mine)?;
+    let (mut sum, mut n, mut max) = (0u64, 0u64, 0f64);
+    for blob in all {
+        let word = |i: usize| {
+            blob.get(i * 8..i * 8 + 8)
+                .map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+        };
+        let (ns, count) = (word(0), word(1));
+        if count > 0 {
+            sum += ns;
+            n += count;
+            max = max.max(ns as f64 / count as f64 / 1000.0);
+        }
+    }
+    Ok((sum as f64 / n.max(1) as f64 / 1000.0, max))
 }
 
 /// The largest of every rank's `mine`.
@@ -631,10 +671,10 @@ fn counters_delta(
 
 fn print_table(n: usize, transport: &str, profile: &str, rows: &[Row]) {
     println!(
-        "# pipecast bench: {n} ranks, {transport}; profile: {profile}; time per iteration = broadcast + barrier, slowest rank; /T(m): to the point-to-point time of the message, /memcpy: to one memcpy of it (the limit on one host); cpu/mc: CPU time of all ranks per broadcast over the CPU time of that memcpy"
+        "# pipecast bench: {n} ranks, {transport}; profile: {profile}; time per iteration = broadcast + barrier, slowest rank; /T(m): to the point-to-point time of the message, /memcpy: to one memcpy of it (the limit on one host); cpu/mc: CPU time of all ranks per broadcast over the CPU time of that memcpy; rcv/mc: a receiving rank's (mean)"
     );
     println!(
-        "{:>10} {:>18} {:>9} {:>11} {:>11} {:>11} {:>9} {:>8} {:>8} {:>7} {:>3}",
+        "{:>10} {:>18} {:>9} {:>11} {:>11} {:>11} {:>9} {:>8} {:>8} {:>7} {:>6} {:>3}",
         "bytes",
         "tree",
         "segment",
@@ -645,6 +685,7 @@ fn print_table(n: usize, transport: &str, profile: &str, rows: &[Row]) {
         "/T(m)",
         "/memcpy",
         "cpu/mc",
+        "rcv/mc",
         "ok"
     );
     for r in rows {
@@ -659,7 +700,7 @@ fn print_table(n: usize, transport: &str, profile: &str, rows: &[Row]) {
             format!("{}={}", r.tree, r.ran)
         };
         println!(
-            "{:>10} {:>18} {:>9} {:>11.1} {:>11.1} {:>11.1} {:>9.1} {:>8.2} {:>8.1} {:>7.1} {:>3}",
+            "{:>10} {:>18} {:>9} {:>11.1} {:>11.1} {:>11.1} {:>9.1} {:>8.2} {:>8.1} {:>7.1} {:>6.1} {:>3}",
             r.bytes,
             tree,
             r.segment_bytes,
@@ -670,6 +711,7 @@ fn print_table(n: usize, transport: &str, profile: &str, rows: &[Row]) {
             r.avg_us / r.p2p_us.max(1e-9),
             r.avg_us / r.memcpy_us.max(1e-3),
             r.cpu_us / r.memcpy_cpu_us.max(1e-3),
+            r.cpu_recv_us / r.memcpy_cpu_us.max(1e-3),
             if r.verified { "yes" } else { "NO" }
         );
         if let Some(pct) = r.overlap_pct {
