@@ -34,6 +34,7 @@ pub mod gone;
 pub use crate::engine::driver;
 pub mod limits;
 pub mod loan;
+pub mod poll;
 pub mod recording;
 pub mod router;
 pub mod shm;

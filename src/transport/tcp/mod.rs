@@ -828,21 +828,13 @@ impl Link for TcpTransport {
         // A broadcast that this round's sends completed must not wait for the network.
         let wait = driver.may_wait(wait);
         let wait = self.pending_wait(wait);
-        let ms = wait.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: `fds` is a live, exclusively borrowed array of `fds.len()` pollfd structs
-        // whose descriptors stay open (owned by this link, and the wake descriptor by the
-        // progress thread) for the duration of the call; -1 entries are ignored.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(TransportError::Io {
-                    peer: None,
-                    error: e.to_string(),
-                }
-                .into());
+        // To the nanosecond: a wait under 1 ms is a wait (`transport::poll`), not a spin.
+        if let Err(e) = crate::transport::poll::poll(&mut fds, wait) {
+            return Err(TransportError::Io {
+                peer: None,
+                error: e.to_string(),
             }
-            return Ok(());
+            .into());
         }
         let ready = |i: usize, mask: i16| fds[i].revents & mask != 0;
         let any = libc::POLLIN | libc::POLLOUT | libc::POLLHUP | libc::POLLERR;
