@@ -10,12 +10,14 @@
 //!   + L(s)                         the last segment's latency
 //!   + h·(g(a) + L(a))              the last acknowledgement climbing the ack tree (height h,
 //!                                  a = ACK_BYTES): the root may reuse its buffer only then
-//!   + (1 − (1 − q)^n)·h·(w + g(a) + L(a) + g(s) + L(s))
+//!   + (1 − (1 − q)^n)·(w + h·(g(a) + L(a) + g(s) + L(s)))
 //!                                  a tail loss: some of the n receivers misses the last
-//!                                  segment, notices after the NACK wait w, asks its parent,
+//!                                  segment, notices at the root's sync w (no later
+//!                                  segment reveals it: [`REPAIR`]`.sync_ns`), asks its parent,
 //!                                  gets a unicast repair; a frame lost on a switch link is
-//!                                  missed by a whole subtree, whose ranks are repaired level
-//!                                  by level down the ack tree (up to h rounds)
+//!                                  missed by a whole subtree, whose ranks ask up the ack
+//!                                  tree at once and are repaired level by level down it
+//!                                  (up to h rounds)
 //! ```
 //!
 //! where q = 1 − (1 − p)^(f·d) is the chance that a receiver misses a segment: p the loss
@@ -50,11 +52,51 @@ pub fn window_segments(segment: u64) -> u64 {
         .max(MIN_WINDOW_SEGMENTS)
 }
 
-/// How long a receiver waits without data before it asks for what it misses (µs): three
-/// segment times, so a root sending repairs between segments is not taken for silence.
-pub fn nack_wait_us(profile: &Profile, segment: u64) -> f64 {
-    let c = profile.cost(segment.max(1));
-    3.0 * (c.g_us + c.l_us)
+/// The NACK and sync timers and limits: one set, the runtime's (`engine::multicast::Config`'s
+/// defaults) and the simulator's (`sim::multicast`), so that the simulator does what the
+/// runtime does. Times in ns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Repair {
+    /// A gap waits this long before it is NACKed (a reordered segment may still come).
+    pub nack_delay_ns: u64,
+    /// A segment NACKed once is asked for again after this long; each further time after
+    /// twice as long as the time before ([`Repair::retry_after`]): a repair may be lost, but
+    /// most are only late, queued behind the group's stream.
+    pub nack_wait_ns: u64,
+    /// Retries wait at most `nack_wait_ns << backoff_max` (32 waits).
+    pub backoff_max: u32,
+    /// Most segments one NACK names; a rank with more due asks for the rest once its parent
+    /// has had the time to send these.
+    pub nack_max: u32,
+    /// The root tells the group how many segments it sent (sync, status) when it has had
+    /// nothing new to send for this long, and again every interval while it waits.
+    pub sync_ns: u64,
+}
+
+/// The one set of NACK and sync parameters (runtime and simulator). 2 ms of reordering
+/// (the lab's reordering holds a frame back 6-15 ms: those are asked for, and arrive twice);
+/// 20 ms before the first retry: at 100 Mbit/s a 256 KiB switch queue is 21 ms of frames, the
+/// time a repair may wait behind the group's stream.
+pub const REPAIR: Repair = Repair {
+    nack_delay_ns: 2_000_000,
+    nack_wait_ns: 20_000_000,
+    backoff_max: 5,
+    nack_max: 64,
+    sync_ns: 20_000_000,
+};
+
+impl Repair {
+    /// How long after its `asked`-th NACK (1 for the first) a segment is asked for again.
+    pub fn retry_after(&self, asked: u32) -> u64 {
+        backoff(self.nack_wait_ns, asked, self.backoff_max)
+    }
+}
+
+/// `wait` doubled once per NACK after the first (`asked` of them so far), at most
+/// `max_doublings` times: 1, 2, 4 … waits.
+pub fn backoff(wait: u64, asked: u32, max_doublings: u32) -> u64 {
+    let doublings = asked.saturating_sub(1).min(max_doublings).min(32);
+    wait.saturating_mul(1u64 << doublings)
 }
 
 /// What the estimate needs of the plan and the network.
@@ -116,9 +158,10 @@ pub fn predict(shape: Shape, profile: &Profile, msize: u64, segment: u64, loss: 
     let stream = x * c.g_us * (1.0 + q * shape.root_children as f64);
     let acks = shape.ack_height as f64 * (a.g_us + a.l_us);
     let tail_p = 1.0 - (1.0 - q).powf(shape.receivers as f64);
-    let repair = nack_wait_us(profile, seg) + a.g_us + a.l_us + c.g_us + c.l_us;
+    let repair = a.g_us + a.l_us + c.g_us + c.l_us;
     let rounds = shape.ack_height.max(1) as f64;
-    stream + c.l_us + acks + tail_p * rounds * repair
+    let sync = REPAIR.sync_ns as f64 / 1000.0;
+    stream + c.l_us + acks + tail_p * (sync + rounds * repair)
 }
 
 /// The profile size (capped at the message) with the least [`predict`]ed time, and that time.

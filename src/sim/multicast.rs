@@ -20,19 +20,24 @@
 //! runtime they ride the link's reliable unicast).
 //!
 //! **Reliability** (the plan's lane is the ack tree):
+//! The NACK and sync parameters are the runtime's
+//! ([`model::multicast::REPAIR`](crate::model::multicast::REPAIR), `engine::multicast`'s
+//! defaults):
 //! * a receiver knows the segments sent up to the highest it got, or up to what the root's
-//!   **status** frame said: when the root has sent no segment for the NACK wait
-//!   ([`model::multicast::nack_wait_us`](crate::model::multicast::nack_wait_us)) and has not
-//!   heard that everything arrived (its window is full, or the message is all sent), it sends
-//!   the group a 40-byte status naming the segments sent so far, again every NACK wait (a
-//!   lost tail has no later segment to reveal it);
-//! * a receiver missing some segment known sent sends its ack-tree parent a NACK naming it
-//!   (up to 64 per NACK), when a segment or a status arrives; it asks again for one after
-//!   1, 2, 4, … 32 NACK waits (a repair may be lost; backing off keeps a busy parent's port
-//!   from being flooded with the same request);
-//! * a parent holding a segment asked for sends it to the child by unicast; one that does not
-//!   hold it yet remembers the request and serves it when it gets the segment (the root holds
-//!   everything, so every request is served);
+//!   **status** frame (the runtime's sync) said: when the root has sent no segment for the
+//!   sync interval and has not heard that everything arrived (its window is full, or the
+//!   message is all sent), it sends the group a 40-byte status naming the segments sent so
+//!   far, again every interval (a lost tail has no later segment to reveal it);
+//! * a receiver missing some segment known sent sends its ack-tree parent a NACK naming it,
+//!   the NACK delay after a later segment revealed the gap (reordering, at runtime) or at
+//!   once when a status did; at most `nack_max` (64) segments per NACK, the rest once the
+//!   parent had the time to send those; it asks again for one after 1, 2, 4, … 32 NACK
+//!   waits (a repair may be lost; backing off keeps a busy parent's port from being flooded
+//!   with the same request);
+//! * a parent holding a segment asked for sends it to the child by unicast unless a copy to
+//!   that child is still on its port or left less than half a NACK wait ago; one that does
+//!   not hold it yet remembers the request and serves it when it gets the segment (the root
+//!   holds everything, so every request is served);
 //! * every rank reports to its parent the prefix of segments its whole subtree holds, when it
 //!   grew by a quarter of the window or reached the end; the root's credit is the least of
 //!   its children's reports;
@@ -44,7 +49,7 @@
 //! segment and says which ones are missing otherwise ([`SimError::Undelivered`]).
 
 use super::{EdgeUse, LinkModel, SimError, SimLink, Through, Timing, EDGE_LATENCY_NS};
-use crate::model::multicast::{nack_wait_us, window_segments, ACK_BYTES, FRAME_BYTES};
+use crate::model::multicast::{window_segments, ACK_BYTES, FRAME_BYTES, REPAIR};
 use crate::model::Profile;
 use crate::plan::{multicast, Plan, TreeKind};
 use crate::topology::{DirEdge, MachineId, Topology};
@@ -56,9 +61,6 @@ use std::sync::Arc;
 
 /// Header bytes of a data frame (as [`super::net::HEADER_BYTES`]).
 const HEADER: u64 = super::net::HEADER_BYTES as u64;
-
-/// Most segments one NACK names.
-const NACK_MAX: usize = 64;
 
 /// How a multicast run is set up beyond the plan and the timing.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -152,6 +154,8 @@ enum Event {
     Arrival(u32),
     RootSend,
     RootStatus,
+    /// A rank's NACK round may be due.
+    Ask(u32),
 }
 
 /// What is at the far end of a directed edge.
@@ -171,8 +175,13 @@ struct Rank {
     gaps: BTreeSet<u32>,
     /// Segments known sent (the highest held + 1, or a status).
     known: u32,
-    /// When each missing segment was last asked for, and how often.
+    /// When each missing segment was last asked for, and how often (0: not yet; then the
+    /// time it became known).
     asked: HashMap<u32, (u64, u32)>,
+    /// No NACK round before this (the last one named `nack_max` segments).
+    nack_round: u64,
+    /// When the last copy of each (child, segment) repair leaves this rank's port.
+    repaired: HashMap<(u32, u32), u64>,
     /// Requests from children for segments not held yet.
     pending: HashMap<u32, Vec<u32>>,
     /// Children's reported prefixes, in the ack tree's child order.
@@ -218,7 +227,9 @@ struct Sim<'a> {
     credit: u32,
     blocked: bool,
     acked_at: Option<u64>,
-    wait_ns: u64,
+    /// The time a rank's port takes for `nack_max` repairs: the least time between two NACK
+    /// rounds that named that many.
+    round_ns: u64,
     /// When the root last sent a group frame.
     last_group: u64,
     report: Report,
@@ -276,13 +287,11 @@ pub fn simulate_multicast(
         .window
         .unwrap_or_else(|| window_segments(segment))
         .clamp(1, u64::from(u32::MAX)) as u32;
-    let wait_ns = match profile {
-        Some(p) => (nack_wait_us(p, segment) * 1000.0).round() as u64,
-        None => {
-            let hops = 2 + 2 * topology.switches().len().min(16) as u64;
-            3 * (LinkModel::rate(gbps, 0).wire_ns((segment + HEADER) as usize) + hops * latency)
-        }
+    let one_segment = match profile {
+        Some(p) => (p.cost(segment).g_us * 1000.0).round() as u64,
+        None => LinkModel::rate(gbps, 0).wire_ns((segment + HEADER) as usize),
     };
+    let round_ns = one_segment.saturating_mul(u64::from(REPAIR.nack_max.max(1)));
     let lane = &plan.lanes[0];
     let mut ranks: Vec<Rank> = (0..size)
         .map(|r| Rank {
@@ -316,7 +325,7 @@ pub fn simulate_multicast(
         credit: 0,
         blocked: false,
         acked_at: None,
-        wait_ns: wait_ns.max(1),
+        round_ns,
         last_group: 0,
         report: Report {
             completion_ns: 0,
@@ -470,7 +479,7 @@ impl Sim<'_> {
         let size = self.ranks.len();
         if size > 1 && self.x > 0 {
             self.schedule(0, Event::RootSend);
-            self.schedule(self.wait_ns, Event::RootStatus);
+            self.schedule(REPAIR.sync_ns, Event::RootStatus);
         } else {
             self.acked_at = Some(0);
         }
@@ -493,6 +502,7 @@ impl Sim<'_> {
                 Event::Arrival(e) => self.arrival(DirEdge(e)),
                 Event::RootSend => self.root_send(),
                 Event::RootStatus => self.root_status(),
+                Event::Ask(r) => self.ask_missing(r),
             }
         }
         self.finish()
@@ -625,12 +635,21 @@ impl Sim<'_> {
             return;
         }
         if seg >= rank.above {
-            rank.gaps.extend(rank.above..seg);
+            // New gaps: asked for after the NACK delay (a reordered segment may still come).
+            for g in rank.above..seg {
+                rank.gaps.insert(g);
+                rank.asked.insert(g, (now, 0));
+            }
+            let gap = rank.above < seg;
             rank.above = seg + 1;
             rank.known = rank.known.max(rank.above);
+            if gap {
+                self.schedule(now + REPAIR.nack_delay_ns, Event::Ask(r));
+            }
         } else {
             rank.gaps.remove(&seg);
         }
+        let rank = &mut self.ranks[r as usize];
         rank.asked.remove(&seg);
         if rank.count() == u64::from(self.x) {
             rank.done_at = Some(now);
@@ -645,34 +664,60 @@ impl Sim<'_> {
     }
 
     /// Rank `r` asks its parent for the segments known sent that it misses and did not ask
-    /// for lately (after 1, 2, 4, … 32 NACK waits).
+    /// for lately (after the NACK delay, then 1, 2, 4, … 32 NACK waits), at most `nack_max`
+    /// of them; the rest in a round once the parent had the time to send these.
     fn ask_missing(&mut self, r: u32) {
-        let (now, wait) = (self.now, self.wait_ns);
+        let now = self.now;
         let rank = &self.ranks[r as usize];
+        if now < rank.nack_round {
+            return;
+        }
         let due = |s: &u32| {
-            rank.asked
-                .get(s)
-                .is_none_or(|&(t, n)| t + (wait << n.min(5)) <= now)
+            rank.asked.get(s).is_none_or(|&(t, n)| {
+                let wait = match n {
+                    0 => REPAIR.nack_delay_ns,
+                    n => REPAIR.retry_after(n),
+                };
+                t + wait <= now
+            })
         };
-        let due: Vec<u32> = rank
+        let max = REPAIR.nack_max.max(1) as usize;
+        let mut due: Vec<u32> = rank
             .gaps
             .iter()
             .copied()
             .chain(rank.above..rank.known)
             .filter(due)
-            .take(NACK_MAX)
+            .take(max + 1)
             .collect();
+        if due.len() > max {
+            due.truncate(max);
+            let at = now + self.round_ns.max(1);
+            self.ranks[r as usize].nack_round = at;
+            self.schedule(at, Event::Ask(r));
+        }
         if !due.is_empty() {
             self.ask(r, due);
         }
     }
 
+    /// `from` repairs `seg` to `to`, unless a copy is still on its port or left less than
+    /// half a NACK wait ago.
     fn repair(&mut self, from: u32, to: u32, seg: u32) {
+        let hold = REPAIR.nack_wait_ns / 2;
+        if let Some(&left) = self.ranks[from as usize].repaired.get(&(to, seg)) {
+            if self.now < left + hold {
+                return;
+            }
+        }
         self.report.repairs += 1;
         if from as usize == self.root {
             self.report.root_repairs += 1;
         }
         self.unicast(from, to, Kind::Repair { seg, to });
+        let port = self.path(from, to)[0];
+        let left = self.links[port.0 as usize].free_at().max(self.now);
+        self.ranks[from as usize].repaired.insert((to, seg), left);
     }
 
     /// Rank `r` asks its ack-tree parent for `segs`.
@@ -761,7 +806,7 @@ impl Sim<'_> {
         if self.acked_at.is_some() {
             return;
         }
-        let due = self.last_group + self.wait_ns;
+        let due = self.last_group + REPAIR.sync_ns;
         if due > self.now {
             self.schedule(due, Event::RootStatus);
             return;
@@ -775,7 +820,7 @@ impl Sim<'_> {
             lost: false,
         };
         self.put(self.topology.machine_up(self.root), frame, true, false);
-        self.schedule(self.now + self.wait_ns, Event::RootStatus);
+        self.schedule(self.now + REPAIR.sync_ns, Event::RootStatus);
     }
 }
 

@@ -22,7 +22,12 @@ struct Miss {
     seen: u64,
     /// When it was last NACKed.
     nacked: Option<u64>,
+    /// How many times it was NACKed.
+    asked: u32,
 }
+
+/// Whom a repair is for: one child, or the whole group (the root's re-multicast).
+const GROUP: usize = usize::MAX;
 
 #[derive(Debug, Clone, Copy)]
 struct Child {
@@ -47,6 +52,8 @@ pub struct Stats {
     pub syncs: u64,
     /// Segments that arrived again.
     pub duplicates: u64,
+    /// Repairs asked for and not sent: a copy was queued, or had left only lately.
+    pub suppressed: u64,
 }
 
 /// One rank's part in one multicast broadcast.
@@ -68,9 +75,16 @@ pub struct Member {
     parent_heard: u64,
     /// Segments this rank lacks that children asked for.
     wanted: BTreeMap<u32, BTreeSet<usize>>,
-    /// When each (child, segment) was last repaired.
+    /// When the last copy of each (child or [`GROUP`], segment) repair left this rank.
     repaired: BTreeMap<(usize, u32), u64>,
+    /// Repairs waiting for the pace, in the order asked for: (child or [`GROUP`], segment),
+    /// each at most once.
+    repairs: VecDeque<(usize, u32)>,
+    queued: BTreeSet<(usize, u32)>,
+    /// Control messages (reports, NACKs, syncs, aborts): sent before repairs and data.
     queue: VecDeque<Out>,
+    /// No NACK round before this (the last one asked for [`Config::nack_max`] segments).
+    nack_round: u64,
     /// The last value reported to the parent.
     reported: u64,
     last_ping: u64,
@@ -142,7 +156,10 @@ impl Member {
             parent_heard: now,
             wanted: BTreeMap::new(),
             repaired: BTreeMap::new(),
+            repairs: VecDeque::new(),
+            queued: BTreeSet::new(),
             queue: VecDeque::new(),
+            nack_round: now,
             reported: 0,
             last_ping: now,
             synced: false,
@@ -216,6 +233,7 @@ impl Member {
                 None => To::Group,
             };
             self.queue.clear();
+            self.drop_repairs();
             let abort = Out {
                 to,
                 msg: Msg::Abort { gone },
@@ -269,28 +287,85 @@ impl Member {
         }
         for i in self.high..sent {
             if !self.have[i as usize] {
-                self.missing.insert(i, Miss { seen, nacked: None });
+                self.missing.insert(
+                    i,
+                    Miss {
+                        seen,
+                        nacked: None,
+                        asked: 0,
+                    },
+                );
             }
         }
         self.high = sent;
     }
 
-    fn repair(&mut self, now: u64, child: usize, index: u32) {
-        let half = self.config.nack_interval / 2;
-        if let Some(&at) = self.repaired.get(&(child, index)) {
-            if now < at.saturating_add(half) {
-                return;
-            }
+    /// Queues a repair of segment `index` to `to` (a child, or [`GROUP`]) unless a copy is
+    /// queued already or its last copy left less than half a NACK interval ago (a child's
+    /// NACK may have crossed it: the child asks again, later and later, if it was lost).
+    fn repair(&mut self, now: u64, to: usize, index: u32) {
+        if self.recently_repaired(now, to, index) {
+            self.stats.suppressed += 1;
+            return;
         }
-        self.repaired.insert((child, index), now);
-        self.stats.repairs += 1;
-        self.queue.push_back(Out {
-            to: To::Rank(child),
-            msg: Msg::Data {
-                index,
-                repair: true,
-            },
-        });
+        self.queued.insert((to, index));
+        self.repairs.push_back((to, index));
+    }
+
+    /// Whether a copy of segment `index` to `to` is queued, or left less than half a NACK
+    /// interval before `now`.
+    fn recently_repaired(&self, now: u64, to: usize, index: u32) -> bool {
+        let hold = self.config.nack_interval / 2;
+        self.queued.contains(&(to, index))
+            || self
+                .repaired
+                .get(&(to, index))
+                .is_some_and(|&left| now < left.saturating_add(hold))
+    }
+
+    fn drop_repairs(&mut self) {
+        self.repairs.clear();
+        self.queued.clear();
+    }
+
+    /// The next queued repair that is still wanted, if the pace lets it leave now; the
+    /// time it left is what holds its next copy back.
+    fn next_repair(&mut self, now: u64) -> Option<Out> {
+        while let Some(&(to, index)) = self.repairs.front() {
+            // A child that reported holding it (its whole subtree does) needs it no more.
+            let held = to != GROUP
+                && self
+                    .children
+                    .get(&to)
+                    .is_some_and(|c| c.ack > u64::from(index));
+            if held {
+                self.repairs.pop_front();
+                self.queued.remove(&(to, index));
+                continue;
+            }
+            let bytes = self.segment_range(index).len() as u64 + 64;
+            if !self.pacer.try_take(now, bytes) {
+                return None;
+            }
+            self.repairs.pop_front();
+            self.queued.remove(&(to, index));
+            self.repaired.insert((to, index), now);
+            let to = if to == GROUP {
+                self.stats.group_repairs += 1;
+                To::Group
+            } else {
+                self.stats.repairs += 1;
+                To::Rank(to)
+            };
+            return Some(Out {
+                to,
+                msg: Msg::Data {
+                    index,
+                    repair: true,
+                },
+            });
+        }
+        None
     }
 
     /// After anything that may move this rank's value: report it, move the root's window,
@@ -416,6 +491,7 @@ impl Member {
             self.fail(McastError::Aborted { gone, by });
         } else {
             self.queue.clear();
+            self.drop_repairs();
             self.state = State::Failed(McastError::Aborted { gone, by });
         }
     }
@@ -424,33 +500,35 @@ impl Member {
         if index >= self.n {
             return;
         }
-        let end = index.saturating_add(count).min(self.n);
+        // A NACK names at most `nack_max` segments: a longer one is served that far.
+        let end = index
+            .saturating_add(count.min(self.config.nack_max.max(1)))
+            .min(self.n);
         if !self.is_root() {
             // The child knows these were sent.
             self.learn_sent(now, end, now.saturating_sub(self.config.nack_delay));
         }
         for i in index..end {
-            if self.have[i as usize] {
-                if self.is_root() && self.config.group_repair > 0 {
-                    let asked = self.asks.entry(i).or_default();
-                    asked.insert(child);
-                    if asked.len() >= self.config.group_repair {
-                        self.asks.remove(&i);
-                        self.stats.group_repairs += 1;
-                        self.queue.push_back(Out {
-                            to: To::Group,
-                            msg: Msg::Data {
-                                index: i,
-                                repair: true,
-                            },
-                        });
-                        continue;
-                    }
-                }
-                self.repair(now, child, i);
-            } else {
+            if !self.have[i as usize] {
+                // Not held here: repaired when it lands (this rank NACKs it itself).
                 self.wanted.entry(i).or_default().insert(child);
+                continue;
             }
+            if self.is_root() && self.config.group_repair > 0 {
+                if self.recently_repaired(now, GROUP, i) {
+                    // A copy to the whole group is queued or just left.
+                    self.stats.suppressed += 1;
+                    continue;
+                }
+                let asked = self.asks.entry(i).or_default();
+                asked.insert(child);
+                if asked.len() >= self.config.group_repair {
+                    self.asks.remove(&i);
+                    self.repair(now, GROUP, i);
+                    continue;
+                }
+            }
+            self.repair(now, child, i);
         }
     }
 
@@ -469,6 +547,12 @@ impl Member {
             if let Some(o) = self.queue.pop_front() {
                 return Some(o);
             }
+        }
+        if !self.repairs.is_empty() {
+            // Repairs first; new segments wait for them (one pace, one uplink).
+            return self.next_repair(now);
+        }
+        if !self.is_root() {
             return None;
         }
         let limit = self.acked.saturating_add(u64::from(self.config.window));
@@ -493,21 +577,56 @@ impl Member {
     fn nack_due(&self, m: &Miss) -> u64 {
         match m.nacked {
             None => m.seen.saturating_add(self.config.nack_delay),
-            Some(at) => at.saturating_add(self.config.nack_interval),
+            Some(at) => at.saturating_add(crate::model::multicast::backoff(
+                self.config.nack_interval,
+                m.asked,
+                self.config.nack_backoff,
+            )),
         }
     }
 
+    /// When the next NACK round is due (`None`: nothing missing).
+    fn next_nack(&self) -> Option<u64> {
+        let due = self.missing.values().map(|m| self.nack_due(m)).min()?;
+        Some(due.max(self.nack_round))
+    }
+
+    /// How long the parent takes to send `nack_max` repairs at the pace (the NACK delay
+    /// unpaced): the least time between two NACK rounds that asked for that many.
+    fn nack_round_gap(&self) -> u64 {
+        let max = u128::from(self.config.nack_max.max(1));
+        match self.config.rate {
+            Some(rate) if rate > 0 => {
+                let bytes = max * u128::from(u64::from(self.segment) + 64);
+                u64::try_from(bytes * 1_000_000_000 / u128::from(rate)).unwrap_or(u64::MAX)
+            }
+            _ => self.config.nack_delay,
+        }
+    }
+
+    /// NACKs to `parent` the gaps that are due, at most [`Config::nack_max`] segments (the
+    /// lowest first); the rest in a later round.
     fn queue_nacks(&mut self, now: u64, parent: usize) {
-        let mut runs: Vec<(u32, u32)> = Vec::new();
-        let due: Vec<u32> = self
+        if now < self.nack_round {
+            return;
+        }
+        let max = self.config.nack_max.max(1) as usize;
+        let mut due: Vec<u32> = self
             .missing
             .iter()
             .filter(|(_, m)| self.nack_due(m) <= now)
             .map(|(&i, _)| i)
+            .take(max + 1)
             .collect();
+        if due.len() > max {
+            due.truncate(max);
+            self.nack_round = now.saturating_add(self.nack_round_gap());
+        }
+        let mut runs: Vec<(u32, u32)> = Vec::new();
         for i in due {
             if let Some(m) = self.missing.get_mut(&i) {
                 m.nacked = Some(now);
+                m.asked = m.asked.saturating_add(1);
             }
             match runs.last_mut() {
                 Some((start, count)) if *start + *count == i => *count += 1,
@@ -592,10 +711,14 @@ impl Member {
             State::Failed(_) => return None,
             State::Complete => {}
             State::Running => {
+                if let Some(&(_, index)) = self.repairs.front() {
+                    let bytes = self.segment_range(index).len() as u64 + 64;
+                    take(self.pacer.ready_at(now, bytes));
+                }
                 let every = self.config.sync_interval;
                 match self.shape.parent {
                     Some(_) => {
-                        if let Some(t) = self.missing.values().map(|m| self.nack_due(m)).min() {
+                        if let Some(t) = self.next_nack() {
                             take(t);
                         }
                         if self.prefix < self.n {
@@ -768,6 +891,210 @@ mod tests {
                 rank: 1,
                 silent_ms: 100
             })
+        );
+    }
+
+    fn repair_of(to: To, index: u32) -> Out {
+        Out {
+            to,
+            msg: Msg::Data {
+                index,
+                repair: true,
+            },
+        }
+    }
+
+    fn nacks(out: &[Out]) -> Vec<(u32, u32)> {
+        out.iter()
+            .filter_map(|o| match o.msg {
+                Msg::Nack { index, count } => Some((index, count)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// An inner rank 1 (parent 0, child 2) holding segments `0..held` of 100 ten-byte ones.
+    fn parent_holding(c: Config, held: u32) -> Member {
+        let mut p = Member::new(shape(1, Some(0), &[2]), 1000, 10, c, 0).unwrap();
+        for i in 0..held {
+            p.land(0, 0, i);
+        }
+        drain(&mut p, 0);
+        p
+    }
+
+    #[test]
+    fn a_repair_is_not_sent_again_while_queued_nor_soon_after_it_left() {
+        // 74 counted bytes per repair at 74 000 B/s: one repair per ms, a bucket of one.
+        let c = Config {
+            rate: Some(74_000),
+            burst: 74,
+            ..Config::default()
+        };
+        let mut p = parent_holding(c, 100);
+        p.pacer = Pacer::new(c.rate, c.burst, 0);
+        p.pacer.try_take(0, 74); // the bucket is empty: the next repair leaves at 1 ms
+        p.handle(0, 2, Msg::Nack { index: 5, count: 2 });
+        assert!(drain(&mut p, 0).is_empty(), "the pace holds them");
+        // Asked again while queued: nothing more is queued.
+        p.handle(MS / 2, 2, Msg::Nack { index: 5, count: 2 });
+        assert_eq!(p.poll_timeout(MS / 2), Some(MS));
+        assert_eq!(drain(&mut p, MS), [repair_of(To::Rank(2), 5)]);
+        assert_eq!(drain(&mut p, 2 * MS), [repair_of(To::Rank(2), 6)]);
+        assert!(drain(&mut p, 10 * MS).is_empty());
+        assert_eq!(p.stats().repairs, 2);
+        assert_eq!(p.stats().suppressed, 2);
+        // Segment 5 left at 1 ms: asked again before 1 ms + half an interval, not repaired.
+        let hold = c.nack_interval / 2;
+        p.handle(MS + hold - 1, 2, Msg::Nack { index: 5, count: 1 });
+        assert!(drain(&mut p, MS + hold - 1).is_empty());
+        p.handle(MS + hold, 2, Msg::Nack { index: 5, count: 1 });
+        assert_eq!(drain(&mut p, MS + hold), [repair_of(To::Rank(2), 5)]);
+    }
+
+    #[test]
+    fn repairs_leave_at_the_pace_and_not_for_a_child_that_reported_them() {
+        let c = Config {
+            rate: Some(74_000),
+            burst: 74,
+            ..Config::default()
+        };
+        let mut p = parent_holding(c, 100);
+        p.handle(0, 2, Msg::Nack { index: 0, count: 4 });
+        let mut left = Vec::new();
+        let mut now = 0;
+        while left.len() < 2 {
+            for o in drain(&mut p, now) {
+                left.push((now, o));
+            }
+            now = p.poll_timeout(now).unwrap().max(now + 1);
+        }
+        assert_eq!(left[0], (0, repair_of(To::Rank(2), 0)));
+        assert_eq!(left[1].1, repair_of(To::Rank(2), 1));
+        assert!(left[1].0 >= MS, "one repair per ms: {left:?}");
+        // The child now reports 0..3: segment 2 is not sent, 3 is.
+        p.handle(
+            left[1].0,
+            2,
+            Msg::Ack {
+                value: 3,
+                ping: false,
+            },
+        );
+        let later = left[1].0 + 10 * MS;
+        assert_eq!(drain(&mut p, later), [repair_of(To::Rank(2), 3)]);
+    }
+
+    #[test]
+    fn nack_retries_back_off_to_32_intervals() {
+        let c = Config::default();
+        let mut r = Member::new(shape(2, Some(1), &[]), 1000, 10, c, 0).unwrap();
+        r.land(0, 0, 0);
+        r.land(0, 0, 2); // 1 is missing
+        let mut at = Vec::new();
+        let mut now = 0;
+        while at.len() < 9 {
+            now = r.poll_timeout(now).unwrap();
+            r.handle_timeout(now);
+            let out = drain(&mut r, now);
+            if !nacks(&out).is_empty() {
+                assert_eq!(nacks(&out), [(1, 1)]);
+                at.push(now);
+            }
+            // The parent answers pings (a sync every 20 ms): it is alive, its repairs lost.
+            r.handle(
+                now,
+                1,
+                Msg::Sync {
+                    sent: 3,
+                    answer: true,
+                },
+            );
+        }
+        let waits: Vec<u64> = at
+            .windows(2)
+            .map(|w| (w[1] - w[0]) / c.nack_interval)
+            .collect();
+        assert_eq!(at[0], c.nack_delay);
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 32, 32]);
+        // A repair ends it.
+        r.land(now, 1, 1);
+        assert!(r.missing.is_empty());
+    }
+
+    #[test]
+    fn a_nack_names_at_most_nack_max_segments_and_the_rest_wait_for_the_pace() {
+        let c = Config {
+            nack_max: 8,
+            rate: Some(74_000), // one 10-byte segment per ms
+            ..Config::default()
+        };
+        let mut r = Member::new(shape(2, Some(1), &[]), 1000, 10, c, 0).unwrap();
+        r.land(0, 0, 0);
+        r.land(0, 0, 30); // 1..30 missing: 29 segments
+        let first = drain(&mut r, c.nack_delay);
+        assert_eq!(nacks(&first), [(1, 8)]);
+        // The parent needs 8 ms for those: the next round not sooner.
+        assert_eq!(r.poll_timeout(c.nack_delay), Some(c.nack_delay + 8 * MS));
+        assert!(nacks(&drain(&mut r, c.nack_delay + 8 * MS - 1)).is_empty());
+        assert_eq!(nacks(&drain(&mut r, c.nack_delay + 8 * MS)), [(9, 8)]);
+        // A parent asked for a longer run serves `nack_max` of it.
+        let mut p = parent_holding(c, 100);
+        p.pacer = Pacer::new(None, 1, 0);
+        p.handle(
+            0,
+            2,
+            Msg::Nack {
+                index: 0,
+                count: 50,
+            },
+        );
+        assert_eq!(drain(&mut p, 0).len(), 8);
+    }
+
+    #[test]
+    fn a_parent_repairs_only_what_it_holds() {
+        let c = Config::default();
+        let mut p = parent_holding(c, 3); // holds 0..3
+        p.handle(3 * MS, 2, Msg::Nack { index: 1, count: 4 });
+        let out = drain(&mut p, 3 * MS);
+        let repairs: Vec<u32> = out
+            .iter()
+            .filter_map(|o| match o.msg {
+                Msg::Data { index, .. } => Some(index),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(repairs, [1, 2], "3 and 4 are not held here: {out:?}");
+        // It NACKs 3 and 4 itself (the child's NACK says they were sent) ...
+        assert_eq!(nacks(&out), [(3, 2)]);
+        // ... and repairs each when it lands, once.
+        assert_eq!(p.land(4 * MS, 0, 4), Some(40..50));
+        assert_eq!(drain(&mut p, 4 * MS), [repair_of(To::Rank(2), 4)]);
+        assert_eq!(p.land(4 * MS, 0, 4), None);
+        assert!(drain(&mut p, 4 * MS).is_empty());
+    }
+
+    #[test]
+    fn the_roots_group_repair_is_not_repeated_while_its_copy_is_fresh() {
+        let c = Config::default();
+        let mut root = Member::new(shape(0, None, &[1, 2]), 1000, 10, c, 0).unwrap();
+        drain(&mut root, 0);
+        root.handle(MS, 1, Msg::Nack { index: 7, count: 1 });
+        root.handle(MS, 2, Msg::Nack { index: 7, count: 1 });
+        let out = drain(&mut root, MS);
+        assert_eq!(out, [repair_of(To::Rank(1), 7), repair_of(To::Group, 7)]);
+        // Both ask again at once (their NACKs crossed the copy): nothing.
+        root.handle(2 * MS, 1, Msg::Nack { index: 7, count: 1 });
+        root.handle(2 * MS, 2, Msg::Nack { index: 7, count: 1 });
+        assert!(drain(&mut root, 2 * MS).is_empty());
+        // Half an interval after it left, asked by both again: one more group copy.
+        let later = MS + c.nack_interval / 2;
+        root.handle(later, 1, Msg::Nack { index: 7, count: 1 });
+        root.handle(later, 2, Msg::Nack { index: 7, count: 1 });
+        assert_eq!(
+            drain(&mut root, later),
+            [repair_of(To::Rank(1), 7), repair_of(To::Group, 7)]
         );
     }
 }

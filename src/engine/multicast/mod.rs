@@ -16,12 +16,17 @@
 //!   ([`Config::rate`], the links' [`Pacer`](super::reliable::Pacer)) paces new segments.
 //! - **NACKs, suppressed and aggregated up the tree**: a receiver learns that segment `i` was
 //!   sent when a later one arrives (or from the root's sync); after [`Config::nack_delay`]
-//!   (reordering) it asks its *parent* for the missing runs, and asks again for the same
-//!   segment no sooner than [`Config::nack_interval`]. A parent that holds the segment
-//!   repairs it by unicast; one that lacks it too remembers who asked and repairs them when
-//!   it arrives — its own NACK, one per segment however many children asked, is what goes
-//!   up. The root re-multicasts a segment that [`Config::group_repair`] of its children asked
-//!   for (a loss near the root hit whole subtrees) and repairs the others by unicast.
+//!   (reordering) it asks its *parent* for the missing runs, at most [`Config::nack_max`]
+//!   segments a round, and asks again for the same segment after [`Config::nack_interval`],
+//!   then twice, four times … as long (backoff). A parent that holds the segment queues a
+//!   repair by unicast, paced as the root's stream ([`Config::rate`]), and does not repair
+//!   it to the same child again while a copy is queued or until half an interval after the
+//!   last copy left; one that lacks it too remembers who asked and repairs them when it
+//!   arrives — its own NACK, one per segment however many children asked, is what goes up.
+//!   The root re-multicasts a segment that [`Config::group_repair`] of its children asked
+//!   for (a loss near the root hit whole subtrees; suppressed alike) and repairs the others
+//!   by unicast. The NACK and sync parameters are the simulator's
+//!   ([`crate::model::multicast::REPAIR`]).
 //! - **Sync** (the root): when its window has not moved for [`Config::sync_interval`], the
 //!   root multicasts how many segments it sent; every rank then NACKs its lost tail (which no
 //!   later segment reveals) and sends its report to its parent again (a lost report, or a
@@ -65,9 +70,16 @@ pub struct Config {
     pub ack_every: u32,
     /// How long a gap waits before it is NACKed (a reordered segment may still come).
     pub nack_delay: u64,
-    /// The same segment is NACKed again no sooner than this; a repair to one child is not
-    /// repeated sooner than half of it.
+    /// A segment NACKed once is NACKed again after this long, each further time after twice
+    /// the time before, up to `nack_backoff` doublings (`model::multicast::backoff`). A
+    /// repair of a segment to a child is not sent again until half of it has passed since
+    /// its last copy left this rank (repairs leave at the pace, after what is queued).
     pub nack_interval: u64,
+    /// Doublings of the NACK retry's wait at most.
+    pub nack_backoff: u32,
+    /// Most segments one NACK round asks for; more wait until the parent had the time to
+    /// send these at the pace.
+    pub nack_max: u32,
     /// The root syncs when its window has not moved for this long, and again every interval;
     /// a waiting rank pings its parent when it has not heard from it for this long.
     pub sync_interval: u64,
@@ -75,20 +87,26 @@ pub struct Config {
     pub liveness: u64,
     /// The root re-multicasts a segment this many of its children asked for (0: never).
     pub group_repair: usize,
-    /// Paces the root's new segments (bytes per second), if set.
+    /// Paces what a rank multicasts and repairs (bytes per second), if set: the root's new
+    /// segments and its repairs share one bucket (its uplink); another rank's repairs are
+    /// paced alike.
     pub rate: Option<u64>,
     /// The pacer's bucket (bytes).
     pub burst: u64,
 }
 
 impl Default for Config {
+    /// The NACK and sync parameters are the simulator's ([`crate::model::multicast::REPAIR`]).
     fn default() -> Config {
+        let r = crate::model::multicast::REPAIR;
         Config {
             window: 256,
             ack_every: 32,
-            nack_delay: 2_000_000,
-            nack_interval: 20_000_000,
-            sync_interval: 20_000_000,
+            nack_delay: r.nack_delay_ns,
+            nack_interval: r.nack_wait_ns,
+            nack_backoff: r.backoff_max,
+            nack_max: r.nack_max,
+            sync_interval: r.sync_ns,
             liveness: 5_000_000_000,
             group_repair: 2,
             rate: None,
