@@ -396,6 +396,17 @@ fn tcp_frame() -> Seeds {
     use pipecast::wire::message::emit as encode;
     BTreeMap::from([
         ("data", encode(&Message::Data(data_header())).to_vec()),
+        // A peer announcing a 2^60-byte message (transport::limits::announced refuses it).
+        (
+            "data-2e60",
+            encode(&Message::Data(pipecast::engine::DataHeader {
+                msize: 1 << 60,
+                segment: u32::MAX,
+                len: u32::MAX,
+                ..data_header()
+            }))
+            .to_vec(),
+        ),
         (
             "credit",
             encode(&Message::Credit {

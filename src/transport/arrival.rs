@@ -7,9 +7,10 @@
 //! [`slot`]: super::slot
 
 use super::driver::{Driver, Landing};
-use super::Buffers;
+use super::{limits, Buffers, TransportError};
 use crate::engine::{DataHeader, Message};
 use std::ops::Range;
+use std::sync::OnceLock;
 
 /// Where an arriving segment's payload goes.
 #[derive(Debug)]
@@ -25,7 +26,7 @@ pub(crate) enum Dest {
 impl Dest {
     /// Asks `driver` where segment `h` from `from` goes. A segment to hold gets `hold` zeroed
     /// bytes to read into (at most a segment: the driver checked the length; a link that
-    /// assembles it piece by piece may start with none and grow it).
+    /// assembles it piece by piece may start with none and grow it): see [`held`].
     pub(crate) fn of(
         driver: &mut dyn Driver,
         from: usize,
@@ -34,7 +35,7 @@ impl Dest {
     ) -> crate::Result<Dest> {
         Ok(match driver.header(from, h)? {
             Landing::Into { seq, range } => Dest::Buffer { seq, range },
-            Landing::Hold => Dest::Hold(vec![0; hold]),
+            Landing::Hold => Dest::Hold(held(from, h, hold)?),
             Landing::Discard => Dest::Discard,
         })
     }
@@ -55,4 +56,29 @@ impl Dest {
             Dest::Discard => Ok(()),
         }
     }
+}
+
+/// Memory for `hold` bytes of segment `h` from `from`, kept until its broadcast is posted
+/// here. Its lengths come from the peer, so they are bounded before anything is allocated
+/// ([`limits::announced`]: a peer announcing a 2^60-byte message gets that error, not an
+/// abort), and an allocation the allocator refuses is the named memory error
+/// ([`limits::heap`]) instead of an abort. Either fails the broadcasts that need the link.
+fn held(from: usize, h: &DataHeader, hold: usize) -> Result<Vec<u8>, TransportError> {
+    static CEILING: OnceLock<u64> = OnceLock::new();
+    let what = || {
+        format!(
+            "hold segment {} of broadcast {} from rank {from} until it is posted here",
+            h.index, h.seq
+        )
+    };
+    if hold as u64 > u64::from(h.len) {
+        return Err(limits::heap(&what(), hold as u64));
+    }
+    limits::announced(from, h, *CEILING.get_or_init(limits::memory_ceiling)).map_err(|error| {
+        TransportError::Memory {
+            what: what(),
+            error,
+        }
+    })?;
+    limits::buffer(what, hold)
 }

@@ -3,7 +3,8 @@
 //! descriptors the process holds and how many more it needed, and the fix — instead of a
 //! bare "Too many open files" (or worse, a misleading "lost rank") far from the cause. The
 //! same for threads ([`thread`]) and memory ([`memory`]: a shared-memory ring that cannot be
-//! created or mapped).
+//! created or mapped; [`heap`]: a link's own buffer, allocated by [`zeroed`] without aborting
+//! the process, and sized from a peer's header only within [`memory_ceiling`]).
 
 use super::TransportError;
 use std::io;
@@ -150,6 +151,94 @@ pub fn memory(what: &str, e: &io::Error, bytes: u64) -> String {
     )
 }
 
+/// Why `what` could not get `bytes` bytes of this process's own memory (an allocation
+/// refused: [`zeroed`]), naming the limits that refuse it with their values, the count, and
+/// the fix: the [`memory`] error for a link's buffer rather than a shared-memory ring.
+pub fn heap(what: &str, bytes: u64) -> TransportError {
+    TransportError::Memory {
+        what: what.to_string(),
+        error: format!(
+            "out of memory: it needed {bytes} bytes ({} MiB) of this process's memory; the \
+             limits that refuse it are this process's address space (ulimit -v: {}), the \
+             job's memory cgroup (memory.max) and the host's free memory (MemAvailable: {}): \
+             raise the one that is reached (`ulimit -v unlimited` before starting the job), \
+             or use smaller segments (PIPECAST_SEGMENT), or fewer ranks per host",
+            bytes.div_ceil(1 << 20),
+            soft_limit(libc::RLIMIT_AS),
+            available_memory()
+        ),
+    }
+}
+
+/// `len` zeroed bytes, or `None` where the allocator refuses them: `vec![0; len]` without
+/// the abort (the same zeroed allocation, so large ones stay untouched pages until written).
+pub fn zeroed(len: usize) -> Option<Vec<u8>> {
+    if len == 0 {
+        return Some(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<u8>(len).ok()?;
+    // SAFETY: `layout` has a non-zero size (len > 0).
+    let p = unsafe { std::alloc::alloc_zeroed(layout) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: `p` comes from the global allocator with `layout` (align 1, size `len`, which
+    // is the capacity given), and all `len` bytes are initialised (zeroed).
+    Some(unsafe { Vec::from_raw_parts(p, len, len) })
+}
+
+/// [`zeroed`], or the [`heap`] error naming `what`.
+pub fn buffer(what: impl FnOnce() -> String, len: usize) -> Result<Vec<u8>, TransportError> {
+    zeroed(len).ok_or_else(|| heap(&what(), len as u64))
+}
+
+/// Whether the lengths of segment `h` that rank `from` announced can be held by a process
+/// that could ever hold `ceiling` bytes ([`memory_ceiling`]): the segment within its
+/// message, the message within the ceiling. Checked before any memory is sized from them;
+/// the error says what was announced and the limit. Pure (the fuzz target `tcp_frame` runs
+/// it on every header).
+pub fn announced(from: usize, h: &crate::engine::DataHeader, ceiling: u64) -> Result<(), String> {
+    if h.msize <= ceiling && u64::from(h.len) <= h.msize {
+        return Ok(());
+    }
+    Err(format!(
+        "rank {from} announced {} bytes of a {}-byte message, more than this process could \
+         ever hold ({ceiling} bytes: the least of its address space, ulimit -v, and the \
+         host's memory and swap, MemTotal + SwapTotal) or more than the message itself: not \
+         a broadcast this rank can take part in (a rank of another job, or a corrupted stream)",
+        h.len, h.msize
+    ))
+}
+
+/// A `kB` line of /proc/meminfo, in bytes.
+fn meminfo(text: &str, key: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with(key))?;
+    let kb: u64 = line[key.len()..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    kb.checked_mul(1024)
+}
+
+/// The most memory this process could ever hold: its address space limit (`ulimit -v`),
+/// the host's memory and swap (`MemTotal` + `SwapTotal`), and what a pointer reaches
+/// (`isize::MAX`), whichever is least. A length a peer announces beyond it (a 2^60-byte
+/// message) cannot be a broadcast this rank takes part in: an error before any allocation.
+pub fn memory_ceiling() -> u64 {
+    let mut most = isize::MAX as u64;
+    if let Some((Some(v), _)) = rlimit(libc::RLIMIT_AS) {
+        most = most.min(v);
+    }
+    if let Ok(m) = std::fs::read_to_string("/proc/meminfo") {
+        if let Some(total) = meminfo(&m, "MemTotal:") {
+            most = most.min(total.saturating_add(meminfo(&m, "SwapTotal:").unwrap_or(0)));
+        }
+    }
+    most
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -185,6 +274,43 @@ mod tests {
         ] {
             assert!(m.contains(want), "{want}: {m}");
         }
+    }
+
+    #[test]
+    fn a_refused_allocation_is_the_named_memory_error() {
+        assert_eq!(zeroed(0), Some(Vec::new()));
+        let v = zeroed(100_000).expect("100 kB");
+        assert_eq!(v.len(), 100_000);
+        assert!(v.iter().all(|&b| b == 0));
+        // More than any allocator gives (and more than a Layout can say): refused, no abort.
+        assert_eq!(zeroed(isize::MAX as usize), None);
+        assert_eq!(zeroed(usize::MAX), None);
+        let e = buffer(|| "hold segment 3".into(), isize::MAX as usize).unwrap_err();
+        let text = e.to_string();
+        for want in [
+            "hold segment 3",
+            "out of memory",
+            &format!("{} bytes", isize::MAX),
+            "ulimit -v",
+            "memory.max",
+            "MemAvailable",
+            "PIPECAST_SEGMENT",
+        ] {
+            assert!(text.contains(want), "{want}: {text}");
+        }
+        assert!(matches!(e, TransportError::Memory { .. }));
+    }
+
+    #[test]
+    fn the_memory_ceiling_is_the_host_and_the_address_space() {
+        let c = memory_ceiling();
+        assert!(c > 1 << 20 && c <= isize::MAX as u64, "{c}");
+        // No host of today holds 2^60 bytes.
+        assert!(c < 1 << 60, "{c}");
+        let m = "MemTotal:       16318412 kB\nSwapTotal:  0 kB\n";
+        assert_eq!(meminfo(m, "MemTotal:"), Some(16318412 * 1024));
+        assert_eq!(meminfo(m, "SwapTotal:"), Some(0));
+        assert_eq!(meminfo(m, "MemFree:"), None);
     }
 
     #[test]

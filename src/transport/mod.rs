@@ -224,6 +224,10 @@ pub enum TransportError {
     BadFrame { peer: usize, reason: String },
     #[error("rank {peer} has no address: the bootstrap did not include it")]
     UnknownPeer { peer: usize },
+    /// A link's buffer that the allocator refused, or a length beyond what this process could
+    /// ever hold (`limits::heap`, `limits::memory_ceiling`): the limit, the count, the fix.
+    #[error("{what}: {error}")]
+    Memory { what: String, error: String },
     #[error("rank {peer} is gone: it answered nothing for {ms} ms (its process died, or its host or link is down; raise PIPECAST_TIMEOUT_MS if it was only stopped)")]
     PeerGone { peer: usize, ms: u64 },
 }

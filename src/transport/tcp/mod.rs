@@ -270,6 +270,9 @@ impl TcpTransport {
             what: format!("listen on {ip}"),
             error: e.to_string(),
         })?;
+        // Where discarded payloads are read: a refused allocation fails the setup, named, and
+        // every rank learns it in the setup's agreement.
+        let scratch = super::limits::buffer(|| "the TCP link's read buffer".into(), 64 << 10)?;
         let ring = if !io_uring {
             tracing::info!("io_uring off (PIPECAST_IO_URING=0): using sendmsg");
             None
@@ -307,7 +310,7 @@ impl TcpTransport {
             retired_sent: Vec::new(),
             closed_idle: 0,
             moved: 0,
-            scratch: vec![0; 64 << 10],
+            scratch,
             ring,
             wake: None,
             keepalive: None,
@@ -475,6 +478,14 @@ impl TcpTransport {
                 .and_then(|k| self.conns.get_mut(&k))
                 .ok_or(TransportError::UnknownPeer { peer: t.to })?;
             conn.last_used = rounds;
+            // The queue holds headers and ranges (the window's worth per child): a refused
+            // allocation is the named memory error, not an abort.
+            conn.out.try_reserve(1).map_err(|_| {
+                super::limits::heap(
+                    &format!("queue a message of broadcast {} to rank {}", t.seq, t.to),
+                    ((conn.out.len() + 1) * std::mem::size_of::<Out>()) as u64,
+                )
+            })?;
             conn.out.push_back(Out {
                 head: message::emit(&t.message),
                 head_len: HEADER,
