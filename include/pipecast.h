@@ -34,9 +34,6 @@ typedef enum {
   PIPECAST_ERR_OTHER = 10,
 } pipecast_result;
 
-// A 48-bit MAC address.
-typedef struct Address Address;
-
 // An opaque pipecast communicator.
 typedef struct pipecast_comm pipecast_comm;
 
