@@ -116,6 +116,37 @@ fn two_to_eight_ranks_odd_size() {
     }
 }
 
+/// Shared-memory pairs kept under `PIPECAST_MAX_CONNECTIONS=2` (issue 30): 8 ranks, every
+/// rank root in turn over chains and binary trees, so each rank talks to new peers at almost
+/// every broadcast and closes idle pairs beyond two (a goodbye each way) and sets them up
+/// again; sizes 0, 1, odd, not a multiple of the segment, and 5 MiB + 3, by address and
+/// through the ring. Every byte verified at every rank; no rank's descriptors beyond what it
+/// held after setup plus a root's fan-out (7 pairs), its ring and one pair closing.
+#[test]
+fn shared_memory_pairs_stay_bounded_and_byte_exact_with_rotating_roots() {
+    let n = 8;
+    let args = [
+        "--sizes",
+        "0,1,7,100003,5242883",
+        "--segment",
+        "64K",
+        "--iters",
+        "8",
+        "--tree",
+        "linear,binary",
+    ];
+    for (mode, link) in [("auto", "shm:cma"), ("ring", "shm:ring")] {
+        let env = [("PIPECAST_MAX_CONNECTIONS", "2"), ("PIPECAST_SHM", mode)];
+        let json = run_ok_over(n, &args, &env, link);
+        let fds = &json["fds"];
+        let (setup, rest) = (fds["after_setup"].as_u64(), fds["peak_rest"].as_u64());
+        assert!(
+            rest.unwrap() <= setup.unwrap() + n as u64 + 2,
+            "{mode}: {fds}"
+        );
+    }
+}
+
 /// The two-copy ring, forced: 2 to 8 ranks, awkward sizes (a segment bigger than a ring
 /// chunk included), every root.
 #[test]

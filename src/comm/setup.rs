@@ -253,6 +253,11 @@ impl Local {
         };
         // No mesh: each link connects to a peer when a broadcast that talks to it is posted,
         // inside the poll loop (TCP and shared memory alike: docs/scale.md, docs/shm.md).
+        // Shared memory keeps its pairs under the same agreed bound as TCP its streams.
+        let shm = shm.map(|mut s| {
+            s.set_max_connections(config.max_connections);
+            s
+        });
         let mut transport = on_host(rank, net, shm, &keys, peers);
         let link = transport.describe();
         let frame_payload = transport.capabilities().max_frame;

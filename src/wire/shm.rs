@@ -16,7 +16,8 @@ pub const HEAD: usize = 40;
 /// `PCSH`.
 pub const MAGIC: u32 = 0x5043_5348;
 /// 2: one staging ring per writer, shared by its readers; `RingFreed` counts chunks.
-pub const VERSION: u8 = 2;
+/// 3: `Goodbye`, an idle pair closed under `PIPECAST_MAX_CONNECTIONS`.
+pub const VERSION: u8 = 3;
 
 /// How a reader takes a writer's segments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +57,10 @@ pub enum Record {
     /// The reader has copied out `chunks` of the writer's ring chunks in all (each reader
     /// releases the chunks announced to it in the order they were announced).
     RingFreed { chunks: u64 },
+    /// The sender closes the pair (idle, or answering the peer's goodbye): after it, it
+    /// sends nothing on this stream but `RingFreed`, and shuts its side once it has read the
+    /// peer's goodbye too.
+    Goodbye,
 }
 
 const HELLO: u8 = 1;
@@ -64,6 +69,7 @@ const RING_FD: u8 = 3;
 const MESSAGE: u8 = 4;
 const RING_CHUNK: u8 = 5;
 const RING_FREED: u8 = 6;
+const GOODBYE: u8 = 7;
 
 impl Record {
     pub fn encode(&self) -> [u8; RECORD] {
@@ -111,6 +117,7 @@ impl Record {
                 w.b[0] = RING_FREED;
                 w.put(&chunks.to_le_bytes());
             }
+            Record::Goodbye => w.b[0] = GOODBYE,
         }
         b
     }
@@ -163,6 +170,7 @@ impl Record {
                 len: r.u32(),
             },
             RING_FREED => Record::RingFreed { chunks: r.u64() },
+            GOODBYE => Record::Goodbye,
             k => return Err(bad(format!("kind {k}"))),
         };
         if b[r.at..].iter().any(|&x| x != 0) {
@@ -230,6 +238,7 @@ mod tests {
                 len: 4096,
             },
             Record::RingFreed { chunks: 77 },
+            Record::Goodbye,
         ]
     }
 

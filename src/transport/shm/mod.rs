@@ -14,6 +14,7 @@
 //! away): the broadcasts that wait for it fail at once; a peer that is only late is waited
 //! for. Nothing has a name in the file system, so nothing is left behind by a killed rank.
 
+mod close;
 mod cma;
 pub mod probe;
 mod ring;
@@ -33,7 +34,7 @@ use crate::wire::shm::{Record, HEAD, RECORD};
 use ring::Ring;
 use setup::{Gone, Knock, Pair};
 use stage::{Key, Stage};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
 use std::io::{self, Read};
 use std::ops::Range;
@@ -134,10 +135,22 @@ struct Peer {
     /// Segments by address of broadcasts not posted here yet, in arrival order: handled
     /// once their broadcast is ([`ShmLink::receive`]).
     deferred: VecDeque<Record>,
+    /// Its stream ended without a goodbye, or failed: the peer is gone.
     closed: bool,
     /// Its stream was taken out of the link's epoll once closed (a closed stream is always
     /// readable: it would wake a router's waiting link every time).
     unwatched: bool,
+    /// When a broadcast in flight last talked to it (the link's rounds): the bound closes the
+    /// least recently used idle pairs first ([`close`]).
+    last_used: u64,
+    /// This rank's goodbye is queued: after it only ring releases go on this stream.
+    bye_sent: bool,
+    /// The peer's goodbye was read: after it only its ring releases come.
+    bye_got: bool,
+    /// Both goodbyes done and everything of ours written: our write side is shut.
+    shut: bool,
+    /// The peer's end of the stream was read after its goodbye (an orderly close).
+    ended: bool,
 }
 
 impl Peer {
@@ -158,7 +171,18 @@ impl Peer {
             deferred: VecDeque::new(),
             closed: false,
             unwatched: false,
+            last_used: 0,
+            bye_sent: false,
+            bye_got: false,
+            shut: false,
+            ended: false,
         }
+    }
+
+    /// Being closed (a goodbye either way): nothing new is queued to it; a later broadcast
+    /// sets the pair up again once the close is over.
+    fn closing(&self) -> bool {
+        self.bye_sent || self.bye_got
     }
 }
 
@@ -212,6 +236,21 @@ pub struct ShmLink {
     /// Rounds so far, and whether the last wait saw a connection queued at the listener.
     rounds: u64,
     knocked: bool,
+    /// Pairs kept set up at most (`PIPECAST_MAX_CONNECTIONS`): above, idle ones are closed,
+    /// least recently used first ([`close`]).
+    max_pairs: usize,
+    /// The peers this link was asked to reach ([`Link::connect`]).
+    serves: BTreeSet<usize>,
+    /// Those of them the broadcasts in flight talk to, increasing, as of the driver's
+    /// `in_flight` count `busy_at` (recomputed only when that moves).
+    busy: Vec<usize>,
+    busy_at: Option<u64>,
+    /// Segments by address of broadcasts not posted yet that came on a pair closed since:
+    /// handed to the pair set up next with that peer, in their order.
+    leftover: BTreeMap<usize, VecDeque<Record>>,
+    /// Idle pairs this rank closed (its goodbye first), and pairs closed in all.
+    idle_closes: u64,
+    closes: u64,
 }
 
 impl ShmLink {
@@ -270,6 +309,13 @@ impl ShmLink {
             poll,
             rounds: 0,
             knocked: false,
+            max_pairs: super::tcp::MAX_CONNECTIONS,
+            serves: BTreeSet::new(),
+            busy: Vec::new(),
+            busy_at: None,
+            leftover: BTreeMap::new(),
+            idle_closes: 0,
+            closes: 0,
         };
         let l = link.listener.as_ref().expect("bound above").as_raw_fd();
         link.watch(l)?;
@@ -311,7 +357,11 @@ impl ShmLink {
     /// Takes closed peers' streams out of the epoll (a closed stream would keep it readable).
     fn unwatch_closed(&mut self) {
         let epoll = self.epoll.as_raw_fd();
-        for p in self.peers.values_mut().filter(|p| p.closed && !p.unwatched) {
+        for p in self
+            .peers
+            .values_mut()
+            .filter(|p| (p.closed || p.ended) && !p.unwatched)
+        {
             p.unwatched = true;
             // SAFETY: removes an open descriptor from our epoll; no pointer is read for DEL.
             unsafe {
@@ -329,9 +379,11 @@ impl ShmLink {
         loop {
             // Ready peers, and gone ones (their messages fail the round): a peer whose setup
             // is under way gets nothing yet, so nothing waits here unbounded.
+            // A pair being closed gets nothing new either: its next messages go on the pair
+            // set up again after the close.
             let (peers, gone) = (&self.peers, &self.gone);
-            let Some(t) = driver.next(now, &|p| peers.contains_key(&p) || gone.contains_key(&p))
-            else {
+            let served = |p| peers.get(&p).is_some_and(|q| !q.closing()) || gone.contains_key(&p);
+            let Some(t) = driver.next(now, &served) else {
                 break;
             };
             if let Some(why) = self.gone.get(&t.to) {
@@ -430,6 +482,11 @@ impl ShmLink {
                 }
             }
         }
+        if p.bye_got && !p.bye_sent && p.out.is_empty() {
+            // The peer closes the pair: ours follows what we queued before we read its.
+            p.bye_sent = true;
+            p.wbuf.extend_from_slice(&Record::Goodbye.encode());
+        }
         write_out(rank, p)
     }
 
@@ -474,9 +531,10 @@ impl ShmLink {
         let p = self.peers.get_mut(&rank).expect("a peer");
         let mut chunk = [0u8; RECORD * 64];
         let mut read = 0;
-        while read < READ_BUDGET && !p.closed {
+        let mut eof = false;
+        while read < READ_BUDGET && !p.closed && !p.ended && !eof {
             match p.stream.read(&mut chunk) {
-                Ok(0) => p.closed = true,
+                Ok(0) => eof = true,
                 Ok(n) => {
                     read += n;
                     p.rbuf.extend_from_slice(&chunk[..n]);
@@ -491,7 +549,19 @@ impl ShmLink {
         let records: Vec<u8> = p.rbuf.drain(..whole).collect();
         for r in records.chunks_exact(RECORD) {
             let record = Record::decode(r).map_err(|e| bad(rank, e.to_string()))?;
+            if self.peers[&rank].bye_got && !matches!(record, Record::RingFreed { .. }) {
+                return Err(bad(rank, format!("it sent {record:?} after its goodbye")).into());
+            }
             self.handle(rank, record, bufs, driver, now)?;
+        }
+        if eof {
+            // After its goodbye (read above) the end is orderly; before it, the peer is gone.
+            let p = self.peers.get_mut(&rank).expect("a peer");
+            if p.bye_got {
+                p.ended = true;
+            } else {
+                p.closed = true;
+            }
         }
         Ok(())
     }
@@ -506,6 +576,15 @@ impl ShmLink {
     ) -> crate::Result<()> {
         let p = self.peers.get_mut(&rank).expect("a peer");
         match record {
+            Record::Goodbye => {
+                if p.partial.is_some() {
+                    return Err(crate::Error::from(bad(
+                        rank,
+                        "a goodbye in the middle of a segment".into(),
+                    )));
+                }
+                p.bye_got = true;
+            }
             Record::Message { head, addr } => {
                 let message = super::decode_header(rank, &head)?;
                 let Message::Data(h) = message else {
@@ -690,6 +769,8 @@ impl Link for ShmLink {
     fn connect(&mut self, peers: &[usize], timeout: Duration) -> Result<(), TransportError> {
         self.connect_timeout = setup::connect_timeout(timeout);
         for &p in peers {
+            self.serves.insert(p);
+            self.busy_at = None; // what it serves changed: recomputed next round
             self.dial(p)?;
         }
         Ok(())
@@ -718,6 +799,7 @@ impl Link for ShmLink {
         if self.setting_up() {
             self.advance()?;
         }
+        self.follow(driver);
         let ranks: Vec<usize> = self.peers.keys().copied().collect();
         let mut landed = false;
         for &r in &ranks {
@@ -725,6 +807,7 @@ impl Link for ShmLink {
         }
         self.queue(driver, clock())?;
         self.check_closed(driver)?;
+        self.trim()?;
         for &r in &ranks {
             self.flush(r, bufs)?;
         }
@@ -763,6 +846,7 @@ impl Link for ShmLink {
         for &r in &ranks {
             self.flush(r, bufs)?;
         }
+        self.reap()?;
         self.unwatch_closed();
         Ok(())
     }
@@ -781,6 +865,9 @@ impl Link for ShmLink {
             ("shm_ring_bytes".to_string(), self.ring_bytes),
             ("shm_deferred_bytes".to_string(), self.deferred_bytes),
             ("shm_held_bytes".to_string(), self.held_bytes),
+            ("shm_pairs".to_string(), self.peers.len() as u64),
+            ("shm_idle_closes".to_string(), self.idle_closes),
+            ("shm_closes".to_string(), self.closes),
             (
                 "shm_staged_bytes".to_string(),
                 self.stage.as_ref().map_or(0, Stage::written),
@@ -796,16 +883,19 @@ impl Link for ShmLink {
                 && p.partial.is_none()
                 && p.deferred.is_empty()
                 && !p.closed
+                && !p.closing()
             {
                 continue;
             }
             out += &format!(
-                "\n  peer {r}: {} messages queued, {} record bytes unwritten, mid-segment {}, {} segments of later broadcasts waiting, closed {}",
+                "\n  peer {r}: {} messages queued, {} record bytes unwritten, mid-segment {}, {} segments of later broadcasts waiting, closed {}, goodbye sent {} read {}",
                 p.out.len(),
                 p.wbuf.len(),
                 p.partial.is_some(),
                 p.deferred.len(),
-                p.closed
+                p.closed,
+                p.bye_sent,
+                p.bye_got
             );
         }
         for (r, pair) in &self.pairs {
@@ -837,6 +927,7 @@ impl Link for ShmLink {
         self.peers.clear();
         self.pairs.clear();
         self.knocks.clear();
+        self.leftover.clear();
         self.listener = None;
     }
 }
@@ -850,7 +941,11 @@ impl ShmLink {
             .map(|r| {
                 let p = &self.peers[r];
                 libc::pollfd {
-                    fd: if p.closed { -1 } else { p.stream.as_raw_fd() },
+                    fd: if p.closed || p.ended {
+                        -1
+                    } else {
+                        p.stream.as_raw_fd()
+                    },
                     events: libc::POLLIN | if p.wbuf.is_empty() { 0 } else { libc::POLLOUT },
                     revents: 0,
                 }

@@ -311,6 +311,7 @@ impl ShmLink {
     /// that ended is dropped.
     fn read_knocks(&mut self) -> Result<(), TransportError> {
         let now = Instant::now();
+        let mut parked = Vec::new();
         let mut i = 0;
         while i < self.knocks.len() {
             let k = &mut self.knocks[i];
@@ -361,6 +362,12 @@ impl ShmLink {
                 tracing::warn!(rank = self.me, "shared memory: dropped a stray connection");
                 continue;
             };
+            if self.peers.get(&rank).is_some_and(|q| q.closing()) {
+                // A new stream from a peer whose old one this rank has not read to its end:
+                // it waits, accepted, until the old one is over (nothing overtaken).
+                parked.push(k);
+                continue;
+            }
             if !self.adopts(rank) {
                 tracing::debug!(
                     rank = self.me,
@@ -375,6 +382,7 @@ impl ShmLink {
             // Replaces (closes) our own stream to a lower rank, or a dial being retried.
             self.pairs.insert(rank, Pair::Open(c));
         }
+        self.knocks.extend(parked);
         Ok(())
     }
 
@@ -507,6 +515,9 @@ impl ShmLink {
                 c.rx,
             );
             peer.rbuf = rest;
+            peer.last_used = self.rounds;
+            // Segments of broadcasts not posted yet that came on the pair closed before.
+            peer.deferred = self.leftover.remove(&p).unwrap_or_default();
             self.peers.insert(p, peer);
             return Ok(());
         }
@@ -689,7 +700,7 @@ pub(super) fn connect_timeout(timeout: Duration) -> Duration {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::super::tests::set_up;
     use super::*;
     use crate::engine::drive::Engine;
@@ -702,7 +713,11 @@ mod tests {
 
     /// `n` links of one "host" (threads of this process), each told every name; `extra`
     /// more names nobody listens on.
-    fn links(n: usize, extra: usize, mode: ShmMode) -> (Vec<ShmLink>, Vec<String>) {
+    pub(in crate::transport::shm) fn links(
+        n: usize,
+        extra: usize,
+        mode: ShmMode,
+    ) -> (Vec<ShmLink>, Vec<String>) {
         let tag: u64 = rand::random();
         let names: Vec<String> = (0..n + extra)
             .map(|r| format!("pipecast.test.lazy.{tag:x}.{r}"))
@@ -901,12 +916,88 @@ mod tests {
         assert_eq!(ls[1].describe(), "shm:ring");
     }
 
+    /// A tree of `n` ranks from a root.
+    pub(in crate::transport::shm) type Tree = fn(usize, usize) -> crate::plan::Lane;
+
+    /// Broadcasts `runs` (number, root, tree, bytes), one after another, over `n` links
+    /// (threads) keeping at most `max` pairs each; byte-exact at every rank. Once every rank
+    /// is through, each keeps serving its link until every link holds at most `max` pairs
+    /// (their closes over). Each rank's peers, streams held and counters then.
+    pub(in crate::transport::shm) fn run_threads(
+        n: usize,
+        runs: &[(u64, usize, Tree, usize)],
+        mode: ShmMode,
+        max: usize,
+    ) -> Vec<(Vec<usize>, usize, std::collections::BTreeMap<String, u64>)> {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        let (ls, _) = links(n, 0, mode);
+        let over = std::sync::Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
+        let threads: Vec<_> = ls
+            .into_iter()
+            .enumerate()
+            .map(|(r, mut link)| {
+                link.set_max_connections(max);
+                let runs = runs.to_vec();
+                let over = over.clone();
+                std::thread::spawn(move || {
+                    let start = Instant::now();
+                    let clock = move || start.elapsed().as_nanos() as u64;
+                    let mut ep = Engine::new();
+                    let mut bufs = Buffers::new();
+                    for (seq, root, tree, len) in runs {
+                        let lanes = [tree(n, root)];
+                        let setup = Setup {
+                            seq,
+                            root,
+                            msize: len as u64,
+                            segment: 65_536,
+                            deep: false,
+                        };
+                        let b = Bcast::new(r, &lanes, setup, Config::default(), clock()).unwrap();
+                        link.connect(&b.peers(), Duration::from_secs(60)).unwrap();
+                        let data = crate::testing::pattern(len, seq as usize);
+                        let buf = if r == root {
+                            data.clone()
+                        } else {
+                            vec![0xee; len]
+                        };
+                        bufs.insert(seq, Buffer::Owned(buf));
+                        ep.post(b, bufs.get_mut(&seq).unwrap().as_mut_slice(), clock())
+                            .unwrap();
+                        while !ep.is_done(seq) {
+                            assert!(start.elapsed() < Duration::from_secs(60), "no end");
+                            link.progress(&mut bufs, &mut ep, &clock, Duration::from_millis(5))
+                                .unwrap_or_else(|e| panic!("rank {r}, broadcast {seq}: {e}"));
+                        }
+                        ep.finish(seq);
+                        let Some(Buffer::Owned(got)) = bufs.remove(&seq) else {
+                            panic!("the buffer is there")
+                        };
+                        assert!(got == data, "rank {r}, broadcast {seq}: wrong bytes");
+                    }
+                    over[0].fetch_add(1, SeqCst);
+                    let mut settled = false;
+                    while over[0].load(SeqCst) < n || over[1].load(SeqCst) < n {
+                        assert!(start.elapsed() < Duration::from_secs(60), "no end");
+                        link.progress(&mut bufs, &mut ep, &clock, Duration::from_millis(1))
+                            .unwrap();
+                        if !settled && over[0].load(SeqCst) == n && link.peers.len() <= max {
+                            settled = true;
+                            over[1].fetch_add(1, SeqCst);
+                        }
+                    }
+                    (peers(&link), link.held(), link.counters())
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    }
+
     /// Real broadcasts over six links (threads), several trees and roots, byte-exact at every
     /// rank: each rank ends up set up with exactly its neighbours in those trees.
     #[test]
     fn broadcasts_set_up_only_their_tree_edges_and_are_byte_exact() {
         let n = 6;
-        type Tree = fn(usize, usize) -> crate::plan::Lane;
         let runs: Vec<(u64, usize, Tree, usize)> = vec![
             (1, 0, baseline::naive_linear, 0),
             (2, 2, baseline::naive_linear, 1),
@@ -936,62 +1027,7 @@ mod tests {
             }
         }
         for mode in [ShmMode::Auto, ShmMode::Ring] {
-            let (ls, _) = links(n, 0, mode);
-            let over = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-            let threads: Vec<_> = ls
-                .into_iter()
-                .enumerate()
-                .map(|(r, mut link)| {
-                    let runs = runs.clone();
-                    let over = over.clone();
-                    std::thread::spawn(move || {
-                        let start = Instant::now();
-                        let clock = move || start.elapsed().as_nanos() as u64;
-                        let mut ep = Engine::new();
-                        let mut bufs = Buffers::new();
-                        for (seq, root, tree, len) in runs {
-                            let lanes = [tree(n, root)];
-                            let setup = Setup {
-                                seq,
-                                root,
-                                msize: len as u64,
-                                segment: 65_536,
-                                deep: false,
-                            };
-                            let b =
-                                Bcast::new(r, &lanes, setup, Config::default(), clock()).unwrap();
-                            link.connect(&b.peers(), Duration::from_secs(60)).unwrap();
-                            let data = crate::testing::pattern(len, seq as usize);
-                            let buf = if r == root {
-                                data.clone()
-                            } else {
-                                vec![0xee; len]
-                            };
-                            bufs.insert(seq, Buffer::Owned(buf));
-                            ep.post(b, bufs.get_mut(&seq).unwrap().as_mut_slice(), clock())
-                                .unwrap();
-                            while !ep.is_done(seq) {
-                                assert!(start.elapsed() < Duration::from_secs(60), "no end");
-                                link.progress(&mut bufs, &mut ep, &clock, Duration::from_millis(5))
-                                    .unwrap_or_else(|e| panic!("rank {r}, broadcast {seq}: {e}"));
-                            }
-                            ep.finish(seq);
-                            let Some(Buffer::Owned(got)) = bufs.remove(&seq) else {
-                                panic!("the buffer is there")
-                            };
-                            assert!(got == data, "rank {r}, broadcast {seq}: wrong bytes");
-                        }
-                        over.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                        while over.load(std::sync::atomic::Ordering::SeqCst) < n {
-                            link.progress(&mut bufs, &mut ep, &clock, Duration::from_millis(5))
-                                .unwrap();
-                        }
-                        (peers(&link), link.held())
-                    })
-                })
-                .collect();
-            for (r, t) in threads.into_iter().enumerate() {
-                let (got, held) = t.join().unwrap();
+            for (r, (got, held, c)) in run_threads(n, &runs, mode, 16).into_iter().enumerate() {
                 let want: Vec<usize> = want[r].iter().copied().collect();
                 assert_eq!(
                     got, want,
@@ -1002,6 +1038,7 @@ mod tests {
                     want.len(),
                     "{mode}: rank {r}: one stream per neighbour"
                 );
+                assert_eq!(c["shm_closes"], 0, "{mode}: rank {r}: none closed");
             }
         }
     }
