@@ -10,10 +10,10 @@
 //!   + L(s)                         the last segment's latency
 //!   + h·(g(a) + L(a))              the last acknowledgement climbing the ack tree (height h,
 //!                                  a = ACK_BYTES): the root may reuse its buffer only then
-//!   + (1 − (1 − q)^n)·(w + h·(g(a) + L(a) + g(s) + L(s)))
+//!   + (1 − (1 − q)^n)·h·(g(a) + L(a) + g(s) + L(s))
 //!                                  a tail loss: some of the n receivers misses the last
-//!                                  segment, notices at the root's sync w (no later
-//!                                  segment reveals it: [`REPAIR`]`.sync_ns`), asks its parent,
+//!                                  segment, learns it was sent from the root's sync right
+//!                                  behind it (no later segment reveals it), asks its parent,
 //!                                  gets a unicast repair; a frame lost on a switch link is
 //!                                  missed by a whole subtree, whose ranks ask up the ack
 //!                                  tree at once and are repaired level by level down it
@@ -160,8 +160,7 @@ pub fn predict(shape: Shape, profile: &Profile, msize: u64, segment: u64, loss: 
     let tail_p = 1.0 - (1.0 - q).powf(shape.receivers as f64);
     let repair = a.g_us + a.l_us + c.g_us + c.l_us;
     let rounds = shape.ack_height.max(1) as f64;
-    let sync = REPAIR.sync_ns as f64 / 1000.0;
-    stream + c.l_us + acks + tail_p * (sync + rounds * repair)
+    stream + c.l_us + acks + tail_p * rounds * repair
 }
 
 /// The profile size (capped at the message) with the least [`predict`]ed time, and that time.

@@ -27,7 +27,8 @@
 //!   **status** frame (the runtime's sync) said: when the root has sent no segment for the
 //!   sync interval and has not heard that everything arrived (its window is full, or the
 //!   message is all sent), it sends the group a 40-byte status naming the segments sent so
-//!   far, again every interval (a lost tail has no later segment to reveal it);
+//!   far, again every interval, and once right behind its last segment (a lost tail has no
+//!   later segment to reveal it);
 //! * a receiver missing some segment known sent sends its ack-tree parent a NACK naming it,
 //!   the NACK delay after a later segment revealed the gap (reordering, at runtime) or at
 //!   once when a status did; at most `nack_max` (64) segments per NACK, the rest once the
@@ -576,6 +577,10 @@ impl Sim<'_> {
         };
         self.put(e, frame, true, false);
         self.last_group = self.now;
+        if self.next == self.x {
+            // The last segment: a status right behind it, as the runtime's sync.
+            self.status();
+        }
         // The next one when the port is free again (repairs asked for meanwhile go first).
         let free = self.links[e.0 as usize].free_at();
         self.schedule(free.max(self.now + 1), Event::RootSend);
@@ -811,6 +816,12 @@ impl Sim<'_> {
             self.schedule(due, Event::RootStatus);
             return;
         }
+        self.status();
+        self.schedule(self.now + REPAIR.sync_ns, Event::RootStatus);
+    }
+
+    /// The root multicasts how many segments it sent.
+    fn status(&mut self) {
         let frame = Frame {
             kind: Kind::Status { sent: self.next },
             path: Arc::from([]),
@@ -820,7 +831,6 @@ impl Sim<'_> {
             lost: false,
         };
         self.put(self.topology.machine_up(self.root), frame, true, false);
-        self.schedule(self.now + REPAIR.sync_ns, Event::RootStatus);
     }
 }
 
@@ -871,11 +881,13 @@ mod tests {
         let timing = profile();
         let r = simulate_multicast(&t, &plan, 100_000, 4096, &timing, Options::default()).unwrap();
         assert_eq!((r.segments, r.group_frames), (25, 25));
-        // A leaf of the ack tree hears no acks: its downlink carried the 25 segments once.
+        // A leaf of the ack tree hears no acks: its downlink carried the 25 segments once,
+        // and the root's status right behind the last one.
         let wire = LinkModel::rate(timing.default_gbps(), 0);
         let once: u64 = (0..25u64)
             .map(|s| wire.wire_ns((4096.min(100_000 - s * 4096) + HEADER) as usize))
-            .sum();
+            .sum::<u64>()
+            + wire.wire_ns(ACK_BYTES as usize);
         let leaves: Vec<usize> = (0..16)
             .filter(|&m| m != 5 && plan.lanes[0].children[m].is_empty())
             .collect();

@@ -562,6 +562,12 @@ impl Member {
                 let index = self.next;
                 self.next += 1;
                 self.stats.sent += 1;
+                if self.next == self.n {
+                    // The last segment: a sync right behind it (the same path, in order)
+                    // tells every rank what was sent, so a lost tail, which no later
+                    // segment reveals, is NACKed at once, not a sync interval later.
+                    self.sync(now);
+                }
                 return Some(Out {
                     to: To::Group,
                     msg: Msg::Data {
@@ -684,18 +690,23 @@ impl Member {
                 let stalled = now.saturating_sub(self.moved) >= every;
                 let since = self.last_sync.map_or(u64::MAX, |s| now.saturating_sub(s));
                 if self.acked < n && stalled && since >= every {
-                    self.last_sync = Some(now);
-                    self.stats.syncs += 1;
-                    self.queue.push_back(Out {
-                        to: To::Group,
-                        msg: Msg::Sync {
-                            sent: u64::from(self.next),
-                            answer: false,
-                        },
-                    });
+                    self.sync(now);
                 }
             }
         }
+    }
+
+    /// The root tells the group how many segments it sent.
+    fn sync(&mut self, now: u64) {
+        self.last_sync = Some(now);
+        self.stats.syncs += 1;
+        self.queue.push_back(Out {
+            to: To::Group,
+            msg: Msg::Sync {
+                sent: u64::from(self.next),
+                answer: false,
+            },
+        });
     }
 
     /// When [`Member::handle_timeout`] or [`Member::poll_transmit`] next has something to do
@@ -1096,5 +1107,48 @@ mod tests {
             drain(&mut root, later),
             [repair_of(To::Rank(1), 7), repair_of(To::Group, 7)]
         );
+    }
+
+    #[test]
+    fn the_root_syncs_right_behind_its_last_segment_and_a_lost_tail_is_nacked_at_once() {
+        let c = Config::default();
+        let mut root = Member::new(shape(0, None, &[1]), 30, 10, c, 0).unwrap();
+        let out = drain(&mut root, 0);
+        let last = |o: &Out| o.msg;
+        assert_eq!(
+            out.iter().map(last).collect::<Vec<_>>(),
+            [
+                Msg::Data {
+                    index: 0,
+                    repair: false
+                },
+                Msg::Data {
+                    index: 1,
+                    repair: false
+                },
+                Msg::Data {
+                    index: 2,
+                    repair: false
+                },
+                Msg::Sync {
+                    sent: 3,
+                    answer: false
+                },
+            ]
+        );
+        // A receiver that lost segment 2 hears the sync: it NACKs 2 now.
+        let mut r = Member::new(shape(1, Some(0), &[]), 30, 10, c, 0).unwrap();
+        r.land(MS, 0, 0);
+        r.land(MS, 0, 1);
+        drain(&mut r, MS);
+        r.handle(
+            MS,
+            0,
+            Msg::Sync {
+                sent: 3,
+                answer: false,
+            },
+        );
+        assert_eq!(nacks(&drain(&mut r, c.nack_delay + MS)), [(2, 1)]);
     }
 }
