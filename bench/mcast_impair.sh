@@ -32,7 +32,12 @@ for ns in $(ip netns list | cut -d' ' -f1 | grep "^$LAB-"); do
   ip netns exec "$ns" tc qdisc show | while read -r _ kind handle _ dev _; do
     [ "$kind" = tbf ] || continue
     ip netns exec "$ns" tc qdisc del dev "$dev" parent "${handle}1" 2>/dev/null || true
-    [ "$REORDER" = 0 ] && continue
+    if [ "$REORDER" = 0 ]; then
+      # A deleted child leaves the tbf a noop qdisc, which drops everything: the link's
+      # own queue back (LIMIT bytes, as the lab's tbf had).
+      ip netns exec "$ns" tc qdisc add dev "$dev" parent "${handle}1" bfifo limit "${LIMIT:-262144}"
+      continue
+    fi
     ip netns exec "$ns" tc qdisc add dev "$dev" parent "${handle}1" handle 32: htb default 1
     ip netns exec "$ns" tc class add dev "$dev" parent 32: classid 32:1 htb rate 10gbit 2>/dev/null
     ip netns exec "$ns" tc class add dev "$dev" parent 32: classid 32:2 htb rate 2mbit ceil 2mbit \
