@@ -27,11 +27,11 @@
 //!   for (a loss near the root hit whole subtrees; suppressed alike) and repairs the others
 //!   by unicast. The NACK and sync parameters are the simulator's
 //!   ([`crate::model::multicast::REPAIR`]).
-//! - **Sync** (the root): when its window has not moved for [`Config::sync_interval`], the
-//!   root multicasts how many segments it sent; every rank then NACKs its lost tail (which no
-//!   later segment reveals) and sends its report to its parent again (a lost report, or a
-//!   late rank). Repeated every interval while the root is stalled: it is also the group's
-//!   heartbeat.
+//! - **Sync** (the root): right behind its last segment, and when its window has not moved
+//!   for [`Config::sync_interval`], the root multicasts how many segments it sent; every
+//!   rank then NACKs its lost tail (which no later segment reveals) and sends its report to
+//!   its parent again (a lost report, or a late rank). Repeated every interval while the
+//!   root is stalled: it is also the group's heartbeat.
 //! - **Liveness**: a rank that waits for its parent's repairs pings it (an ack that asks for
 //!   an answer) when it has not heard from it for a sync interval; a parent waited for that
 //!   stays silent for [`Config::liveness`], or a child that neither answers the root's syncs
