@@ -325,9 +325,9 @@ fn udp_bcast(hosts: &[String], cookie: u64, root: usize, msize: usize) -> Vec<Ve
                     }
                     let wait = m
                         .poll_timeout(clock())
-                        .map_or(5, |t| t.saturating_sub(clock()).div_ceil(1_000_000).min(5));
+                        .map_or(5_000_000, |t| t.saturating_sub(clock()).min(5_000_000));
                     let fds: Vec<_> = c.fds().into_iter().map(|fd| (fd, false)).collect();
-                    poll_fds(&fds, wait as i32, None).unwrap();
+                    poll_fds(&fds, std::time::Duration::from_nanos(wait), None).unwrap();
                 }
             })
         })

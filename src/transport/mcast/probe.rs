@@ -98,12 +98,11 @@ pub fn probe(
         } else {
             deadline
         };
-        let ms = until
+        let wait = until
             .saturating_duration_since(now)
-            .as_millis()
-            .clamp(1, 1000) as i32;
+            .clamp(Duration::from_millis(1), Duration::from_secs(1));
         let fds: Vec<_> = carrier.fds().into_iter().map(|fd| (fd, false)).collect();
-        poll_fds(&fds, ms, None)?;
+        poll_fds(&fds, wait, None)?;
     }
 }
 

@@ -349,9 +349,9 @@ impl Link for RawEthTransport {
         self.link.queue(driver)?;
         self.send(bufs, clock())?;
         let now = clock();
-        let mut ms = driver.may_wait(wait).as_millis().min(i32::MAX as u128) as u64;
+        let mut wait = driver.may_wait(wait);
         if let Some(t) = self.link.next_timeout(now) {
-            ms = ms.min(t.saturating_sub(now).div_ceil(1_000_000));
+            wait = wait.min(Duration::from_nanos(t.saturating_sub(now)));
         }
         let rails = self.link.rails();
         let polled: Vec<(std::os::fd::RawFd, bool)> = self.ports[..rails]
@@ -359,7 +359,7 @@ impl Link for RawEthTransport {
             .enumerate()
             .map(|(r, p)| (p.fd(), self.link.blocked(r)))
             .collect();
-        let ready = socket::poll_fds(&polled, ms as i32, self.wake).map_err(|e| io_err(None, e))?;
+        let ready = socket::poll_fds(&polled, wait, self.wake).map_err(|e| io_err(None, e))?;
         self.link.unblock();
         for (rail, &(readable, _)) in ready.iter().enumerate() {
             if readable {

@@ -457,7 +457,8 @@ impl RawSocket {
 
     /// Waits up to `ms` for the socket to become readable (or writable, if asked).
     pub fn poll(&self, writable: bool, ms: i32, wake: Option<RawFd>) -> io::Result<(bool, bool)> {
-        let ready = poll_fds(&[(self.raw_fd(), writable)], ms, wake)?;
+        let wait = std::time::Duration::from_millis(ms.max(0) as u64);
+        let ready = poll_fds(&[(self.raw_fd(), writable)], wait, wake)?;
         Ok(ready[0])
     }
 }
@@ -467,7 +468,7 @@ impl RawSocket {
 /// returns (readable, writable) for each, in order.
 pub fn poll_fds(
     socks: &[(RawFd, bool)],
-    ms: i32,
+    wait: std::time::Duration,
     wake: Option<RawFd>,
 ) -> io::Result<Vec<(bool, bool)>> {
     let mut fds: Vec<libc::pollfd> = socks
@@ -483,17 +484,10 @@ pub fn poll_fds(
         events: libc::POLLIN,
         revents: 0,
     });
-    // SAFETY: `fds.len()` live pollfds; the caller's descriptors are open for the call (a
-    // closed one would only report POLLNVAL) and the wake descriptor (if any) outlives the
-    // call (the progress thread owns it); -1 is ignored by poll.
-    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-    if n < 0 {
-        let e = io::Error::last_os_error();
-        if e.kind() == io::ErrorKind::Interrupted {
-            return Ok(vec![(false, false); socks.len()]);
-        }
-        return Err(e);
-    }
+    // The caller's descriptors are open for the call (a closed one would only report
+    // POLLNVAL) and the wake descriptor (if any) outlives it (the progress thread owns it).
+    // Interrupted: nothing ready (every revents stays 0).
+    crate::transport::poll::poll(&mut fds, wait)?;
     Ok(fds[..socks.len()]
         .iter()
         .map(|f| {

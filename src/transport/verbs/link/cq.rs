@@ -148,14 +148,6 @@ pub(super) fn wait_for(fds: &[(std::os::fd::RawFd, i16)], wait: Duration) -> std
             revents: 0,
         })
         .collect();
-    let ms = wait.as_millis().min(i32::MAX as u128) as i32;
-    // SAFETY: `polls` is a live array of `polls.len()` pollfd structures.
-    let n = unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, ms) };
-    if n < 0 {
-        let e = std::io::Error::last_os_error();
-        if e.kind() != std::io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
+    crate::transport::poll::poll(&mut polls, wait)?;
     Ok(())
 }
