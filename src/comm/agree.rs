@@ -107,6 +107,7 @@ pub fn settings_text(config: &Config) -> String {
     // A rank that keeps fewer connections closes and reopens them at other moments; agreed,
     // like every other setting that shapes the ranks' behaviour together.
     write!(s, " max_connections={}", config.max_connections).ok();
+    write!(s, " given={}", config.max_connections_given).ok();
     // Every rank opens the multicast carrier and probes the group, or none does.
     write!(s, " multicast={}", config.multicast).ok();
     // Debug output of these Vec-based values is deterministic. A profile not given is

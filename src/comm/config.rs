@@ -77,6 +77,11 @@ pub struct Config {
     /// [`MAX_CONNECTIONS`](crate::transport::tcp::MAX_CONNECTIONS)). Every rank the same
     /// (agreed).
     pub max_connections: usize,
+    /// `max_connections` was given (PIPECAST_MAX_CONNECTIONS): shared memory then keeps at
+    /// most that many pairs too. Not given, it keeps every pair it set up: a host's ranks are
+    /// bounded by its CPUs, and closing pairs when roots rotate cost 25-49 % at 32 ranks on
+    /// one host (docs/shm.md, "Closing idle pairs"). Every rank the same (agreed).
+    pub max_connections_given: bool,
     /// Move TCP data through io_uring where the kernel offers it (env PIPECAST_IO_URING;
     /// default on; `false`: plain `sendmsg`/`readv`). Every rank the same (agreed).
     pub io_uring: bool,
@@ -157,6 +162,7 @@ impl Default for Config {
             verbs: Default::default(),
             verbs_max_qps: crate::transport::verbs::LinkConfig::default().max_qps,
             max_connections: crate::transport::tcp::MAX_CONNECTIONS,
+            max_connections_given: false,
             io_uring: true,
             machine: None,
             multicast: MulticastMode::Off,

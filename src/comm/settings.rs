@@ -498,6 +498,7 @@ impl Settings {
         if let Some(v) = &self.max_connections {
             let most = crate::transport::tcp::MAX_CONNECTIONS_LIMIT;
             config.max_connections = count(v, "PIPECAST_MAX_CONNECTIONS", "connections", most)?;
+            config.max_connections_given = true;
         }
         if let Some(v) = &self.tree_dump {
             config.tree_dump = Some(v.into());

@@ -253,9 +253,13 @@ impl Local {
         };
         // No mesh: each link connects to a peer when a broadcast that talks to it is posted,
         // inside the poll loop (TCP and shared memory alike: docs/scale.md, docs/shm.md).
-        // Shared memory keeps its pairs under the same agreed bound as TCP its streams.
+        // Shared memory keeps its pairs under the same agreed bound as TCP its streams when
+        // PIPECAST_MAX_CONNECTIONS is given; by default it keeps every pair (a host's ranks
+        // are bounded by its CPUs; closing pairs as roots rotate was slower: docs/shm.md).
         let shm = shm.map(|mut s| {
-            s.set_max_connections(config.max_connections);
+            if config.max_connections_given {
+                s.set_max_connections(config.max_connections);
+            }
             s
         });
         let mut transport = on_host(rank, net, shm, &keys, peers);

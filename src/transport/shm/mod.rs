@@ -236,8 +236,8 @@ pub struct ShmLink {
     /// Rounds so far, and whether the last wait saw a connection queued at the listener.
     rounds: u64,
     knocked: bool,
-    /// Pairs kept set up at most (`PIPECAST_MAX_CONNECTIONS`): above, idle ones are closed,
-    /// least recently used first ([`close`]).
+    /// Pairs kept set up at most (`PIPECAST_MAX_CONNECTIONS` when given; unbounded by
+    /// default): above, idle ones are closed, least recently used first ([`close`]).
     max_pairs: usize,
     /// The peers this link was asked to reach ([`Link::connect`]).
     serves: BTreeSet<usize>,
@@ -309,7 +309,7 @@ impl ShmLink {
             poll,
             rounds: 0,
             knocked: false,
-            max_pairs: super::tcp::MAX_CONNECTIONS,
+            max_pairs: usize::MAX,
             serves: BTreeSet::new(),
             busy: Vec::new(),
             busy_at: None,
@@ -972,24 +972,19 @@ impl ShmLink {
             events: libc::POLLIN,
             revents: 0,
         });
-        let ms = wait.as_millis().min(i32::MAX as u128) as i32;
-        let poll = |fds: &mut [libc::pollfd], ms: i32| {
-            // SAFETY: a live array of `fds.len()` pollfds whose descriptors stay open for the
-            // call (owned by `self.peers` and the progress thread); -1 entries are ignored.
-            unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) }
-        };
+        // The descriptors stay open for the calls (owned by `self.peers` and the progress
+        // thread); -1 entries are ignored. Interrupted: nothing ready.
+        let poll =
+            |fds: &mut [libc::pollfd], wait: Duration| crate::transport::poll::poll(fds, wait);
         // A peer of the same host usually answers within microseconds: poll before sleeping.
-        let n = spin(self.poll.min(wait), || {
-            let n = poll(&mut fds, 0);
-            (n != 0).then_some(n)
-        })
-        .unwrap_or_else(|| poll(&mut fds, ms));
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(io_err(None, e));
+        spin(self.poll.min(wait), || {
+            match poll(&mut fds, Duration::ZERO) {
+                Ok(0) => None,
+                ready => Some(ready),
             }
-        }
+        })
+        .unwrap_or_else(|| poll(&mut fds, wait))
+        .map_err(|e| io_err(None, e))?;
         // The listener is polled last before the wake descriptor.
         let listener = self.listener.is_some() && fds.len() >= 2;
         Ok(listener && fds[fds.len() - 2].revents != 0)
