@@ -24,8 +24,13 @@
 //! rate of one frame on one link, f = ⌈(s + header)/1500⌉ frames per segment, d the links of
 //! the longest root-to-receiver path. Repairs by parents deeper in the ack tree run on their
 //! own uplinks, idle otherwise (a receiver only receives), and are not on the root's path.
+//! A receiver's CPU: every receiver handles every segment, so where a profile states a cost
+//! o per segment end (`segment_cpu_us`, the derived profiles do) the stream cannot run faster
+//! than one segment per o at a receiver: `x·max(g(s)·(1 + q·c), o)` (the trees' round has
+//! the same floor, `model::round_cpu_us`). A derived profile's g(s) = o + s/B already exceeds
+//! o; the floor matters for a calibrated profile whose g is smaller.
 //! What this leaves out: the credit window (the simulator's root stalls if a repair takes
-//! longer than the window; with [`WINDOW_BYTES`] it rarely does) and receivers' CPU.
+//! longer than the window; with [`WINDOW_BYTES`] it rarely does).
 
 use super::{Choice, ModelError, Profile};
 use crate::plan::{self, Plan, TreeKind};
@@ -155,7 +160,11 @@ pub fn predict(shape: Shape, profile: &Profile, msize: u64, segment: u64, loss: 
     let c = profile.cost(seg);
     let a = profile.cost(ACK_BYTES);
     let q = segment_loss(loss, seg, shape.hops);
-    let stream = x * c.g_us * (1.0 + q * shape.root_children as f64);
+    // A segment leaves the root every g(s), and every receiver spends its CPU cost of a
+    // segment end on each (a stated profile's o, as a tree round's floor: `round_cpu_us`):
+    // the slower of the two paces the stream.
+    let per_end = profile.stated_segment_cpu_us().unwrap_or(0.0);
+    let stream = x * (c.g_us * (1.0 + q * shape.root_children as f64)).max(per_end);
     let acks = shape.ack_height as f64 * (a.g_us + a.l_us);
     let tail_p = 1.0 - (1.0 - q).powf(shape.receivers as f64);
     let repair = a.g_us + a.l_us + c.g_us + c.l_us;
@@ -264,6 +273,31 @@ mod tests {
             assert!(t >= last, "{n}: {t} < {last}");
             last = t;
         }
+    }
+
+    #[test]
+    fn a_receivers_stated_cost_per_segment_paces_the_stream() {
+        let s = Shape {
+            receivers: 15,
+            ack_height: 4,
+            root_children: 2,
+            hops: 4,
+        };
+        let mut p = p100();
+        let seg = 1024;
+        let g = p.cost(seg).g_us;
+        let free = predict(s, &p, 1 << 20, seg, 0.0);
+        // Stated below g: the wire paces, as without it.
+        p.segment_cpu_us = Some(g / 2.0);
+        assert_eq!(predict(s, &p, 1 << 20, seg, 0.0), free);
+        // Stated above g: a receiver's CPU paces every segment.
+        p.segment_cpu_us = Some(3.0 * g);
+        let slow = predict(s, &p, 1 << 20, seg, 0.0);
+        let x = (1u64 << 20).div_ceil(seg) as f64;
+        assert!(
+            (slow - free - x * 2.0 * g).abs() < 1e-6 * slow,
+            "{slow} vs {free}"
+        );
     }
 
     #[test]
