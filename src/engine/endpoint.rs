@@ -12,6 +12,22 @@
 //! broadcast is posted ([`Endpoint::post`]). Segments still land straight in the user buffer
 //! of their broadcast: `route_data` says where ([`Route::Into`]); only held segments are
 //! copied (once more, when posted).
+//!
+//! **What a late rank holds.** A held segment returns no credit: credits come only from a
+//! posted broadcast ([`Bcast::handle_data`]), so a parent sends a rank that has not posted
+//! broadcast `b` at most its window of `b`'s segments per lane (the engine's `Config::window`,
+//! R, agreed at every rank) and then waits. Held bytes per broadcast not posted here are thus
+//! at most min(message, lanes × R × segment) ([`Endpoint::held_bytes_of`]), however far the
+//! root runs ahead. Nor can a blocking rank run ahead of its late child: its broadcast is
+//! over only once every child acknowledged every segment, so in a program of blocking
+//! broadcasts a rank holds for at most one broadcast per communicator (the next one); only
+//! nonblocking ones posted ahead by its peers add more, each within that bound, and each
+//! backed by a buffer the program itself gave its root. A late rank is waited for, no rank
+//! fails for being ahead, and no back-pressure spans broadcasts (the window is each
+//! broadcast's own), so broadcasts on different communicators posted in different orders
+//! never wait for each other. The memory itself comes from the link's own allocation, which
+//! fails with a named `TransportError::Memory` instead of aborting (`transport::limits`;
+//! docs/scale.md, "Held segments").
 
 use super::number::{comm_of, number, seq_of};
 use super::{Bcast, DataHeader, EngineError, Expected, Message, Placement, Transmit};
@@ -161,6 +177,14 @@ impl Endpoint {
     /// Bytes of payload held for broadcasts not posted yet.
     pub fn held_bytes(&self) -> usize {
         self.held_bytes
+    }
+
+    /// Bytes of payload held for broadcast `seq` (not posted yet): at most its message, and
+    /// at most lanes × window × segment (the module's doc says why).
+    pub fn held_bytes_of(&self, seq: u64) -> usize {
+        self.held
+            .get(&seq)
+            .map_or(0, |h| h.iter().map(|m| m.payload.len()).sum())
     }
 
     /// Where the payload of a segment from `from` goes: the one landing decision every link
@@ -428,6 +452,104 @@ mod tests {
             for (&s, m) in &msgs {
                 assert!(eps[r].is_done(s), "rank {r} broadcast {s}");
                 assert_eq!(&bufs[r][&s], m, "rank {r} broadcast {s}");
+            }
+        }
+    }
+
+    /// A root that runs ahead of a late rank (every broadcast posted at once, as nonblocking
+    /// ones are) never makes it hold more of a broadcast than the window of its segments per
+    /// lane: a held segment returns no credit, so its parent stops at the window. On the
+    /// chain 0 → 1 → 2 with one lane and with two, window 3, 4-byte segments, sizes 0, 1,
+    /// odd, within and beyond a window, not a multiple of the segment; rank 1 late (the root
+    /// itself runs ahead) and rank 2 (rank 1 forwards, and cannot finish before its child
+    /// posted: a blocking rank 1 could not run ahead). Nothing fails while the rank is late;
+    /// once it posts, one broadcast at a time, every broadcast completes byte-exact at every
+    /// rank and nothing stays held.
+    #[test]
+    fn a_late_rank_holds_at_most_a_window_per_lane_of_each_broadcast_run_ahead() {
+        let window = 3;
+        let config = Config {
+            window,
+            credit_every: 2,
+            ..Config::default()
+        };
+        let sizes = [0, 1, 7, 12, 37, 203];
+        for lanes_n in [1, 2] {
+            for late in [1, 2] {
+                let what = format!("{lanes_n} lanes, rank {late} late");
+                let lanes: Vec<crate::plan::Lane> = (0..lanes_n).flat_map(|_| chain(3)).collect();
+                let msgs: BTreeMap<u64, Vec<u8>> = sizes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &len)| (i as u64 + 1, crate::testing::pattern(len, i)))
+                    .collect();
+                let bcast = |me: usize, seq: u64| {
+                    let setup = Setup {
+                        seq,
+                        root: 0,
+                        msize: msgs[&seq].len() as u64,
+                        segment: 4,
+                        deep: false,
+                    };
+                    Bcast::new(me, &lanes, setup, config, 0).unwrap()
+                };
+                // At most a window of 4-byte segments per lane, and never more than the message.
+                let bound = |seq: u64| msgs[&seq].len().min(lanes_n * window as usize * 4);
+                let total: usize = msgs.keys().map(|&s| bound(s)).sum();
+                let mut eps: Vec<Endpoint> = (0..3).map(|_| Endpoint::new()).collect();
+                let mut bufs = buffers(&msgs);
+                for r in (0..3).filter(|&r| r != late) {
+                    for &s in msgs.keys() {
+                        eps[r]
+                            .post(bcast(r, s), bufs[r].get_mut(&s).unwrap(), 0)
+                            .unwrap();
+                    }
+                }
+                let check = |eps: &[Endpoint], round: usize| {
+                    for &s in msgs.keys() {
+                        let held = eps[late].held_bytes_of(s);
+                        assert!(
+                            held <= bound(s),
+                            "{what}, round {round}: {held} bytes of {s}"
+                        );
+                    }
+                    assert!(eps[late].held_bytes() <= total, "{what}, round {round}");
+                };
+                for round in 0..100 {
+                    exchange(&mut eps, &mut bufs);
+                    check(&eps, round);
+                }
+                // The window is full for every broadcast, and stays so: waited for, not failed.
+                assert_eq!(eps[late].held_bytes(), total, "{what}");
+                for &s in msgs.keys().filter(|&&s| !msgs[&s].is_empty()) {
+                    assert!(
+                        !eps[late - 1].is_done(s),
+                        "{what}: {s} over above the late rank"
+                    );
+                    if late == 2 {
+                        assert!(eps[0].is_done(s), "{what}: the root ran ahead with {s}");
+                    }
+                }
+                for &s in msgs.keys() {
+                    eps[late]
+                        .post(bcast(late, s), bufs[late].get_mut(&s).unwrap(), 0)
+                        .unwrap();
+                    for round in 0..10 {
+                        exchange(&mut eps, &mut bufs);
+                        check(&eps, round);
+                    }
+                }
+                for round in 0..400 {
+                    exchange(&mut eps, &mut bufs);
+                    check(&eps, round);
+                }
+                for r in 0..3 {
+                    for (&s, m) in &msgs {
+                        assert!(eps[r].is_done(s), "{what}: rank {r} broadcast {s}");
+                        assert_eq!(&bufs[r][&s], m, "{what}: rank {r} broadcast {s}");
+                    }
+                    assert_eq!(eps[r].held_bytes(), 0, "{what}: rank {r}");
+                }
             }
         }
     }

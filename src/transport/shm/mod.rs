@@ -673,7 +673,16 @@ impl ShmLink {
                         rx.read(off, dst, streaming).map_err(|e| bad(rank, e))?;
                     }
                     Dest::Hold(v) => {
-                        // Grown chunk by chunk: a segment is often the whole message.
+                        // Grown chunk by chunk: a segment is often the whole message. Refused
+                        // memory is the named error, not an abort (`limits::heap`).
+                        if v.try_reserve((at + len).saturating_sub(v.len())).is_err() {
+                            let what = format!(
+                                "hold segment {} of broadcast {} from rank {rank} until it is \
+                                 posted here",
+                                h.index, h.seq
+                            );
+                            return Err(super::limits::heap(&what, (at + len) as u64).into());
+                        }
                         v.resize(at + len, 0);
                         rx.read(off, &mut v[at..], false)
                             .map_err(|e| bad(rank, e))?;
