@@ -207,6 +207,49 @@ mod tests {
         }
     }
 
+    /// A close begun by one rank completes between broadcasts: both links, driven only while
+    /// they say they serve idle (as the progress thread drives them), read the goodbyes and
+    /// ends and drop the pair — no stream left on either side — without a broadcast to run.
+    /// Unbounded, a link has nothing to serve between broadcasts.
+    #[test]
+    fn a_close_completes_between_broadcasts() {
+        for mode in [ShmMode::Cma, ShmMode::Ring] {
+            for both in [false, true] {
+                let what = format!("{mode}, both close {both}");
+                let (mut ls, _) = links(2, 0, mode);
+                ls[0].connect(&[1], Duration::from_secs(60)).unwrap();
+                ls[1].connect(&[0], Duration::from_secs(60)).unwrap();
+                set_up(&mut ls.iter_mut().collect::<Vec<_>>());
+                assert!(!ls[0].serves_idle() && !ls[1].serves_idle(), "{what}");
+                for l in ls.iter_mut() {
+                    l.set_max_connections(1);
+                }
+                assert!(ls[0].serves_idle() && ls[1].serves_idle(), "{what}");
+                assert_eq!((ls[0].held(), ls[1].held()), (1, 1), "{what}");
+                ls[0].goodbye(1).unwrap();
+                if both {
+                    ls[1].goodbye(0).unwrap();
+                }
+                let mut eps = [Engine::new(), Engine::new()];
+                let mut bufs = [Buffers::new(), Buffers::new()];
+                let start = Instant::now();
+                while ls.iter().any(|l| l.serves_idle()) {
+                    assert!(start.elapsed() < Duration::from_secs(20), "{what}: no end");
+                    for me in [1, 0] {
+                        if ls[me].serves_idle() {
+                            ls[me]
+                                .progress(&mut bufs[me], &mut eps[me], &|| 0, Duration::ZERO)
+                                .unwrap_or_else(|e| panic!("{what}: rank {me}: {e}"));
+                        }
+                    }
+                }
+                assert_eq!((ls[0].held(), ls[1].held()), (0, 0), "{what}: streams left");
+                assert_eq!((ls[0].closes, ls[1].closes), (1, 1), "{what}");
+                assert!(ls[0].leftover.is_empty() && ls[1].leftover.is_empty());
+            }
+        }
+    }
+
     /// Rank 0 closes its idle pair with rank 1 (and, in one variant, rank 1 its own with rank
     /// 0 at the same time) while rank 1, not having read that yet, sends it two broadcasts
     /// rank 0 has not posted: their segments come after rank 0's goodbye, wait for their

@@ -785,6 +785,16 @@ impl Link for ShmLink {
         Ok(())
     }
 
+    /// While its pairs are bounded (`PIPECAST_MAX_CONNECTIONS` given) and it has some: a
+    /// peer may say goodbye at any time, and a closing pair keeps its descriptor until each
+    /// rank read the other's end (`close.rs`). Served between broadcasts (the progress
+    /// thread's idle round waits on the pairs' streams), a close completes as soon as its
+    /// records arrive, not at this rank's or its peer's next broadcast. Unbounded, the
+    /// default, no pair is ever closed and nothing needs serving.
+    fn serves_idle(&self) -> bool {
+        self.max_pairs != usize::MAX && !(self.peers.is_empty() && self.pairs.is_empty())
+    }
+
     /// Reliable; one-sided where the reader attaches to the writer's memory.
     fn capabilities(&self) -> super::Capabilities {
         super::Capabilities {

@@ -976,13 +976,28 @@ pub(super) mod tests {
                         assert!(got == data, "rank {r}, broadcast {seq}: wrong bytes");
                     }
                     over[0].fetch_add(1, SeqCst);
-                    let mut settled = false;
+                    // Between broadcasts the progress thread serves a link only when it says
+                    // so (`serves_idle`): a bounded one does, so its closes complete. An
+                    // unbounded one closes nothing and is served here only to finish setups.
+                    // The end: every rank done and, 20 rounds running, no pair closing or
+                    // being set up and at most `max` kept.
+                    let mut quiet_for = 0;
+                    let mut quiet_counted = false;
                     while over[0].load(SeqCst) < n || over[1].load(SeqCst) < n {
                         assert!(start.elapsed() < Duration::from_secs(60), "no end");
-                        link.progress(&mut bufs, &mut ep, &clock, Duration::from_millis(1))
-                            .unwrap();
-                        if !settled && over[0].load(SeqCst) == n && link.peers.len() <= max {
-                            settled = true;
+                        if link.serves_idle() || max == usize::MAX {
+                            link.progress(&mut bufs, &mut ep, &clock, Duration::from_millis(1))
+                                .unwrap();
+                        } else {
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                        let quiet = link.peers.len() <= max
+                            && (max == usize::MAX
+                                || (link.pairs.is_empty()
+                                    && link.peers.values().all(|p| !p.closing())));
+                        quiet_for = if quiet { quiet_for + 1 } else { 0 };
+                        if !quiet_counted && over[0].load(SeqCst) == n && quiet_for >= 20 {
+                            quiet_counted = true;
                             over[1].fetch_add(1, SeqCst);
                         }
                     }
