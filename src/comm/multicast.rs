@@ -30,7 +30,7 @@ use crate::engine::EngineError;
 use crate::plan::Lane;
 use crate::topology::Topology;
 use crate::transport::mcast::codec::{decode, Ident};
-use crate::transport::mcast::{accept, Batch, Carrier, Dropped, Drops, Source};
+use crate::transport::mcast::{accept_with, Batch, Carrier, Dropped, Drops, Source};
 use crate::transport::{Buffers, TransportError};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -382,13 +382,19 @@ impl Multicast {
                 r.member.handle_timeout(now);
             }
         }
-        let seqs: Vec<u64> = self.running.keys().copied().collect();
-        for seq in seqs {
+        // Each running broadcast in order (no list allocated per round).
+        let mut next = self.running.keys().next().copied();
+        while let Some(seq) = next {
             self.transmit(seq, now, bufs)?;
             let r = &self.running[&seq];
             if let State::Failed(e) = r.member.state() {
                 return Err(gone(seq, e));
             }
+            next = self
+                .running
+                .range((std::ops::Bound::Excluded(seq), std::ops::Bound::Unbounded))
+                .next()
+                .map(|(&s, _)| s);
         }
         Ok(())
     }
@@ -437,7 +443,9 @@ impl Multicast {
     ) -> crate::Result<()> {
         let carrier = &self.agreed.carrier;
         let is_rank = |p: usize, s: &Source| carrier.is_rank(p, s);
-        let (repr, payload) = match accept(bytes, source, self.me, self.agreed.cookie, &is_rank) {
+        let sums = carrier.checksums_payload();
+        let accepted = accept_with(bytes, source, self.me, self.agreed.cookie, &is_rank, sums);
+        let (repr, payload) = match accepted {
             Ok(x) => x,
             Err(d) => {
                 self.drops.count(d);
@@ -597,7 +605,12 @@ impl Multicast {
                 Msg::Data { index, .. } => &buf[r.member.segment_range(index)],
                 _ => &[],
             };
-            let header = r.ident.encode(&out, payload.len()).to_bytes(payload);
+            let mut repr = r.ident.encode(&out, payload.len());
+            if self.agreed.carrier.checksums_payload() {
+                // The carrier checksums the payload (UDP): the CRC covers the header alone.
+                repr.flags |= crate::wire::mcast::flags::HEADER_SUM;
+            }
+            let header = repr.to_bytes(payload);
             let peer = match out.to {
                 crate::engine::multicast::To::Rank(p) => Some(p),
                 crate::engine::multicast::To::Group => None,

@@ -75,6 +75,11 @@ struct Run {
 
 /// Between broadcasts, on a link that must keep answering peers.
 const IDLE_ROUND: Duration = Duration::from_millis(50);
+/// While only multicast receivers are at work (`Multicast::coalesce`), the link's round runs
+/// this often, not after every pause: that round (the link's poll list rebuilt and polled,
+/// its timers, small allocations) was a fifth of a receiving rank's CPU at one per ≤ 1 ms
+/// pause (docs/multicast.md, "Receivers' CPU"). Nothing of the link's is in flight then.
+const RECEIVING_LINK_ROUND: Duration = Duration::from_millis(10);
 /// A run still going after this long logs the engine's and the link's state once (at warn):
 /// a late rank is waited for without limit, and this says for what.
 const STALL_REPORT: Duration = Duration::from_secs(30);
@@ -102,6 +107,9 @@ struct Driver {
     /// What the link waits on in place of the wake descriptor when multicast may run: an
     /// epoll holding it and the carrier's descriptors (kept as long as the link).
     _waits: Option<std::os::fd::OwnedFd>,
+    /// When the link's round is due while only multicast receivers work
+    /// ([`RECEIVING_LINK_ROUND`]; ns since `start`).
+    link_due: u64,
 }
 
 /// Serves `ops` until the communicator drops its end.
@@ -128,6 +136,7 @@ pub fn serve(
         closing: BTreeMap::new(),
         mcast: None,
         _waits: waits,
+        link_due: 0,
     };
     loop {
         wake.clear();
@@ -292,34 +301,43 @@ impl Driver {
                 self.round
             },
         );
+        let mut serve_link = true;
         if let Some(m) = &self.mcast {
             let now = self.now();
             if let Some(w) = m.wait(now) {
                 wait = wait.min(w);
             }
             // Only multicast receivers at work: let frames gather (bounded; a broadcast
-            // posted meanwhile starts at most that late).
+            // posted meanwhile starts at most that late), then serve the carrier alone unless
+            // the link's round is due.
             if let Some(pause) = m.coalesce(now) {
                 if self.runs.keys().all(|&seq| m.runs(seq)) {
                     std::thread::sleep(pause);
                     wait = Duration::ZERO;
+                    serve_link = now >= self.link_due;
                 }
             }
         }
         let start = self.start;
         let clock = move || start.elapsed().as_nanos() as u64;
-        let result = self
-            .endpoint
-            .handle_timeout(clock())
-            .map_err(crate::Error::from)
-            .and_then(|()| {
-                self.link
-                    .progress(&mut self.bufs, &mut self.endpoint, &clock, wait)
-            })
-            .and_then(|()| match self.mcast.as_mut() {
-                Some(m) => m.drive(&clock, &mut self.bufs),
-                None => Ok(()),
-            });
+        if serve_link {
+            self.link_due = clock().saturating_add(RECEIVING_LINK_ROUND.as_nanos() as u64);
+        }
+        let result = if serve_link {
+            self.endpoint
+                .handle_timeout(clock())
+                .map_err(crate::Error::from)
+                .and_then(|()| {
+                    self.link
+                        .progress(&mut self.bufs, &mut self.endpoint, &clock, wait)
+                })
+        } else {
+            Ok(())
+        }
+        .and_then(|()| match self.mcast.as_mut() {
+            Some(m) => m.drive(&clock, &mut self.bufs),
+            None => Ok(()),
+        });
         if let Err(e) = result {
             self.fail(e);
             return;

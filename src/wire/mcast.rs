@@ -12,7 +12,8 @@
 //!
 //! ```text
 //! 0  version u8 (1)     1  kind u8 (1 data, 2 nack, 3 ack, 4 sync, 5 probe, 6 abort)
-//! 2  flags u16          (bit 0: a repair; bit 1: an ack that asks for an answer)
+//! 2  flags u16          (bit 0: a repair; bit 1: an ack that asks for an answer;
+//!                        bit 2: the checksum covers the header only, see below)
 //! 4  from u32           (the sending rank)
 //! 8  job cookie u64     16 broadcast seq u64     24 message size u64
 //! 32 segment size u32   36 index u32 (data: the segment; nack: the first one missing)
@@ -29,6 +30,14 @@
 //! share one only on a hash collision) is dropped by the receiver, never read further. The
 //! checksum is checked before any field beyond the lengths is trusted: a veth pair has no FCS,
 //! and UDP's checksum is optional on IPv4.
+//!
+//! **Header-only checksum** ([`flags::HEADER_SUM`]): a data frame may leave its payload out
+//! of the CRC when the carrier checksums it already: the UDP carrier, whose datagrams Linux
+//! always sends with a UDP checksum over the whole datagram and whose receivers' kernels drop
+//! one that fails it. The payload's CRC was a tenth of a receiving rank's CPU (more than the
+//! copy it guards; docs/multicast.md, "Receivers' CPU"). The raw Ethernet carrier never sets
+//! it (a veth pair verifies no FCS), and a receiver whose carrier does not checksum drops a
+//! frame that carries it (`transport::mcast::accept_with`).
 
 use super::WireError;
 
@@ -47,6 +56,8 @@ pub mod flags {
     pub const REPAIR: u16 = 1;
     /// An acknowledgement that asks its receiver to answer (a keepalive).
     pub const PING: u16 = 2;
+    /// The checksum covers the header only: the carrier's own checksum covers the payload.
+    pub const HEADER_SUM: u16 = 4;
 }
 
 mod field {
@@ -177,9 +188,20 @@ impl<T: AsRef<[u8]>> Frame<T> {
         &self.b()[HEADER_LEN..HEADER_LEN + n]
     }
 
-    /// Whether the checksum matches the header and payload.
+    /// Whether the checksum matches the header and payload (the header alone when the frame
+    /// says so: [`Frame::header_sum`]).
     pub fn checksum_ok(&self) -> bool {
-        u32_at(self.b(), field::CHECKSUM) == checksum(&self.b()[..HEADER_LEN], self.payload())
+        let payload = if self.header_sum() {
+            &[]
+        } else {
+            self.payload()
+        };
+        u32_at(self.b(), field::CHECKSUM) == checksum(&self.b()[..HEADER_LEN], payload)
+    }
+
+    /// Whether the checksum leaves the payload to the carrier ([`flags::HEADER_SUM`]).
+    pub fn header_sum(&self) -> bool {
+        self.flags() & flags::HEADER_SUM != 0
     }
 }
 
@@ -268,7 +290,7 @@ impl Repr {
         o[field::ROOT].copy_from_slice(&self.root.to_le_bytes());
         o[field::VALUE].copy_from_slice(&self.value.to_le_bytes());
         o[field::TO].copy_from_slice(&self.to.to_le_bytes());
-        let payload = if self.kind == Kind::Data {
+        let payload = if self.kind == Kind::Data && self.flags & flags::HEADER_SUM == 0 {
             payload
         } else {
             &[]
@@ -333,6 +355,36 @@ mod tests {
                 Err(_) => assert!(i < 2 || (40..44).contains(&i), "byte {i}"),
             }
         }
+    }
+
+    #[test]
+    fn a_header_only_checksum_covers_the_header_and_says_so() {
+        let payload = b"twenty bytes of data";
+        let mut b = data(payload);
+        let mut r = Repr::parse(&Frame::new_checked(&b[..]).unwrap());
+        assert!(!Frame::new_checked(&b[..]).unwrap().header_sum());
+        r.flags |= flags::HEADER_SUM;
+        b[..HEADER_LEN].copy_from_slice(&r.to_bytes(payload));
+        let f = Frame::new_checked(&b[..]).unwrap();
+        assert!(f.header_sum() && f.checksum_ok());
+        assert_eq!(Repr::parse(&f), r);
+        assert_eq!(f.payload(), payload);
+        // Every header bit is still covered; the payload's are not (the carrier's).
+        for i in 0..b.len() {
+            if (60..64).contains(&i) {
+                continue;
+            }
+            let mut c = b.clone();
+            c[i] ^= 0x10;
+            match Frame::new_checked(&c[..]) {
+                Ok(f) => assert_eq!(f.checksum_ok(), i >= HEADER_LEN, "byte {i}"),
+                Err(_) => assert!(i < 2 || (40..44).contains(&i), "byte {i}"),
+            }
+        }
+        // The flag itself is covered: clearing it breaks the checksum.
+        let mut c = b.clone();
+        c[2] &= !(flags::HEADER_SUM as u8);
+        assert!(!Frame::new_checked(&c[..]).unwrap().checksum_ok());
     }
 
     #[test]

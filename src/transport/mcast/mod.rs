@@ -87,6 +87,13 @@ pub trait Carrier: Send {
     fn drops(&self) -> Option<u64> {
         None
     }
+
+    /// Whether the carrier checksums every frame's payload itself and drops one that fails
+    /// (UDP: the kernel checks the datagram's checksum): data frames may then carry a
+    /// header-only CRC ([`flags::HEADER_SUM`](crate::wire::mcast::flags::HEADER_SUM)).
+    fn checksums_payload(&self) -> bool {
+        false
+    }
 }
 
 /// Why an arrived frame was dropped.
@@ -127,7 +134,9 @@ impl Drops {
 
 /// Checks an arrived frame for rank `me` of the job with `cookie`, in this order: lengths,
 /// version and kind, checksum, cookie, that it is for `me` or the group, and that `source` is
-/// the address of the rank it names (`is_rank`). Returns its header and payload.
+/// the address of the rank it names (`is_rank`). Returns its header and payload. A frame whose
+/// checksum leaves the payload to the carrier is dropped ([`accept_with`] takes it where the
+/// carrier checksums).
 pub fn accept<'a>(
     bytes: &'a [u8],
     source: &Source,
@@ -135,8 +144,21 @@ pub fn accept<'a>(
     cookie: u64,
     is_rank: &dyn Fn(usize, &Source) -> bool,
 ) -> Result<(Repr, &'a [u8]), Dropped> {
+    accept_with(bytes, source, me, cookie, is_rank, false)
+}
+
+/// [`accept`], where `carrier_sums` says whether the carrier checksummed the payload
+/// ([`Carrier::checksums_payload`]): only then may a frame's CRC cover its header alone.
+pub fn accept_with<'a>(
+    bytes: &'a [u8],
+    source: &Source,
+    me: usize,
+    cookie: u64,
+    is_rank: &dyn Fn(usize, &Source) -> bool,
+    carrier_sums: bool,
+) -> Result<(Repr, &'a [u8]), Dropped> {
     let frame = Frame::new_checked(bytes).map_err(|_| Dropped::Malformed)?;
-    if !frame.checksum_ok() {
+    if !frame.checksum_ok() || (frame.header_sum() && !carrier_sums) {
         return Err(Dropped::Checksum);
     }
     let repr = Repr::parse(&frame);
@@ -156,4 +178,47 @@ pub fn accept<'a>(
         &[]
     };
     Ok((repr, payload))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::mcast::flags;
+
+    #[test]
+    fn a_header_only_checksum_is_taken_only_where_the_carrier_checksums() {
+        let payload = b"seventeen bytes!!";
+        let mut repr = Repr {
+            kind: Kind::Data,
+            from: 1,
+            cookie: 77,
+            count: payload.len() as u32,
+            ..Repr::default()
+        };
+        let source = Source::Mac([2, 0, 0, 0, 0, 1]);
+        let is_rank = |r: usize, _: &Source| r == 1;
+        let frame = |repr: &Repr| [&repr.to_bytes(payload)[..], payload].concat();
+        // A whole-frame CRC: taken by both.
+        let whole = frame(&repr);
+        for sums in [false, true] {
+            let (r, p) = accept_with(&whole, &source, 0, 77, &is_rank, sums).unwrap();
+            assert_eq!((r, p), (repr, &payload[..]));
+        }
+        // A header-only CRC: dropped where the carrier does not checksum.
+        repr.flags |= flags::HEADER_SUM;
+        let header_only = frame(&repr);
+        assert_eq!(
+            accept(&header_only, &source, 0, 77, &is_rank),
+            Err(Dropped::Checksum)
+        );
+        let (r, p) = accept_with(&header_only, &source, 0, 77, &is_rank, true).unwrap();
+        assert_eq!((r, p), (repr, &payload[..]));
+        // Its header is still checked.
+        let mut bad = header_only.clone();
+        bad[20] ^= 1;
+        assert_eq!(
+            accept_with(&bad, &source, 0, 77, &is_rank, true),
+            Err(Dropped::Checksum)
+        );
+    }
 }

@@ -69,35 +69,56 @@ pub struct UdpCarrier {
     rcvbuf: usize,
     /// The interface's MTU (1500 when it cannot be read).
     mtu: usize,
-    /// Datagrams the kernel dropped at each socket (group, unicast) for want of receive
-    /// buffer, as `SO_RXQ_OVFL` last said.
-    overflow: [u32; 2],
+    /// `recvmmsg(2)`'s arrays.
+    mmsg: Mmsg,
 }
 
 /// Datagrams one `recvmmsg(2)` takes at most.
 const MMSG: usize = 64;
 
-/// Control bytes per datagram: room for one `SO_RXQ_OVFL` message (a `u32`), 8-aligned.
-type Control = [u64; 4];
+/// The arrays one `recvmmsg(2)` fills, kept from call to call: zeroing them (~5 KB) on every
+/// call was a measurable part of a receiving rank's round (docs/multicast.md, "Receivers'
+/// CPU"). Only the entries a call passes are written before it.
+struct Mmsg {
+    names: Box<[libc::sockaddr_in; MMSG]>,
+    iovs: Box<[libc::iovec; MMSG]>,
+    msgs: Box<[libc::mmsghdr; MMSG]>,
+}
+
+// SAFETY: the raw pointers inside `iovs` and `msgs` are scratch written before every call and
+// never followed outside `recv_mmsg` (which sets them to memory it borrows for the call).
+unsafe impl Send for Mmsg {}
+
+impl std::fmt::Debug for Mmsg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Mmsg")
+    }
+}
+
+impl Mmsg {
+    fn new() -> Mmsg {
+        // SAFETY: all-zero sockaddr_in, iovec and mmsghdr are valid values (null pointers,
+        // zero lengths); every entry a call uses is filled before it.
+        unsafe {
+            Mmsg {
+                names: Box::new(std::mem::zeroed()),
+                iovs: Box::new(std::mem::zeroed()),
+                msgs: Box::new(std::mem::zeroed()),
+            }
+        }
+    }
+}
 
 /// Receives up to the batch's free slots (at most [`MMSG`]) from `fd` in one `recvmmsg(2)`
-/// without blocking, committing each datagram to its slot in order; how many. `overflow`
-/// becomes the socket's drop count when a datagram carries one (`SO_RXQ_OVFL`).
-fn recv_mmsg(fd: RawFd, batch: &mut Batch, overflow: &mut u32) -> io::Result<usize> {
+/// without blocking, committing each datagram to its slot in order; how many.
+fn recv_mmsg(fd: RawFd, batch: &mut Batch, m: &mut Mmsg) -> io::Result<usize> {
     let slot = batch.slot_len();
     let (region, free) = batch.free_region();
     let want = free.min(MMSG);
     if want == 0 {
         return Ok(0);
     }
-    // SAFETY: all-zero sockaddr_in, iovec, control blocks and mmsghdr are valid values (null
-    // pointers, zero lengths); they are filled below before the call.
-    let mut names: [libc::sockaddr_in; MMSG] = unsafe { std::mem::zeroed() };
-    let mut control: [Control; MMSG] = [[0; 4]; MMSG];
-    // SAFETY: as above.
-    let mut iovs: [libc::iovec; MMSG] = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    let mut msgs: [libc::mmsghdr; MMSG] = unsafe { std::mem::zeroed() };
+    let Mmsg { names, iovs, msgs } = m;
     for (i, chunk) in region.chunks_exact_mut(slot).take(want).enumerate() {
         iovs[i] = libc::iovec {
             iov_base: chunk.as_mut_ptr() as *mut libc::c_void,
@@ -108,13 +129,14 @@ fn recv_mmsg(fd: RawFd, batch: &mut Batch, overflow: &mut u32) -> io::Result<usi
         h.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
         h.msg_iov = &mut iovs[i];
         h.msg_iovlen = 1;
-        h.msg_control = control[i].as_mut_ptr() as *mut libc::c_void;
-        h.msg_controllen = std::mem::size_of::<Control>() as _;
+        h.msg_control = std::ptr::null_mut();
+        h.msg_controllen = 0;
+        h.msg_flags = 0;
     }
-    // SAFETY: `msgs[..want]` each point at their own name, control block and one iovec over
-    // a distinct `slot`-byte chunk of the batch's free region (`want` chunks fit in it: `free`
-    // slots of `slot` bytes), all alive and not otherwise borrowed for the call; the kernel
-    // writes at most the lengths given and sets `msg_len`, `msg_namelen`, `msg_controllen`.
+    // SAFETY: `msgs[..want]` each point at their own name and one iovec over a distinct
+    // `slot`-byte chunk of the batch's free region (`want` chunks fit in it: `free` slots of
+    // `slot` bytes), all alive and not otherwise borrowed for the call, and carry no control
+    // block; the kernel writes at most the lengths given and sets `msg_len` and `msg_namelen`.
     let r = unsafe {
         libc::recvmmsg(
             fd,
@@ -147,36 +169,34 @@ fn recv_mmsg(fd: RawFd, batch: &mut Batch, overflow: &mut u32) -> io::Result<usi
             // `accept` drops it; the slot is kept so the others stay in order.
             SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)
         };
-        if let Some(n) = rxq_overflow(h) {
-            *overflow = n;
-        }
         batch.commit(msgs[i].msg_len as usize, Source::Udp(source));
     }
     Ok(got)
 }
 
-/// The `SO_RXQ_OVFL` count a received message's control data carries, if any.
-fn rxq_overflow(h: &libc::msghdr) -> Option<u32> {
-    if h.msg_controllen == 0 || h.msg_control.is_null() {
-        return None;
-    }
-    // SAFETY: `h` is a msghdr the kernel filled: `msg_control` points at its control block
-    // (alive: the caller's array) with `msg_controllen` valid bytes, which CMSG_FIRSTHDR and
-    // CMSG_NXTHDR walk within; a header is read only when it lies inside them, and its data
-    // only when its length covers a u32 (read unaligned).
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(h);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET
-                && (*c).cmsg_type == libc::SO_RXQ_OVFL
-                && (*c).cmsg_len as usize >= libc::CMSG_LEN(4) as usize
-            {
-                return Some(std::ptr::read_unaligned(libc::CMSG_DATA(c) as *const u32));
-            }
-            c = libc::CMSG_NXTHDR(h, c);
-        }
-    }
-    None
+/// `SO_MEMINFO` (asm-generic's number; not in the `libc` crate): the socket's memory counters,
+/// `SK_MEMINFO_DROPS` among them.
+const SO_MEMINFO: libc::c_int = 55;
+
+/// Datagrams the kernel dropped at socket `fd` (`sk_drops`, what `SO_RXQ_OVFL` would report
+/// with every datagram, read here only when asked: the control message per datagram cost a
+/// receiving rank 2 % of its CPU).
+fn socket_drops(fd: RawFd) -> Option<u32> {
+    let mut info = [0u32; libc::SK_MEMINFO_DROPS as usize + 1];
+    let mut len = std::mem::size_of_val(&info) as libc::socklen_t;
+    // SAFETY: `info` is a live array of `len` bytes that the kernel writes at most `len` of
+    // (it sets `len` to what it wrote).
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            SO_MEMINFO,
+            info.as_mut_ptr() as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    let need = (libc::SK_MEMINFO_DROPS as usize + 1) * 4;
+    (r == 0 && len as usize >= need).then(|| info[libc::SK_MEMINFO_DROPS as usize])
 }
 
 fn setup(what: String, e: io::Error) -> TransportError {
@@ -373,10 +393,6 @@ impl UdpCarrier {
         .map_err(|e| setup(what("IP_MULTICAST_LOOP"), e))?;
         grow_rcvbuf(u, config.rcvbuf)
             .map_err(|e| setup(what("the unicast socket's receive buffer"), e))?;
-        // Kernel drops reported with each datagram (best effort: only a counter).
-        for fd in [g, u] {
-            let _ = set_opt(fd, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, 1i32);
-        }
         let local = match uni.local_addr() {
             Ok(SocketAddr::V4(a)) => a,
             Ok(other) => {
@@ -396,7 +412,7 @@ impl UdpCarrier {
             peers: Vec::new(),
             rcvbuf,
             mtu: iface_mtu(iface).unwrap_or(1500),
-            overflow: [0; 2],
+            mmsg: Mmsg::new(),
         })
     }
 
@@ -464,9 +480,9 @@ impl Carrier for UdpCarrier {
     /// One `recvmmsg(2)` on the group socket, then one on the unicast socket if slots are
     /// left.
     fn recv_batch(&mut self, batch: &mut Batch) -> io::Result<usize> {
-        let mut n = recv_mmsg(self.grp.as_raw_fd(), batch, &mut self.overflow[0])?;
+        let mut n = recv_mmsg(self.grp.as_raw_fd(), batch, &mut self.mmsg)?;
         if batch.len() < batch.capacity() {
-            n += recv_mmsg(self.uni.as_raw_fd(), batch, &mut self.overflow[1])?;
+            n += recv_mmsg(self.uni.as_raw_fd(), batch, &mut self.mmsg)?;
         }
         Ok(n)
     }
@@ -483,15 +499,50 @@ impl Carrier for UdpCarrier {
         Some(self.rcvbuf)
     }
 
-    /// What `SO_RXQ_OVFL` last reported (read with [`Carrier::recv_batch`]).
+    /// Linux sends every UDP datagram with a checksum over it (this carrier never turns it
+    /// off: no `SO_NO_CHECK`) and drops, on receipt, one whose checksum fails.
+    fn checksums_payload(&self) -> bool {
+        true
+    }
+
+    /// Both sockets' `sk_drops` (`SO_MEMINFO`), read now.
     fn drops(&self) -> Option<u64> {
-        Some(self.overflow.iter().map(|&n| u64::from(n)).sum())
+        let g = socket_drops(self.grp.as_raw_fd())?;
+        let u = socket_drops(self.uni.as_raw_fd()).unwrap_or(0);
+        Some(u64::from(g) + u64::from(u))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn socket_drops_are_read_when_asked() {
+        let rx = udp_socket(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)).unwrap();
+        assert_eq!(socket_drops(rx.as_raw_fd()), Some(0));
+        // A small receive buffer overflows: the kernel counts what it dropped.
+        set_opt(rx.as_raw_fd(), libc::SOL_SOCKET, libc::SO_RCVBUF, 4096i32).unwrap();
+        let to = rx.local_addr().unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        for _ in 0..200 {
+            let _ = tx.send_to(&[7u8; 1000], to);
+        }
+        assert!(socket_drops(rx.as_raw_fd()).is_some_and(|d| d > 0));
+        let mut batch = Batch::new(MMSG, 1100);
+        let mut m = Mmsg::new();
+        let got = recv_mmsg(rx.as_raw_fd(), &mut batch, &mut m).unwrap();
+        assert!(got > 0 && got == batch.len());
+        let (bytes, source) = batch.get(0);
+        assert_eq!(bytes, &[7u8; 1000][..]);
+        assert_eq!(
+            source,
+            Source::Udp(match tx.local_addr().unwrap() {
+                SocketAddr::V4(a) => a,
+                SocketAddr::V6(_) => unreachable!(),
+            })
+        );
+    }
 
     #[test]
     fn a_missing_interface_address_is_a_clear_error() {
