@@ -96,6 +96,8 @@ pub struct Multicast {
     received: u64,
     /// Whether the last round landed data ([`Multicast::coalesce`]).
     landed: bool,
+    /// What this rank learned of the loss ([`Config::spare`]).
+    spare: u32,
     /// How long a receiving rank lets frames gather before the next round, at most.
     coalesce: Duration,
     /// One segment's time at the paced rate (zero: unpaced).
@@ -122,6 +124,7 @@ impl Multicast {
     pub fn new(me: usize, agreed: Agreed) -> Multicast {
         let coalesce = coalesce_for(agreed.config, agreed.segment);
         let (agreed_rate, agreed_segment) = (agreed.config.rate, agreed.segment);
+        let agreed_spare = agreed.config.spare;
         // A slot holds the largest valid frame and a little more (a longer one is cut, then
         // dropped as malformed: no valid frame is longer).
         let slot = crate::wire::mcast::HEADER_LEN + agreed.segment as usize + 64;
@@ -141,6 +144,7 @@ impl Multicast {
             sent: 0,
             received: 0,
             landed: false,
+            spare: agreed_spare,
             coalesce,
             per_segment: per_segment(agreed_rate, agreed_segment),
         }
@@ -240,7 +244,11 @@ impl Multicast {
         }
         let shape = self.shape(root)?;
         let segment = self.agreed.segment;
-        let member = Member::new(shape, msize, segment, self.agreed.config, now)
+        let config = Config {
+            spare: self.spare,
+            ..self.agreed.config
+        };
+        let member = Member::new(shape, msize, segment, config, now)
             .map_err(|e| EngineError::BadPlan(e.to_string()))?;
         let last = self.posted.entry(comm_of(seq)).or_insert(0);
         *last = (*last).max(seq_of(seq));
@@ -299,6 +307,8 @@ impl Multicast {
             return;
         };
         if matches!(r.member.state(), State::Complete) {
+            // The loss this rank saw: the next broadcast it roots starts paced for it.
+            self.spare = r.member.spare();
             let segments = u64::from(r.member.segments());
             self.finished
                 .insert(seq, (segments, r.ident.root as u32, r.ident.msize));

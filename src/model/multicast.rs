@@ -70,6 +70,11 @@ pub struct Repair {
     pub nack_wait_ns: u64,
     /// Retries wait at most `nack_wait_ns << backoff_max` (32 waits).
     pub backoff_max: u32,
+    /// The first retry's wait at least: a rank that measured how long its repairs take
+    /// ([`RepairTime`]) waits that (and four times its deviation), between this and
+    /// `nack_wait_ns`. A parent does not repair a segment to the same child again until half
+    /// of this passed since the last copy left it.
+    pub nack_wait_min_ns: u64,
     /// Most segments one NACK names; a rank with more due asks for the rest once its parent
     /// has had the time to send these.
     pub nack_max: u32,
@@ -86,14 +91,107 @@ pub const REPAIR: Repair = Repair {
     nack_delay_ns: 2_000_000,
     nack_wait_ns: 20_000_000,
     backoff_max: 5,
+    nack_wait_min_ns: 4_000_000,
     nack_max: 64,
     sync_ns: 20_000_000,
 };
 
+/// How the root's pace leaves room for repairs (`engine::multicast::Member`): the group's
+/// stream and the repairs share every receiver's downlink, which a pace just under the link's
+/// rate fills. A rank that repairs counts the segments its ack-tree children NACK per segment
+/// it sent or received, over blocks of [`Pace::block`] segments; the root's pace is the link's
+/// less `spare`, which jumps to `gain` × that miss rate (at most `spare_max`) when it is
+/// higher and falls back by an eighth of the difference per block when it is lower. Every
+/// rank keeps what it learned for the next broadcast it roots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pace {
+    /// Segments per estimate.
+    pub block: u32,
+    /// Spare pace per missed segment per segment sent, in thousandths per thousandth.
+    pub gain: u32,
+    /// Most spare (thousandths of the rate): the pace never falls below the rest.
+    pub spare_max: u32,
+}
+
+/// The one set (runtime; the simulator's root is not paced: it sends at its port's rate).
+/// A gain of 2: a NACKed segment costs its repair on the downlink and, with reordering, a
+/// duplicate; duplicated frames the root does not see. At most 25 % below the link.
+pub const PACE: Pace = Pace {
+    block: 64,
+    gain: 2,
+    spare_max: 250,
+};
+
+impl Pace {
+    /// The spare (thousandths) after a block in which `missed` segments were NACKed by
+    /// `children` children for `block` segments, from `spare`.
+    pub fn next_spare(&self, spare: u32, missed: u64, block: u64, children: u64) -> u32 {
+        let samples = block.saturating_mul(children).max(1);
+        let target = (missed
+            .saturating_mul(1000)
+            .saturating_mul(u64::from(self.gain))
+            / samples)
+            .min(u64::from(self.spare_max)) as u32;
+        if target >= spare {
+            target
+        } else {
+            spare - (spare - target).div_ceil(8)
+        }
+    }
+
+    /// `rate` less `spare` thousandths.
+    pub fn paced(&self, rate: u64, spare: u32) -> u64 {
+        let keep = 1000 - u64::from(spare.min(self.spare_max).min(1000));
+        rate / 1000 * keep + rate % 1000 * keep / 1000
+    }
+}
+
 impl Repair {
-    /// How long after its `asked`-th NACK (1 for the first) a segment is asked for again.
-    pub fn retry_after(&self, asked: u32) -> u64 {
-        backoff(self.nack_wait_ns, asked, self.backoff_max)
+    /// How long after its `asked`-th NACK (1 for the first) a segment is asked for again,
+    /// by a rank whose repairs take `time`.
+    pub fn retry_after(&self, asked: u32, time: &RepairTime) -> u64 {
+        backoff(self.retry_wait(time), asked, self.backoff_max)
+    }
+
+    /// The first retry's wait: the repairs' smoothed time and four deviations, between
+    /// `nack_wait_min_ns` and `nack_wait_ns` (this with no measure yet).
+    pub fn retry_wait(&self, time: &RepairTime) -> u64 {
+        match time.srtt {
+            None => self.nack_wait_ns,
+            Some(s) => s.saturating_add(time.rttvar.saturating_mul(4)).clamp(
+                self.nack_wait_min_ns.min(self.nack_wait_ns),
+                self.nack_wait_ns,
+            ),
+        }
+    }
+
+    /// How long after a repair's copy left a parent it does not send the same child another.
+    pub fn repair_hold(&self) -> u64 {
+        self.nack_wait_min_ns.min(self.nack_wait_ns) / 2
+    }
+}
+
+/// How long a rank's repairs take, from its first NACK of a segment to the segment (a
+/// segment asked for twice gives no sample: which NACK was answered is unknown), smoothed
+/// as TCP smooths round trips (RFC 6298: an eighth and a quarter).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RepairTime {
+    pub srtt: Option<u64>,
+    pub rttvar: u64,
+}
+
+impl RepairTime {
+    pub fn sample(&mut self, ns: u64) {
+        match self.srtt {
+            None => {
+                self.srtt = Some(ns);
+                self.rttvar = ns / 2;
+            }
+            Some(s) => {
+                self.rttvar = self.rttvar - self.rttvar / 4 + s.abs_diff(ns) / 4;
+                self.srtt = Some(s - s / 8 + ns / 8);
+            }
+        }
     }
 }
 

@@ -32,13 +32,17 @@
 //! * a receiver missing some segment known sent sends its ack-tree parent a NACK naming it,
 //!   the NACK delay after a later segment revealed the gap (reordering, at runtime) or at
 //!   once when a status did; at most `nack_max` (64) segments per NACK, the rest once the
-//!   parent had the time to send those; it asks again for one after 1, 2, 4, … 32 NACK
-//!   waits (a repair may be lost; backing off keeps a busy parent's port from being flooded
-//!   with the same request);
+//!   parent had the time to send those; it asks again for one after 1, 2, 4, … 32 waits (a
+//!   repair may be lost; backing off keeps a busy parent's port from being flooded with the
+//!   same request), a wait being the NACK wait until the rank measured how long its repairs
+//!   take, then that ([`RepairTime`], as the runtime);
 //! * a parent holding a segment asked for sends it to the child by unicast unless a copy to
-//!   that child is still on its port or left less than half a NACK wait ago; one that does
-//!   not hold it yet remembers the request and serves it when it gets the segment (the root
-//!   holds everything, so every request is served);
+//!   that child is still on its port or left less than [`Repair::repair_hold`](crate::model::multicast::Repair::repair_hold)
+//!   ago; one that does not hold it yet remembers the request, serves it when it gets the
+//!   segment, and asks its own parent again at once if its own last request is that old (the root holds
+//!   everything, so every request is served);
+//! * the root is not paced below its port's rate (the runtime's `model::multicast::PACE`
+//!   is not simulated);
 //! * every rank reports to its parent the prefix of segments its whole subtree holds, when it
 //!   grew by a quarter of the window or reached the end; the root's credit is the least of
 //!   its children's reports;
@@ -50,7 +54,7 @@
 //! segment and says which ones are missing otherwise ([`SimError::Undelivered`]).
 
 use super::{EdgeUse, LinkModel, SimError, SimLink, Through, Timing, EDGE_LATENCY_NS};
-use crate::model::multicast::{window_segments, ACK_BYTES, FRAME_BYTES, REPAIR};
+use crate::model::multicast::{window_segments, RepairTime, ACK_BYTES, FRAME_BYTES, REPAIR};
 use crate::model::Profile;
 use crate::plan::{multicast, Plan, TreeKind};
 use crate::topology::{DirEdge, MachineId, Topology};
@@ -190,6 +194,8 @@ struct Rank {
     /// The prefix last reported to the parent.
     sent: u32,
     done_at: Option<u64>,
+    /// How long this rank's repairs take (its retries wait that).
+    repair_time: RepairTime,
 }
 
 impl Rank {
@@ -655,7 +661,10 @@ impl Sim<'_> {
             rank.gaps.remove(&seg);
         }
         let rank = &mut self.ranks[r as usize];
-        rank.asked.remove(&seg);
+        if let Some((at, 1)) = rank.asked.remove(&seg) {
+            // Asked for once: how long a repair takes here.
+            rank.repair_time.sample(now.saturating_sub(at));
+        }
         if rank.count() == u64::from(self.x) {
             rank.done_at = Some(now);
         }
@@ -681,7 +690,7 @@ impl Sim<'_> {
             rank.asked.get(s).is_none_or(|&(t, n)| {
                 let wait = match n {
                     0 => REPAIR.nack_delay_ns,
-                    n => REPAIR.retry_after(n),
+                    n => REPAIR.retry_after(n, &rank.repair_time),
                 };
                 t + wait <= now
             })
@@ -709,7 +718,7 @@ impl Sim<'_> {
     /// `from` repairs `seg` to `to`, unless a copy is still on its port or left less than
     /// half a NACK wait ago.
     fn repair(&mut self, from: u32, to: u32, seg: u32) {
-        let hold = REPAIR.nack_wait_ns / 2;
+        let hold = REPAIR.repair_hold();
         if let Some(&left) = self.ranks[from as usize].repaired.get(&(to, seg)) {
             if self.now < left + hold {
                 return;
@@ -745,17 +754,32 @@ impl Sim<'_> {
         );
     }
 
-    /// `parent` is asked for `segs` by `child`.
+    /// `parent` is asked for `segs` by `child`. One it lacks is served when it lands, and
+    /// asked for again at once if the parent's own last NACK of it is a repair's hold old
+    /// (not on the parent's own backoff), as at runtime.
     fn nack(&mut self, parent: u32, child: u32, segs: &[u32]) {
+        let now = self.now;
+        let mut again = Vec::new();
         for &s in segs {
             if self.ranks[parent as usize].holds(s) {
                 self.repair(parent, child, s);
             } else {
-                let waiting = self.ranks[parent as usize].pending.entry(s).or_default();
+                let rank = &mut self.ranks[parent as usize];
+                let waiting = rank.pending.entry(s).or_default();
                 if !waiting.contains(&child) {
                     waiting.push(child);
                 }
+                let stale = rank
+                    .asked
+                    .get(&s)
+                    .is_some_and(|&(t, n)| n > 0 && now >= t + REPAIR.repair_hold());
+                if stale && parent as usize != self.root {
+                    again.push(s);
+                }
             }
+        }
+        if !again.is_empty() {
+            self.ask(parent, again);
         }
     }
 

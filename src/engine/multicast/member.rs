@@ -24,6 +24,8 @@ struct Miss {
     nacked: Option<u64>,
     /// How many times it was NACKed.
     asked: u32,
+    /// A child asked for it: NACK it in the next round, whatever the backoff says.
+    urgent: bool,
 }
 
 /// Whom a repair is for: one child, or the whole group (the root's re-multicast).
@@ -54,6 +56,8 @@ pub struct Stats {
     pub duplicates: u64,
     /// Repairs asked for and not sent: a copy was queued, or had left only lately.
     pub suppressed: u64,
+    /// The root's pace at the end, in thousandths below [`Config::rate`] (the loss it saw).
+    pub spare: u32,
 }
 
 /// One rank's part in one multicast broadcast.
@@ -97,6 +101,13 @@ pub struct Member {
     last_sync: Option<u64>,
     asks: BTreeMap<u32, BTreeSet<usize>>,
     pacer: Pacer,
+    /// The loss estimate (`model::multicast::PACE`): thousandths of `config.rate` the root
+    /// leaves spare, segments NACKed in this block, where the block began.
+    spare: u32,
+    missed: u64,
+    block_from: u32,
+    /// How long this rank's repairs take (its NACK retries wait that).
+    repair_time: crate::model::multicast::RepairTime,
     stats: Stats,
 }
 
@@ -168,7 +179,15 @@ impl Member {
             moved: now,
             last_sync: None,
             asks: BTreeMap::new(),
-            pacer: Pacer::new(config.rate, config.burst, now),
+            pacer: Pacer::new(
+                Self::paced(config.rate, config.spare, is_root),
+                config.burst,
+                now,
+            ),
+            spare: config.spare.min(crate::model::multicast::PACE.spare_max),
+            missed: 0,
+            block_from: 0,
+            repair_time: Default::default(),
             stats: Stats::default(),
             shape,
         };
@@ -202,7 +221,46 @@ impl Member {
     }
 
     pub fn stats(&self) -> Stats {
-        self.stats
+        Stats {
+            spare: self.spare,
+            ..self.stats
+        }
+    }
+
+    /// What this rank learned of the loss (thousandths of the rate a root leaves spare):
+    /// [`Config::spare`] of the next broadcast it roots.
+    pub fn spare(&self) -> u32 {
+        self.spare
+    }
+
+    /// The root's pace: `rate` less `spare` thousandths (another rank's repairs: `rate`).
+    fn paced(rate: Option<u64>, spare: u32, is_root: bool) -> Option<u64> {
+        let pace = crate::model::multicast::PACE;
+        rate.map(|r| if is_root { pace.paced(r, spare) } else { r })
+    }
+
+    /// Counts `missed` segments NACKed (the root: by its children; another rank: by itself)
+    /// and, once a block of segments was sent (the root) or learned sent, moves the spare
+    /// and the root's pace.
+    fn estimate(&mut self, now: u64, missed: u64) {
+        self.missed = self.missed.saturating_add(missed);
+        let pace = crate::model::multicast::PACE;
+        let (done, per) = if self.is_root() {
+            (self.next, self.children.len() as u64)
+        } else {
+            (self.high, 1)
+        };
+        let block = done.saturating_sub(self.block_from);
+        if block < pace.block.max(1) || per == 0 {
+            return;
+        }
+        self.spare = pace.next_spare(self.spare, self.missed, u64::from(block), per);
+        self.missed = 0;
+        self.block_from = done;
+        if self.is_root() {
+            let rate = Self::paced(self.config.rate, self.spare, true);
+            self.pacer.set_rate(now, rate);
+        }
     }
 
     /// The bytes of segment `index` in the buffer.
@@ -265,7 +323,15 @@ impl Member {
             return None;
         }
         self.have[index as usize] = true;
-        self.missing.remove(&index);
+        if let Some(Miss {
+            nacked: Some(at),
+            asked: 1,
+            ..
+        }) = self.missing.remove(&index)
+        {
+            // Asked for once: how long a repair takes here.
+            self.repair_time.sample(now.saturating_sub(at));
+        }
         self.learn_sent(now, index + 1, now);
         while self.prefix < self.n && self.have[self.prefix as usize] {
             self.prefix += 1;
@@ -280,7 +346,7 @@ impl Member {
     }
 
     /// Segments `0..sent` were sent: the ones not held are gaps, known since `seen`.
-    fn learn_sent(&mut self, _now: u64, sent: u32, seen: u64) {
+    fn learn_sent(&mut self, now: u64, sent: u32, seen: u64) {
         let sent = sent.min(self.n);
         if self.is_root() || sent <= self.high {
             return;
@@ -293,11 +359,13 @@ impl Member {
                         seen,
                         nacked: None,
                         asked: 0,
+                        urgent: false,
                     },
                 );
             }
         }
         self.high = sent;
+        self.estimate(now, 0);
     }
 
     /// Queues a repair of segment `index` to `to` (a child, or [`GROUP`]) unless a copy is
@@ -315,7 +383,7 @@ impl Member {
     /// Whether a copy of segment `index` to `to` is queued, or left less than half a NACK
     /// interval before `now`.
     fn recently_repaired(&self, now: u64, to: usize, index: u32) -> bool {
-        let hold = self.config.nack_interval / 2;
+        let hold = self.hold();
         self.queued.contains(&(to, index))
             || self
                 .repaired
@@ -504,14 +572,24 @@ impl Member {
         let end = index
             .saturating_add(count.min(self.config.nack_max.max(1)))
             .min(self.n);
-        if !self.is_root() {
+        if self.is_root() {
+            self.estimate(now, u64::from(end - index));
+        } else {
             // The child knows these were sent.
             self.learn_sent(now, end, now.saturating_sub(self.config.nack_delay));
         }
         for i in index..end {
             if !self.have[i as usize] {
-                // Not held here: repaired when it lands (this rank NACKs it itself).
+                // Not held here: repaired when it lands. This rank NACKs it itself, and now
+                // if its own last NACK of it is as old as a repair's hold: a child that
+                // waited out its backoff does not wait out this rank's too.
                 self.wanted.entry(i).or_default().insert(child);
+                let hold = self.hold();
+                if let Some(m) = self.missing.get_mut(&i) {
+                    if m.nacked.is_some_and(|at| now >= at.saturating_add(hold)) {
+                        m.urgent = true;
+                    }
+                }
                 continue;
             }
             if self.is_root() && self.config.group_repair > 0 {
@@ -562,6 +640,7 @@ impl Member {
                 let index = self.next;
                 self.next += 1;
                 self.stats.sent += 1;
+                self.estimate(now, 0);
                 if self.next == self.n {
                     // The last segment: a sync right behind it (the same path, in order)
                     // tells every rank what was sent, so a lost tail, which no later
@@ -581,14 +660,32 @@ impl Member {
     }
 
     fn nack_due(&self, m: &Miss) -> u64 {
+        if m.urgent {
+            return 0;
+        }
         match m.nacked {
             None => m.seen.saturating_add(self.config.nack_delay),
             Some(at) => at.saturating_add(crate::model::multicast::backoff(
-                self.config.nack_interval,
+                self.retry_wait(),
                 m.asked,
                 self.config.nack_backoff,
             )),
         }
+    }
+
+    /// The first retry's wait (`model::multicast::Repair::retry_wait` with this config).
+    fn retry_wait(&self) -> u64 {
+        let r = crate::model::multicast::Repair {
+            nack_wait_ns: self.config.nack_interval,
+            nack_wait_min_ns: self.config.nack_min,
+            ..crate::model::multicast::REPAIR
+        };
+        r.retry_wait(&self.repair_time)
+    }
+
+    /// How long after a repair's copy left this rank it sends the same one no other.
+    fn hold(&self) -> u64 {
+        self.config.nack_min.min(self.config.nack_interval) / 2
     }
 
     /// When the next NACK round is due (`None`: nothing missing).
@@ -628,11 +725,15 @@ impl Member {
             due.truncate(max);
             self.nack_round = now.saturating_add(self.nack_round_gap());
         }
+        if !due.is_empty() {
+            self.estimate(now, due.len() as u64);
+        }
         let mut runs: Vec<(u32, u32)> = Vec::new();
         for i in due {
             if let Some(m) = self.missing.get_mut(&i) {
                 m.nacked = Some(now);
                 m.asked = m.asked.saturating_add(1);
+                m.urgent = false;
             }
             match runs.last_mut() {
                 Some((start, count)) if *start + *count == i => *count += 1,
@@ -956,7 +1057,7 @@ mod tests {
         assert_eq!(p.stats().repairs, 2);
         assert_eq!(p.stats().suppressed, 2);
         // Segment 5 left at 1 ms: asked again before 1 ms + half an interval, not repaired.
-        let hold = c.nack_interval / 2;
+        let hold = c.nack_min / 2;
         p.handle(MS + hold - 1, 2, Msg::Nack { index: 5, count: 1 });
         assert!(drain(&mut p, MS + hold - 1).is_empty());
         p.handle(MS + hold, 2, Msg::Nack { index: 5, count: 1 });
@@ -1100,7 +1201,7 @@ mod tests {
         root.handle(2 * MS, 2, Msg::Nack { index: 7, count: 1 });
         assert!(drain(&mut root, 2 * MS).is_empty());
         // Half an interval after it left, asked by both again: one more group copy.
-        let later = MS + c.nack_interval / 2;
+        let later = MS + c.nack_min / 2;
         root.handle(later, 1, Msg::Nack { index: 7, count: 1 });
         root.handle(later, 2, Msg::Nack { index: 7, count: 1 });
         assert_eq!(
@@ -1150,5 +1251,138 @@ mod tests {
             },
         );
         assert_eq!(nacks(&drain(&mut r, c.nack_delay + MS)), [(2, 1)]);
+    }
+
+    #[test]
+    fn the_roots_pace_leaves_room_for_the_repairs_its_children_ask_for() {
+        let pace = crate::model::multicast::PACE;
+        // 1000 segments of 10 bytes; 74 counted bytes each at 74 000 B/s: one per ms.
+        let c = Config {
+            window: 1000,
+            rate: Some(74_000),
+            burst: 74,
+            ..Config::default()
+        };
+        let mut root = Member::new(shape(0, None, &[1, 2]), 10_000, 10, c, 0).unwrap();
+        let mut now = 0;
+        let send = |root: &mut Member, segments: u32, now: &mut u64| {
+            let mut sent = 0;
+            while sent < segments {
+                for o in drain(root, *now) {
+                    if matches!(o.msg, Msg::Data { repair: false, .. }) {
+                        sent += 1;
+                    }
+                }
+                *now = root.poll_timeout(*now).unwrap().max(*now + 1);
+            }
+        };
+        send(&mut root, pace.block, &mut now);
+        assert_eq!(root.spare(), 0, "no NACK, no spare");
+        // Each child misses 5 % of the next block: the pace drops by 2 × 5 %.
+        let block = pace.block;
+        for i in 0..block / 20 {
+            root.handle(now, 1, Msg::Nack { index: i, count: 1 });
+            root.handle(now, 2, Msg::Nack { index: i, count: 1 });
+        }
+        drain(&mut root, now);
+        send(&mut root, block, &mut now);
+        let spare = root.spare();
+        assert!((90..=110).contains(&spare), "{spare}");
+        assert_eq!(
+            root.pacer.rate(),
+            Some(74_000 / 1000 * (1000 - u64::from(spare)))
+        );
+        // A clean block: the spare falls back by an eighth of the way, not at once.
+        send(&mut root, block, &mut now);
+        assert_eq!(root.spare(), spare - spare.div_ceil(8));
+        // Never below 75 % of the rate however much is lost.
+        for i in 0..block {
+            root.handle(now, 1, Msg::Nack { index: i, count: 1 });
+        }
+        send(&mut root, block, &mut now);
+        assert_eq!(root.spare(), pace.spare_max);
+        assert_eq!(root.pacer.rate(), Some(74_000 * 3 / 4));
+        // The next broadcast this rank roots starts where this one ended.
+        let c2 = Config {
+            spare: root.spare(),
+            ..c
+        };
+        let next = Member::new(shape(0, None, &[1, 2]), 10_000, 10, c2, now).unwrap();
+        assert_eq!(next.pacer.rate(), Some(74_000 * 3 / 4));
+    }
+
+    #[test]
+    fn a_receiver_learns_the_loss_from_its_own_nacks_and_paces_nothing() {
+        let pace = crate::model::multicast::PACE;
+        let c = Config {
+            rate: Some(74_000),
+            ..Config::default()
+        };
+        let mut r = Member::new(shape(1, Some(0), &[]), 10_000, 10, c, 0).unwrap();
+        // Every tenth segment lost over three blocks, one segment each 0.1 ms.
+        for i in 0..3 * pace.block {
+            let now = u64::from(i) * MS / 10;
+            if i % 10 != 5 {
+                r.land(now, 0, i);
+            }
+            drain(&mut r, now);
+        }
+        let spare = r.spare();
+        assert!((150..=250).contains(&spare), "{spare}");
+        assert_eq!(
+            r.pacer.rate(),
+            Some(74_000),
+            "a receiver's repairs keep the rate"
+        );
+    }
+
+    #[test]
+    fn a_parent_nacks_at_once_what_a_child_asks_for_and_it_lacks() {
+        let c = Config::default();
+        let mut p = parent_holding(c, 3); // holds 0..3
+        p.land(0, 0, 4); // 3 is missing
+        let first = c.nack_delay;
+        assert_eq!(nacks(&drain(&mut p, first)), [(3, 1)]);
+        // Its own retry waits a NACK interval; a child asking sooner than a repair's hold
+        // changes nothing (the parent's NACK may still be answered) ...
+        let soon = first + c.nack_min / 2 - 1;
+        p.handle(soon, 2, Msg::Nack { index: 3, count: 1 });
+        assert!(nacks(&drain(&mut p, soon)).is_empty());
+        // ... later, the parent asks again at once, not at its own backoff.
+        let later = first + c.nack_min / 2;
+        p.handle(later, 2, Msg::Nack { index: 3, count: 1 });
+        assert_eq!(nacks(&drain(&mut p, later)), [(3, 1)]);
+        // And then on its backoff again: two intervals after this second NACK.
+        assert_eq!(p.next_nack(), Some(later + 2 * c.nack_interval));
+    }
+
+    #[test]
+    fn nack_retries_wait_the_time_repairs_take_here_within_bounds() {
+        let c = Config::default();
+        let mut r = Member::new(shape(2, Some(1), &[]), 1000, 10, c, 0).unwrap();
+        r.land(0, 0, 0);
+        r.land(0, 0, 2); // 1 is missing
+        let t = c.nack_delay;
+        assert_eq!(nacks(&drain(&mut r, t)), [(1, 1)]);
+        // Nothing measured yet: the retry waits the whole interval.
+        assert_eq!(r.next_nack(), Some(t + c.nack_interval));
+        // Its repair takes 1 ms: 1 ms and four deviations of 0.5 ms is 3 ms, below the least.
+        r.land(t + MS, 1, 1);
+        r.land(t + MS, 0, 4); // 3 is missing
+        let t2 = t + MS + c.nack_delay;
+        assert_eq!(nacks(&drain(&mut r, t2)), [(3, 1)]);
+        assert_eq!(r.next_nack(), Some(t2 + c.nack_min));
+        // Then twice that, and so on.
+        assert_eq!(nacks(&drain(&mut r, t2 + c.nack_min)), [(3, 1)]);
+        assert_eq!(r.next_nack(), Some(t2 + 3 * c.nack_min));
+        // Repairs that take long (a full queue) wait longer, at most the interval.
+        let mut slow = crate::model::multicast::RepairTime::default();
+        for _ in 0..20 {
+            slow.sample(50 * MS);
+        }
+        assert_eq!(
+            crate::model::multicast::REPAIR.retry_wait(&slow),
+            c.nack_interval
+        );
     }
 }

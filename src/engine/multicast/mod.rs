@@ -70,13 +70,18 @@ pub struct Config {
     pub ack_every: u32,
     /// How long a gap waits before it is NACKed (a reordered segment may still come).
     pub nack_delay: u64,
-    /// A segment NACKed once is NACKed again after this long, each further time after twice
-    /// the time before, up to `nack_backoff` doublings (`model::multicast::backoff`). A
-    /// repair of a segment to a child is not sent again until half of it has passed since
-    /// its last copy left this rank (repairs leave at the pace, after what is queued).
+    /// A segment NACKed once is NACKed again after this long at most: after the time this
+    /// rank's repairs take and four deviations (at least `nack_min`), each further time
+    /// after twice the time before, up to `nack_backoff` doublings
+    /// (`model::multicast::backoff`). A repair of a segment to a child is not sent again
+    /// until half of `nack_min` has passed since its last copy left this rank (repairs
+    /// leave at the pace, after what is queued).
     pub nack_interval: u64,
     /// Doublings of the NACK retry's wait at most.
     pub nack_backoff: u32,
+    /// The first retry's wait at least, once the repairs' time is measured (see
+    /// [`crate::model::multicast::Repair::nack_wait_min_ns`]); `nack_interval` at most.
+    pub nack_min: u64,
     /// Most segments one NACK round asks for; more wait until the parent had the time to
     /// send these at the pace.
     pub nack_max: u32,
@@ -93,6 +98,10 @@ pub struct Config {
     pub rate: Option<u64>,
     /// The pacer's bucket (bytes).
     pub burst: u64,
+    /// The root's pace starts this many thousandths below `rate` (what this rank learned of
+    /// the loss in earlier broadcasts: [`Member::spare`]); it moves with the NACKs it sees
+    /// ([`crate::model::multicast::PACE`]).
+    pub spare: u32,
 }
 
 impl Default for Config {
@@ -105,12 +114,14 @@ impl Default for Config {
             nack_delay: r.nack_delay_ns,
             nack_interval: r.nack_wait_ns,
             nack_backoff: r.backoff_max,
+            nack_min: r.nack_wait_min_ns,
             nack_max: r.nack_max,
             sync_interval: r.sync_ns,
             liveness: 5_000_000_000,
             group_repair: 2,
             rate: None,
             burst: 256 * 1024,
+            spare: 0,
         }
     }
 }

@@ -49,6 +49,17 @@ impl Pacer {
         }
     }
 
+    /// Paces at `rate` (bytes per second) from `now` on; the tokens gathered so far stay.
+    pub fn set_rate(&mut self, now: u64, rate: Option<u64>) {
+        self.refill(now);
+        self.rate = rate.filter(|r| *r > 0);
+    }
+
+    /// The pace (bytes per second; `None`: unpaced).
+    pub fn rate(&self) -> Option<u64> {
+        self.rate
+    }
+
     /// When `bytes` tokens will be there.
     pub fn ready_at(&self, now: u64, bytes: u64) -> u64 {
         let Some(rate) = self.rate else { return now };
