@@ -190,6 +190,39 @@ pipecast_result pipecast_comm_create_with(int rank,
                                           const char *settings,
                                           pipecast_comm **out);
 
+// [`pipecast_comm_create_with`] for a communicator that may have processes this process's
+// engine has never seen (MPI's spawn + merge, connect/accept): collective and agreed, it runs
+// on `engine`'s engine (no thread, listener or descriptor more; the engine's table of
+// processes grows by the new ones) when every member's engine can take it (TCP on one rail,
+// the same settings, the same `id`), with id `id`: the same at every member and free on every
+// member's engine (as for [`pipecast_comm_view`]). Otherwise every member makes it with an
+// engine of its own, as [`pipecast_comm_create_with`] does (rank 0 says why at info).
+// `engine` may be NULL at a member that has no engine (every member then falls back). Such a
+// communicator runs its broadcasts on the trees (no multicast), and reaches the processes it
+// brought over TCP (docs/engine.md, "Communicators with new processes"). Every member must
+// call this function (not `pipecast_comm_create[_with]`) for the communicator.
+//
+// # Safety
+// As [`pipecast_comm_create_with`]; `engine` must be NULL or a live handle that no other
+// thread frees or broadcasts on during the call (making views of it meanwhile is fine).
+pipecast_result pipecast_comm_create_on(const pipecast_comm *engine,
+                                        uint32_t id,
+                                        int rank,
+                                        int size,
+                                        pipecast_allgather_fn allgather,
+                                        void *user,
+                                        const pipecast_config *config,
+                                        const char *settings,
+                                        pipecast_comm **out);
+
+// 1 when `a` and `b` run on the same engine (one progress thread and set of links: views of
+// one another, or a communicator joined on the other's engine by
+// [`pipecast_comm_create_on`]), 0 when not or when either is NULL.
+//
+// # Safety
+// `a` and `b` must be NULL or live handles.
+int pipecast_comm_same_engine(const pipecast_comm *a, const pipecast_comm *b);
+
 // Makes `*out` a communicator of `size` ranks of `base`: `members[i]` is the rank in `base`
 // of the new communicator's rank i (distinct, `0 <= members[i] < size of base`, this rank
 // among them). Local: no communication, and no thread, connection or descriptor of its own

@@ -181,7 +181,15 @@ void pcg_agree(pcg_comm *c, const pcg_settings *mine, const pcg_host *h)
             take_id(c->id);
         }
     } else {
-        c->base_at_creation = 0; /* agreed: a communicator of its own at every rank */
+        /* Agreed: not a view at every rank. It joins the members' engines where all can take
+         * it (pipecast_comm_create_on, at set_up), with this id unless it has one. */
+        c->base_at_creation = 0;
+        if (!c->has_id && out[AT_VIEWS + 1] >= (int64_t)AGREED_IDS &&
+            out[AT_VIEWS + 1] <= (int64_t)UINT32_MAX - 1) {
+            c->has_id = 1;
+            c->id = (uint32_t)out[AT_VIEWS + 1];
+            take_id(c->id);
+        }
     }
 }
 
@@ -194,7 +202,7 @@ int pcg_base_setup(const pcg_settings *s, int vote, const pcg_host *h)
     pcg_agree(&w, s, h);
     int state = BASE_OFF;
     if (!w.disabled) {
-        pipecast_result rc = h->create(h->user, &base.pc);
+        pipecast_result rc = h->create(h->user, 0, NULL, 0, &base.pc);
         if (rc == PIPECAST_OK) {
             state = BASE_READY;
             char link[128];
@@ -273,7 +281,12 @@ static int make_view(pcg_comm *c, const pcg_host *h, int blocking)
  * same answer. */
 static int set_up(pcg_comm *c, const pcg_host *h)
 {
-    pipecast_result rc = h->create(h->user, &c->pc);
+    /* On the process's engine when every member's can take it (a communicator with processes
+     * of another job: spawn + merge, connect/accept), else one of its own: decided together
+     * inside pipecast_comm_create_on. Without an id (the same at every member) it is one of
+     * its own at every member. */
+    pipecast_result rc = h->create(h->user, 1, pcg_base_ready() && c->has_id ? base.pc : NULL,
+                                   c->has_id ? c->id : 0, &c->pc);
     if (rc != PIPECAST_OK) {
         c->pc = NULL;
         c->disabled = 1;
@@ -287,7 +300,11 @@ static int set_up(pcg_comm *c, const pcg_host *h)
     }
     char link[128], why[512];
     pipecast_comm_link(c->pc, link, sizeof link);
-    pcg_say(h, 1, "pipecast ready over %s (rank %d of %d)", link, h->rank, h->size);
+    if (pcg_base_ready() && pipecast_comm_same_engine(c->pc, base.pc))
+        pcg_say(h, 1, "pipecast ready over %s (rank %d of %d), on this process's engine "
+                "(id %u)", link, h->rank, h->size, c->id);
+    else
+        pcg_say(h, 1, "pipecast ready over %s (rank %d of %d)", link, h->rank, h->size);
     if (h->rank == 0 && pipecast_comm_link_reason(c->pc, why, sizeof why) > 0)
         pcg_say(h, 1, "transport auto chose %s: %s", link, why);
     return 1;

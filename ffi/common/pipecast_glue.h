@@ -39,8 +39,12 @@ enum {
 /* The MPI's allreduce with MAX over `n` 64-bit integers; 0 on success. Collective. */
 typedef int (*pcg_allreduce_max_fn)(void *user, const int64_t *in, int64_t *out, int n);
 
-/* Creates the pipecast communicator (pipecast_comm_create[_with]: collective and agreed). */
-typedef pipecast_result (*pcg_create_fn)(void *user, pipecast_comm **out);
+/* Creates the pipecast communicator, collective and agreed: with `join` 0 the process's engine
+ * (pipecast_comm_create[_with]); with `join` 1 a communicator on `engine` (the process's,
+ * NULL when it has none) with id `id` when every member's engine can take it, else one of its
+ * own (pipecast_comm_create_on). Every member passes the same `join` and `id`. */
+typedef pipecast_result (*pcg_create_fn)(void *user, int join, const pipecast_comm *engine,
+                                         uint32_t id, pipecast_comm **out);
 
 /* One communicator as the glue sees it. */
 typedef struct {

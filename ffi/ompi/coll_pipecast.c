@@ -412,7 +412,8 @@ static void add_int_setting(char *text, size_t cap, int *n, const char *name, in
 
 /* pipecast_comm_create (pcg_create_fn): set MCA parameters override the PIPECAST_*
  * environment; empty ones leave it. Collective and agreed: every rank gets the same result. */
-static pipecast_result create_pipecast(void *user, pipecast_comm **out)
+static pipecast_result create_pipecast(void *user, int join, const pipecast_comm *engine,
+                                       uint32_t id, pipecast_comm **out)
 {
     mca_coll_pipecast_module_t *m = user;
     pipecast_config cfg;
@@ -445,6 +446,10 @@ static pipecast_result create_pipecast(void *user, pipecast_comm **out)
     /* Too long to pass whole: an unknown name makes pipecast decline everywhere, saying so. */
     if (n < 0 || (size_t)n >= sizeof settings)
         snprintf(settings, sizeof settings, "PIPECAST_MCA_SETTINGS_TOO_LONG=1");
+    if (join)
+        return pipecast_comm_create_on(engine, id, ompi_comm_rank(m->comm),
+                                       ompi_comm_size(m->comm), allgather_through_prev, m, &cfg,
+                                       settings[0] != '\0' ? settings : NULL, out);
     return pipecast_comm_create_with(ompi_comm_rank(m->comm), ompi_comm_size(m->comm),
                                      allgather_through_prev, m, &cfg,
                                      settings[0] != '\0' ? settings : NULL, out);

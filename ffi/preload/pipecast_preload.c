@@ -323,9 +323,13 @@ static int allreduce_max(void *user, const int64_t *in, int64_t *out, int n)
 }
 
 /* NULL config: the PIPECAST_* environment, agreed among the ranks. */
-static pipecast_result create_pipecast(void *user, pipecast_comm **out)
+static pipecast_result create_pipecast(void *user, int join, const pipecast_comm *engine,
+                                       uint32_t id, pipecast_comm **out)
 {
     comm_state *s = user;
+    if (join)
+        return pipecast_comm_create_on(engine, id, s->rank, s->size, allgather_cb, s, NULL, NULL,
+                                       out);
     return pipecast_comm_create(s->rank, s->size, allgather_cb, s, NULL, out);
 }
 

@@ -216,6 +216,100 @@ pub unsafe extern "C" fn pipecast_comm_create_with(
     })
 }
 
+/// [`pipecast_comm_create_with`] for a communicator that may have processes this process's
+/// engine has never seen (MPI's spawn + merge, connect/accept): collective and agreed, it runs
+/// on `engine`'s engine (no thread, listener or descriptor more; the engine's table of
+/// processes grows by the new ones) when every member's engine can take it (TCP on one rail,
+/// the same settings, the same `id`), with id `id`: the same at every member and free on every
+/// member's engine (as for [`pipecast_comm_view`]). Otherwise every member makes it with an
+/// engine of its own, as [`pipecast_comm_create_with`] does (rank 0 says why at info).
+/// `engine` may be NULL at a member that has no engine (every member then falls back). Such a
+/// communicator runs its broadcasts on the trees (no multicast), and reaches the processes it
+/// brought over TCP (docs/engine.md, "Communicators with new processes"). Every member must
+/// call this function (not `pipecast_comm_create[_with]`) for the communicator.
+///
+/// # Safety
+/// As [`pipecast_comm_create_with`]; `engine` must be NULL or a live handle that no other
+/// thread frees or broadcasts on during the call (making views of it meanwhile is fine).
+#[no_mangle]
+pub unsafe extern "C" fn pipecast_comm_create_on(
+    engine: *const pipecast_comm,
+    id: u32,
+    rank: c_int,
+    size: c_int,
+    allgather: pipecast_allgather_fn,
+    user: *mut c_void,
+    config: *const pipecast_config,
+    settings: *const c_char,
+    out: *mut *mut pipecast_comm,
+) -> pipecast_result {
+    boundary(|| {
+        super::init_log();
+        let Some(allgather) = allgather else {
+            return fail(PIPECAST_ERR_NULL_ARGUMENT, "allgather callback is NULL");
+        };
+        if out.is_null() {
+            return fail(PIPECAST_ERR_NULL_ARGUMENT, "out is NULL");
+        }
+        if size < 1 || rank < 0 || rank >= size {
+            return fail(
+                PIPECAST_ERR_INVALID_ARGUMENT,
+                format!("rank {rank} of size {size}: need 0 <= rank < size"),
+            );
+        }
+        // SAFETY: NULL or a live handle not freed or broadcast on during the call, NULL or a
+        // valid config, NULL or a NUL-terminated settings string (the caller's contract).
+        let (engine, config) = unsafe {
+            (
+                engine.as_ref().map(|h| &h.comm),
+                local_config(
+                    config.as_ref(),
+                    (!settings.is_null()).then(|| CStr::from_ptr(settings)),
+                ),
+            )
+        };
+        let bootstrap = CallbackBootstrap {
+            allgather,
+            user,
+            size: size as usize,
+        };
+        match Comm::join_on(
+            engine,
+            id,
+            rank as usize,
+            size as usize,
+            Box::new(bootstrap),
+            config,
+        ) {
+            Ok(comm) => {
+                let handle = Box::into_raw(Box::new(pipecast_comm { comm }));
+                // SAFETY: `out` is non-NULL (checked) and writable by the caller's contract.
+                unsafe { out.write(handle) };
+                PIPECAST_OK
+            }
+            Err(e) => code_of(&e),
+        }
+    })
+}
+
+/// 1 when `a` and `b` run on the same engine (one progress thread and set of links: views of
+/// one another, or a communicator joined on the other's engine by
+/// [`pipecast_comm_create_on`]), 0 when not or when either is NULL.
+///
+/// # Safety
+/// `a` and `b` must be NULL or live handles.
+#[no_mangle]
+pub unsafe extern "C" fn pipecast_comm_same_engine(
+    a: *const pipecast_comm,
+    b: *const pipecast_comm,
+) -> c_int {
+    // SAFETY: NULL or live handles (caller contract); only read.
+    match unsafe { (a.as_ref(), b.as_ref()) } {
+        (Some(a), Some(b)) => c_int::from(a.comm.same_engine(&b.comm)),
+        _ => 0,
+    }
+}
+
 /// Makes `*out` a communicator of `size` ranks of `base`: `members[i]` is the rank in `base`
 /// of the new communicator's rank i (distinct, `0 <= members[i] < size of base`, this rank
 /// among them). Local: no communication, and no thread, connection or descriptor of its own

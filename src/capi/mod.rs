@@ -22,7 +22,8 @@ pub use glue::{
 };
 pub use handle::{
     pipecast_allgather_fn, pipecast_bcast_bytes, pipecast_comm, pipecast_comm_create,
-    pipecast_comm_free, pipecast_comm_link, pipecast_comm_view, pipecast_plan_json,
+    pipecast_comm_create_on, pipecast_comm_free, pipecast_comm_link, pipecast_comm_same_engine,
+    pipecast_comm_view, pipecast_plan_json,
 };
 pub use request::{
     pipecast_ibcast_bytes, pipecast_progress_fn, pipecast_request, pipecast_test, pipecast_wait,

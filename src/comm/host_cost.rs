@@ -275,6 +275,7 @@ impl Pair {
                 let job = Job {
                     lanes: self.lanes.clone(),
                     rails: Arc::default(),
+                    root_name: 0,
                     setup: Setup {
                         seq,
                         root: 0,

@@ -2,7 +2,7 @@
 //! ([`Comm::join`]), from a bootstrap or from the environment ([`Comm::from_env`]).
 
 use super::setup::Local;
-use super::shared::{Known, Shared};
+use super::shared::{Known, Shared, Table};
 use super::TcpRendezvous;
 use super::{
     agree, hosts, multicast_setup, settings, tree_dump, Bootstrap, Comm, CommError, Config,
@@ -130,11 +130,19 @@ impl Comm {
             why_not: f.why_not.join("; "),
             frame_payload: f.frame_payload,
             network: f.network,
-            host_of: f.host_of,
-            cpus: f.cpus,
+            me: (peers.cookie, rank as u64),
+            addr: peers.addrs[rank],
+            settings: f.settings,
+            grows: f.grows,
             multicast,
         };
-        let engine = Shared::new(f.ops, f.wake, f.progress, known);
+        let table = Table {
+            ids: (0..size as u64).map(|r| (peers.cookie, r)).collect(),
+            host_of: f.host_of,
+            host_keys: f.host_keys,
+            cpus: f.cpus,
+        };
+        let engine = Shared::new(f.ops, f.wake, f.progress, known, table);
         Ok(Comm {
             rank,
             size,
@@ -152,6 +160,7 @@ impl Comm {
             host_ranks: f.host_ranks,
             host_cpus: f.host_cpus,
             dump,
+            joined: false,
         })
     }
 

@@ -23,6 +23,7 @@ mod config;
 pub mod cpus;
 mod defer;
 mod error;
+mod grow;
 pub mod host_cost;
 pub mod hosts;
 mod join;
@@ -97,6 +98,9 @@ pub struct Comm {
     host_cpus: Option<usize>,
     /// `PIPECAST_TREE_DUMP`: where new plans are recorded.
     dump: Option<tree_dump::TreeDump>,
+    /// Joined on existing engines ([`Comm::join_on`]): its topology is its own, not the
+    /// engine's restricted, and so are its views'.
+    joined: bool,
 }
 
 /// One rank's place in a single-lane broadcast tree ([`Comm::tree_node`]).
@@ -346,6 +350,7 @@ impl Comm {
                     root: self.process(setup.root),
                     ..setup
                 },
+                root_name: setup.root as u32,
                 engine,
                 connect_timeout: self.config.timeout,
                 multicast: planned.multicast,

@@ -26,6 +26,10 @@ pub struct Job {
     /// The rail each lane runs on (`Plan::rails`; empty: all on rail 0).
     pub rails: Arc<Vec<usize>>,
     pub setup: Setup,
+    /// The root as every member names it (its rank in the communicator): what the segments'
+    /// headers carry, the same at every member whatever the engine's numbering
+    /// ([`Bcast::with_root_name`]).
+    pub root_name: u32,
     pub engine: EngineConfig,
     pub connect_timeout: Duration,
     /// Sent to the job's multicast group (`lanes` are then the ack tree; `comm::multicast`).
@@ -62,6 +66,13 @@ pub enum Op {
     /// The setup agreed on multicast: from now on broadcasts may run on it, and its carrier
     /// is served between broadcasts too (a late rank answers the root's syncs).
     Multicast(Box<Multicast>),
+    /// Processes a communicator joined on this engine brings (`comm::grow`): the link
+    /// appends them to its peers ([`Link::grow`](crate::transport::Link::grow)); `reply`
+    /// answers once it did, or why it could not.
+    Grow {
+        peers: Vec<crate::transport::NewPeer>,
+        reply: Sender<Result<(), String>>,
+    },
 }
 
 /// A posted run: the jobs still to start, and whom to tell.
@@ -171,6 +182,13 @@ pub fn serve(
                 tracing::info!(rank = me, "multicast broadcasts over {}", m.describe());
                 d.mcast = Some(*m);
             }
+            Some(Op::Grow { peers, reply }) => {
+                let grown = match &d.failed {
+                    Some(why) => Err(format!("the engine failed: {why}")),
+                    None => d.link.grow(&peers).map_err(|e| e.to_string()),
+                };
+                reply.send(grown).ok();
+            }
             Some(Op::Close { comm, ids, reply }) => {
                 d.closing.insert(comm, ids);
                 d.forget_closed();
@@ -278,7 +296,8 @@ impl Driver {
             return m.start(seq, job.setup.root, job.setup.msize, now, &mut self.bufs);
         }
         let bcast = Bcast::new(self.me, &job.lanes, job.setup, job.engine, now)?
-            .with_rails(job.rails.to_vec());
+            .with_rails(job.rails.to_vec())
+            .with_root_name(job.root_name);
         self.link.connect(&bcast.peers(), job.connect_timeout)?;
         let buf = self
             .bufs
@@ -478,6 +497,7 @@ mod tests {
         Job {
             lanes: Arc::new(lanes),
             rails: Arc::default(),
+            root_name: 0,
             setup: Setup {
                 seq,
                 root: 0,

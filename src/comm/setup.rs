@@ -66,6 +66,13 @@ pub struct Finished {
     /// communicators made as views of this one.
     pub host_of: Vec<usize>,
     pub cpus: Vec<Option<crate::wire::bootstrap::CpuRange>>,
+    /// The host keys the numbers of `host_of` stand for (`hosts::host_keys`, distinct, in
+    /// the order of their numbers).
+    pub host_keys: Vec<String>,
+    /// Whether the link can add peers for communicators joined on this engine, or why not.
+    pub grows: Result<(), String>,
+    /// The agreed settings' text.
+    pub settings: String,
     /// The multicast carrier, when every rank opens one (`PIPECAST_MULTICAST` not off and
     /// the ranks on more than one host: the same at every rank): this rank's, or why it has
     /// none. The probe follows the second round ([`super::multicast_setup`]).
@@ -169,6 +176,7 @@ impl Local {
             verbs,
             shm,
             mut why_not,
+            settings,
             ..
         } = self;
         let rank_hosts: Vec<hosts::RankHost> = peers
@@ -264,6 +272,13 @@ impl Local {
         });
         let mut transport = on_host(rank, net, shm, &keys, peers);
         let link = transport.describe();
+        let grows = if transport.can_grow() {
+            Ok(())
+        } else {
+            Err(format!(
+                "its link ({link}) cannot add peers: only TCP on one rail (with shared memory or not) can"
+            ))
+        };
         let frame_payload = transport.capabilities().max_frame;
         tracing::info!(rank, transport = %link, "joined");
         let wake = Arc::new(Wake::new().map_err(|e| {
@@ -319,6 +334,14 @@ impl Local {
             host_cpus: cpus::shared(&local),
             network,
             host_of,
+            host_keys: {
+                let mut by_number: Vec<(usize, String)> =
+                    ids.iter().map(|(k, &n)| (n, k.to_string())).collect();
+                by_number.sort();
+                by_number.into_iter().map(|(_, k)| k).collect()
+            },
+            grows,
+            settings,
             cpus: peers.cpus.clone(),
             mcast,
         })

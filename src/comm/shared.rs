@@ -24,6 +24,36 @@ pub(super) struct Shared {
     pub ids: Arc<Mutex<BTreeSet<u32>>>,
     /// What the agreed setup found.
     pub known: Known,
+    /// The engine's processes, the setup's and those communicators joined on it brought
+    /// (`comm::grow`): locked while a join grows it, so that it and the link grow alike.
+    pub table: Mutex<Table>,
+}
+
+/// The engine's processes, in its numbering (the setup's ranks first, then the processes
+/// communicators joined on it brought, in the order they came): who each is, where it runs.
+pub(super) struct Table {
+    /// `ids[p]`: process p's identity, the same at every process that knows it: the job
+    /// cookie and rank of the setup that made its engine.
+    pub ids: Vec<(u64, u64)>,
+    /// `host_of[p]`: process p's host (processes with equal numbers share one), numbered by
+    /// `host_keys`.
+    pub host_of: Vec<usize>,
+    pub host_keys: Vec<String>,
+    /// The CPUs each process may run on (`None`: unknown).
+    pub cpus: Vec<Option<crate::wire::bootstrap::CpuRange>>,
+}
+
+impl Table {
+    /// Process `p`'s host number, for the host `key` (a new number for a new host).
+    pub fn host_number(&mut self, key: &str) -> usize {
+        match self.host_keys.iter().position(|k| k == key) {
+            Some(n) => n,
+            None => {
+                self.host_keys.push(key.to_string());
+                self.host_keys.len() - 1
+            }
+        }
+    }
 }
 
 /// What the base communicator's agreed setup found: the engine's processes, where they run
@@ -42,10 +72,15 @@ pub(super) struct Known {
     pub frame_payload: Option<u64>,
     /// The network the profile was derived from (`None`: given, or seed 003's Table 2).
     pub network: Option<crate::model::network::Network>,
-    /// `host_of[p]`: process p's host (processes with equal numbers share one).
-    pub host_of: Vec<usize>,
-    /// The CPUs each process may run on (`None`: unknown).
-    pub cpus: Vec<Option<crate::wire::bootstrap::CpuRange>>,
+    /// This process's identity ([`Table::ids`]) and where its TCP link listens.
+    pub me: (u64, u64),
+    pub addr: std::net::SocketAddr,
+    /// The text of the settings every rank agreed on (`agree::settings_text`): a communicator
+    /// joined on this engine must agree on the same.
+    pub settings: String,
+    /// Whether communicators with new processes may join this engine (`comm::grow`), or why
+    /// not (its link cannot add peers: raw Ethernet, verbs, several rails).
+    pub grows: Result<(), String>,
     /// Multicast as the setup agreed on it: the segment (payload bytes per datagram) every
     /// rank uses, or why broadcasts use the trees only (the same at every rank).
     pub multicast: Result<u32, String>,
@@ -62,8 +97,15 @@ pub(super) struct Placement {
 impl Shared {
     /// The engine of a base communicator, with its id (0) taken: its progress thread, the
     /// thread's queue and wake descriptor, and what the setup found.
-    pub fn new(ops: Sender<Op>, wake: Arc<Wake>, progress: JoinHandle<()>, known: Known) -> Shared {
+    pub fn new(
+        ops: Sender<Op>,
+        wake: Arc<Wake>,
+        progress: JoinHandle<()>,
+        known: Known,
+        table: Table,
+    ) -> Shared {
         Shared {
+            table: Mutex::new(table),
             ops: Some(ops),
             wake,
             progress: Some(progress),
@@ -121,20 +163,30 @@ impl Shared {
 
     /// Where processes `procs` run (`procs` includes this one).
     pub fn placement(&self, procs: &[usize]) -> Placement {
-        let mine = self.known.host_of[self.known.rank];
-        let mut hosts: Vec<usize> = procs.iter().map(|&p| self.known.host_of[p]).collect();
+        let table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        let mine = table.host_of[self.known.rank];
+        let mut hosts: Vec<usize> = procs.iter().map(|&p| table.host_of[p]).collect();
         hosts.sort_unstable();
         hosts.dedup();
         let local: Vec<_> = procs
             .iter()
-            .filter(|&&p| self.known.host_of[p] == mine)
-            .map(|&p| self.known.cpus.get(p).copied().flatten())
+            .filter(|&&p| table.host_of[p] == mine)
+            .map(|&p| table.cpus.get(p).copied().flatten())
             .collect();
         Placement {
             hosts: hosts.len(),
             host_ranks: local.len(),
             host_cpus: super::cpus::shared(&local),
         }
+    }
+
+    /// How many processes the engine knows now (its setup's and those joined since).
+    pub fn processes(&self) -> usize {
+        self.table
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .ids
+            .len()
     }
 }
 

@@ -22,9 +22,14 @@ impl Comm {
     pub fn view(&self, id: u32, members: &[usize]) -> crate::Result<Comm> {
         let rank = check_members(self.rank, self.size, members)?;
         let procs: Vec<usize> = members.iter().map(|&m| self.process(m)).collect();
-        let topology = self.engine.known.topology.restrict(&procs).map_err(|e| {
-            CommError::Usage(format!("cannot restrict the topology to the view: {e}"))
-        })?;
+        // A communicator joined on this engine has its own topology (`comm::grow`): its
+        // views restrict that one, the others the engine's.
+        let topology = if self.joined {
+            self.topology.restrict(members)
+        } else {
+            self.engine.known.topology.restrict(&procs)
+        }
+        .map_err(|e| CommError::Usage(format!("cannot restrict the topology to the view: {e}")))?;
         self.engine.take_id(id)?;
         let placed = self.engine.placement(&procs);
         let identity =
@@ -51,6 +56,7 @@ impl Comm {
             host_ranks: placed.host_ranks,
             host_cpus: placed.host_cpus,
             dump,
+            joined: self.joined,
         })
     }
 
@@ -70,7 +76,7 @@ impl Comm {
         let Some(members) = &self.members else {
             return lanes.clone();
         };
-        let p = self.engine.known.size;
+        let p = self.engine.processes();
         let lanes = lanes
             .iter()
             .map(|lane| {

@@ -103,6 +103,8 @@ pub struct Bcast {
     control: VecDeque<Transmit>,
     last_progress: u64,
     failed: bool,
+    /// The root as the segments' headers name it ([`Bcast::with_root_name`]).
+    root_name: u32,
 }
 
 impl Bcast {
@@ -196,6 +198,7 @@ impl Bcast {
             control: VecDeque::new(),
             last_progress: now,
             failed: false,
+            root_name: setup.root as u32,
         };
         for l in 0..bcast.lanes.len() {
             bcast.maybe_done(l);
@@ -214,6 +217,20 @@ impl Bcast {
     /// The rail lane `lane` runs on (0 unless [`Bcast::with_rails`] said otherwise).
     pub fn rail(&self, lane: usize) -> usize {
         self.rails.get(lane).copied().unwrap_or(0)
+    }
+
+    /// Names the root `name` in the segments' headers (and checks theirs against it) in
+    /// place of its number here (`setup.root`): a communicator whose processes number each
+    /// other differently (joined on existing engines, `comm::grow`) names it by its rank in
+    /// the communicator, the same at every member. Default: `setup.root`.
+    pub fn with_root_name(mut self, name: u32) -> Bcast {
+        self.root_name = name;
+        self
+    }
+
+    /// The root as the segments' headers name it.
+    pub fn root_name(&self) -> u32 {
+        self.root_name
     }
 
     pub fn setup(&self) -> &Setup {
@@ -296,7 +313,7 @@ impl Bcast {
 
     fn check_agreement(&mut self, from: usize, h: &DataHeader) -> Result<(), EngineError> {
         let ours = [
-            ("root", self.setup.root as u64),
+            ("root", u64::from(self.root_name)),
             ("message size", self.setup.msize),
             ("segment size", self.layout.segment()),
             ("lane count", self.lanes.len() as u64),
@@ -474,7 +491,7 @@ impl Bcast {
     /// The header of segment `index` of lane `lane`, or `None` if there is none.
     pub fn header(&self, lane: usize, index: u32) -> Option<DataHeader> {
         self.layout
-            .header(self.setup.seq, self.setup.root as u32, lane, index)
+            .header(self.setup.seq, self.root_name, lane, index)
     }
 
     /// The segments this rank may receive next, per lane: those its parent may send now

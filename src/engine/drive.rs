@@ -97,7 +97,7 @@ impl Driver for Engine {
         let b = self.endpoint.get(seq)?;
         Some(Broadcast {
             seq,
-            root: b.setup().root as u32,
+            root: b.root_name(),
             layout: b.layout(),
         })
     }

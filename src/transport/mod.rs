@@ -150,7 +150,34 @@ pub trait Link: Send {
     /// The transport's state for a failure report.
     fn describe_state(&self, now: u64) -> String;
 
+    /// Whether [`Link::grow`] can add peers (TCP on one rail; `comm::grow`). Default: no.
+    fn can_grow(&self) -> bool {
+        false
+    }
+
+    /// Appends `peers` to the peers this link knows: the first becomes peer number
+    /// (peers known so far), and so on. They are reached by their [`NewPeer::addr`] and
+    /// known in hellos by their [`NewPeer::id`], the identity both sides use for them
+    /// whatever their local numbers (`comm::grow`). Default: an error (only links that
+    /// [`Link::can_grow`] grow).
+    fn grow(&mut self, _peers: &[NewPeer]) -> Result<(), TransportError> {
+        Err(TransportError::Setup {
+            what: format!("add peers to {}", self.describe()),
+            error: "this link cannot add peers after its setup".into(),
+        })
+    }
+
     fn shutdown(&mut self);
+}
+
+/// A process a link learns of after its setup ([`Link::grow`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewPeer {
+    /// Its identity: the job cookie and rank of the setup that made its engine, what its
+    /// hellos say (the same at every process, whatever number each gives it).
+    pub id: (u64, u64),
+    /// Where its TCP link listens.
+    pub addr: std::net::SocketAddr,
 }
 
 /// Broadcast `seq`'s bytes at `range`, where the payload of a segment from `peer` that

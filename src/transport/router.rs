@@ -19,6 +19,9 @@ pub struct Router {
     route: Vec<usize>,
     /// Readable when the progress thread's wake descriptor or any non-waiting link is.
     epoll: Option<OwnedFd>,
+    /// The progress thread's wake descriptor ([`Link::set_wake`]), to set the waits up again
+    /// when the network link comes into use ([`Link::grow`]).
+    wake: Option<RawFd>,
 }
 
 impl Router {
@@ -34,6 +37,7 @@ impl Router {
             links,
             route,
             epoll: None,
+            wake: None,
         }
     }
 
@@ -138,6 +142,7 @@ impl Link for Router {
     /// The waiting link waits on an epoll descriptor holding `fd` and every other link's
     /// descriptor.
     fn set_wake(&mut self, fd: RawFd) {
+        self.wake = Some(fd);
         let waiter = self.waiter();
         let others: Vec<RawFd> = (0..self.links.len())
             .filter(|&l| l != waiter && self.used(l))
@@ -185,6 +190,26 @@ impl Link for Router {
             .join("\n")
     }
 
+    /// The network link (`links[0]`) grows; the new peers are routed to it.
+    fn can_grow(&self) -> bool {
+        self.links[0].can_grow()
+    }
+
+    /// When the network link was not in use (every peer on this host), it now is: it becomes
+    /// the waiting link, and the waits are set up again (its epoll holds the others'
+    /// descriptors; the link that waited before keeps the wake descriptor itself, valid).
+    fn grow(&mut self, peers: &[super::NewPeer]) -> Result<(), TransportError> {
+        self.links[0].grow(peers)?;
+        let was_used = self.used(0);
+        self.route.extend(peers.iter().map(|_| 0));
+        if !was_used && !peers.is_empty() {
+            if let Some(fd) = self.wake {
+                self.set_wake(fd);
+            }
+        }
+        Ok(())
+    }
+
     fn shutdown(&mut self) {
         for l in &mut self.links {
             l.shutdown();
@@ -222,5 +247,26 @@ mod tests {
         router.register(6, &buf).unwrap();
         router.deregister(6);
         assert!(log.lock().unwrap().is_empty());
+    }
+
+    /// A router whose peers were all on this host brings its network link into use when it
+    /// grows (`comm::grow`): the new peers go to it, the old ones stay where they were.
+    #[test]
+    fn new_peers_go_to_the_network_link() {
+        let mut router = Router::new(vec![tcp(), tcp()], vec![1, 1]);
+        assert!(!router.used(0));
+        assert!(router.can_grow());
+        let peer = super::super::NewPeer {
+            id: (7, 0),
+            addr: "127.0.0.1:9".parse().unwrap(),
+        };
+        router.grow(&[peer, peer]).unwrap_err(); // tcp() has no peers set: refused
+        let mut net = TcpTransport::bind(0, "127.0.0.1").unwrap();
+        net.set_peers(vec!["127.0.0.1:1".parse().unwrap(); 2], 5);
+        let mut router = Router::new(vec![Box::new(net), tcp()], vec![1, 1]);
+        router.grow(&[peer]).unwrap();
+        assert_eq!(router.route, [1, 1, 0]);
+        assert!(router.used(0));
+        assert_eq!(router.waiter(), 0);
     }
 }

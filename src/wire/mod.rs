@@ -4,7 +4,8 @@
 //! exchange when a communicator is created) and [`shm`] (records between ranks on one host) and
 //! [`hello`] (the first bytes of a pipecast TCP connection) and [`message`] (the engine
 //! message header of the stream links: TCP, shared memory, verbs' control messages) and
-//! [`verbs`] (the RDMA verbs link's control messages and immediates).
+//! [`verbs`] (the RDMA verbs link's control messages and immediates) and [`joining`] (what
+//! members of a communicator joined on existing engines tell each other first).
 //!
 //! A view (`Frame`, `Tlv`) wraps any `T: AsRef<[u8]>`, checks its length once in
 //! `new_checked`, and then reads fields over fixed ranges without panicking. A `Repr` is the
@@ -17,6 +18,7 @@ pub mod bootstrap;
 pub mod ethernet;
 pub mod frame;
 pub mod hello;
+pub mod joining;
 pub mod lldp;
 pub mod mcast;
 pub mod message;

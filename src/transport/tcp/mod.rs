@@ -206,7 +206,12 @@ pub struct TcpTransport {
     listeners: Vec<TcpListener>,
     /// Where `listeners[0]` listens.
     addr: SocketAddr,
-    cookie: u64,
+    /// Each peer's identity in hellos (`ids[rank]`; [`NewPeer::id`](super::NewPeer)): the
+    /// job cookie and rank for the setup's peers, their own for peers added later
+    /// ([`Link::grow`]); and this rank's. Both dialled at once, the lower identity's stream
+    /// wins (the lower rank's within one job).
+    ids: Vec<(u64, u64)>,
+    my_id: (u64, u64),
     /// Every rank's listening address on each rail: `addrs[rail][rank]`.
     addrs: Vec<Vec<SocketAddr>>,
     /// How many rails the job connects (1 unless every rank published several NICs).
@@ -292,7 +297,8 @@ impl TcpTransport {
             me,
             listeners: vec![listener],
             addr,
-            cookie: 0,
+            ids: Vec::new(),
+            my_id: (0, me as u64),
             addrs: Vec::new(),
             rails: 1,
             conns: BTreeMap::new(),
@@ -357,9 +363,10 @@ impl TcpTransport {
 
     /// Every rank's listening address (from the bootstrap) and the job cookie.
     pub fn set_peers(&mut self, addrs: Vec<SocketAddr>, cookie: u64) {
+        self.ids = (0..addrs.len() as u64).map(|r| (cookie, r)).collect();
+        self.my_id = (cookie, self.me as u64);
         self.addrs = vec![addrs];
         self.rails = 1;
-        self.cookie = cookie;
     }
 
     /// Every rank's NICs beyond the first (`rails[rank][i]` listens for rail i + 1, from the
@@ -942,6 +949,27 @@ impl Link for TcpTransport {
 
     /// Closes every connection and the listeners: peers see end-of-file (or a refused or
     /// reset connection) and fail their broadcast at once.
+    fn can_grow(&self) -> bool {
+        self.rails == 1 && !self.listeners.is_empty()
+    }
+
+    /// Appends `peers` (reached on rail 0; a link on several rails cannot grow).
+    fn grow(&mut self, peers: &[super::NewPeer]) -> Result<(), TransportError> {
+        if !self.can_grow() {
+            return Err(TransportError::Setup {
+                what: format!("add peers to {}", super::Link::describe(self)),
+                error: "a TCP link on several rails, or shut down, cannot add peers".into(),
+            });
+        }
+        let addrs = self.addrs.first_mut().ok_or(TransportError::Setup {
+            what: "add peers to tcp".into(),
+            error: "the link has no peers set".into(),
+        })?;
+        addrs.extend(peers.iter().map(|p| p.addr));
+        self.ids.extend(peers.iter().map(|p| p.id));
+        Ok(())
+    }
+
     fn shutdown(&mut self) {
         for c in self.conns.values() {
             c.stream.shutdown(std::net::Shutdown::Both).ok();

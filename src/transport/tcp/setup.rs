@@ -199,8 +199,8 @@ impl TcpTransport {
         conn.connecting = Some(Instant::now() + self.connect_timeout);
         conn.out.push_back(Out::record(&hello::emit(
             hello::TCP_LINK,
-            self.cookie,
-            self.me as u64,
+            self.my_id.0,
+            self.my_id.1,
         )));
         self.made += 1;
         let at = (p, rail, self.made);
@@ -331,8 +331,7 @@ impl TcpTransport {
                 continue;
             }
             let words = hello::parse(hello::TCP_LINK, &p.hello)
-                .filter(|&(cookie, _)| cookie == self.cookie)
-                .map(|(_, rank)| usize::try_from(rank).unwrap_or(usize::MAX))
+                .and_then(|id| self.peer_of(id))
                 .filter(|&rank| rank < known && rank != self.me);
             let Some(rank) = words else {
                 tracing::warn!(from = %p.from, "tcp: refused a connection without this job's hello");
@@ -348,7 +347,7 @@ impl TcpTransport {
             self.conns.insert(at, conn);
             // Both dialled: the lower rank's stream wins. This (higher) rank moves its
             // direction there; the one it dialled closes once the peer ends its own on it.
-            if rank < self.me {
+            if self.ids.get(rank).is_some_and(|&id| id < self.my_id) {
                 let out = self
                     .pairs
                     .get(&(rank, p.rail))
@@ -367,6 +366,15 @@ impl TcpTransport {
             }
         }
         self.pending = keep;
+    }
+
+    /// The peer whose identity a hello names: the job's rank at once, a peer added later
+    /// ([`Link::grow`](crate::transport::Link::grow)) by looking it up.
+    fn peer_of(&self, id: (u64, u64)) -> Option<usize> {
+        let direct = usize::try_from(id.1)
+            .ok()
+            .filter(|&r| self.ids.get(r) == Some(&id));
+        direct.or_else(|| self.ids.iter().position(|&x| x == id))
     }
 
     /// How long this round may wait, given `wait`: no longer than until the first deadline of
