@@ -6,11 +6,12 @@ bench/mcast_soak.sh). Root, inside one of a lab's machine namespaces:
 
 It sniffs the interface (AF_PACKET) for the job's group frames (UDP to 239.192.0.0/14, the
 organization-local scope pipecast derives its groups from), learns the group, port, cookie
-and latest broadcast number from them, and sends to that group and port, from its own socket
+(from a control frame: a sync or probe; data frames carry only a 32-bit tag of it) and latest
+broadcast number from them, and sends to that group and port, from its own socket
 (an address no rank has), a mix of:
 
   junk      random bytes of random length (0-1500): fail the bounds or the checksum;
-  foreign   well-formed frames (version 1, checksum right) of another job's cookie;
+  foreign   well-formed data frames (version 2, checksum right) of another job's cookie;
   spoofed   well-formed data, ack, NACK and abort frames with the job's cookie and the
             current broadcast number, naming rank 0..7 as sender: their source is no rank's;
   replayed  copies of frames the job itself sent (spoofed too: another source).
@@ -52,17 +53,40 @@ def crc32c(data, crc=0):
     return crc ^ 0xFFFFFFFF
 
 
+VERSION = 2
+
+
+def tag(cookie):
+    """The cookie as a data frame carries it: its halves folded (wire::mcast::cookie_tag)."""
+    return (cookie ^ (cookie >> 32)) & 0xFFFFFFFF
+
+
 def frame(kind, flags, sender, cookie, bseq, msize, segment, index, count, root, value, to,
           payload=b""):
-    """A version-1 frame: the 64-byte header (checksum over bytes 0..60, then the payload)."""
-    h = struct.pack("<BBHIQQQIIIIQI", 1, kind, flags, sender, cookie, bseq, msize, segment,
-                    index, count, root, value, to)
+    """A version-2 frame. Data (kind 1): the 32-byte header (cookie tag, broadcast number,
+    index, u16 count, a 16-bit check of root and sizes; CRC over bytes 0..28, then the
+    payload). Any other kind: the 64-byte control header (CRC over bytes 0..60), no payload."""
+    if kind == 1:
+        check = crc32c(struct.pack("<IQI", root, msize, segment))
+        h = struct.pack("<BBHIIQIHH", VERSION, 1, flags, sender, tag(cookie), bseq, index,
+                        len(payload), (check ^ (check >> 16)) & 0xFFFF)
+        assert len(h) == 28
+        return h + struct.pack("<I", crc32c(payload, crc32c(h))) + payload
+    h = struct.pack("<BBHIQQQIIIIQI", VERSION, kind, flags, sender, cookie, bseq, msize,
+                    segment, index, count, root, value, to)
     assert len(h) == 60
-    return h + struct.pack("<I", crc32c(payload, crc32c(h))) + payload
+    return h + struct.pack("<I", crc32c(h))
+
+
+def bseq_of(body):
+    """The broadcast number of a version-2 frame."""
+    at = 12 if body[1] == 1 else 16
+    return struct.unpack("<Q", body[at:at + 8])[0]
 
 
 def learn(sniffer, deadline):
-    """(group, port, first header) of the first group frame seen before `deadline`."""
+    """(group, port, header) of the first group control frame (it carries the whole cookie)
+    seen before `deadline`."""
     while time.time() < deadline:
         try:
             pkt = sniffer.recv(65536)
@@ -70,13 +94,13 @@ def learn(sniffer, deadline):
             time.sleep(0.01)
             continue
         got = parse(pkt)
-        if got:
+        if got and got[2][1] != 1 and len(got[2]) >= 64:
             return got
     return None
 
 
 def parse(pkt):
-    if len(pkt) < 14 + 20 + 8 + 64 or struct.unpack("!H", pkt[12:14])[0] != ETH_P_IP:
+    if len(pkt) < 14 + 20 + 8 + 32 or struct.unpack("!H", pkt[12:14])[0] != ETH_P_IP:
         return None
     ip = pkt[14:]
     ihl = (ip[0] & 0x0F) * 4
@@ -86,7 +110,7 @@ def parse(pkt):
     udp = ip[ihl:]
     port = struct.unpack("!H", udp[2:4])[0]
     body = udp[8:]
-    if len(body) < 64 or body[0] != 1:
+    if len(body) < 32 or body[0] != VERSION or (body[1] != 1 and len(body) < 64):
         return None
     return dst, port, bytes(body)
 
@@ -109,7 +133,7 @@ def main():
         return 1
     group, port, first = got
     cookie = struct.unpack("<Q", first[8:16])[0]
-    bseq = struct.unpack("<Q", first[16:24])[0]
+    bseq = bseq_of(first)
     print(f"flood: group {group}:{port}, cookie {cookie:#x}", file=sys.stderr, flush=True)
 
     out = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -137,7 +161,7 @@ def main():
                 break
             p = parse(pkt)
             if p and p[0] == group and p[1] == port:
-                bseq = max(bseq, struct.unpack("<Q", p[2][16:24])[0])
+                bseq = max(bseq, bseq_of(p[2]))
                 if len(replay) < 64:
                     replay.append(p[2])
                 else:

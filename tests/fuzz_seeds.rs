@@ -222,44 +222,61 @@ fn lab_state() -> Seeds {
     ])
 }
 
-/// Every kind of multicast frame, sealed, from rank 0 to rank 1 or the group; the first byte
-/// is the target's control byte (0: rank 0's source, the checksum as it is).
+/// Every kind of multicast frame, sealed, from rank 0 to rank 1 or the group (data frames in
+/// their 32-byte layout, with a whole and a header-only checksum); the first byte is the
+/// target's control byte (0: rank 0's source, the checksum as it is).
 fn mcast_frame() -> Seeds {
-    use pipecast::wire::mcast::{Kind as McKind, Repr as McRepr, GROUP};
-    let frame = |kind, to, payload: &[u8]| {
+    use pipecast::wire::mcast::{
+        cookie_tag, flags, ident_check, Data, Header, Kind as McKind, Repr as McRepr, GROUP,
+    };
+    const COOKIE: u64 = 0x3232_c0de;
+    let seal = |header: Header, payload: &[u8]| {
+        let mut b = vec![0u8];
+        b.extend_from_slice(&header.to_bytes(payload).unwrap());
+        b.extend_from_slice(payload);
+        b
+    };
+    let control = |kind, to| {
         let repr = McRepr {
             kind,
             from: 0,
-            cookie: 0x3232_c0de,
+            cookie: COOKIE,
             bseq: 5,
             msize: 3000,
             segment: 1000,
             index: 2,
-            count: if kind == McKind::Data {
-                payload.len() as u32
-            } else {
-                3
-            },
+            count: 3,
             root: 0,
             value: 2,
             to,
             ..McRepr::default()
         };
-        let mut b = vec![0u8];
-        b.extend_from_slice(&repr.to_bytes(payload));
-        if kind == McKind::Data {
-            b.extend_from_slice(payload);
-        }
-        b
+        seal(Header::Control(repr), &[])
     };
     let payload = pipecast::testing::pattern(1000, 3);
+    let data = |flags| {
+        let d = Data {
+            flags,
+            from: 0,
+            tag: cookie_tag(COOKIE),
+            bseq: 5,
+            index: 2,
+            count: payload.len() as u16,
+            check: ident_check(0, 3000, 1000),
+        };
+        seal(Header::Data(d), &payload)
+    };
     BTreeMap::from([
-        ("data", frame(McKind::Data, GROUP, &payload)),
-        ("nack", frame(McKind::Nack, 1, &[])),
-        ("ack", frame(McKind::Ack, 1, &[])),
-        ("sync", frame(McKind::Sync, GROUP, &[])),
-        ("probe", frame(McKind::Probe, GROUP, &[])),
-        ("abort", frame(McKind::Abort, GROUP, &[])),
+        ("data", data(0)),
+        (
+            "data_repair_header_sum",
+            data(flags::REPAIR | flags::HEADER_SUM),
+        ),
+        ("nack", control(McKind::Nack, 1)),
+        ("ack", control(McKind::Ack, 1)),
+        ("sync", control(McKind::Sync, GROUP)),
+        ("probe", control(McKind::Probe, GROUP)),
+        ("abort", control(McKind::Abort, GROUP)),
     ])
 }
 

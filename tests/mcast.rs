@@ -280,12 +280,12 @@ fn udp_bcast(hosts: &[String], cookie: u64, root: usize, msize: usize) -> Vec<Ve
                         assert!(ident.matches(&repr));
                         match decode(&repr) {
                             Some(Msg::Data { index, .. }) => {
-                                if let Some(range) = m.land(now, repr.from as usize, index) {
+                                if let Some(range) = m.land(now, repr.from() as usize, index) {
                                     assert_eq!(range.len(), payload.len());
                                     buf[range].copy_from_slice(payload);
                                 }
                             }
-                            Some(msg) => m.handle(now, repr.from as usize, msg),
+                            Some(msg) => m.handle(now, repr.from() as usize, msg),
                             None => {}
                         }
                     }
@@ -297,7 +297,7 @@ fn udp_bcast(hosts: &[String], cookie: u64, root: usize, msize: usize) -> Vec<Ve
                             Msg::Data { index, .. } => &buf[m.segment_range(index)],
                             _ => &[],
                         };
-                        let header = ident.encode(&out, payload.len()).to_bytes(payload);
+                        let header = ident.encode(&out, payload.len()).to_bytes(payload).unwrap();
                         while !c.send(out.to, &header, payload).unwrap() {
                             std::thread::sleep(Duration::from_micros(100));
                         }

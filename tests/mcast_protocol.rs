@@ -198,11 +198,11 @@ impl Net {
                     let is_rank = |p: usize, s: &Source| rank.carrier.is_rank(p, s);
                     let (repr, payload) = accept(&rx[..len], &source, r, COOKIE, &is_rank)
                         .expect("the medium corrupts nothing");
-                    if repr.bseq != bseq {
+                    if repr.bseq() != bseq {
                         continue; // an earlier broadcast's, over everywhere
                     }
                     assert!(ident.matches(&repr), "{repr:?}");
-                    let from = repr.from as usize;
+                    let from = repr.from() as usize;
                     let msg = decode(&repr).expect("no probes here");
                     match &mut rank.member {
                         Some(m) => match msg {
@@ -226,7 +226,7 @@ impl Net {
                             Msg::Data { index, .. } => &rank.buf[m.segment_range(index)],
                             _ => &[],
                         };
-                        let header = ident.encode(&out, payload.len()).to_bytes(payload);
+                        let header = ident.encode(&out, payload.len()).to_bytes(payload).unwrap();
                         assert!(rank.carrier.send(out.to, &header, payload).unwrap());
                     }
                     if rank.result.is_none() {
@@ -241,7 +241,7 @@ impl Net {
                     }
                 }
                 for out in answers {
-                    let header = ident.encode(&out, 0).to_bytes(&[]);
+                    let header = ident.encode(&out, 0).to_bytes(&[]).unwrap();
                     assert!(rank.carrier.send(out.to, &header, &[]).unwrap());
                 }
             }

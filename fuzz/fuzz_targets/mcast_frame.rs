@@ -1,28 +1,33 @@
 //! Any bytes given to the multicast receive check (`transport::mcast::accept`: lengths,
-//! version, kind, checksum, cookie, receiver, sender's address) give a frame or a drop, never a
-//! panic; what is accepted decodes into a protocol message (or is a probe), re-encodes to the
-//! same header, and its payload is the announced length. The first byte picks the source
-//! (rank 0's address, rank 1's, a stranger's) and whether the checksum is sealed anew, since
-//! random bytes almost never pass the CRC32C.
+//! version, kind, checksum, cookie or its tag, receiver, sender's address) give a frame or a
+//! drop, never a panic; what is accepted decodes into a protocol message (or is a probe),
+//! re-encodes to the same header (32 bytes for data, 64 for the rest), and its payload is the
+//! announced length. The first byte picks the source (rank 0's address, rank 1's, a
+//! stranger's) and whether the job filter and the checksum are sealed anew, since random bytes
+//! almost never pass the CRC32C.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use pipecast::transport::mcast::codec::decode;
 use pipecast::transport::mcast::{accept, Source};
-use pipecast::wire::mcast::{Frame, Kind, Repr, HEADER_LEN};
+use pipecast::wire::mcast::{cookie_tag, Frame, Header, Kind};
 
 const COOKIE: u64 = 0x3232_c0de;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&control, rest)) = data.split_first() else { return };
     let mut bytes = rest.to_vec();
-    if control & 1 == 1 && bytes.len() >= HEADER_LEN {
-        bytes[8..16].copy_from_slice(&COOKIE.to_le_bytes());
+    if control & 1 == 1 {
         if let Ok(f) = Frame::new_checked(&bytes[..]) {
-            let repr = Repr::parse(&f);
+            let mut header = Header::parse(&f);
+            match &mut header {
+                Header::Data(d) => d.tag = cookie_tag(COOKIE),
+                Header::Control(r) => r.cookie = COOKIE,
+            }
             let payload = f.payload().to_vec();
-            let header = repr.to_bytes(&payload);
-            bytes[..HEADER_LEN].copy_from_slice(&header);
+            if let Ok(h) = header.to_bytes(&payload) {
+                bytes[..h.len()].copy_from_slice(&h);
+            }
         }
     }
     let macs = [[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]];
@@ -32,13 +37,17 @@ fuzz_target!(|data: &[u8]| {
         _ => [2, 0, 0, 0, 0, 9],
     });
     let is_rank = |r: usize, s: &Source| matches!(s, Source::Mac(m) if macs.get(r) == Some(m));
-    let Ok((repr, payload)) = accept(&bytes, &source, 1, COOKIE, &is_rank) else { return };
-    if repr.kind == Kind::Data {
-        assert_eq!(payload.len(), repr.count as usize);
-    } else {
-        assert!(payload.is_empty());
+    let Ok((header, payload)) = accept(&bytes, &source, 1, COOKIE, &is_rank) else { return };
+    match header {
+        Header::Data(d) => {
+            assert_eq!(payload.len(), usize::from(d.count));
+        }
+        Header::Control(r) => {
+            assert!(payload.is_empty());
+            assert_ne!(r.kind, Kind::Data);
+        }
     }
-    assert_eq!(decode(&repr).is_none(), repr.kind == Kind::Probe);
-    let again = repr.to_bytes(payload);
-    assert_eq!(again[..], bytes[..HEADER_LEN]);
+    assert_eq!(decode(&header).is_none(), header.kind() == Kind::Probe);
+    let again = header.to_bytes(payload).expect("an accepted header re-encodes");
+    assert_eq!(again[..], bytes[..again.len()]);
 });

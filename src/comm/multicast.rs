@@ -32,6 +32,7 @@ use crate::topology::Topology;
 use crate::transport::mcast::codec::{decode, Ident};
 use crate::transport::mcast::{accept_with, Batch, Carrier, Dropped, Drops, Source};
 use crate::transport::{Buffers, TransportError};
+use crate::wire::mcast::{Header, DATA_HEADER_LEN, HEADER_LEN, MAX_PAYLOAD};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
@@ -87,7 +88,7 @@ pub struct Multicast {
     /// Ack trees by root.
     trees: BTreeMap<usize, Lane>,
     /// Frames of broadcasts not posted yet: (from, header, payload), in arrival order.
-    early: BTreeMap<u64, Vec<(usize, crate::wire::mcast::Repr, Vec<u8>)>>,
+    early: BTreeMap<u64, Vec<(usize, Header, Vec<u8>)>>,
     early_bytes: usize,
     rx: Batch,
     drops: Drops,
@@ -127,7 +128,7 @@ impl Multicast {
         let agreed_spare = agreed.config.spare;
         // A slot holds the largest valid frame and a little more (a longer one is cut, then
         // dropped as malformed: no valid frame is longer).
-        let slot = crate::wire::mcast::HEADER_LEN + agreed.segment as usize + 64;
+        let slot = HEADER_LEN.max(DATA_HEADER_LEN + agreed.segment as usize) + 64;
         Multicast {
             me,
             size: agreed.topology.size(),
@@ -244,6 +245,12 @@ impl Multicast {
         }
         let shape = self.shape(root)?;
         let segment = self.agreed.segment;
+        if segment as usize > MAX_PAYLOAD {
+            return Err(EngineError::BadPlan(format!(
+                "multicast segments of {segment} bytes: a data frame carries {MAX_PAYLOAD} at most"
+            ))
+            .into());
+        }
         let config = Config {
             spare: self.spare,
             ..self.agreed.config
@@ -462,7 +469,7 @@ impl Multicast {
                 return Ok(());
             }
         };
-        let from = repr.from as usize;
+        let from = repr.from() as usize;
         if from == self.me || from >= self.size {
             // Our own group frame, looped back to a host whose ranks share it.
             return Ok(());
@@ -471,7 +478,7 @@ impl Multicast {
             return Ok(()); // a probe's straggler
         };
         self.received += 1;
-        let seq = repr.bseq;
+        let seq = repr.bseq();
         if self.running.contains_key(&seq) {
             self.deliver(seq, from, &repr, payload, now, bufs)?;
         } else if self.answer_absent(seq, &repr, from, msg)?
@@ -492,7 +499,7 @@ impl Multicast {
         &mut self,
         seq: u64,
         from: usize,
-        repr: &crate::wire::mcast::Repr,
+        repr: &Header,
         payload: &[u8],
         now: u64,
         bufs: &mut Buffers,
@@ -503,18 +510,7 @@ impl Multicast {
         let Some(r) = self.running.get_mut(&seq) else {
             return Ok(());
         };
-        if !r.ident.matches(repr) {
-            let (what, ours, theirs) = if repr.root as usize != r.ident.root {
-                ("root", r.ident.root as u64, u64::from(repr.root))
-            } else if repr.msize != r.ident.msize {
-                ("message size", r.ident.msize, repr.msize)
-            } else {
-                (
-                    "multicast segment size",
-                    u64::from(r.ident.segment),
-                    u64::from(repr.segment),
-                )
-            };
+        if let Some((what, ours, theirs)) = r.ident.mismatch(repr) {
             return Err(EngineError::Mismatch {
                 seq,
                 what,
@@ -552,10 +548,21 @@ impl Multicast {
     fn answer_absent(
         &mut self,
         seq: u64,
-        repr: &crate::wire::mcast::Repr,
+        header: &Header,
         from: usize,
         msg: Msg,
     ) -> crate::Result<bool> {
+        let posted = self
+            .posted
+            .get(&comm_of(seq))
+            .is_some_and(|&s| seq_of(seq) <= s);
+        let not_yet = !self.finished.contains_key(&seq) && !posted;
+        let repr = match header {
+            // Nothing answers data (`absent_answer`): kept while not posted, its root and
+            // sizes checked once it is.
+            Header::Data(_) => return Ok(not_yet),
+            Header::Control(r) => r,
+        };
         let root = repr.root as usize;
         if root >= self.size {
             return Ok(false);
@@ -567,13 +574,8 @@ impl Multicast {
                 Absent::Finished { segments }
             }
             Some(_) => return Ok(false),
-            None if self
-                .posted
-                .get(&comm_of(seq))
-                .is_some_and(|&s| seq_of(seq) <= s) =>
-            {
-                return Ok(false); // finished long ago (or failed with the engine)
-            }
+            // Finished long ago (or failed with the engine).
+            None if !not_yet => return Ok(false),
             None => Absent::NotYet,
         };
         let parent = self.shape(root)?.parent;
@@ -586,7 +588,10 @@ impl Multicast {
                 segment: repr.segment,
                 me: self.me,
             };
-            let header = ident.encode(&out, 0).to_bytes(&[]);
+            let header = ident
+                .encode(&out, 0)
+                .to_bytes(&[])
+                .map_err(|e| io_error(Some(from), "answer", &std::io::Error::other(e)))?;
             // Best effort: the asker asks again.
             let sent = self
                 .agreed
@@ -616,15 +621,17 @@ impl Multicast {
                 _ => &[],
             };
             let mut repr = r.ident.encode(&out, payload.len());
-            if self.agreed.carrier.checksums_payload() {
+            if let (Header::Data(d), true) = (&mut repr, self.agreed.carrier.checksums_payload()) {
                 // The carrier checksums the payload (UDP): the CRC covers the header alone.
-                repr.flags |= crate::wire::mcast::flags::HEADER_SUM;
+                d.flags |= crate::wire::mcast::flags::HEADER_SUM;
             }
-            let header = repr.to_bytes(payload);
             let peer = match out.to {
                 crate::engine::multicast::To::Rank(p) => Some(p),
                 crate::engine::multicast::To::Group => None,
             };
+            let header = repr
+                .to_bytes(payload)
+                .map_err(|e| io_error(peer, "frame", &std::io::Error::other(e)))?;
             match self.agreed.carrier.send(out.to, &header, payload) {
                 Ok(true) => self.sent += 1,
                 Ok(false) => {
@@ -644,9 +651,10 @@ fn coalesce_for(config: Config, segment: u32) -> Duration {
     let most = COALESCE_MOST;
     match config.rate {
         Some(rate) if rate > 0 => {
-            let window_ns =
-                u128::from(config.window) * u128::from(u64::from(segment) + 64) * 1_000_000_000
-                    / u128::from(rate);
+            let window_ns = u128::from(config.window)
+                * u128::from(u64::from(segment) + DATA_HEADER_LEN as u64)
+                * 1_000_000_000
+                / u128::from(rate);
             Duration::from_nanos((window_ns / 8).min(most.as_nanos()) as u64)
         }
         // Unpaced: the link's rate is unknown; a fifth of the longest.
@@ -662,7 +670,8 @@ const COALESCE_MOST: Duration = Duration::from_millis(1);
 fn per_segment(rate: Option<u64>, segment: u32) -> Duration {
     match rate {
         Some(rate) if rate > 0 => Duration::from_nanos(
-            (u128::from(u64::from(segment) + 64) * 1_000_000_000 / u128::from(rate)) as u64,
+            (u128::from(u64::from(segment) + DATA_HEADER_LEN as u64) * 1_000_000_000
+                / u128::from(rate)) as u64,
         ),
         _ => Duration::ZERO,
     }
@@ -670,7 +679,7 @@ fn per_segment(rate: Option<u64>, segment: u32) -> Duration {
 
 /// What an early frame costs of [`EARLY_BYTES`].
 fn early_cost(payload: &[u8]) -> usize {
-    payload.len() + crate::wire::mcast::HEADER_LEN
+    payload.len() + HEADER_LEN
 }
 
 fn io_error(peer: Option<usize>, what: &str, e: &std::io::Error) -> crate::Error {
@@ -694,25 +703,33 @@ mod tests {
         };
         // 2979 segments at 100 Mbit/s take 350 ms: capped at 1 ms.
         assert_eq!(
-            coalesce_for(paced(2979, 11_800_000), 1408),
+            coalesce_for(paced(2979, 11_800_000), 1440),
             Duration::from_millis(1)
         );
         // 120 segments at 1 Gbit/s: 1.4 ms of window, 0.18 ms.
-        let c = coalesce_for(paced(120, 118_000_000), 1408);
+        let c = coalesce_for(paced(120, 118_000_000), 1440);
         assert!(
             c > Duration::from_micros(150) && c < Duration::from_micros(220),
             "{c:?}"
         );
         assert_eq!(
-            coalesce_for(Config::default(), 1408),
+            coalesce_for(Config::default(), 1440),
             Duration::from_micros(200)
+        );
+    }
+
+    #[test]
+    fn the_protocol_counts_the_data_header_the_wire_writes() {
+        assert_eq!(
+            crate::engine::multicast::DATA_HEADER,
+            DATA_HEADER_LEN as u64
         );
     }
 
     #[test]
     fn a_segment_takes_its_bytes_and_header_at_the_paced_rate() {
         // 1472 counted bytes at 12 MB/s: 122.7 µs.
-        let t = per_segment(Some(12_000_000), 1408);
+        let t = per_segment(Some(12_000_000), 1440);
         assert_eq!(t, Duration::from_nanos(122_666));
         assert_eq!(per_segment(None, 1408), Duration::ZERO);
         assert_eq!(per_segment(Some(0), 1408), Duration::ZERO);

@@ -8,7 +8,8 @@
 //!    (`ether`: CAP_NET_RAW, one rank per interface). A rank that cannot says so: it has no
 //!    address in the next round.
 //! 2. The second round of the bootstrap carries each rank's carrier address (IPv4 and port, or
-//!    MAC), its payload per datagram (from its MTU) and its receive buffer ([`blob`]). Two
+//!    MAC), its payload per datagram (its MTU less the IP/UDP headers and the 32-byte data
+//!    frame header, `wire::mcast::DATA_HEADER_LEN`) and its receive buffer ([`blob`]). Two
 //!    ranks with one MAC under `ether` (a shared host) make every rank use the trees.
 //! 3. If any rank has no carrier, every rank knows it from that round: no probe, trees for all.
 //!    Else rank 0 multicasts its probe; a rank that hears it answers rank 0 by unicast (so rank
@@ -29,6 +30,7 @@ use crate::transport::mcast::udp::{UdpCarrier, UdpConfig};
 use crate::transport::mcast::{Carrier, Group};
 use crate::transport::raweth::port::PacketPort;
 use crate::transport::raweth::socket::mac_to_string;
+use crate::wire::mcast::DATA_HEADER_LEN;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 /// This rank's opened carrier: UDP/IP multicast (`PIPECAST_MULTICAST=udp` or `auto`) or raw
@@ -85,8 +87,8 @@ impl Opened {
             Opened::Udp(c) => c.max_payload(),
             Opened::Ether(c) => c
                 .mtu()
-                .saturating_sub(crate::wire::mcast::HEADER_LEN)
-                .max(1),
+                .saturating_sub(DATA_HEADER_LEN)
+                .clamp(1, crate::wire::mcast::MAX_PAYLOAD),
         }
     }
 
@@ -209,7 +211,7 @@ fn parse(b: &[u8]) -> Option<Addr> {
 /// counted at twice its bytes plus 512 for the kernel's bookkeeping, at most the
 /// simulator's 4 MiB credit (`model::multicast::window_segments`), at least 16.
 pub fn window(segment: u32, rcvbuf: usize) -> u32 {
-    let per = 2 * (u64::from(segment) + 64) + 512;
+    let per = 2 * (u64::from(segment) + DATA_HEADER_LEN as u64) + 512;
     let fits = rcvbuf as u64 / per;
     let most = crate::model::multicast::window_segments(u64::from(segment));
     fits.min(most).max(16).min(u64::from(u32::MAX)) as u32
@@ -228,7 +230,7 @@ pub fn window(segment: u32, rcvbuf: usize) -> u32 {
 /// loss 1.08/1.04/1.03 × T(m) at 1/4/16 MiB against 1.10/1.07/1.06 with 38 bytes and 1 %
 /// to spare, but with 1 % loss per link 2.29 against 1.89 × T(m) at 16 MiB when fixed).
 pub fn pace(bps: u64, segment: u32, overhead: u64) -> u64 {
-    let counted = u64::from(segment) + 64;
+    let counted = u64::from(segment) + DATA_HEADER_LEN as u64;
     let wire = counted + overhead + 14;
     (bps / 8).saturating_mul(counted) / wire * 998 / 1000
 }
@@ -319,7 +321,7 @@ pub fn agree(
         window: window(segment, rcvbuf),
         liveness: u64::try_from(config.timeout.as_nanos()).unwrap_or(u64::MAX),
         rate: rate_bps.map(|bps| pace(bps, segment, overhead)),
-        burst: 16 * (u64::from(segment) + 64),
+        burst: 16 * (u64::from(segment) + DATA_HEADER_LEN as u64),
         ..McastConfig::default()
     };
     Ok(Ok(Agreed {
@@ -351,24 +353,25 @@ mod tests {
 
     #[test]
     fn the_root_paces_below_the_link_rate() {
-        let p = pace(100_000_000, 1408, 28);
-        // 100 Mbit/s is 12.5 MB/s as a shaper counts it; 1472 of every 1514 bytes are counted.
+        let p = pace(100_000_000, 1440, 28);
+        // 100 Mbit/s is 12.5 MB/s as a shaper counts it; 1472 of every 1514 bytes are counted
+        // (a 1440-byte segment and its 32-byte data header).
         assert!(p < 12_500_000 * 1472 / 1514 && p > 12_100_000, "{p}");
-        // Raw Ethernet: a 1436-byte segment, 1500 of every 1514 bytes counted.
-        let e = pace(100_000_000, 1436, 0);
+        // Raw Ethernet: a 1468-byte segment, 1500 of every 1514 bytes counted.
+        let e = pace(100_000_000, 1468, 0);
         assert!(e < 12_500_000 * 1500 / 1514 && e > p, "{e}");
     }
 
     #[test]
     fn the_window_fits_the_smallest_receive_buffer() {
         // An unprivileged rank's 212,992-byte buffer (read back doubled).
-        let w = window(1408, 425_984);
+        let w = window(1440, 425_984);
         assert!((100..=150).contains(&w), "{w}");
         // A forced 8 MiB buffer: the simulator's 4 MiB credit.
         assert_eq!(
-            u64::from(window(1408, 16 << 20)),
-            crate::model::multicast::window_segments(1408)
+            u64::from(window(1440, 16 << 20)),
+            crate::model::multicast::window_segments(1440)
         );
-        assert_eq!(window(1408, 0), 16);
+        assert_eq!(window(1440, 0), 16);
     }
 }

@@ -411,7 +411,7 @@ impl Member {
                 self.queued.remove(&(to, index));
                 continue;
             }
-            let bytes = self.segment_range(index).len() as u64 + 64;
+            let bytes = self.segment_range(index).len() as u64 + super::DATA_HEADER;
             if !self.pacer.try_take(now, bytes) {
                 return None;
             }
@@ -635,7 +635,7 @@ impl Member {
         }
         let limit = self.acked.saturating_add(u64::from(self.config.window));
         if self.next < self.n && u64::from(self.next) < limit {
-            let bytes = self.segment_range(self.next).len() as u64 + 64;
+            let bytes = self.segment_range(self.next).len() as u64 + super::DATA_HEADER;
             if self.pacer.try_take(now, bytes) {
                 let index = self.next;
                 self.next += 1;
@@ -700,7 +700,7 @@ impl Member {
         let max = u128::from(self.config.nack_max.max(1));
         match self.config.rate {
             Some(rate) if rate > 0 => {
-                let bytes = max * u128::from(u64::from(self.segment) + 64);
+                let bytes = max * u128::from(u64::from(self.segment) + super::DATA_HEADER);
                 u64::try_from(bytes * 1_000_000_000 / u128::from(rate)).unwrap_or(u64::MAX)
             }
             _ => self.config.nack_delay,
@@ -824,7 +824,7 @@ impl Member {
             State::Complete => {}
             State::Running => {
                 if let Some(&(_, index)) = self.repairs.front() {
-                    let bytes = self.segment_range(index).len() as u64 + 64;
+                    let bytes = self.segment_range(index).len() as u64 + super::DATA_HEADER;
                     take(self.pacer.ready_at(now, bytes));
                 }
                 let every = self.config.sync_interval;
@@ -849,7 +849,8 @@ impl Member {
                         }
                         let limit = self.acked.saturating_add(u64::from(self.config.window));
                         if self.next < self.n && u64::from(self.next) < limit {
-                            let bytes = self.segment_range(self.next).len() as u64 + 64;
+                            let bytes =
+                                self.segment_range(self.next).len() as u64 + super::DATA_HEADER;
                             take(self.pacer.ready_at(now, bytes));
                         }
                     }
@@ -1037,15 +1038,15 @@ mod tests {
 
     #[test]
     fn a_repair_is_not_sent_again_while_queued_nor_soon_after_it_left() {
-        // 74 counted bytes per repair at 74 000 B/s: one repair per ms, a bucket of one.
+        // 42 counted bytes per repair at 42 000 B/s: one repair per ms, a bucket of one.
         let c = Config {
-            rate: Some(74_000),
-            burst: 74,
+            rate: Some(42_000),
+            burst: 42,
             ..Config::default()
         };
         let mut p = parent_holding(c, 100);
         p.pacer = Pacer::new(c.rate, c.burst, 0);
-        p.pacer.try_take(0, 74); // the bucket is empty: the next repair leaves at 1 ms
+        p.pacer.try_take(0, 42); // the bucket is empty: the next repair leaves at 1 ms
         p.handle(0, 2, Msg::Nack { index: 5, count: 2 });
         assert!(drain(&mut p, 0).is_empty(), "the pace holds them");
         // Asked again while queued: nothing more is queued.
@@ -1067,8 +1068,8 @@ mod tests {
     #[test]
     fn repairs_leave_at_the_pace_and_not_for_a_child_that_reported_them() {
         let c = Config {
-            rate: Some(74_000),
-            burst: 74,
+            rate: Some(42_000),
+            burst: 42,
             ..Config::default()
         };
         let mut p = parent_holding(c, 100);
@@ -1138,7 +1139,7 @@ mod tests {
     fn a_nack_names_at_most_nack_max_segments_and_the_rest_wait_for_the_pace() {
         let c = Config {
             nack_max: 8,
-            rate: Some(74_000), // one 10-byte segment per ms
+            rate: Some(42_000), // one 10-byte segment per ms
             ..Config::default()
         };
         let mut r = Member::new(shape(2, Some(1), &[]), 1000, 10, c, 0).unwrap();
@@ -1256,11 +1257,11 @@ mod tests {
     #[test]
     fn the_roots_pace_leaves_room_for_the_repairs_its_children_ask_for() {
         let pace = crate::model::multicast::PACE;
-        // 1000 segments of 10 bytes; 74 counted bytes each at 74 000 B/s: one per ms.
+        // 1000 segments of 10 bytes; 42 counted bytes each at 42 000 B/s: one per ms.
         let c = Config {
             window: 1000,
-            rate: Some(74_000),
-            burst: 74,
+            rate: Some(42_000),
+            burst: 42,
             ..Config::default()
         };
         let mut root = Member::new(shape(0, None, &[1, 2]), 10_000, 10, c, 0).unwrap();
@@ -1290,7 +1291,7 @@ mod tests {
         assert!((90..=110).contains(&spare), "{spare}");
         assert_eq!(
             root.pacer.rate(),
-            Some(74_000 / 1000 * (1000 - u64::from(spare)))
+            Some(42_000 / 1000 * (1000 - u64::from(spare)))
         );
         // A clean block: the spare falls back by an eighth of the way, not at once.
         send(&mut root, block, &mut now);
@@ -1301,21 +1302,21 @@ mod tests {
         }
         send(&mut root, block, &mut now);
         assert_eq!(root.spare(), pace.spare_max);
-        assert_eq!(root.pacer.rate(), Some(74_000 * 3 / 4));
+        assert_eq!(root.pacer.rate(), Some(42_000 * 3 / 4));
         // The next broadcast this rank roots starts where this one ended.
         let c2 = Config {
             spare: root.spare(),
             ..c
         };
         let next = Member::new(shape(0, None, &[1, 2]), 10_000, 10, c2, now).unwrap();
-        assert_eq!(next.pacer.rate(), Some(74_000 * 3 / 4));
+        assert_eq!(next.pacer.rate(), Some(42_000 * 3 / 4));
     }
 
     #[test]
     fn a_receiver_learns_the_loss_from_its_own_nacks_and_paces_nothing() {
         let pace = crate::model::multicast::PACE;
         let c = Config {
-            rate: Some(74_000),
+            rate: Some(42_000),
             ..Config::default()
         };
         let mut r = Member::new(shape(1, Some(0), &[]), 10_000, 10, c, 0).unwrap();
@@ -1331,7 +1332,7 @@ mod tests {
         assert!((150..=250).contains(&spare), "{spare}");
         assert_eq!(
             r.pacer.rate(),
-            Some(74_000),
+            Some(42_000),
             "a receiver's repairs keep the rate"
         );
     }

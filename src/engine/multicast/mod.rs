@@ -61,6 +61,10 @@ mod member;
 
 pub use member::{Member, State, Stats};
 
+/// Bytes a data frame carries besides its segment (`wire::mcast::DATA_HEADER_LEN`): what the
+/// pacer charges per segment with its payload.
+pub const DATA_HEADER: u64 = 32;
+
 /// Protocol tuning (times in ns).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Config {

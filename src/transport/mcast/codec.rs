@@ -1,9 +1,10 @@
 //! The protocol's messages (`engine::multicast::Msg`) as multicast frames (`wire::mcast`) and
-//! back: the frame names the broadcast (cookie, sequence number, root, message and segment
-//! size) so that ranks that disagree see it ([`Ident::matches`]).
+//! back: a frame names its broadcast (cookie, sequence number, root, message and segment size;
+//! a data frame the cookie's tag and the last three as a 16-bit check) so that ranks that
+//! disagree see it ([`Ident::matches`]).
 
 use crate::engine::multicast::{Msg, Out, To};
-use crate::wire::mcast::{flags, Kind, Repr, GROUP};
+use crate::wire::mcast::{cookie_tag, flags, ident_check, Data, Header, Kind, Repr, GROUP};
 
 /// Which broadcast of which job a frame belongs to, and who sends it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,8 +19,26 @@ pub struct Ident {
 }
 
 impl Ident {
-    /// The header of `out` (`payload_len`: a data frame's bytes).
-    pub fn encode(&self, out: &Out, payload_len: usize) -> Repr {
+    /// What a data frame carries of the root and sizes ([`ident_check`]).
+    pub fn check(&self) -> u16 {
+        ident_check(self.root as u32, self.msize, self.segment)
+    }
+
+    /// The header of `out` (`payload_len`: a data frame's bytes, at most
+    /// [`MAX_PAYLOAD`](crate::wire::mcast::MAX_PAYLOAD): a longer one gets a count that does
+    /// not match its payload, and [`Header::emit`] refuses it).
+    pub fn encode(&self, out: &Out, payload_len: usize) -> Header {
+        if let Msg::Data { index, repair } = out.msg {
+            return Header::Data(Data {
+                flags: if repair { flags::REPAIR } else { 0 },
+                from: self.me as u32,
+                tag: cookie_tag(self.cookie),
+                bseq: self.bseq,
+                index,
+                count: u16::try_from(payload_len).unwrap_or(u16::MAX),
+                check: self.check(),
+            });
+        }
         let mut r = Repr {
             kind: Kind::Sync,
             flags: 0,
@@ -38,14 +57,7 @@ impl Ident {
             },
         };
         match out.msg {
-            Msg::Data { index, repair } => {
-                r.kind = Kind::Data;
-                r.index = index;
-                r.count = payload_len as u32;
-                if repair {
-                    r.flags |= flags::REPAIR;
-                }
-            }
+            Msg::Data { .. } => {}
             Msg::Nack { index, count } => {
                 r.kind = Kind::Nack;
                 r.index = index;
@@ -69,24 +81,57 @@ impl Ident {
                 r.value = gone as u64;
             }
         }
-        r
+        Header::Control(r)
     }
 
-    /// Whether `r` names the same broadcast as this rank's (root, sizes); its cookie and
-    /// sequence number were matched already.
-    pub fn matches(&self, r: &Repr) -> bool {
-        r.root as usize == self.root && r.msize == self.msize && r.segment == self.segment
+    /// Whether `h` names the same broadcast as this rank's (root, sizes; a data frame: their
+    /// check); its cookie and sequence number were matched already.
+    pub fn matches(&self, h: &Header) -> bool {
+        self.mismatch(h).is_none()
+    }
+
+    /// What `h` says differently from this rank about its broadcast: what, ours, theirs.
+    pub fn mismatch(&self, h: &Header) -> Option<(&'static str, u64, u64)> {
+        match h {
+            Header::Data(d) => (d.check != self.check()).then_some((
+                "root or sizes (a data frame's check of them)",
+                u64::from(self.check()),
+                u64::from(d.check),
+            )),
+            Header::Control(r) => {
+                if r.root as usize != self.root {
+                    Some(("root", self.root as u64, u64::from(r.root)))
+                } else if r.msize != self.msize {
+                    Some(("message size", self.msize, r.msize))
+                } else if r.segment != self.segment {
+                    Some((
+                        "multicast segment size",
+                        u64::from(self.segment),
+                        u64::from(r.segment),
+                    ))
+                } else {
+                    None
+                }
+            }
+        }
     }
 }
 
 /// The message a frame carries (`None`: a probe, not part of a broadcast).
-pub fn decode(r: &Repr) -> Option<Msg> {
+pub fn decode(h: &Header) -> Option<Msg> {
+    let r = match h {
+        Header::Data(d) => {
+            return Some(Msg::Data {
+                index: d.index,
+                repair: d.flags & flags::REPAIR != 0,
+            })
+        }
+        Header::Control(r) => r,
+    };
     let ping = r.flags & flags::PING != 0;
     Some(match r.kind {
-        Kind::Data => Msg::Data {
-            index: r.index,
-            repair: r.flags & flags::REPAIR != 0,
-        },
+        // A control header of kind data is never parsed (`Header::parse`).
+        Kind::Data | Kind::Probe => return None,
         Kind::Nack => Msg::Nack {
             index: r.index,
             count: r.count,
@@ -102,7 +147,6 @@ pub fn decode(r: &Repr) -> Option<Msg> {
         Kind::Abort => Msg::Abort {
             gone: usize::try_from(r.value).unwrap_or(usize::MAX),
         },
-        Kind::Probe => return None,
     })
 }
 
@@ -153,7 +197,24 @@ mod tests {
                 let r = id.encode(&Out { to, msg }, 100);
                 assert_eq!(decode(&r), Some(msg));
                 assert!(id.matches(&r));
-                assert_eq!(r.from, 4);
+                assert_eq!(r.from(), 4);
+                assert_eq!(r.bseq(), 3);
+                assert!(r.of_job(7) && !r.of_job(8));
+                // Through the bytes and back.
+                let payload = vec![5u8; if r.kind() == Kind::Data { 100 } else { 0 }];
+                let b = r.to_bytes(&payload).unwrap();
+                let f =
+                    crate::wire::mcast::Frame::new_checked([&b[..], &payload].concat()).unwrap();
+                assert!(f.checksum_ok());
+                assert_eq!(Header::parse(&f), r);
+                // Another root or size is seen, in data frames too.
+                for other in [
+                    Ident { root: 2, ..id },
+                    Ident { msize: 1001, ..id },
+                    Ident { segment: 101, ..id },
+                ] {
+                    assert!(!other.matches(&r), "{other:?} {msg:?}");
+                }
             }
         }
     }

@@ -30,7 +30,7 @@ pub mod udp;
 pub use batch::Batch;
 pub use group::Group;
 
-use crate::wire::mcast::{Frame, Kind, Repr, GROUP, HEADER_LEN};
+use crate::wire::mcast::{Frame, Header, GROUP};
 use std::io;
 use std::net::SocketAddrV4;
 use std::os::fd::RawFd;
@@ -133,17 +133,18 @@ impl Drops {
 }
 
 /// Checks an arrived frame for rank `me` of the job with `cookie`, in this order: lengths,
-/// version and kind, checksum, cookie, that it is for `me` or the group, and that `source` is
-/// the address of the rank it names (`is_rank`). Returns its header and payload. A frame whose
-/// checksum leaves the payload to the carrier is dropped ([`accept_with`] takes it where the
-/// carrier checksums).
+/// version and kind, checksum, cookie (a data frame's tag), that it is for `me` or the group
+/// (a control frame: data frames name no receiver, their bytes are every rank's), and that
+/// `source` is the address of the rank it names (`is_rank`). Returns its header and payload.
+/// A frame whose checksum leaves the payload to the carrier is dropped ([`accept_with`]
+/// takes it where the carrier checksums).
 pub fn accept<'a>(
     bytes: &'a [u8],
     source: &Source,
     me: usize,
     cookie: u64,
     is_rank: &dyn Fn(usize, &Source) -> bool,
-) -> Result<(Repr, &'a [u8]), Dropped> {
+) -> Result<(Header, &'a [u8]), Dropped> {
     accept_with(bytes, source, me, cookie, is_rank, false)
 }
 
@@ -156,63 +157,65 @@ pub fn accept_with<'a>(
     cookie: u64,
     is_rank: &dyn Fn(usize, &Source) -> bool,
     carrier_sums: bool,
-) -> Result<(Repr, &'a [u8]), Dropped> {
+) -> Result<(Header, &'a [u8]), Dropped> {
     let frame = Frame::new_checked(bytes).map_err(|_| Dropped::Malformed)?;
     if !frame.checksum_ok() || (frame.header_sum() && !carrier_sums) {
         return Err(Dropped::Checksum);
     }
-    let repr = Repr::parse(&frame);
-    if repr.cookie != cookie {
+    let header = Header::parse(&frame);
+    if !header.of_job(cookie) {
         return Err(Dropped::Foreign);
     }
-    if repr.to != GROUP && repr.to as usize != me {
+    if header
+        .to()
+        .is_some_and(|to| to != GROUP && to as usize != me)
+    {
         return Err(Dropped::OtherRank);
     }
-    if !is_rank(repr.from as usize, source) {
+    if !is_rank(header.from() as usize, source) {
         return Err(Dropped::Spoofed);
     }
-    let payload = if repr.kind == Kind::Data {
-        // Within `bytes`: `new_checked` saw the whole payload there.
-        &bytes[HEADER_LEN..HEADER_LEN + repr.count as usize]
-    } else {
-        &[]
-    };
-    Ok((repr, payload))
+    // Within `bytes`: `new_checked` saw the whole payload there (empty for control frames).
+    let start = header.header_len();
+    let payload = &bytes[start..start + frame.payload().len()];
+    Ok((header, payload))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::mcast::flags;
+    use crate::wire::mcast::{cookie_tag, flags, Data, Kind, Repr};
 
     #[test]
     fn a_header_only_checksum_is_taken_only_where_the_carrier_checksums() {
         let payload = b"seventeen bytes!!";
-        let mut repr = Repr {
-            kind: Kind::Data,
+        let mut data = Data {
             from: 1,
-            cookie: 77,
-            count: payload.len() as u32,
-            ..Repr::default()
+            tag: cookie_tag(77),
+            count: payload.len() as u16,
+            ..Data::default()
         };
         let source = Source::Mac([2, 0, 0, 0, 0, 1]);
         let is_rank = |r: usize, _: &Source| r == 1;
-        let frame = |repr: &Repr| [&repr.to_bytes(payload)[..], payload].concat();
+        let frame = |d: &Data| {
+            let h = Header::Data(*d).to_bytes(payload).unwrap();
+            [&h[..], payload].concat()
+        };
         // A whole-frame CRC: taken by both.
-        let whole = frame(&repr);
+        let whole = frame(&data);
         for sums in [false, true] {
             let (r, p) = accept_with(&whole, &source, 0, 77, &is_rank, sums).unwrap();
-            assert_eq!((r, p), (repr, &payload[..]));
+            assert_eq!((r, p), (Header::Data(data), &payload[..]));
         }
         // A header-only CRC: dropped where the carrier does not checksum.
-        repr.flags |= flags::HEADER_SUM;
-        let header_only = frame(&repr);
+        data.flags |= flags::HEADER_SUM;
+        let header_only = frame(&data);
         assert_eq!(
             accept(&header_only, &source, 0, 77, &is_rank),
             Err(Dropped::Checksum)
         );
         let (r, p) = accept_with(&header_only, &source, 0, 77, &is_rank, true).unwrap();
-        assert_eq!((r, p), (repr, &payload[..]));
+        assert_eq!((r, p), (Header::Data(data), &payload[..]));
         // Its header is still checked.
         let mut bad = header_only.clone();
         bad[20] ^= 1;
@@ -220,5 +223,37 @@ mod tests {
             accept_with(&bad, &source, 0, 77, &is_rank, true),
             Err(Dropped::Checksum)
         );
+        // Another job's tag, another rank's address.
+        assert_eq!(
+            accept_with(&header_only, &source, 0, 78, &is_rank, true),
+            Err(Dropped::Foreign)
+        );
+        let stranger = Source::Mac([2, 0, 0, 0, 0, 9]);
+        let is_rank = |r: usize, s: &Source| r == 1 && *s == source;
+        assert_eq!(
+            accept_with(&header_only, &stranger, 0, 77, &is_rank, true),
+            Err(Dropped::Spoofed)
+        );
+    }
+
+    #[test]
+    fn a_control_frame_for_another_rank_is_dropped() {
+        let repr = Repr {
+            kind: Kind::Ack,
+            from: 1,
+            cookie: 77,
+            to: 2,
+            ..Repr::default()
+        };
+        let b = Header::Control(repr).to_bytes(&[]).unwrap();
+        let source = Source::Mac([2, 0, 0, 0, 0, 1]);
+        let is_rank = |r: usize, _: &Source| r == 1;
+        assert_eq!(
+            accept(&b, &source, 0, 77, &is_rank),
+            Err(Dropped::OtherRank)
+        );
+        let (h, p) = accept(&b, &source, 2, 77, &is_rank).unwrap();
+        assert_eq!((h, p), (Header::Control(repr), &[][..]));
+        assert_eq!(accept(&b, &source, 2, 78, &is_rank), Err(Dropped::Foreign));
     }
 }

@@ -10,7 +10,7 @@
 
 use super::{accept, Carrier, To};
 use crate::transport::raweth::socket::poll_fds;
-use crate::wire::mcast::{Kind, Repr, GROUP};
+use crate::wire::mcast::{Header, Kind, Repr, GROUP};
 use std::io;
 use std::time::{Duration, Instant};
 
@@ -57,12 +57,15 @@ pub fn probe(
         to: GROUP,
         ..Repr::default()
     };
-    let header = repr.to_bytes(&[]);
-    let answer = Repr {
+    let header = Header::Control(repr)
+        .to_bytes(&[])
+        .map_err(io::Error::other)?;
+    let answer = Header::Control(Repr {
         to: root as u32,
         ..repr
-    }
-    .to_bytes(&[]);
+    })
+    .to_bytes(&[])
+    .map_err(io::Error::other)?;
     let mut answered = std::collections::BTreeSet::new();
     let mut next_send = start;
     let mut buf = vec![0u8; 65_536];
@@ -74,7 +77,7 @@ pub fn probe(
         }
         while let Some((source, n)) = carrier.recv(&mut buf)? {
             let is_rank = |r: usize, s: &super::Source| carrier.is_rank(r, s);
-            if let Ok((r, _)) = accept(&buf[..n], &source, me, cookie, &is_rank) {
+            if let Ok((Header::Control(r), _)) = accept(&buf[..n], &source, me, cookie, &is_rank) {
                 let probe = r.kind == Kind::Probe && r.value == nonce;
                 if probe && me != root && r.from as usize == root && r.to == GROUP {
                     // Best effort: a lost answer only makes the root wait the whole duration.

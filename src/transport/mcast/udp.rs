@@ -24,8 +24,8 @@
 //! it a rank does not receive the group frames of a root on its own host.
 //!
 //! Segment size: a datagram must fit the interface's MTU unfragmented (a lost fragment loses
-//! the whole datagram): [`UdpCarrier::max_payload`], MTU − 20 (IP) − 8 (UDP) − the frame
-//! header.
+//! the whole datagram): [`UdpCarrier::max_payload`], MTU − 20 (IP) − 8 (UDP) − the data
+//! frame's header (32 bytes).
 
 use super::{Batch, Carrier, Group, Source, To};
 use crate::transport::TransportError;
@@ -416,12 +416,13 @@ impl UdpCarrier {
         })
     }
 
-    /// The most payload bytes a frame may carry without IP fragmentation: the interface's MTU
-    /// less the IP and UDP headers and the frame's header.
+    /// The most payload bytes a data frame may carry without IP fragmentation: the
+    /// interface's MTU less the IP and UDP headers and the data frame's header (at most what
+    /// its 16-bit count says).
     pub fn max_payload(&self) -> usize {
         self.mtu
-            .saturating_sub(20 + 8 + crate::wire::mcast::HEADER_LEN)
-            .max(1)
+            .saturating_sub(20 + 8 + crate::wire::mcast::DATA_HEADER_LEN)
+            .clamp(1, crate::wire::mcast::MAX_PAYLOAD)
     }
 
     /// This rank's unicast address: what the others need ([`UdpCarrier::set_peers`]).
