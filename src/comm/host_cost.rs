@@ -249,8 +249,11 @@ impl Pair {
                             rx,
                             wake,
                             None,
-                            super::POLL,
-                            super::ROUND,
+                            progress::Tuning {
+                                poll: super::POLL,
+                                round: super::ROUND,
+                                window: EngineConfig::default().window,
+                            },
                         );
                     }
                 })

@@ -123,6 +123,18 @@ struct Driver {
     link_due: u64,
 }
 
+/// The progress thread's settings, from the agreed configuration.
+#[derive(Debug, Clone, Copy)]
+pub struct Tuning {
+    /// How long it polls for the next op before it sleeps (`Config::poll`).
+    pub poll: Duration,
+    /// The longest a round waits for the link while broadcasts run (`Config::round`).
+    pub round: Duration,
+    /// R, every broadcast's window (`Config::engine.window`, agreed at every rank): the most
+    /// a peer may send per lane of a broadcast not posted here (`Endpoint::with_window`).
+    pub window: u32,
+}
+
 /// Serves `ops` until the communicator drops its end.
 pub fn serve(
     me: usize,
@@ -130,16 +142,20 @@ pub fn serve(
     ops: Receiver<Op>,
     wake: Arc<Wake>,
     waits: Option<std::os::fd::OwnedFd>,
-    poll: Duration,
-    round: Duration,
+    tuning: Tuning,
 ) {
+    let Tuning {
+        poll,
+        round,
+        window,
+    } = tuning;
     let registers = link.capabilities().needs_registration;
     let mut d = Driver {
         me,
         registers,
         round,
         link,
-        endpoint: Engine::new(),
+        endpoint: Engine::with_window(window),
         bufs: Buffers::new(),
         runs: BTreeMap::new(),
         start: Instant::now(),
@@ -572,8 +588,11 @@ mod tests {
                     rx,
                     wake,
                     None,
-                    Duration::ZERO,
-                    crate::comm::ROUND,
+                    Tuning {
+                        poll: Duration::ZERO,
+                        round: crate::comm::ROUND,
+                        window: EngineConfig::default().window,
+                    },
                 );
             }));
         }

@@ -309,10 +309,14 @@ impl Local {
         }
         let (ops, rx) = crossbeam_channel::unbounded();
         let woken = wake.clone();
-        let (poll, round) = (config.poll, config.round);
+        let tuning = progress::Tuning {
+            poll: config.poll,
+            round: config.round,
+            window: config.engine.window,
+        };
         let progress = std::thread::Builder::new()
             .name(format!("pipecast-progress-{rank}"))
-            .spawn(move || progress::serve(rank, transport, rx, woken, waits, poll, round))
+            .spawn(move || progress::serve(rank, transport, rx, woken, waits, tuning))
             .map_err(|e| {
                 CommError::Bootstrap(crate::transport::limits::thread("the progress thread", &e))
             })?;

@@ -16,6 +16,7 @@
 //! `poll_transmit` hands messages out, `poll_timeout`/`handle_timeout` manage the idle timer.
 //! The engine never touches sockets, clocks or the user buffer.
 
+use super::number::{comm_of, seq_of};
 use super::{DataHeader, EngineError, Expected, Layout, Message, Placement, Transmit};
 use crate::plan::Lane;
 use std::collections::VecDeque;
@@ -233,6 +234,11 @@ impl Bcast {
         self.root_name
     }
 
+    /// R: the most segments in flight to one child per lane (and from the parent).
+    pub fn window(&self) -> u32 {
+        self.config.window
+    }
+
     pub fn setup(&self) -> &Setup {
         &self.setup
     }
@@ -304,6 +310,21 @@ impl Bcast {
                 ))))
             }
         };
+        let window = self.config.window;
+        if h.index >= state.credited.saturating_add(window) {
+            // A parent sends a segment only within the window of the last credit it got,
+            // and it cannot have got one this rank has not sent: beyond it, it ignores the
+            // credits (a repeat of a segment sent within the window never gets here).
+            let (index, credited) = (h.index, state.credited);
+            return Err(self.fail(EngineError::Protocol(format!(
+                "rank {from} sent segment {index} of lane {l} of broadcast {} of communicator \
+                 {} when this rank had acknowledged {credited}: at least {} segments of that \
+                 lane unacknowledged, more than the window of {window}",
+                seq_of(h.seq),
+                comm_of(h.seq),
+                u64::from(index) + 1 - u64::from(credited)
+            ))));
+        }
         if state.have[h.index as usize] {
             // A duplicate (a link that duplicates and runs no reliability): it landed already.
             return Ok(Placement::Discard);

@@ -19,6 +19,14 @@ impl Engine {
     pub fn new() -> Engine {
         Engine::default()
     }
+
+    /// An engine whose broadcasts keep a window of `window` segments (`Config::window`,
+    /// agreed): [`Endpoint::with_window`].
+    pub fn with_window(window: u32) -> Engine {
+        Engine {
+            endpoint: Endpoint::with_window(window),
+        }
+    }
 }
 
 impl Deref for Engine {

@@ -28,9 +28,20 @@
 //! never wait for each other. The memory itself comes from the link's own allocation, which
 //! fails with a named `TransportError::Memory` instead of aborting (`transport::limits`;
 //! docs/scale.md, "Held segments").
+//!
+//! **The receiver enforces it.** A peer that ignores the window (faulty or hostile) is a
+//! protocol error, not memory held: a segment of a broadcast not posted here must be one of
+//! its lane's first R (the endpoint's window, [`Endpoint::with_window`]), a real segment of
+//! the message its header announces, announced alike by every segment held for that
+//! broadcast; a repeat of one held is dropped ([`Endpoint::route_data`], [`Endpoint::hold`]).
+//! Of a posted broadcast, [`Bcast::place`] refuses a segment beyond the window of the last
+//! credit this rank sent. Both look at indexes, so a duplicate or a retransmission of a
+//! segment a correct parent sent is never refused.
 
 use super::number::{comm_of, number, seq_of};
-use super::{Bcast, DataHeader, EngineError, Expected, Message, Placement, Transmit};
+use super::{
+    layout, Bcast, Config, DataHeader, EngineError, Expected, Message, Placement, Transmit,
+};
 use std::collections::{BTreeMap, VecDeque};
 use std::ops::Range;
 
@@ -54,7 +65,7 @@ pub enum Route {
 }
 
 /// One rank's broadcasts in flight, of every communicator.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Endpoint {
     active: BTreeMap<u64, Bcast>,
     /// Per communicator, the highest broadcast number posted so far (every lower one of the
@@ -64,11 +75,41 @@ pub struct Endpoint {
     held_bytes: usize,
     /// Broadcasts posted and finished so far ([`Endpoint::changes`]).
     changes: u64,
+    /// R, the window every parent keeps (`Config::window`, agreed): the most segments per
+    /// lane a peer may send of a broadcast not posted here.
+    window: u32,
+}
+
+impl Default for Endpoint {
+    fn default() -> Endpoint {
+        Endpoint::with_window(Config::default().window)
+    }
 }
 
 impl Endpoint {
+    /// An endpoint whose broadcasts use the default window ([`Config`]).
     pub fn new() -> Endpoint {
         Endpoint::default()
+    }
+
+    /// An endpoint whose broadcasts keep a window of `window` segments (`Config::window`,
+    /// the same at every rank): what it lets a peer send of a broadcast not posted here. A
+    /// posted broadcast with a larger window raises it.
+    pub fn with_window(window: u32) -> Endpoint {
+        Endpoint {
+            active: BTreeMap::new(),
+            posted: BTreeMap::new(),
+            held: BTreeMap::new(),
+            held_bytes: 0,
+            changes: 0,
+            window: window.max(1),
+        }
+    }
+
+    /// Sets the window its broadcasts keep ([`with_window`](Self::with_window)), before any
+    /// is posted.
+    pub fn set_window(&mut self, window: u32) {
+        self.window = window.max(1);
     }
 
     /// Starts `bcast`, whose number must be above every one its communicator posted before,
@@ -86,6 +127,7 @@ impl Endpoint {
             )));
         }
         self.posted.insert(comm_of(seq), seq);
+        self.window = self.window.max(bcast.window());
         self.active.insert(seq, bcast);
         self.changes += 1;
         let held = self.held.remove(&seq).unwrap_or_default();
@@ -193,7 +235,7 @@ impl Endpoint {
     /// than its own segment size is an error everywhere, never memory the sender chooses.
     pub fn route_data(&mut self, from: usize, h: &DataHeader) -> Result<Route, EngineError> {
         if self.is_later(h.seq) {
-            return hold_within_segment(from, h);
+            return self.route_held(from, h);
         }
         let Some(b) = self.active.get_mut(&h.seq) else {
             return Ok(Route::Discard);
@@ -201,8 +243,92 @@ impl Endpoint {
         match b.place(from, h)? {
             Placement::Into(range) => Ok(Route::Into { seq: h.seq, range }),
             Placement::Discard => Ok(Route::Discard),
-            Placement::Later => hold_within_segment(from, h),
+            Placement::Later => self.route_held(from, h),
         }
+    }
+
+    /// Whether a segment of a broadcast not posted here may be held: one of its message's
+    /// segments (no longer than its segment size), within the window of its lane (a held
+    /// segment returns no credit, so a parent that keeps to its window sends indexes 0 to
+    /// R − 1 of each lane and then waits), announcing the broadcast as the segments held for
+    /// it before did. A repeat of a segment held already is discarded. This only looks: a
+    /// link may ask again for the same segment (shared memory's deferred records) and is
+    /// answered alike, and what is held is counted by [`hold`](Self::hold).
+    fn route_held(&self, from: usize, h: &DataHeader) -> Result<Route, EngineError> {
+        let what = || {
+            format!(
+                "rank {from} sent segment {} of lane {} of broadcast {} of communicator {} \
+                 before this rank posted it",
+                h.index,
+                h.lane,
+                seq_of(h.seq),
+                comm_of(h.seq)
+            )
+        };
+        if h.len > h.segment {
+            return Err(EngineError::Protocol(format!(
+                "{} with {} bytes, longer than its {}-byte segments",
+                what(),
+                h.len,
+                h.segment
+            )));
+        }
+        let len = layout::segment_len(
+            h.msize,
+            u64::from(h.segment),
+            usize::from(h.lanes),
+            usize::from(h.lane),
+            h.index,
+        );
+        if len != Some(u64::from(h.len)) {
+            return Err(EngineError::Protocol(format!(
+                "{}: {} bytes of a {}-byte message cut into {} lanes of {}-byte segments, \
+                 which has no such segment",
+                what(),
+                h.len,
+                h.msize,
+                h.lanes,
+                h.segment
+            )));
+        }
+        if h.index >= self.window {
+            return Err(EngineError::Protocol(format!(
+                "{}: at least {} segments of that lane unacknowledged (this rank has \
+                 acknowledged none), more than the window of {}; a held segment returns no \
+                 credit, so it ignores the window",
+                what(),
+                u64::from(h.index) + 1,
+                self.window
+            )));
+        }
+        let held = self.held.get(&h.seq).into_iter().flatten();
+        let mut data = held.filter_map(|m| match m.message {
+            Message::Data(d) => Some((m.from, d)),
+            _ => None,
+        });
+        if let Some((first_from, first)) = data.clone().next() {
+            let shape = |d: &DataHeader| (d.root, d.msize, d.segment, d.lanes);
+            if shape(&first) != shape(h) {
+                return Err(EngineError::Protocol(format!(
+                    "{} as root {}, {} bytes in {}-byte segments over {} lanes, but rank \
+                     {first_from} sent it as root {}, {} bytes in {}-byte segments over {} \
+                     lanes",
+                    what(),
+                    h.root,
+                    h.msize,
+                    h.segment,
+                    h.lanes,
+                    first.root,
+                    first.msize,
+                    first.segment,
+                    first.lanes
+                )));
+            }
+        }
+        if data.any(|(f, d)| f == from && d.lane == h.lane && d.index == h.index) {
+            return Ok(Route::Discard);
+        }
+        Ok(Route::Hold)
     }
 
     /// Lands a message whose payload is already in hand (a segment read while its broadcast
@@ -234,13 +360,41 @@ impl Endpoint {
 
     /// Keeps a message (with its payload) of a broadcast not posted yet (one that is over
     /// here drops it; one that runs must get it by `route_data`/`handle_message` instead).
+    /// A repeat is kept once: a segment held already from `from` (its lane and index) is
+    /// dropped, a credit merges into one held from `from` for its lane (credits are
+    /// cumulative), a repeated done is dropped; so per peer, broadcast and lane at most the
+    /// window of segments ([`route_data`](Self::route_data) checked them), one credit and
+    /// one done are held.
     pub fn hold(&mut self, from: usize, message: Message, payload: Vec<u8>) {
         if !self.is_later(message.seq()) {
             debug_assert!(!self.active.contains_key(&message.seq()));
             return;
         }
+        let held = self.held.entry(message.seq()).or_default();
+        for h in held.iter_mut().filter(|h| h.from == from) {
+            match (&mut h.message, message) {
+                (Message::Data(a), Message::Data(b)) if (a.lane, a.index) == (b.lane, b.index) => {
+                    return;
+                }
+                (
+                    Message::Credit { lane, consumed, .. },
+                    Message::Credit {
+                        lane: l,
+                        consumed: c,
+                        ..
+                    },
+                ) if *lane == l => {
+                    *consumed = (*consumed).max(c);
+                    return;
+                }
+                (Message::Done { lane, .. }, Message::Done { lane: l, .. }) if *lane == l => {
+                    return;
+                }
+                _ => {}
+            }
+        }
         self.held_bytes += payload.len();
-        self.held.entry(message.seq()).or_default().push_back(Held {
+        held.push_back(Held {
             from,
             message,
             payload,
@@ -354,18 +508,6 @@ impl Endpoint {
         }
         out
     }
-}
-
-/// A segment to hold must be no longer than its broadcast's segments.
-fn hold_within_segment(from: usize, h: &DataHeader) -> Result<Route, EngineError> {
-    if h.len > h.segment {
-        return Err(EngineError::Protocol(format!(
-            "rank {from} sent segment {} of broadcast {} with {} bytes, longer than its \
-             {}-byte segments",
-            h.index, h.seq, h.len, h.segment
-        )));
-    }
-    Ok(Route::Hold)
 }
 
 /// Copies a landed `payload` into `buf` at `range`: the one fit check (a range beyond the
@@ -496,7 +638,9 @@ mod tests {
                 // At most a window of 4-byte segments per lane, and never more than the message.
                 let bound = |seq: u64| msgs[&seq].len().min(lanes_n * window as usize * 4);
                 let total: usize = msgs.keys().map(|&s| bound(s)).sum();
-                let mut eps: Vec<Endpoint> = (0..3).map(|_| Endpoint::new()).collect();
+                // The receivers enforce the same window: a parent that keeps it is never refused.
+                let mut eps: Vec<Endpoint> =
+                    (0..3).map(|_| Endpoint::with_window(window)).collect();
                 let mut bufs = buffers(&msgs);
                 for r in (0..3).filter(|&r| r != late) {
                     for &s in msgs.keys() {
@@ -551,6 +695,187 @@ mod tests {
                     assert_eq!(eps[r].held_bytes(), 0, "{what}: rank {r}");
                 }
             }
+        }
+    }
+
+    /// Rank 1's part of broadcast 1 on `lanes_n` chains 0 → 1 → 2 (parent: rank 0 in every
+    /// lane): `msize` bytes in 4-byte segments, window 3, a credit every 2 segments.
+    fn windowed(lanes_n: usize, msize: u64) -> Bcast {
+        let lanes: Vec<crate::plan::Lane> = (0..lanes_n).flat_map(|_| chain(3)).collect();
+        let setup = Setup {
+            seq: 1,
+            root: 0,
+            msize,
+            segment: 4,
+            deep: false,
+        };
+        let config = Config {
+            window: 3,
+            credit_every: 2,
+            ..Config::default()
+        };
+        Bcast::new(1, &lanes, setup, config, 0).unwrap()
+    }
+
+    /// A faulty or hostile parent (rank 0, faked by hand) that ignores the window of a
+    /// broadcast rank 1 has not posted: rank 1 holds at most the window (3) of each lane's
+    /// segments; a repeat of one held already is dropped, not held twice; the fourth segment
+    /// of a lane is a protocol error naming the peer, the count and the window, never memory
+    /// held. Repeated credits and dones are held once. One lane and two.
+    #[test]
+    fn a_peer_that_sends_beyond_the_window_of_a_broadcast_not_posted_is_refused() {
+        for lanes_n in [1u16, 2] {
+            let msize = 24 * u64::from(lanes_n);
+            let segment = |lane: u16, index: u32| DataHeader {
+                seq: 1,
+                root: 0,
+                msize,
+                segment: 4,
+                lanes: lanes_n,
+                lane,
+                index,
+                len: 4,
+            };
+            let mut ep = Endpoint::with_window(3);
+            let ignore = |_, _, _: &[u8]| Ok::<(), EngineError>(());
+            for round in 0..3 {
+                for lane in 0..lanes_n {
+                    for index in 0..3 {
+                        let h = segment(lane, index);
+                        let want = if round == 0 {
+                            Route::Hold
+                        } else {
+                            Route::Discard
+                        };
+                        assert_eq!(ep.route_data(0, &h).unwrap(), want, "lanes {lanes_n}");
+                        ep.deliver(0, 0, Message::Data(h), vec![7; 4], ignore)
+                            .unwrap();
+                        // A link that delivers a repeat anyway (`hold` itself) keeps one.
+                        ep.hold(0, Message::Data(h), vec![7; 4]);
+                    }
+                }
+                for lane in 0..lanes_n {
+                    for _ in 0..4 {
+                        let credit = Message::Credit {
+                            seq: 1,
+                            lane,
+                            consumed: 0,
+                        };
+                        ep.handle_message(0, 2, &credit).unwrap();
+                        ep.handle_message(0, 2, &Message::Done { seq: 1, lane })
+                            .unwrap();
+                    }
+                }
+            }
+            let lanes = usize::from(lanes_n);
+            assert_eq!(ep.held_bytes(), lanes * 3 * 4, "lanes {lanes_n}");
+            assert_eq!(ep.held[&1].len(), lanes * (3 + 2), "lanes {lanes_n}");
+            for lane in 0..lanes_n {
+                let h = segment(lane, 3);
+                let e = ep.route_data(0, &h).unwrap_err().to_string();
+                assert!(
+                    e.contains("rank 0 sent segment 3 of lane")
+                        && e.contains("at least 4 segments")
+                        && e.contains("window of 3"),
+                    "{e}"
+                );
+                assert!(ep
+                    .deliver(0, 0, Message::Data(h), vec![7; 4], ignore)
+                    .is_err());
+            }
+            assert_eq!(ep.held_bytes(), lanes * 3 * 4, "nothing more held");
+            // Not a segment of the message it announces, or another shape of the broadcast
+            // than the segments held: refused too.
+            let beyond = DataHeader {
+                index: 0,
+                lane: lanes_n,
+                ..segment(0, 0)
+            };
+            assert!(ep.route_data(0, &beyond).is_err());
+            let other = DataHeader {
+                msize: msize + 4,
+                ..segment(0, 0)
+            };
+            let e = ep.route_data(1, &other).unwrap_err().to_string();
+            assert!(e.contains("but rank 0 sent it as root 0"), "{e}");
+            // Posted, what was held lands once, byte for byte, credited in turn.
+            let mut buf = vec![0u8; msize as usize];
+            ep.post(windowed(lanes_n.into(), msize), &mut buf, 0)
+                .unwrap();
+            assert_eq!(ep.held_bytes(), 0);
+            let per_lane = (msize / u64::from(lanes_n)) as usize;
+            for l in 0..lanes {
+                assert_eq!(
+                    buf[l * per_lane..l * per_lane + 12],
+                    [7; 12],
+                    "lanes {lanes_n}"
+                );
+            }
+        }
+    }
+
+    /// A faulty or hostile parent (rank 0, faked by hand) that ignores the credits of a
+    /// broadcast rank 1 has posted: segments up to the window beyond the last credit rank 1
+    /// sent land (a repeat is dropped, not an error), the next is a protocol error naming
+    /// the peer, the count and the window, and it fails the broadcast (nothing more is sent
+    /// or expected). One lane and two.
+    #[test]
+    fn a_peer_that_sends_beyond_the_window_of_a_posted_broadcast_fails_it() {
+        for lanes_n in [1u16, 2] {
+            let msize = 40 * u64::from(lanes_n);
+            let segment = |lane: u16, index: u32| DataHeader {
+                seq: 1,
+                root: 0,
+                msize,
+                segment: 4,
+                lanes: lanes_n,
+                lane,
+                index,
+                len: 4,
+            };
+            let mut ep = Endpoint::with_window(3);
+            let mut buf = vec![0u8; msize as usize];
+            ep.post(windowed(lanes_n.into(), msize), &mut buf, 0)
+                .unwrap();
+            let land = |ep: &mut Endpoint, buf: &mut [u8], h: DataHeader| {
+                ep.deliver(
+                    0,
+                    0,
+                    Message::Data(h),
+                    vec![h.index as u8 + 1; 4],
+                    |_, r, p| copy_into(buf, r, p),
+                )
+            };
+            let last = lanes_n - 1;
+            // Lane 0 (and 1) within the window: 0, 1 and 2 land; two of them are credited.
+            for lane in 0..lanes_n {
+                for index in 0..3 {
+                    land(&mut ep, &mut buf, segment(lane, index)).unwrap();
+                }
+            }
+            // (Rank 1 also forwards the segments to rank 2.)
+            let credits: Vec<Message> = std::iter::from_fn(|| ep.poll_transmit(0))
+                .map(|(_, t)| t.message)
+                .filter(|m| matches!(m, Message::Credit { .. }))
+                .collect();
+            assert_eq!(credits.len(), usize::from(lanes_n), "{credits:?}");
+            // Acknowledged 2: segments up to 4 may come (4 before 3: in any order), a repeat
+            // of 0 is dropped; 5 is a fourth unacknowledged one.
+            for index in [4, 0] {
+                land(&mut ep, &mut buf, segment(last, index)).unwrap();
+            }
+            let e = land(&mut ep, &mut buf, segment(last, 5))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&format!("rank 0 sent segment 5 of lane {last}"))
+                    && e.contains("had acknowledged 2")
+                    && e.contains("at least 4 segments")
+                    && e.contains("window of 3"),
+                "{e}"
+            );
+            assert!(!ep.is_done(1) && ep.poll_transmit(0).is_none());
+            assert!(ep.expected(&|_| true).is_empty(), "failed");
         }
     }
 

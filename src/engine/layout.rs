@@ -106,9 +106,50 @@ impl Layout {
     }
 }
 
+/// The length of segment `i` of lane `l` when `msize` bytes are cut into `lanes` shares of
+/// `segment`-byte segments (what [`Layout::range`] gives, without building the layout), or
+/// `None` if there is no such segment: how a segment of a broadcast not posted here (no
+/// layout yet) is checked against the shape its header announces.
+pub fn segment_len(msize: u64, segment: u64, lanes: usize, l: usize, i: u32) -> Option<u64> {
+    let (lanes, l) = (lanes.max(1) as u64, l as u64);
+    if l >= lanes {
+        return None;
+    }
+    let share = msize / lanes + u64::from(l < msize % lanes);
+    let segment = segment.max(1);
+    if u64::from(i) >= share.div_ceil(segment).max(1) {
+        return None;
+    }
+    Some((share - u64::from(i) * segment).min(segment))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn segment_len_is_the_layouts_segment_without_the_layout() {
+        for (msize, seg, lanes) in [(0, 8, 1), (1, 8, 1), (17, 8, 1), (16, 8, 2), (37, 4, 3)] {
+            let layout = Layout::new(msize, seg, lanes);
+            for l in 0..lanes + 1 {
+                for i in 0..8 {
+                    let want = (l < lanes)
+                        .then(|| layout.range(l, i))
+                        .flatten()
+                        .map(|r| r.end - r.start);
+                    assert_eq!(
+                        segment_len(msize, seg, lanes, l, i),
+                        want,
+                        "{msize} {seg} {lanes} {l} {i}"
+                    );
+                }
+            }
+        }
+        assert_eq!(
+            segment_len(1 << 60, 1 << 20, 65535, 65534, 3),
+            Some(1 << 20)
+        );
+    }
 
     #[test]
     fn segments_tile_the_message() {

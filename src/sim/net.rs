@@ -452,6 +452,9 @@ impl SimNet {
     /// Every rank's engine tuning.
     pub fn engine_config(&mut self, config: engine::Config) -> &mut SimNet {
         self.engine = config;
+        for rank in &mut self.ranks {
+            rank.endpoint.set_window(config.window);
+        }
         self
     }
 

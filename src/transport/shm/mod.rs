@@ -609,8 +609,15 @@ impl ShmLink {
                         // buffer until this rank acknowledges them, so the record waits
                         // rather than a copy (a whole message, often, on a host of more ranks
                         // than cores: a 64 MiB allocation, its page faults and a second copy).
-                        self.deferred_bytes += len as u64;
-                        p.deferred.push_back(Record::Message { head, addr });
+                        // A repeat of a record waiting already is dropped: what waits is then
+                        // bounded as what the endpoint holds (the window per lane).
+                        let repeat = p.deferred.iter().any(
+                            |r| matches!(r, Record::Message { head: waits, .. } if *waits == head),
+                        );
+                        if !repeat {
+                            self.deferred_bytes += len as u64;
+                            p.deferred.push_back(Record::Message { head, addr });
+                        }
                     }
                     Landing::Discard => {}
                 }
