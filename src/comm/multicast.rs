@@ -71,6 +71,27 @@ struct Running {
     stalled: Option<Out>,
     /// Segments landed here (new ones).
     landed: u32,
+    /// When it passed its milestones, at `PIPECAST_LOG=pipecast::comm::multicast=debug` only.
+    trace: Option<Box<Trace>>,
+}
+
+/// A broadcast's milestones at this rank (wall-clock µs, comparable across the ranks of one
+/// host, e.g. a lab's), logged at debug when it finishes: where its time goes.
+#[derive(Debug, Default)]
+struct Trace {
+    posted: u64,
+    /// The first segment landed (a receiver) or left (the root).
+    first: u64,
+    /// Every segment landed here (a receiver) or left (the root).
+    all: u64,
+    /// This rank and its subtree hold everything.
+    complete: u64,
+}
+
+fn wall_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
 }
 
 /// This process's multicast broadcasts.
@@ -274,6 +295,12 @@ impl Multicast {
                 ident,
                 stalled: None,
                 landed: 0,
+                trace: tracing::enabled!(tracing::Level::DEBUG).then(|| {
+                    Box::new(Trace {
+                        posted: wall_us(),
+                        ..Trace::default()
+                    })
+                }),
             },
         );
         // Older ones will never be posted on this communicator: their space is free.
@@ -313,6 +340,30 @@ impl Multicast {
         let Some(r) = self.running.remove(&seq) else {
             return;
         };
+        if let Some(t) = &r.trace {
+            let s = r.member.stats();
+            tracing::debug!(
+                rank = self.me,
+                seq,
+                root = r.ident.root,
+                bytes = r.ident.msize,
+                posted = t.posted,
+                first = t.first.saturating_sub(t.posted),
+                all = t.all.saturating_sub(t.posted),
+                complete = t.complete.saturating_sub(t.posted),
+                finish = wall_us().saturating_sub(t.posted),
+                sent = s.sent,
+                repairs = s.repairs,
+                group_repairs = s.group_repairs,
+                nacks = s.nacks,
+                acks = s.acks,
+                syncs = s.syncs,
+                duplicates = s.duplicates,
+                suppressed = s.suppressed,
+                spare = s.spare,
+                "multicast trace (µs after posted)"
+            );
+        }
         if matches!(r.member.state(), State::Complete) {
             // The loss this rank saw: the next broadcast it roots starts paced for it.
             self.spare = r.member.spare();
@@ -403,6 +454,19 @@ impl Multicast {
         let mut next = self.running.keys().next().copied();
         while let Some(seq) = next {
             self.transmit(seq, now, bufs)?;
+            let r = self.running.get_mut(&seq).expect("running");
+            if let Some(t) = r.trace.as_deref_mut() {
+                if t.complete == 0 && matches!(r.member.state(), State::Complete) {
+                    t.complete = wall_us();
+                }
+                let sent = r.member.stats().sent;
+                if r.member.is_root() && t.first == 0 && sent > 0 {
+                    t.first = wall_us();
+                }
+                if r.member.is_root() && t.all == 0 && sent == u64::from(r.member.segments()) {
+                    t.all = wall_us();
+                }
+            }
             let r = &self.running[&seq];
             if let State::Failed(e) = r.member.state() {
                 return Err(gone(seq, e));
@@ -531,6 +595,14 @@ impl Multicast {
                 self.landed = true;
                 if let Some(range) = r.member.land(now, from, index) {
                     r.landed += 1;
+                    if let Some(t) = r.trace.as_deref_mut() {
+                        if r.landed == 1 {
+                            t.first = wall_us();
+                        }
+                        if r.landed == r.member.segments() {
+                            t.all = wall_us();
+                        }
+                    }
                     let buf = bufs
                         .get_mut(&seq)
                         .expect("a running broadcast has a buffer")

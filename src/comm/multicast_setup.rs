@@ -317,8 +317,13 @@ pub fn agree(
     let segment = addrs.iter().map(|a| a.payload).min().unwrap_or(1).max(1);
     let overhead = carrier.overhead();
     let rcvbuf = addrs.iter().map(|a| a.rcvbuf as usize).min().unwrap_or(0);
+    let window = window(segment, rcvbuf);
     let mcast = McastConfig {
-        window: window(segment, rcvbuf),
+        window,
+        // A report per eighth of the window (at least the protocol's 32 segments): the
+        // root's credit never runs dry for it, and a receiver sends ~8 reports per window
+        // instead of one per 32 segments (each a `sendmsg`).
+        ack_every: (window / 8).max(McastConfig::default().ack_every),
         liveness: u64::try_from(config.timeout.as_nanos()).unwrap_or(u64::MAX),
         rate: rate_bps.map(|bps| pace(bps, segment, overhead)),
         burst: 16 * (u64::from(segment) + DATA_HEADER_LEN as u64),

@@ -97,8 +97,12 @@ pub struct Member {
     // The root's side.
     next: u32,
     acked: u64,
+    /// When the root's window last moved or a new segment left: it syncs only when neither
+    /// happened for a sync interval (stalled), so sparse reports do not make it sync.
     moved: u64,
     last_sync: Option<u64>,
+    /// Syncs since every segment left (the first right behind the last one).
+    tail_syncs: u32,
     asks: BTreeMap<u32, BTreeSet<usize>>,
     pacer: Pacer,
     /// The loss estimate (`model::multicast::PACE`): thousandths of `config.rate` the root
@@ -178,6 +182,7 @@ impl Member {
             acked: 0,
             moved: now,
             last_sync: None,
+            tail_syncs: 0,
             asks: BTreeMap::new(),
             pacer: Pacer::new(
                 Self::paced(config.rate, config.spare, is_root),
@@ -639,6 +644,7 @@ impl Member {
             if self.pacer.try_take(now, bytes) {
                 let index = self.next;
                 self.next += 1;
+                self.moved = now;
                 self.stats.sent += 1;
                 self.estimate(now, 0);
                 if self.next == self.n {
@@ -780,6 +786,7 @@ impl Member {
                         });
                         return;
                     }
+                    let every = self.ping_every();
                     if silent >= every && now.saturating_sub(self.last_ping) >= every {
                         self.last_ping = now;
                         let value = self.subtree();
@@ -788,17 +795,51 @@ impl Member {
                 }
             }
             None => {
-                let stalled = now.saturating_sub(self.moved) >= every;
                 let since = self.last_sync.map_or(u64::MAX, |s| now.saturating_sub(s));
-                if self.acked < n && stalled && since >= every {
+                let due = match self.tail_wait() {
+                    Some(wait) => since >= wait,
+                    None => now.saturating_sub(self.moved) >= every && since >= every,
+                };
+                if self.acked < n && due {
                     self.sync(now);
                 }
             }
         }
     }
 
+    /// How long a waiting rank lets its parent be silent before it pings it: a sync
+    /// interval while it waits for repairs (the answer also says what the parent holds),
+    /// else an eighth of the liveness limit (only to learn that the parent is alive: a
+    /// receiver that misses nothing hears no more from its parent than the answers).
+    fn ping_every(&self) -> u64 {
+        let every = self.config.sync_interval;
+        if self.missing.is_empty() {
+            every.max(self.config.liveness / 8)
+        } else {
+            every
+        }
+    }
+
+    /// Once every segment left (the root): how long after its last sync the root syncs
+    /// again while some rank lacks something — [`Config::nack_min`], then twice that … up to
+    /// a sync interval. A lost final report (or a lost tail's NACK) is thus asked for again
+    /// a few ms after the last segment, not a whole sync interval later; the reports it
+    /// asks for are one per rank.
+    fn tail_wait(&self) -> Option<u64> {
+        if self.next < self.n || self.last_sync.is_none() {
+            return None;
+        }
+        let every = self.config.sync_interval;
+        let first = self.config.nack_min.min(every).max(1);
+        let doublings = self.tail_syncs.saturating_sub(1).min(16);
+        Some(first.saturating_mul(1 << doublings).min(every))
+    }
+
     /// The root tells the group how many segments it sent.
     fn sync(&mut self, now: u64) {
+        if self.next == self.n {
+            self.tail_syncs = self.tail_syncs.saturating_add(1);
+        }
         self.last_sync = Some(now);
         self.stats.syncs += 1;
         self.queue.push_back(Out {
@@ -834,18 +875,22 @@ impl Member {
                             take(t);
                         }
                         if self.prefix < self.n {
-                            let ping = self.parent_heard.max(self.last_ping).saturating_add(every);
+                            let ping = self
+                                .parent_heard
+                                .max(self.last_ping)
+                                .saturating_add(self.ping_every());
                             take(ping);
                             take(self.parent_heard.saturating_add(self.config.liveness));
                         }
                     }
                     None => {
                         if self.acked < n {
-                            let t = match self.last_sync {
-                                Some(s) => s.max(self.moved).saturating_add(every),
-                                None => self.moved.saturating_add(every),
+                            let t = match (self.last_sync, self.tail_wait()) {
+                                (Some(s), Some(wait)) => s.saturating_add(wait),
+                                (Some(s), None) => s.max(self.moved).saturating_add(every),
+                                (None, _) => self.moved.saturating_add(every),
                             };
-                            take(t.max(self.moved.saturating_add(every)));
+                            take(t);
                         }
                         let limit = self.acked.saturating_add(u64::from(self.config.window));
                         if self.next < self.n && u64::from(self.next) < limit {
@@ -1385,5 +1430,121 @@ mod tests {
             crate::model::multicast::REPAIR.retry_wait(&slow),
             c.nack_interval
         );
+    }
+
+    fn syncs(out: &[Out]) -> usize {
+        out.iter()
+            .filter(|o| matches!(o.msg, Msg::Sync { answer: false, .. }))
+            .count()
+    }
+
+    #[test]
+    fn after_its_last_segment_the_root_syncs_again_soon_then_less_often() {
+        let c = Config::default();
+        let mut root = Member::new(shape(0, None, &[1]), 30, 10, c, 0).unwrap();
+        assert_eq!(
+            syncs(&drain(&mut root, 0)),
+            1,
+            "right behind the last segment"
+        );
+        // The child's final report was lost: syncs at nack_min, then 2, 4 … times that after
+        // the one before, at most a sync interval apart.
+        let mut at = Vec::new();
+        let mut now = 0;
+        while at.len() < 6 {
+            now = root.poll_timeout(now).unwrap();
+            root.handle_timeout(now);
+            if syncs(&drain(&mut root, now)) == 1 {
+                at.push(now);
+            }
+            // The child is alive (it answers each sync with its report, 0 segments held).
+            root.handle(
+                now,
+                1,
+                Msg::Ack {
+                    value: 0,
+                    ping: false,
+                },
+            );
+        }
+        let gaps: Vec<u64> = std::iter::once(at[0])
+            .chain(at.windows(2).map(|w| w[1] - w[0]))
+            .collect();
+        let m = c.nack_min;
+        assert_eq!(
+            gaps,
+            [
+                m,
+                2 * m,
+                4 * m,
+                c.sync_interval,
+                c.sync_interval,
+                c.sync_interval
+            ]
+        );
+        // The report arrives: complete, no more syncs.
+        root.handle(
+            now,
+            1,
+            Msg::Ack {
+                value: 3,
+                ping: false,
+            },
+        );
+        assert_eq!(root.state(), &State::Complete);
+        assert_eq!(root.poll_timeout(now), None);
+    }
+
+    #[test]
+    fn while_sending_the_root_does_not_sync_for_want_of_reports() {
+        // 2000 segments paced one per ms, reports every 100 (100 ms apart: 5 sync intervals).
+        let c = Config {
+            window: 2000,
+            ack_every: 100,
+            rate: Some(74_000),
+            burst: 74,
+            ..Config::default()
+        };
+        let mut root = Member::new(shape(0, None, &[1]), 20_000, 10, c, 0).unwrap();
+        let mut now = 0;
+        let mut sent = 0;
+        while sent < 1000 {
+            root.handle_timeout(now);
+            for o in drain(&mut root, now) {
+                match o.msg {
+                    Msg::Data { .. } => sent += 1,
+                    Msg::Sync { .. } => panic!("a sync at {now} while the root sends"),
+                    _ => {}
+                }
+            }
+            now = root.poll_timeout(now).unwrap().max(now + 1);
+        }
+        assert_eq!(root.stats().syncs, 0);
+    }
+
+    #[test]
+    fn a_receiver_missing_nothing_pings_its_parent_rarely() {
+        let c = Config {
+            liveness: 800 * MS,
+            ..Config::default()
+        };
+        let mut r = Member::new(shape(2, Some(1), &[]), 1000, 10, c, 0).unwrap();
+        r.land(0, 0, 0);
+        drain(&mut r, 0);
+        // Nothing missing: the first ping after an eighth of the liveness limit.
+        assert_eq!(r.poll_timeout(0), Some(100 * MS));
+        r.handle_timeout(100 * MS);
+        let pings = |out: &[Out]| {
+            out.iter()
+                .filter(|o| matches!(o.msg, Msg::Ack { ping: true, .. }))
+                .count()
+        };
+        assert_eq!(pings(&drain(&mut r, 100 * MS)), 1);
+        // A gap: it waits for repairs, and pings after a sync interval of silence.
+        r.land(101 * MS, 0, 2);
+        drain(&mut r, 101 * MS);
+        let t = 100 * MS + c.sync_interval;
+        r.handle_timeout(t);
+        assert_eq!(pings(&drain(&mut r, t)), 1);
     }
 }
