@@ -9,7 +9,7 @@
 
 use pipecast::engine::{DataHeader, Message};
 use pipecast::wire::frame::{Frame, Kind, Repr as FrameRepr, HEADER_LEN};
-use pipecast::wire::{bootstrap, hello, shm};
+use pipecast::wire::{bootstrap, hello, joining, shm};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -87,7 +87,26 @@ fn bootstrap() -> Seeds {
         cpus: None,
         ..ready.clone()
     };
+    let joins = joining::Repr {
+        status: joining::Status::Engine,
+        id: 0x8000_0007,
+        identity: (0x0123_4567_89ab_cdef, 3),
+        addr: Some("198.18.0.7:40123".parse().unwrap()),
+        cpus: Some(bootstrap::CpuRange { first: 4, count: 2 }),
+        host: "n7",
+        settings: "PIPECAST_TREE=auto;PIPECAST_WINDOW=16",
+        reason: "",
+    };
+    let cannot = joining::Repr {
+        status: joining::Status::NoEngine,
+        addr: Some("[fd00::7]:40125".parse().unwrap()),
+        cpus: None,
+        reason: "raweth: the link cannot add peers",
+        ..joins.clone()
+    };
     BTreeMap::from([
+        ("join_engine", joins.to_vec().unwrap()),
+        ("join_no_engine", cannot.to_vec().unwrap()),
         ("blob_ready", ready.to_vec().unwrap()),
         ("blob_full", full.to_vec().unwrap()),
         ("blob_failed", failed.to_vec().unwrap()),
@@ -458,6 +477,7 @@ fn passes(target: &str, seed: &[u8]) -> bool {
     match target {
         "bootstrap" => {
             bootstrap::Repr::parse(seed).is_ok()
+                || joining::Repr::parse(seed).is_ok()
                 || hello::parse(hello::RENDEZVOUS, seed).is_some()
                 || hello::parse(hello::TCP_LINK, seed).is_some()
         }
