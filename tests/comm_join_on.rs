@@ -58,6 +58,16 @@ fn config() -> Config {
     }
 }
 
+/// [`config`] on a machine named `machine` (PIPECAST_MACHINE): two jobs on this host named
+/// apart join their engines with shared memory on; on one machine they would fall back (an
+/// engine of their own gives them shared memory, joined they would talk over TCP).
+fn config_on(machine: &str) -> Config {
+    Config {
+        machine: Some(machine.into()),
+        ..config()
+    }
+}
+
 /// This process's pipecast progress threads (`pipecast-progress-R`, 15 characters kept).
 fn progress_threads() -> usize {
     std::fs::read_dir("/proc/self/task")
@@ -136,7 +146,17 @@ fn interleaved(joined: &mut Comm, base: &mut Comm) {
 /// … (so that no process has the same number in both), each thread a process of its own
 /// engine. `b_config` is job B's engine's config; every rank asks `join_config` for the union.
 /// Returns, per union rank, whether it joined its engine.
-fn two_jobs(a: usize, b: usize, b_config: Config, join_config: Config) -> Vec<bool> {
+/// Jobs of `a` and `b` threads (each its engine, with `a_config` and `b_config`) make their
+/// union with `join_config` on each job's machine; `joins`: whether they are expected to join
+/// the engines (else every member falls back to an engine of its own).
+fn two_jobs(
+    a: usize,
+    b: usize,
+    a_config: Config,
+    b_config: Config,
+    join_config: Config,
+    joins: bool,
+) -> Vec<bool> {
     let _one = COUNTING.lock().unwrap_or_else(|e| e.into_inner());
     let n = a + b;
     let mut order: Vec<(char, usize)> = Vec::new();
@@ -156,10 +176,14 @@ fn two_jobs(a: usize, b: usize, b_config: Config, join_config: Config) -> Vec<bo
         .enumerate()
         .map(|(urank, &(job, rank))| {
             let (gsize, board, config) = match job {
-                'a' => (a, board_a.clone(), config()),
+                'a' => (a, board_a.clone(), a_config.clone()),
                 _ => (b, board_b.clone(), b_config.clone()),
             };
-            let (board_u, sync, join_config) = (board_u.clone(), sync.clone(), join_config.clone());
+            let join_config = Config {
+                machine: config.machine.clone(),
+                ..join_config.clone()
+            };
+            let (board_u, sync) = (board_u.clone(), sync.clone());
             std::thread::spawn(move || {
                 let boot = Box::new(InProcess { rank, board });
                 let mut base = Comm::new(rank, gsize, boot, config).unwrap();
@@ -175,6 +199,13 @@ fn two_jobs(a: usize, b: usize, b_config: Config, join_config: Config) -> Vec<bo
                 let shared = joined.same_engine(&base);
                 if shared {
                     assert_eq!(joined.id(), 9);
+                    // The other job's processes are reached over TCP, and it says so.
+                    assert!(
+                        joined.transport().starts_with("tcp"),
+                        "{} on an engine of {}",
+                        joined.transport(),
+                        base.transport()
+                    );
                     assert_eq!(joined.engine_processes(), n, "union rank {urank}");
                 } else {
                     assert_eq!(joined.id(), 0);
@@ -224,11 +255,7 @@ fn two_jobs(a: usize, b: usize, b_config: Config, join_config: Config) -> Vec<bo
     sync.wait();
     sync.wait();
     // The fallback makes an engine per member, joining makes none.
-    let own = if join_config.engine.window == b_config.engine.window {
-        0
-    } else {
-        n
-    };
+    let own = if joins { 0 } else { n };
     let after = settled(n + own);
     sync.wait();
     let shared: Vec<bool> = threads.into_iter().map(|t| t.join().unwrap()).collect();
@@ -252,7 +279,7 @@ fn two_jobs(a: usize, b: usize, b_config: Config, join_config: Config) -> Vec<bo
 /// memory between a job's processes and TCP between the jobs (all on this host).
 #[test]
 fn two_jobs_join_on_their_engines() {
-    let shared = two_jobs(2, 3, config(), config());
+    let shared = two_jobs(2, 3, config_on("a"), config_on("b"), config(), true);
     assert!(shared.iter().all(|&s| s), "{shared:?}");
 }
 
@@ -261,10 +288,26 @@ fn two_jobs_join_on_their_engines() {
 /// its broadcasts are byte-exact too.
 #[test]
 fn a_member_whose_engine_differs_makes_every_member_fall_back() {
-    let mut b = config();
+    let mut b = config_on("b");
     b.engine.window += 2;
-    let shared = two_jobs(2, 2, b, config());
+    let shared = two_jobs(2, 2, config_on("a"), b, config(), false);
     assert!(shared.iter().all(|&s| !s), "{shared:?}");
+}
+
+/// Both jobs on one machine with shared memory on: joined, the processes of one job would
+/// reach the other's over TCP where engines of the communicator's own share memory (measured
+/// about 2x slower at 4 and 16 MiB, docs/scale.md), so every member falls back, byte-exact;
+/// with shared memory off they join.
+#[test]
+fn two_jobs_on_one_machine_fall_back_with_shared_memory() {
+    let shared = two_jobs(2, 2, config(), config(), config(), false);
+    assert!(shared.iter().all(|&s| !s), "{shared:?}");
+    let off = Config {
+        shm: pipecast::transport::shm::ShmMode::Off,
+        ..config()
+    };
+    let shared = two_jobs(2, 2, off.clone(), off.clone(), off, true);
+    assert!(shared.iter().all(|&s| s), "{shared:?}");
 }
 
 /// Starts test `name` of this binary as job A (`a` processes) and job B (`b`), each with its
@@ -302,6 +345,9 @@ fn start_jobs(name: &str, a: usize, b: usize, env: &[(&str, &str)]) -> Vec<Child
                 .env("UNION_SIZE", (a + b).to_string())
                 .env("UNION_RENDEZVOUS", format!("127.0.0.1:{pu}"))
                 .env("PIPECAST_IP", "127.0.0.1")
+                // Each job on its own machine name: on one machine, with shared memory on,
+                // the union would fall back (two_jobs_on_one_machine_fall_back_…).
+                .env("PIPECAST_MACHINE", if p == pa { "job-a" } else { "job-b" })
                 .env("PIPECAST_LOG", "warn")
                 .envs(env.iter().copied())
                 .stdout(Stdio::null())

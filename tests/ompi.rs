@@ -608,51 +608,64 @@ fn ompi_info_lists_the_parameters() {
 
 /// Processes of another job on one engine per process (`tests/c/mpi_spawn_test.c`): 2 ranks
 /// (each its engine, made at WORLD's first barrier) spawn 2 (theirs made the same way) and
-/// merge the intercommunicator; the component makes the merged communicator on the engines
-/// (`pipecast_comm_create_on`): every byte of 0 … 4 MiB + 1 from every root on the merged
-/// communicator and on each job's WORLD, interleaved, at every rank, pipecast carrying them,
-/// at most 2 pipecast threads per process, and verbose 1 says it runs on the engines.
+/// merge the intercommunicator; with shared memory off (`PIPECAST_SHM=off`) the component makes
+/// the merged communicator on the engines (`pipecast_comm_create_on`), and verbose 1 says so;
+/// at the defaults (shared memory on) processes of the two jobs share this host, so every member
+/// makes it with an engine of its own (shared memory between them, where joined they would talk
+/// over TCP). Either way: every byte of 0 … 4 MiB + 1 from every root on the merged
+/// communicator and on each job's WORLD, interleaved, at every rank, pipecast carrying them, at
+/// most 2 pipecast threads per process.
 #[test]
 fn spawned_processes_join_the_engines() {
     let Some(dir) = build() else { return };
     let program = dir.join("mpi_spawn_test");
     mpi::compile("mpicc", "mpi_spawn_test", &program, &[]);
-    let args = component_args(&dir, &[]);
-    let out = mpirun(2, &strs(&args), &[program.to_str().unwrap()]);
-    let all = common::text(&out);
-    if !out.status.success() && !all.contains("mpi_spawn_test: rank") && all.contains("spawn") {
-        common::skip_or_fail(
-            "openmpi",
-            format!("MPI_Comm_spawn does not run here:\n{all}"),
-        );
-        return;
-    }
-    assert_byte_exact(&out, "mpi_spawn_test: ok", "spawn + merge");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let threads: Vec<(i64, i64)> = stderr
-        .lines()
-        .filter_map(|l| l.split_once("mpi_spawn_test: rank "))
-        .map(|(_, rest)| {
-            let w: Vec<i64> = rest
-                .split(|c: char| !c.is_ascii_digit() && c != '-')
-                .filter_map(|w| w.parse().ok())
-                .collect();
-            (w[1], w[2])
-        })
-        .collect();
-    assert_eq!(threads.len(), 4, "one report per process:\n{all}");
-    for (t0, t1) in threads {
+    for (shm, joins) in [("off", true), ("auto", false)] {
+        let args = component_args(&dir, &["-x", &format!("PIPECAST_SHM={shm}")]);
+        let out = mpirun(2, &strs(&args), &[program.to_str().unwrap()]);
+        let all = common::text(&out);
+        if !out.status.success() && !all.contains("mpi_spawn_test: rank") && all.contains("spawn") {
+            common::skip_or_fail(
+                "openmpi",
+                format!("MPI_Comm_spawn does not run here:\n{all}"),
+            );
+            return;
+        }
+        assert_byte_exact(&out, "mpi_spawn_test: ok", ("spawn + merge", shm));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let threads: Vec<(i64, i64)> = stderr
+            .lines()
+            .filter_map(|l| l.split_once("mpi_spawn_test: rank "))
+            .map(|(_, rest)| {
+                let w: Vec<i64> = rest
+                    .split(|c: char| !c.is_ascii_digit() && c != '-')
+                    .filter_map(|w| w.parse().ok())
+                    .collect();
+                (w[1], w[2])
+            })
+            .collect();
+        assert_eq!(threads.len(), 4, "one report per process:\n{all}");
+        for (t0, t1) in threads {
+            assert!(
+                (1..=2).contains(&t1) && t0 <= t1,
+                "pipecast threads {t0} then {t1}:\n{all}"
+            );
+        }
+        let on_engines = stderr.matches("on this process's engine").count();
+        if joins {
+            assert!(
+                on_engines >= 4,
+                "the merged communicator is not on the engines:\n{all}"
+            );
+        } else {
+            assert_eq!(
+                on_engines, 0,
+                "shared memory on: the merged communicator has its own engine:\n{all}"
+            );
+        }
         assert!(
-            (1..=2).contains(&t1) && t0 <= t1,
-            "pipecast threads {t0} then {t1}:\n{all}"
+            carried(&stderr, "coll:pipecast") > 0,
+            "pipecast carried nothing:\n{all}"
         );
     }
-    assert!(
-        stderr.matches("on this process's engine").count() >= 4,
-        "the merged communicator is not on the engines:\n{all}"
-    );
-    assert!(
-        carried(&stderr, "coll:pipecast") > 0,
-        "pipecast carried nothing:\n{all}"
-    );
 }

@@ -73,7 +73,10 @@ impl Comm {
             ))
             .into());
         }
-        match decide(&blobs, id) {
+        let shm = config
+            .as_ref()
+            .is_ok_and(|c| c.shm != crate::transport::shm::ShmMode::Off);
+        match decide(&blobs, id, shm) {
             Ok(members) => {
                 let config = config.expect("a member whose config failed says so: no join");
                 let engine = engine.expect("a member without an engine says so: no join");
@@ -183,6 +186,10 @@ impl Comm {
             processes = self.engine.processes(),
             "joined on this process's engine"
         );
+        // Processes of other engines are reached over TCP.
+        let known = &self.engine.known;
+        let link = (members.iter().any(|m| m.id.0 != known.me.0) && !known.link.starts_with("tcp"))
+            .then(|| format!("tcp+{}", known.link));
         Ok(Comm {
             rank,
             size,
@@ -201,6 +208,7 @@ impl Comm {
             host_cpus: cpus::shared(&local_cpus),
             dump,
             joined: true,
+            link,
         })
     }
 }
@@ -272,8 +280,15 @@ fn blob_bytes(blob: &Repr<'_>) -> crate::Result<Vec<u8>> {
 }
 
 /// Step 2: the members, when every member's engine can take the communicator with the same
-/// settings and id; otherwise why not (the same at every member: the same blobs).
-pub(super) fn decide(blobs: &[Vec<u8>], id: u32) -> Result<Vec<Member>, String> {
+/// settings and id; otherwise why not (the same at every member: the same blobs, and `shm`
+/// from the settings they agree on).
+///
+/// With shared memory on (`shm`), two members of different engines on one host make every
+/// member fall back: joined, they would talk over TCP loopback, where an engine of the
+/// communicator's own gives them shared memory. Measured with `bench/mpi_spawn_bench.c` (2
+/// ranks spawn 2 on one 2-core host, Open MPI 4.1; docs/scale.md): joined, 16 MiB took
+/// 1.24-1.71x the own engine's time (4 MiB a tie; below, the MPI's own broadcast runs).
+pub(super) fn decide(blobs: &[Vec<u8>], id: u32, shm: bool) -> Result<Vec<Member>, String> {
     let mut members = Vec::with_capacity(blobs.len());
     let mut settings: Option<&str> = None;
     for (r, b) in blobs.iter().enumerate() {
@@ -314,6 +329,19 @@ pub(super) fn decide(blobs: &[Vec<u8>], id: u32) -> Result<Vec<Member>, String> 
             host: blob.host.to_string(),
             cpus: blob.cpus,
         });
+    }
+    if shm {
+        for (b, m) in members.iter().enumerate() {
+            if let Some(a) = members[..b]
+                .iter()
+                .position(|o| o.id.0 != m.id.0 && o.host == m.host)
+            {
+                return Err(format!(
+                    "ranks {a} and {b} are of different engines on one host ({}): joined they would talk over TCP, with an engine of its own over shared memory",
+                    m.host
+                ));
+            }
+        }
     }
     Ok(members)
 }
@@ -372,13 +400,17 @@ mod tests {
     use super::*;
 
     fn blob(status: Status, id: u32, who: (u64, u64), settings: &str) -> Vec<u8> {
+        blob_on("h", status, id, who, settings)
+    }
+
+    fn blob_on(host: &str, status: Status, id: u32, who: (u64, u64), settings: &str) -> Vec<u8> {
         Repr {
             status,
             id,
             identity: who,
             addr: Some("127.0.0.1:5000".parse().unwrap()),
             cpus: None,
-            host: "h",
+            host,
             settings,
             reason: "its link (raweth:eth0) cannot add peers",
         }
@@ -392,9 +424,9 @@ mod tests {
             blob(Status::Engine, 7, (1, 0), "s"),
             blob(Status::Engine, 7, (2, 0), "s"),
         ];
-        let m = decide(&ok, 7).unwrap();
+        let m = decide(&ok, 7, false).unwrap();
         assert_eq!(m.iter().map(|m| m.id).collect::<Vec<_>>(), [(1, 0), (2, 0)]);
-        let why = |blobs: &[Vec<u8>]| decide(blobs, 7).unwrap_err();
+        let why = |blobs: &[Vec<u8>]| decide(blobs, 7, false).unwrap_err();
         assert!(
             why(&[ok[0].clone(), blob(Status::NoEngine, 7, (2, 0), "s")])
                 .contains("rank 1's engine cannot take it: its link (raweth:eth0)")
@@ -408,5 +440,27 @@ mod tests {
         );
         assert!(why(&[ok[0].clone(), ok[0].clone()]).contains("same process"));
         assert!(why(&[ok[0].clone(), vec![1, 2, 3]]).contains("unreadable"));
+    }
+
+    #[test]
+    fn engines_sharing_a_host_fall_back_when_shared_memory_is_on() {
+        let on = |host: &str, who| blob_on(host, Status::Engine, 7, who, "s");
+        // A0, B0 on h: joined they would talk over TCP; with shared memory off they would
+        // anyway.
+        let mixed = [on("h", (1, 0)), on("h", (2, 0)), on("g", (2, 1))];
+        let why = decide(&mixed, 7, true).unwrap_err();
+        assert!(
+            why.contains("ranks 0 and 1 are of different engines on one host (h)"),
+            "{why}"
+        );
+        assert_eq!(decide(&mixed, 7, false).unwrap().len(), 3);
+        // Each host's members of one engine (a job spawned onto other hosts): joined.
+        let apart = [
+            on("h", (1, 0)),
+            on("h", (1, 1)),
+            on("g", (2, 0)),
+            on("g", (2, 1)),
+        ];
+        assert_eq!(decide(&apart, 7, true).unwrap().len(), 4);
     }
 }

@@ -161,6 +161,7 @@ impl Comm {
             host_cpus: f.host_cpus,
             dump,
             joined: false,
+            link: None,
         })
     }
 

@@ -101,6 +101,10 @@ pub struct Comm {
     /// Joined on existing engines ([`Comm::join_on`]): its topology is its own, not the
     /// engine's restricted, and so are its views'.
     joined: bool,
+    /// What [`Comm::transport`] says when it is not the engine's link: a joined communicator
+    /// reaches the processes of other engines over TCP (`tcp+shm:cma` on an engine of
+    /// `shm:cma`).
+    link: Option<String>,
 }
 
 /// One rank's place in a single-lane broadcast tree ([`Comm::tree_node`]).
@@ -176,7 +180,7 @@ impl Comm {
     /// The link that runs: `tcp`, `raweth:IFACE`, `verbs`, `shm:cma`, `tcp+shm:cma`, … (`auto`
     /// resolved).
     pub fn transport(&self) -> &str {
-        &self.engine.known.link
+        self.link.as_deref().unwrap_or(&self.engine.known.link)
     }
 
     /// Broadcasts `buf` from `root` to every rank with the configured algorithm.

@@ -57,6 +57,7 @@ impl Comm {
             host_cpus: placed.host_cpus,
             dump,
             joined: self.joined,
+            link: self.link.clone(),
         })
     }
 
