@@ -7,8 +7,9 @@
 
 mod common;
 use common::pattern;
+use common::ranks::{board, kill_the_last_once_posted, marker, output, InProcess};
 
-use pipecast::comm::{Bootstrap, Comm, CommError, Config, TcpRendezvous};
+use pipecast::comm::{Comm, Config, TcpRendezvous};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
@@ -20,35 +21,6 @@ const CHILD: &str = "PIPECAST_JOIN_ON_CHILD";
 
 /// The thread tests count this process's threads: one at a time.
 static COUNTING: Mutex<()> = Mutex::new(());
-
-/// One slot per rank, and a barrier to take turns.
-type Board = Arc<(Mutex<Vec<Option<Vec<u8>>>>, Barrier)>;
-
-/// Allgather through this process's memory (ranks as threads).
-struct InProcess {
-    rank: usize,
-    board: Board,
-}
-
-impl Bootstrap for InProcess {
-    fn allgather(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, CommError> {
-        let (slots, barrier) = &*self.board;
-        slots.lock().unwrap()[self.rank] = Some(mine.to_vec());
-        barrier.wait();
-        let all = slots
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|s| s.clone().unwrap())
-            .collect();
-        barrier.wait();
-        Ok(all)
-    }
-}
-
-fn board(n: usize) -> Board {
-    Arc::new((Mutex::new(vec![None; n]), Barrier::new(n)))
-}
 
 fn config() -> Config {
     Config {
@@ -358,14 +330,6 @@ fn start_jobs(name: &str, a: usize, b: usize, env: &[(&str, &str)]) -> Vec<Child
         .collect()
 }
 
-fn output(c: Child) -> (bool, String) {
-    let out = c.wait_with_output().unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 fn child(name: &str) -> bool {
     std::env::var(CHILD).as_deref() == Ok(name)
 }
@@ -425,10 +389,6 @@ fn two_jobs_of_processes_join_on_their_engines() {
 
 const MARKS: &str = "PIPECAST_JOIN_ON_MARKS";
 
-fn marker(dir: &str, rank: usize) -> std::path::PathBuf {
-    std::path::Path::new(dir).join(format!("posted.{rank}"))
-}
-
 /// The union's last rank (job B's) is killed while a broadcast from it is in flight on the
 /// joined communicator and one on each job's own: every survivor's ends with an error.
 fn killed_body() {
@@ -474,37 +434,11 @@ fn a_killed_process_ends_the_joined_communicators_broadcast() {
         return;
     }
     let (a, b) = (2, 2);
-    let n = a + b;
     let dir = std::env::temp_dir().join(format!("pipecast-join-on-killed-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let dir_s = dir.to_str().unwrap().to_string();
     let mut ranks = start_jobs(name, a, b, &[(MARKS, &dir_s)]);
-    let posted = |r| marker(&dir_s, r).exists();
-    let until = Instant::now() + Duration::from_secs(120);
-    while !(0..n - 1).all(posted) {
-        if Instant::now() > until || ranks.iter_mut().any(|c| c.try_wait().unwrap().is_some()) {
-            ranks.iter_mut().for_each(|c| drop(c.kill()));
-            let outs: Vec<_> = ranks.into_iter().map(output).collect();
-            panic!("the survivors did not post their broadcasts: {outs:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    std::thread::sleep(Duration::from_millis(300));
-    let mut victim = ranks.pop().unwrap();
-    victim.kill().unwrap();
-    victim.wait().unwrap();
-    let killed = Instant::now();
-    let deadline = killed + Duration::from_secs(15);
-    for (r, c) in ranks.iter_mut().enumerate() {
-        while c.try_wait().unwrap().is_none() {
-            if Instant::now() > deadline {
-                c.kill().ok();
-                panic!("union rank {r} hangs after the kill");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-    let took = killed.elapsed();
+    let took = kill_the_last_once_posted(&mut ranks, &dir_s, "union");
     for (r, (ok, stderr)) in ranks.into_iter().map(output).enumerate() {
         assert!(ok, "union rank {r} failed:\n{stderr}");
         assert!(stderr.contains(&format!("rank {r}: done")), "{stderr}");

@@ -4,48 +4,24 @@
 
 mod common;
 use common::pattern;
+use common::ranks::{board, InProcess};
 
-use pipecast::comm::{Algorithm, Bootstrap, Comm, CommError, Config};
-use std::sync::{Arc, Barrier, Mutex};
+use pipecast::comm::{Algorithm, Comm, Config};
+use std::sync::Arc;
 use std::time::Duration;
-
-/// One slot per rank, and a barrier to take turns.
-type Board = Arc<(Mutex<Vec<Option<Vec<u8>>>>, Barrier)>;
-
-/// Allgather through shared memory.
-struct Shared {
-    rank: usize,
-    board: Board,
-}
-
-impl Bootstrap for Shared {
-    fn allgather(&mut self, mine: &[u8]) -> Result<Vec<Vec<u8>>, CommError> {
-        let (slots, barrier) = &*self.board;
-        slots.lock().unwrap()[self.rank] = Some(mine.to_vec());
-        barrier.wait();
-        let all = slots
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|s| s.clone().unwrap())
-            .collect();
-        barrier.wait();
-        Ok(all)
-    }
-}
 
 fn run_ranks<T: Send + 'static>(
     n: usize,
     config: Config,
     body: impl Fn(&mut Comm) -> T + Send + Sync + 'static,
 ) -> Vec<T> {
-    let board = Arc::new((Mutex::new(vec![None; n]), Barrier::new(n)));
+    let board = board(n);
     let body = Arc::new(body);
     let threads: Vec<_> = (0..n)
         .map(|rank| {
             let (board, body, config) = (board.clone(), body.clone(), config.clone());
             std::thread::spawn(move || {
-                let boot = Box::new(Shared { rank, board });
+                let boot = Box::new(InProcess { rank, board });
                 let mut comm = Comm::new(rank, n, boot, config).unwrap();
                 body(&mut comm)
             })
@@ -93,12 +69,12 @@ fn every_root_and_tree_delivers_exact_bytes() {
 
 #[test]
 fn topology_size_must_match() {
-    let board = Arc::new((Mutex::new(vec![None; 1]), Barrier::new(1)));
+    let board = board(1);
     let config = Config {
         topology: Some(pipecast::topology::Topology::single_switch(3)),
         ..Config::default()
     };
-    let err = Comm::new(0, 2, Box::new(Shared { rank: 0, board }), config)
+    let err = Comm::new(0, 2, Box::new(InProcess { rank: 0, board }), config)
         .err()
         .expect("size mismatch");
     assert!(err.to_string().contains("3 machines"), "{err}");
@@ -174,12 +150,12 @@ fn overlapping_ibcasts_waited_in_reverse_order() {
 #[test]
 fn a_bad_setting_on_one_rank_fails_every_rank_the_same_way() {
     let n = 3;
-    let board = Arc::new((Mutex::new(vec![None; n]), Barrier::new(n)));
+    let board = board(n);
     let threads: Vec<_> = (0..n)
         .map(|rank| {
             let board = board.clone();
             std::thread::spawn(move || {
-                let boot = Box::new(Shared { rank, board });
+                let boot = Box::new(InProcess { rank, board });
                 let config = if rank == 2 {
                     let mut c = Config::default();
                     pipecast::comm::Settings {
@@ -215,7 +191,7 @@ fn a_bad_setting_on_one_rank_fails_every_rank_the_same_way() {
 #[test]
 fn ranks_with_different_settings_fail_together() {
     let n = 2;
-    let board = Arc::new((Mutex::new(vec![None; n]), Barrier::new(n)));
+    let board = board(n);
     let threads: Vec<_> = (0..n)
         .map(|rank| {
             let board = board.clone();
@@ -226,7 +202,7 @@ fn ranks_with_different_settings_fail_together() {
                         .unwrap(),
                     ..Config::default()
                 };
-                Comm::new(rank, n, Box::new(Shared { rank, board }), config)
+                Comm::new(rank, n, Box::new(InProcess { rank, board }), config)
                     .err()
                     .map(|e| e.to_string())
             })
@@ -242,7 +218,7 @@ fn ranks_with_different_settings_fail_together() {
 /// the MPI glue passes them) and returns its outcome.
 fn join_with(texts: &[&'static str]) -> Vec<Result<Comm, String>> {
     let n = texts.len();
-    let board = Arc::new((Mutex::new(vec![None; n]), Barrier::new(n)));
+    let board = board(n);
     let threads: Vec<_> = texts
         .iter()
         .copied()
@@ -259,7 +235,7 @@ fn join_with(texts: &[&'static str]) -> Vec<Result<Comm, String>> {
                     .apply(&mut c)
                     .map(|()| c)
                     .map_err(Into::into);
-                Comm::join(rank, n, Box::new(Shared { rank, board }), config)
+                Comm::join(rank, n, Box::new(InProcess { rank, board }), config)
                     .map_err(|e| e.to_string())
             })
         })

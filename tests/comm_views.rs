@@ -9,6 +9,7 @@
 
 mod common;
 use common::pattern;
+use common::ranks::{kill_the_last_once_posted, marker, output};
 
 use pipecast::comm::{Comm, Config, Request};
 use std::process::{Child, Command, Stdio};
@@ -49,14 +50,6 @@ fn start_ranks(name: &str, n: usize, env: &[(&str, &str)]) -> Vec<Child> {
 }
 
 /// A rank's exit status and stderr.
-fn output(c: Child) -> (bool, String) {
-    let out = c.wait_with_output().unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// Runs test `name` of this binary as `n` ranks on loopback with `env`; returns each rank's
 /// exit status and stderr.
 fn spawn_ranks(name: &str, n: usize, env: &[(&str, &str)]) -> Vec<(bool, String)> {
@@ -373,10 +366,6 @@ fn a_dead_rank_fails_every_communicator() {
 }
 
 /// The marker file rank `rank` writes once its broadcasts are in flight.
-fn marker(dir: &str, rank: usize) -> std::path::PathBuf {
-    std::path::Path::new(dir).join(format!("posted.{rank}"))
-}
-
 const MARKS: &str = "PIPECAST_VIEWS_MARKS";
 
 /// Views 1 (every rank), 2 (reversed), 3 (the survivors, not at the victim) and 4 (victim and
@@ -466,33 +455,7 @@ fn a_killed_rank_ends_every_views_broadcast_in_flight() {
             n,
             &env,
         );
-        let posted = |r| marker(&dir_s, r).exists();
-        let until = Instant::now() + Duration::from_secs(120);
-        while !(0..n - 1).all(posted) {
-            if Instant::now() > until || ranks.iter_mut().any(|c| c.try_wait().unwrap().is_some()) {
-                ranks.iter_mut().for_each(|c| drop(c.kill()));
-                let outs: Vec<_> = ranks.into_iter().map(output).collect();
-                panic!("{env:?}: the survivors did not post their broadcasts: {outs:?}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        // Their broadcasts are posted; give them a moment to be under way, then kill.
-        std::thread::sleep(Duration::from_millis(300));
-        let mut victim = ranks.pop().unwrap();
-        victim.kill().unwrap();
-        victim.wait().unwrap();
-        let killed = Instant::now();
-        let deadline = killed + Duration::from_secs(15);
-        for (r, c) in ranks.iter_mut().enumerate() {
-            while c.try_wait().unwrap().is_none() {
-                if Instant::now() > deadline {
-                    c.kill().ok();
-                    panic!("{env:?}: rank {r} hangs after the kill");
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-        let took = killed.elapsed();
+        let took = kill_the_last_once_posted(&mut ranks, &dir_s, &format!("{env:?}"));
         let outs: Vec<_> = ranks.into_iter().map(output).collect();
         let all: String = outs.iter().map(|(_, e)| e.as_str()).collect();
         for (r, (ok, stderr)) in outs.iter().enumerate() {

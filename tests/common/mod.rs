@@ -5,6 +5,8 @@
 
 pub mod mpi;
 pub mod netns;
+#[allow(dead_code)] // not every test binary runs ranks as threads or kills one
+pub mod ranks;
 pub mod requirements;
 #[allow(unused_imports)] // not every test binary checks what it needs
 pub(crate) use requirements::require;
