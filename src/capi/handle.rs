@@ -180,40 +180,19 @@ pub unsafe extern "C" fn pipecast_comm_create_with(
     settings: *const c_char,
     out: *mut *mut pipecast_comm,
 ) -> pipecast_result {
-    boundary(|| {
-        super::init_log();
-        let Some(allgather) = allgather else {
-            return fail(PIPECAST_ERR_NULL_ARGUMENT, "allgather callback is NULL");
-        };
-        if out.is_null() {
-            return fail(PIPECAST_ERR_NULL_ARGUMENT, "out is NULL");
-        }
-        if size < 1 || rank < 0 || rank >= size {
-            return fail(
-                PIPECAST_ERR_INVALID_ARGUMENT,
-                format!("rank {rank} of size {size}: need 0 <= rank < size"),
-            );
-        }
-        // SAFETY: NULL or a valid config, and NULL or a NUL-terminated settings string, by the
-        // caller's contract.
-        let config = local_config(unsafe { config.as_ref() }, unsafe {
-            (!settings.is_null()).then(|| CStr::from_ptr(settings))
-        });
-        let bootstrap = CallbackBootstrap {
+    // SAFETY: the caller's contract is `create`'s, which this function's documentation states.
+    unsafe {
+        create(
+            rank,
+            size,
             allgather,
             user,
-            size: size as usize,
-        };
-        match Comm::join(rank as usize, size as usize, Box::new(bootstrap), config) {
-            Ok(comm) => {
-                let handle = Box::into_raw(Box::new(pipecast_comm { comm }));
-                // SAFETY: `out` is non-NULL (checked) and writable by the caller's contract.
-                unsafe { out.write(handle) };
-                PIPECAST_OK
-            }
-            Err(e) => code_of(&e),
-        }
-    })
+            config,
+            settings,
+            out,
+            Comm::join,
+        )
+    }
 }
 
 /// [`pipecast_comm_create_with`] for a communicator that may have processes this process's
@@ -243,6 +222,42 @@ pub unsafe extern "C" fn pipecast_comm_create_on(
     settings: *const c_char,
     out: *mut *mut pipecast_comm,
 ) -> pipecast_result {
+    // SAFETY: NULL or a live handle not freed or broadcast on during the call (the caller's
+    // contract); the rest is `create`'s, as this function's documentation states.
+    let engine = unsafe { engine.as_ref() }.map(|h| &h.comm);
+    // SAFETY: as above.
+    unsafe {
+        create(
+            rank,
+            size,
+            allgather,
+            user,
+            config,
+            settings,
+            out,
+            |r, n, boot, c| Comm::join_on(engine, id, r, n, boot, c),
+        )
+    }
+}
+
+/// What [`pipecast_comm_create_with`] and [`pipecast_comm_create_on`] share: the arguments
+/// checked, the local config read, the bootstrap over the callback, and `join` (the agreed
+/// setup) run with them; the handle written to `out`.
+///
+/// # Safety
+/// `config` NULL or valid, `settings` NULL or a NUL-terminated string, `out` NULL or writable,
+/// `allgather` and `user` as [`pipecast_comm_create`] states; all during the call.
+#[allow(clippy::too_many_arguments)]
+unsafe fn create(
+    rank: c_int,
+    size: c_int,
+    allgather: pipecast_allgather_fn,
+    user: *mut c_void,
+    config: *const pipecast_config,
+    settings: *const c_char,
+    out: *mut *mut pipecast_comm,
+    join: impl FnOnce(usize, usize, Box<dyn Bootstrap>, crate::Result<Config>) -> crate::Result<Comm>,
+) -> pipecast_result {
     boundary(|| {
         super::init_log();
         let Some(allgather) = allgather else {
@@ -257,30 +272,17 @@ pub unsafe extern "C" fn pipecast_comm_create_on(
                 format!("rank {rank} of size {size}: need 0 <= rank < size"),
             );
         }
-        // SAFETY: NULL or a live handle not freed or broadcast on during the call, NULL or a
-        // valid config, NULL or a NUL-terminated settings string (the caller's contract).
-        let (engine, config) = unsafe {
-            (
-                engine.as_ref().map(|h| &h.comm),
-                local_config(
-                    config.as_ref(),
-                    (!settings.is_null()).then(|| CStr::from_ptr(settings)),
-                ),
-            )
-        };
+        // SAFETY: NULL or a valid config, and NULL or a NUL-terminated settings string, by the
+        // caller's contract.
+        let config = local_config(unsafe { config.as_ref() }, unsafe {
+            (!settings.is_null()).then(|| CStr::from_ptr(settings))
+        });
         let bootstrap = CallbackBootstrap {
             allgather,
             user,
             size: size as usize,
         };
-        match Comm::join_on(
-            engine,
-            id,
-            rank as usize,
-            size as usize,
-            Box::new(bootstrap),
-            config,
-        ) {
+        match join(rank as usize, size as usize, Box::new(bootstrap), config) {
             Ok(comm) => {
                 let handle = Box::into_raw(Box::new(pipecast_comm { comm }));
                 // SAFETY: `out` is non-NULL (checked) and writable by the caller's contract.
