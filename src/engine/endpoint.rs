@@ -717,6 +717,20 @@ mod tests {
         Bcast::new(1, &lanes, setup, config, 0).unwrap()
     }
 
+    /// Segment `index` of `lane` of broadcast 1 (root 0, `lanes` lanes, 4-byte segments).
+    fn four_bytes(msize: u64, lanes: u16, lane: u16, index: u32) -> DataHeader {
+        DataHeader {
+            seq: 1,
+            root: 0,
+            msize,
+            segment: 4,
+            lanes,
+            lane,
+            index,
+            len: 4,
+        }
+    }
+
     /// A faulty or hostile parent (rank 0, faked by hand) that ignores the window of a
     /// broadcast rank 1 has not posted: rank 1 holds at most the window (3) of each lane's
     /// segments; a repeat of one held already is dropped, not held twice; the fourth segment
@@ -726,16 +740,7 @@ mod tests {
     fn a_peer_that_sends_beyond_the_window_of_a_broadcast_not_posted_is_refused() {
         for lanes_n in [1u16, 2] {
             let msize = 24 * u64::from(lanes_n);
-            let segment = |lane: u16, index: u32| DataHeader {
-                seq: 1,
-                root: 0,
-                msize,
-                segment: 4,
-                lanes: lanes_n,
-                lane,
-                index,
-                len: 4,
-            };
+            let segment = |lane: u16, index: u32| four_bytes(msize, lanes_n, lane, index);
             let mut ep = Endpoint::with_window(3);
             let ignore = |_, _, _: &[u8]| Ok::<(), EngineError>(());
             for round in 0..3 {
@@ -823,16 +828,7 @@ mod tests {
     fn a_peer_that_sends_beyond_the_window_of_a_posted_broadcast_fails_it() {
         for lanes_n in [1u16, 2] {
             let msize = 40 * u64::from(lanes_n);
-            let segment = |lane: u16, index: u32| DataHeader {
-                seq: 1,
-                root: 0,
-                msize,
-                segment: 4,
-                lanes: lanes_n,
-                lane,
-                index,
-                len: 4,
-            };
+            let segment = |lane: u16, index: u32| four_bytes(msize, lanes_n, lane, index);
             let mut ep = Endpoint::with_window(3);
             let mut buf = vec![0u8; msize as usize];
             ep.post(windowed(lanes_n.into(), msize), &mut buf, 0)
