@@ -6,8 +6,7 @@
 //! communicator's broadcasts with an error.
 
 mod common;
-use common::pattern;
-use common::ranks::{board, kill_the_last_once_posted, marker, output, InProcess};
+use common::ranks::{board, buffer, check, kill_the_last_once_posted, marker, output, InProcess};
 
 use pipecast::comm::{Comm, Config, TcpRendezvous};
 use std::process::{Child, Command, Stdio};
@@ -52,23 +51,6 @@ fn progress_threads() -> usize {
 /// The seed of broadcast `k` from `root` on communicator `tag`.
 fn seed(tag: usize, k: usize, root: usize) -> usize {
     tag * 1000 + k * 10 + root
-}
-
-fn buffer(comm: &Comm, len: usize, root: usize, seed: usize) -> Vec<u8> {
-    if comm.rank() == root {
-        pattern(len, seed)
-    } else {
-        vec![0xee; len]
-    }
-}
-
-fn check(comm: &Comm, got: &[u8], len: usize, seed: usize, what: &str) {
-    assert!(
-        got == pattern(len, seed).as_slice(),
-        "communicator {:#x} rank {}: {what}: {len} bytes differ",
-        comm.id(),
-        comm.rank()
-    );
 }
 
 /// Every root and size on `joined`, blocking, each followed by one on `base` (interleaved),

@@ -9,7 +9,7 @@
 
 mod common;
 use common::pattern;
-use common::ranks::{kill_the_last_once_posted, marker, output};
+use common::ranks::{buffer, check, kill_the_last_once_posted, marker, output};
 
 use pipecast::comm::{Comm, Config, Request};
 use std::process::{Child, Command, Stdio};
@@ -85,24 +85,6 @@ fn count(dir: &str) -> usize {
 /// The seed of broadcast `k` on view `id` from `root`: every broadcast its own pattern.
 fn seed(id: u32, k: usize, root: usize) -> usize {
     id as usize * 1000 + k * 10 + root
-}
-
-/// This rank's buffer for a broadcast of `len` bytes from `root`: the pattern at the root.
-fn buffer(comm: &Comm, len: usize, root: usize, seed: usize) -> Vec<u8> {
-    if comm.rank() == root {
-        pattern(len, seed)
-    } else {
-        vec![0xee; len]
-    }
-}
-
-fn check(comm: &Comm, got: &[u8], len: usize, seed: usize, what: &str) {
-    assert!(
-        got == pattern(len, seed).as_slice(),
-        "view {} rank {}: {what}: {len} bytes differ",
-        comm.id(),
-        comm.rank()
-    );
 }
 
 /// Every root and size on `comm`, blocking.

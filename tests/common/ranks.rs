@@ -2,7 +2,7 @@
 //! ([`InProcess`]), or as processes this test binary starts, killed mid-broadcast
 //! ([`kill_the_last_once_posted`]).
 
-use pipecast::comm::{Bootstrap, CommError};
+use pipecast::comm::{Bootstrap, Comm, CommError};
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::sync::{Arc, Barrier, Mutex};
@@ -86,4 +86,24 @@ pub fn kill_the_last_once_posted(ranks: &mut Vec<Child>, dir: &str, what: &str) 
         }
     }
     killed.elapsed()
+}
+
+/// This rank's buffer for a broadcast of `len` bytes from `root`: the seeded pattern at the
+/// root, a filler elsewhere.
+pub fn buffer(comm: &Comm, len: usize, root: usize, seed: usize) -> Vec<u8> {
+    if comm.rank() == root {
+        super::pattern(len, seed)
+    } else {
+        vec![0xee; len]
+    }
+}
+
+/// Checks that `got` is the seeded pattern, byte for byte.
+pub fn check(comm: &Comm, got: &[u8], len: usize, seed: usize, what: &str) {
+    assert!(
+        got == super::pattern(len, seed).as_slice(),
+        "communicator {:#x} rank {}: {what}: {len} bytes differ",
+        comm.id(),
+        comm.rank()
+    );
 }
