@@ -2,8 +2,9 @@
 //! process"): two jobs, each with its own engine, make a communicator over their union; it
 //! runs on each process's engine (no thread more), its broadcasts interleave and run at once
 //! with the old communicators', byte-exact at every rank; a member whose engine cannot take
-//! it makes every member fall back to its own engine; a killed process ends the joined
-//! communicator's broadcasts with an error.
+//! it makes every member fall back to its own engine; with shared memory on, processes of
+//! different engines on one host fall back too, but only while every process keeps at most 2
+//! engines; a killed process ends the joined communicator's broadcasts with an error.
 
 mod common;
 use common::ranks::{board, buffer, check, kill_the_last_once_posted, marker, output, InProcess};
@@ -248,14 +249,16 @@ fn a_member_whose_engine_differs_makes_every_member_fall_back() {
     assert!(shared.iter().all(|&s| !s), "{shared:?}");
 }
 
-/// Both jobs on one machine with shared memory on: joined, the processes of one job would
-/// reach the other's over TCP where engines of the communicator's own share memory (measured
-/// about 2x slower at 4 and 16 MiB, docs/scale.md), so every member falls back, byte-exact;
-/// with shared memory off they join.
+/// Both jobs on one machine with shared memory on, their ranks threads of this one process:
+/// the fallback to engines of their own (shared memory between the jobs' processes) would
+/// leave the process with one engine more per rank, and it already holds 4 (at most 2 per
+/// process, `grow::MAX_ENGINES`), so they join the engines over TCP; as with shared memory
+/// off. The fallback itself, between processes of one engine each:
+/// `three_jobs_on_one_machine_hold_at_most_two_engines_per_process`.
 #[test]
-fn two_jobs_on_one_machine_fall_back_with_shared_memory() {
-    let shared = two_jobs(2, 2, config(), config(), config(), false);
-    assert!(shared.iter().all(|&s| !s), "{shared:?}");
+fn two_jobs_on_one_machine_in_one_process_join_the_engines() {
+    let shared = two_jobs(2, 2, config(), config(), config(), true);
+    assert!(shared.iter().all(|&s| s), "{shared:?}");
     let off = Config {
         shm: pipecast::transport::shm::ShmMode::Off,
         ..config()
@@ -366,6 +369,146 @@ fn two_jobs_of_processes_join_on_their_engines() {
             assert!(ok, "{env:?}: union rank {r} failed:\n{stderr}");
             assert!(stderr.contains(&format!("rank {r}: done")), "{stderr}");
         }
+    }
+}
+
+/// This process's progress threads once they number `want` (a thread names itself once it
+/// runs), or what they number after 10 s.
+fn threads_settled(want: usize) -> usize {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = progress_threads();
+        if got == want || Instant::now() > until {
+            return got;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The union `name` (`AB` or `AC`) of this process's job with another, asked on its engine
+/// with id `id`.
+fn union_on(base: &Comm, name: &str, id: u32) -> Comm {
+    let var = |k: &str| std::env::var(format!("{name}_{k}")).unwrap();
+    let (rank, size): (usize, usize) = (var("RANK").parse().unwrap(), var("SIZE").parse().unwrap());
+    let boot = TcpRendezvous::new(rank, size, &var("RENDEZVOUS"), Duration::from_secs(60)).unwrap();
+    Comm::join_on(
+        Some(base),
+        id,
+        rank,
+        size,
+        Box::new(boot),
+        Ok(base.config().clone()),
+    )
+    .unwrap()
+}
+
+/// Job A's process: the union with B falls back to an engine of its own (shared memory with
+/// B's processes: every process held 1 engine), then the union with C joins the engines (A's
+/// processes hold 2: a third would break the bound); job B's and C's: their one union each.
+/// At every step: the engines and progress threads this process holds, broadcasts of every
+/// root and size on the union and the job's own communicator, byte-exact.
+fn three_jobs_body() {
+    let job = std::env::var("JOB").unwrap();
+    let mut base = Comm::from_env(config()).unwrap();
+    assert_eq!((pipecast::comm::live_engines(), threads_settled(1)), (1, 1));
+    let mut ab = None;
+    if job != "c" {
+        let mut u = union_on(&base, "AB", 5);
+        assert!(!u.same_engine(&base), "A + B: an engine of its own");
+        assert_eq!(u.id(), 0);
+        assert_eq!(base.engine_processes(), 2);
+        assert_eq!(
+            u.transport(),
+            "shm:cma",
+            "shared memory between A's and B's"
+        );
+        assert_eq!((pipecast::comm::live_engines(), threads_settled(2)), (2, 2));
+        interleaved(&mut u, &mut base);
+        u.barrier().unwrap();
+        ab = Some(u);
+    }
+    if job != "b" {
+        let mut u = union_on(&base, "AC", 6);
+        assert!(u.same_engine(&base), "A + C: joined on the engines");
+        assert_eq!((u.id(), u.engine_processes()), (6, 4));
+        assert!(u.transport().starts_with("tcp"), "{}", u.transport());
+        let held = if job == "a" { 2 } else { 1 };
+        assert_eq!(
+            (pipecast::comm::live_engines(), threads_settled(held)),
+            (held, held),
+            "job {job}: no engine more"
+        );
+        interleaved(&mut u, &mut base);
+        u.barrier().unwrap();
+    }
+    let threads = progress_threads();
+    assert!(threads <= 2, "job {job}: {threads} pipecast threads");
+    drop(ab);
+    eprintln!("job {job}: done, {threads} pipecast threads");
+}
+
+/// Three jobs of 2 processes on one machine, shared memory on (the defaults): A + B fall back
+/// to engines of their own (shared memory between them; every process held one engine), then
+/// A + C join the engines (A's processes hold two: a third would break "at most 2 pipecast
+/// threads per process"; they talk over TCP); byte-exact broadcasts of every root and size on
+/// each union and each job's communicator, interleaved; at most 2 pipecast engines (threads)
+/// in every process, counted in /proc and by `live_engines`.
+#[test]
+fn three_jobs_on_one_machine_hold_at_most_two_engines_per_process() {
+    let name = "three_jobs_on_one_machine_hold_at_most_two_engines_per_process";
+    if child(name) {
+        three_jobs_body();
+        return;
+    }
+    let port = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let jobs = [("a", port()), ("b", port()), ("c", port())];
+    let (ab, ac) = (port(), port());
+    let exe = std::env::current_exe().unwrap();
+    let ranks: Vec<(String, Child)> = jobs
+        .iter()
+        .flat_map(|&(job, p)| (0..2).map(move |rank| (job, p, rank)))
+        .map(|(job, p, rank)| {
+            let mut cmd = Command::new(&exe);
+            cmd.args([name, "--exact", "--nocapture", "--test-threads=1"])
+                .env(CHILD, name)
+                .env("JOB", job)
+                .env("PIPECAST_RANK", rank.to_string())
+                .env("PIPECAST_SIZE", "2")
+                .env("PIPECAST_RENDEZVOUS", format!("127.0.0.1:{p}"))
+                .env("PIPECAST_IP", "127.0.0.1")
+                .env("PIPECAST_LOG", "warn")
+                .env_remove("PIPECAST_MACHINE")
+                .env_remove("PIPECAST_SHM")
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped());
+            // Each union ordered A0, X0, A1, X1.
+            for (union, other, up) in [("AB", "b", ab), ("AC", "c", ac)] {
+                if job == "a" || job == other {
+                    let urank = 2 * rank + usize::from(job != "a");
+                    cmd.env(format!("{union}_RANK"), urank.to_string())
+                        .env(format!("{union}_SIZE"), "4")
+                        .env(format!("{union}_RENDEZVOUS"), format!("127.0.0.1:{up}"));
+                }
+            }
+            (format!("{job}{rank}"), cmd.spawn().unwrap())
+        })
+        .collect();
+    for (who, c) in ranks {
+        let (ok, stderr) = output(c);
+        assert!(ok, "{who} failed:\n{stderr}");
+        let job = &who[..1];
+        assert!(stderr.contains(&format!("job {job}: done")), "{stderr}");
+        let threads = if job == "c" { 1 } else { 2 };
+        assert!(
+            stderr.contains(&format!("done, {threads} pipecast threads")),
+            "{who}: {stderr}"
+        );
     }
 }
 

@@ -93,6 +93,7 @@ fn bootstrap() -> Seeds {
         identity: (0x0123_4567_89ab_cdef, 3),
         addr: Some("198.18.0.7:40123".parse().unwrap()),
         cpus: Some(bootstrap::CpuRange { first: 4, count: 2 }),
+        engines: 1,
         host: "n7",
         settings: "PIPECAST_TREE=auto;PIPECAST_WINDOW=16",
         reason: "",
@@ -101,6 +102,7 @@ fn bootstrap() -> Seeds {
         status: joining::Status::NoEngine,
         addr: Some("[fd00::7]:40125".parse().unwrap()),
         cpus: None,
+        engines: 2,
         reason: "raweth: the link cannot add peers",
         ..joins.clone()
     };

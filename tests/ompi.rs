@@ -609,20 +609,27 @@ fn ompi_info_lists_the_parameters() {
 /// Processes of another job on one engine per process (`tests/c/mpi_spawn_test.c`): 2 ranks
 /// (each its engine, made at WORLD's first barrier) spawn 2 (theirs made the same way) and
 /// merge the intercommunicator; with shared memory off (`PIPECAST_SHM=off`) the component makes
-/// the merged communicator on the engines (`pipecast_comm_create_on`), and verbose 1 says so;
-/// at the defaults (shared memory on) processes of the two jobs share this host, so every member
-/// makes it with an engine of its own (shared memory between them, where joined they would talk
-/// over TCP). Either way: every byte of 0 … 4 MiB + 1 from every root on the merged
-/// communicator and on each job's WORLD, interleaved, at every rank, pipecast carrying them, at
-/// most 2 pipecast threads per process.
+/// the merged communicator on the engines (`pipecast_comm_create_on`), and verbose 1 says so.
+/// At the defaults (shared memory on) processes of the two jobs share this host, so every
+/// member of the first merged communicator makes it with an engine of its own (shared memory
+/// between them, where joined they would talk over TCP): the parents then hold 2 engines, so
+/// a second spawn, merged apart, joins the engines (a third engine would break "at most 2
+/// pipecast threads per process", issue 30), and rank 0 says why at info. Either way: every
+/// byte of 0 … 4 MiB + 1 from every root on every merged communicator and on each job's
+/// WORLD, interleaved, at every rank, pipecast carrying them, at most 2 pipecast threads per
+/// process.
 #[test]
 fn spawned_processes_join_the_engines() {
     let Some(dir) = build() else { return };
     let program = dir.join("mpi_spawn_test");
     mpi::compile("mpicc", "mpi_spawn_test", &program, &[]);
-    for (shm, joins) in [("off", true), ("auto", false)] {
-        let args = component_args(&dir, &["-x", &format!("PIPECAST_SHM={shm}")]);
-        let out = mpirun(2, &strs(&args), &[program.to_str().unwrap()]);
+    // (PIPECAST_SHM, spawns, ranks of merged communicators on the engines)
+    for (shm, spawns, on_the_engines) in [("off", 1, 4), ("auto", 2, 4)] {
+        let shm_env = format!("PIPECAST_SHM={shm}");
+        let log = "PIPECAST_LOG=warn,pipecast::comm::grow=info";
+        let args = component_args(&dir, &["-x", &shm_env, "-x", log]);
+        let program = [program.to_str().unwrap(), "2", &spawns.to_string()];
+        let out = mpirun(2, &strs(&args), &program);
         let all = common::text(&out);
         if !out.status.success() && !all.contains("mpi_spawn_test: rank") && all.contains("spawn") {
             common::skip_or_fail(
@@ -644,23 +651,29 @@ fn spawned_processes_join_the_engines() {
                 (w[1], w[2])
             })
             .collect();
-        assert_eq!(threads.len(), 4, "one report per process:\n{all}");
+        // One report per process and merged communicator: 2 parents and 2 children per spawn.
+        assert_eq!(threads.len(), 4 * spawns, "one report per process:\n{all}");
         for (t0, t1) in threads {
             assert!(
                 (1..=2).contains(&t1) && t0 <= t1,
                 "pipecast threads {t0} then {t1}:\n{all}"
             );
         }
-        let on_engines = stderr.matches("on this process's engine").count();
-        if joins {
+        // The verbose 1 lines (pipecast's own info says "joined on this process's engine").
+        let on_engines = stderr.matches("), on this process's engine (id").count();
+        assert_eq!(
+            on_engines, on_the_engines,
+            "ranks of merged communicators on the engines:\n{all}"
+        );
+        if shm == "auto" {
+            // The first spawn's: an engine of its own; the second's: joined, rank 0 says why.
             assert!(
-                on_engines >= 4,
-                "the merged communicator is not on the engines:\n{all}"
+                all.contains("gets its own engine (thread, links): ranks 0 and"),
+                "{all}"
             );
-        } else {
-            assert_eq!(
-                on_engines, 0,
-                "shared memory on: the merged communicator has its own engine:\n{all}"
+            assert!(
+                all.contains("joins the engines: ranks 0 and") && all.contains("holds 2 engines"),
+                "{all}"
             );
         }
         assert!(

@@ -14,7 +14,13 @@
 //! 2. Every member decides alike from the same blobs ([`decide`]): when every member's engine
 //!    can, with the same settings and the same id asked, the communicator joins the engines;
 //!    otherwise every member makes it with its own engine, as [`Comm::join`] does (its rounds
-//!    follow), and rank 0 says why at info.
+//!    follow), and rank 0 says why at info. With shared memory on, members of different
+//!    engines on one host also make every member fall back (an engine of its own gives them
+//!    shared memory, joined they talk over TCP), but only while that leaves every member's
+//!    process with at most [`MAX_ENGINES`] engines (each blob says how many its process holds,
+//!    `shared::live_engines`): beyond, the communicator joins the engines over TCP, and rank 0
+//!    says so at info. A process whose spawns keep landing on its own host thus holds two
+//!    engines (progress threads) at most, however many such communicators it makes.
 //! 3. Joining: each member appends the processes its engine does not know to its table and
 //!    link (connected on the first broadcast that needs them, as every peer), takes the id,
 //!    and a second round agrees that every member is ready (a failure at one fails all).
@@ -23,7 +29,7 @@
 //! memory with the processes it brought (a new process on this host is reached over TCP;
 //! processes the engine knew keep their links), rails (it plans on rail 0).
 
-use super::shared::{Shared, Table};
+use super::shared::{live_engines, Shared, Table};
 use super::{agree, cpus, hosts, tree_dump, Bootstrap, Comm, CommError, Config};
 use crate::topology::InHost;
 use crate::transport::NewPeer;
@@ -32,6 +38,21 @@ use crate::wire::joining::{Repr, Status};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+
+/// The most engines (progress threads) a process holds because of the shared-memory fallback
+/// (issue 30, "one engine per process": at most two pipecast threads per process): [`decide`]
+/// takes it only where every member's process holds fewer.
+pub const MAX_ENGINES: usize = 2;
+
+/// What [`decide`] found: the communicator joins the engines.
+#[derive(Debug)]
+pub(super) struct Joins {
+    pub members: Vec<Member>,
+    /// Why it joins although members of different engines share a host with shared memory
+    /// on (they talk over TCP): the fallback would leave a process with more than
+    /// [`MAX_ENGINES`] engines. Rank 0 says it at info.
+    pub over_tcp: Option<String>,
+}
 
 /// A member of a communicator that joins the engines, as its first-round blob says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,10 +98,13 @@ impl Comm {
             .as_ref()
             .is_ok_and(|c| c.shm != crate::transport::shm::ShmMode::Off);
         match decide(&blobs, id, shm) {
-            Ok(members) => {
+            Ok(joins) => {
+                if let (0, Some(why)) = (rank, &joins.over_tcp) {
+                    tracing::info!("the communicator of {size} ranks joins the engines: {why}");
+                }
                 let config = config.expect("a member whose config failed says so: no join");
                 let engine = engine.expect("a member without an engine says so: no join");
-                engine.join_engine(id, rank, bootstrap, config, &members)
+                engine.join_engine(id, rank, bootstrap, config, &joins.members)
             }
             Err(why) => {
                 if rank == 0 {
@@ -233,6 +257,7 @@ fn joining_blob(
             identity: (0, 0),
             addr: None,
             cpus: None,
+            engines: engines_held(),
             host: agree::truncate(host),
             settings: "",
             reason: agree::truncate(&reason),
@@ -267,10 +292,16 @@ fn joining_blob(
         identity: known.me,
         addr: Some(known.addr),
         cpus,
+        engines: engines_held(),
         host: agree::truncate(host),
         settings: agree::truncate(&known.settings),
         reason: agree::truncate(&reason),
     })
+}
+
+/// This process's engines as a blob says it (saturated).
+fn engines_held() -> u16 {
+    u16::try_from(live_engines()).unwrap_or(u16::MAX)
 }
 
 fn blob_bytes(blob: &Repr<'_>) -> crate::Result<Vec<u8>> {
@@ -287,9 +318,14 @@ fn blob_bytes(blob: &Repr<'_>) -> crate::Result<Vec<u8>> {
 /// member fall back: joined, they would talk over TCP loopback, where an engine of the
 /// communicator's own gives them shared memory. Measured with `bench/mpi_spawn_bench.c` (2
 /// ranks spawn 2 on one 2-core host, Open MPI 4.1; docs/scale.md): joined, 16 MiB took
-/// 1.24-1.71x the own engine's time (4 MiB a tie; below, the MPI's own broadcast runs).
-pub(super) fn decide(blobs: &[Vec<u8>], id: u32, shm: bool) -> Result<Vec<Member>, String> {
+/// 1.24-1.71x the own engine's time (4 MiB a tie; below, the MPI's own broadcast runs). But
+/// the fallback gives every member's process one engine (progress thread) more: it is taken
+/// only when every member's process holds fewer than [`MAX_ENGINES`] (its blob's `engines`);
+/// otherwise the communicator joins the engines over TCP (still faster than the MPI's own
+/// broadcast there, docs/scale.md), and [`Joins::over_tcp`] says why.
+pub(super) fn decide(blobs: &[Vec<u8>], id: u32, shm: bool) -> Result<Joins, String> {
     let mut members = Vec::with_capacity(blobs.len());
+    let mut engines = Vec::with_capacity(blobs.len());
     let mut settings: Option<&str> = None;
     for (r, b) in blobs.iter().enumerate() {
         let blob = Repr::parse(b)
@@ -329,21 +365,31 @@ pub(super) fn decide(blobs: &[Vec<u8>], id: u32, shm: bool) -> Result<Vec<Member
             host: blob.host.to_string(),
             cpus: blob.cpus,
         });
+        engines.push(usize::from(blob.engines));
     }
+    let mut over_tcp = None;
     if shm {
-        for (b, m) in members.iter().enumerate() {
-            if let Some(a) = members[..b]
+        let shared_host = members.iter().enumerate().find_map(|(b, m)| {
+            members[..b]
                 .iter()
                 .position(|o| o.id.0 != m.id.0 && o.host == m.host)
-            {
+                .map(|a| (a, b))
+        });
+        if let Some((a, b)) = shared_host {
+            let host = &members[b].host;
+            let full = engines.iter().position(|&e| e >= MAX_ENGINES);
+            let Some(r) = full else {
                 return Err(format!(
-                    "ranks {a} and {b} are of different engines on one host ({}): joined they would talk over TCP, with an engine of its own over shared memory",
-                    m.host
+                    "ranks {a} and {b} are of different engines on one host ({host}): joined they would talk over TCP, with an engine of its own over shared memory"
                 ));
-            }
+            };
+            over_tcp = Some(format!(
+                "ranks {a} and {b} are of different engines on one host ({host}) and talk over TCP: rank {r}'s process holds {} engines, and an engine of the communicator's own (shared memory) would make one more (at most {MAX_ENGINES} per process)",
+                engines[r]
+            ));
         }
     }
-    Ok(members)
+    Ok(Joins { members, over_tcp })
 }
 
 /// The engine's process of each member, appending those it does not know to its table and
@@ -400,16 +446,25 @@ mod tests {
     use super::*;
 
     fn blob(status: Status, id: u32, who: (u64, u64), settings: &str) -> Vec<u8> {
-        blob_on("h", status, id, who, settings)
+        blob_on("h", 1, status, id, who, settings)
     }
 
-    fn blob_on(host: &str, status: Status, id: u32, who: (u64, u64), settings: &str) -> Vec<u8> {
+    /// A member on `host` whose process holds `engines` engines.
+    fn blob_on(
+        host: &str,
+        engines: u16,
+        status: Status,
+        id: u32,
+        who: (u64, u64),
+        settings: &str,
+    ) -> Vec<u8> {
         Repr {
             status,
             id,
             identity: who,
             addr: Some("127.0.0.1:5000".parse().unwrap()),
             cpus: None,
+            engines,
             host,
             settings,
             reason: "its link (raweth:eth0) cannot add peers",
@@ -424,7 +479,7 @@ mod tests {
             blob(Status::Engine, 7, (1, 0), "s"),
             blob(Status::Engine, 7, (2, 0), "s"),
         ];
-        let m = decide(&ok, 7, false).unwrap();
+        let m = decide(&ok, 7, false).unwrap().members;
         assert_eq!(m.iter().map(|m| m.id).collect::<Vec<_>>(), [(1, 0), (2, 0)]);
         let why = |blobs: &[Vec<u8>]| decide(blobs, 7, false).unwrap_err();
         assert!(
@@ -444,7 +499,7 @@ mod tests {
 
     #[test]
     fn engines_sharing_a_host_fall_back_when_shared_memory_is_on() {
-        let on = |host: &str, who| blob_on(host, Status::Engine, 7, who, "s");
+        let on = |host: &str, who| blob_on(host, 1, Status::Engine, 7, who, "s");
         // A0, B0 on h: joined they would talk over TCP; with shared memory off they would
         // anyway.
         let mixed = [on("h", (1, 0)), on("h", (2, 0)), on("g", (2, 1))];
@@ -453,7 +508,8 @@ mod tests {
             why.contains("ranks 0 and 1 are of different engines on one host (h)"),
             "{why}"
         );
-        assert_eq!(decide(&mixed, 7, false).unwrap().len(), 3);
+        let off = decide(&mixed, 7, false).unwrap();
+        assert_eq!((off.members.len(), off.over_tcp), (3, None));
         // Each host's members of one engine (a job spawned onto other hosts): joined.
         let apart = [
             on("h", (1, 0)),
@@ -461,6 +517,76 @@ mod tests {
             on("g", (2, 0)),
             on("g", (2, 1)),
         ];
-        assert_eq!(decide(&apart, 7, true).unwrap().len(), 4);
+        let joins = decide(&apart, 7, true).unwrap();
+        assert_eq!((joins.members.len(), joins.over_tcp), (4, None));
+    }
+
+    /// The shared-memory fallback gives every member's process one engine more: only while
+    /// every process holds fewer than [`MAX_ENGINES`]; a process that already holds 2 (its
+    /// own and a fallback's from an earlier spawn onto its host) makes the communicator join
+    /// the engines over TCP, the same at every member.
+    #[test]
+    fn the_fallback_leaves_every_process_at_most_two_engines() {
+        let held = |host: &str, engines, who| blob_on(host, engines, Status::Engine, 7, who, "s");
+        // Job A (2 processes) and job B: every process holds 1 engine: the fallback makes 2.
+        let ab = [
+            held("h", 1, (1, 0)),
+            held("h", 1, (2, 0)),
+            held("h", 1, (1, 1)),
+        ];
+        assert!(decide(&ab, 7, true)
+            .unwrap_err()
+            .contains("different engines on one host"));
+        // Then A (now 2 engines each) and job C (1): joined over TCP, rank 0 says why.
+        let ac = [
+            held("h", 2, (1, 0)),
+            held("h", 1, (3, 0)),
+            held("h", 2, (1, 1)),
+        ];
+        let joins = decide(&ac, 7, true).unwrap();
+        assert_eq!(
+            joins.members.iter().map(|m| m.id).collect::<Vec<_>>(),
+            [(1, 0), (3, 0), (1, 1)]
+        );
+        let why = joins.over_tcp.unwrap();
+        assert!(
+            why.contains(
+                "ranks 0 and 1 are of different engines on one host (h) and talk over TCP"
+            ) && why.contains("rank 0's process holds 2 engines")
+                && why.contains("at most 2 per process"),
+            "{why}"
+        );
+        // One member at the bound is enough (the last one here), and more than 2 too (ranks
+        // as threads of one process, or engines made before this bound).
+        for engines in [2, 5, u16::MAX] {
+            let one = [
+                held("h", 1, (1, 0)),
+                held("h", 1, (2, 0)),
+                held("h", engines, (2, 1)),
+            ];
+            let why = decide(&one, 7, true).unwrap().over_tcp.unwrap();
+            assert!(
+                why.contains(&format!("rank 2's process holds {engines} engines")),
+                "{why}"
+            );
+        }
+        // The other reasons to fall back stay, whatever the engines held.
+        let other = [
+            held("h", 2, (1, 0)),
+            blob_on("h", 2, Status::Engine, 7, (2, 0), "t"),
+        ];
+        assert!(decide(&other, 7, true)
+            .unwrap_err()
+            .contains("other settings"));
+        let cannot = [
+            held("h", 2, (1, 0)),
+            blob_on("h", 2, Status::NoEngine, 7, (2, 0), "s"),
+        ];
+        assert!(decide(&cannot, 7, true)
+            .unwrap_err()
+            .contains("cannot take it"));
+        // Without a host shared by two engines, the count does not matter.
+        let apart = [held("h", 2, (1, 0)), held("g", 2, (2, 0))];
+        assert_eq!(decide(&apart, 7, true).unwrap().over_tcp, None);
     }
 }

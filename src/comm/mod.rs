@@ -56,6 +56,7 @@ pub use link::Transport;
 pub use plan_json::{plan_json, PlanReport};
 pub use request::Request;
 pub use settings::{parse_bytes, Settings};
+pub use shared::live_engines;
 
 use crate::engine::{Config as EngineConfig, Setup};
 use crate::plan::TreeKind;

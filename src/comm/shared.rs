@@ -2,6 +2,8 @@
 //! set of links, one endpoint, made by the base communicator's agreed setup; views
 //! ([`Comm::view`](super::Comm::view)) are communicators over it with no thread, link or
 //! descriptor of their own. It lives until its last communicator is dropped, in any order.
+//! The process counts its live engines ([`live_engines`]): a communicator with new processes
+//! bounds them with it (`comm::grow`).
 
 use super::progress::Op;
 use super::CommError;
@@ -9,8 +11,18 @@ use crate::topology::Topology;
 use crate::transport::Wake;
 use crossbeam_channel::Sender;
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+
+/// The engines (each with its progress thread) this process holds: one more at each
+/// [`Shared::new`], one less when one is dropped.
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// How many engines (progress threads) this process holds now.
+pub fn live_engines() -> usize {
+    LIVE.load(Ordering::SeqCst)
+}
 
 /// What every communicator of one engine shares.
 pub(super) struct Shared {
@@ -104,6 +116,7 @@ impl Shared {
         known: Known,
         table: Table,
     ) -> Shared {
+        LIVE.fetch_add(1, Ordering::SeqCst);
         Shared {
             table: Mutex::new(table),
             ops: Some(ops),
@@ -198,5 +211,6 @@ impl Drop for Shared {
         if let Some(thread) = self.progress.take() {
             thread.join().ok();
         }
+        LIVE.fetch_sub(1, Ordering::SeqCst);
     }
 }

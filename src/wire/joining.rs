@@ -4,20 +4,23 @@
 //! or gets its own. All integers little-endian; a fixed 64-byte head, then three strings:
 //!
 //! ```text
-//! 0  magic "PCJ"   3 version u8 (1)
+//! 0  magic "PCJ"   3 version u8 (2)
 //! 4  status u8 (0: its engine can take the communicator, 1: it cannot, 2: local failure)
 //! 5  address family u8 (4 or 6; 0 without an engine)   6 TCP port u16
 //! 8  communicator id u32   12 first CPU u16   14 CPUs u16 (0: unknown)
 //! 16 identity: job cookie u64   24 identity: rank u64
 //! 32 address: 16 bytes (IPv4 in the first 4)
-//! 48 host length u16   50 settings length u16   52 reason length u16   54 reserved: 10 bytes
+//! 48 host length u16   50 settings length u16   52 reason length u16
+//! 54 engines u16   56 reserved: 8 bytes (0)
 //! 64 host bytes, settings bytes, reason bytes (UTF-8)
 //! ```
 //!
 //! The identity is the job cookie and rank of the setup that made the member's engine (what
 //! its TCP hellos say, `wire::hello`), the address where that engine's TCP link listens,
 //! `settings` the text of the engine's agreed settings, `reason` why a member's engine cannot
-//! take the communicator (status 1) or why it failed (status 2).
+//! take the communicator (status 1) or why it failed (status 2), `engines` how many pipecast
+//! engines (progress threads) the member's process holds as it sends the blob (saturated at
+//! 65535; version 2, which added it: `comm::grow` bounds the engines per process with it).
 
 use super::bootstrap::CpuRange;
 use super::WireError;
@@ -25,7 +28,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 const MAGIC: [u8; 3] = *b"PCJ";
 /// The version written and read.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// Bytes of the fixed head.
 pub const HEAD_LEN: usize = 64;
 /// Longest string field.
@@ -52,6 +55,8 @@ pub struct Repr<'a> {
     /// Where the engine's TCP link listens (`None` without an engine).
     pub addr: Option<SocketAddr>,
     pub cpus: Option<CpuRange>,
+    /// How many engines the member's process holds (`comm::grow`).
+    pub engines: u16,
     pub host: &'a str,
     pub settings: &'a str,
     pub reason: &'a str,
@@ -144,6 +149,7 @@ impl<'a> Repr<'a> {
                     count,
                 }),
             },
+            engines: u16_at(b, 54),
             host,
             settings,
             reason,
@@ -193,6 +199,7 @@ impl<'a> Repr<'a> {
         for (i, t) in texts.iter().enumerate() {
             b[48 + 2 * i..50 + 2 * i].copy_from_slice(&(t.len() as u16).to_le_bytes());
         }
+        b[54..56].copy_from_slice(&self.engines.to_le_bytes());
         for t in texts {
             b.extend_from_slice(t.as_bytes());
         }
@@ -211,6 +218,7 @@ mod tests {
             identity: (0xdead_beef_1234_5678, 3),
             addr: Some("10.1.2.3:4567".parse().unwrap()),
             cpus: Some(CpuRange { first: 2, count: 4 }),
+            engines: 2,
             host: "node-a",
             settings: "tree=auto segment=65536",
             reason: "",
@@ -244,7 +252,7 @@ mod tests {
         let mut extra = good.clone();
         extra.push(0);
         assert!(Repr::parse(&extra).is_err());
-        for (at, value) in [(0, b'X'), (3, 9), (4, 3), (5, 5)] {
+        for (at, value) in [(0, b'X'), (3, 1), (3, 9), (4, 3), (5, 5)] {
             let mut b = good.clone();
             b[at] = value;
             assert!(Repr::parse(&b).is_err(), "byte {at} = {value}");

@@ -2,15 +2,17 @@
  * A communicator with processes of another job on one pipecast engine per process
  * (tests/ompi.rs, `spawned_processes_join_the_engines`). The parents (mpirun -n 2) make their
  * engine at MPI_COMM_WORLD's first barrier, spawn NCHILD children of this program (which make
- * theirs the same way in their own MPI_COMM_WORLD) and merge the intercommunicator. On the
- * merged communicator and on each job's MPI_COMM_WORLD, interleaved: broadcasts of 0, 1, 7,
- * 600001, 1 MiB + 3 and 4 MiB + 1 bytes from every root; every byte checked at every rank
- * ("WRONG DATA" on any difference). Each process prints its pipecast threads once its engine
- * exists and after every broadcast ("mpi_spawn_test: rank R threads T0 T1", R its merged
- * rank): with the merged communicator on the engines, at most 2. Merged rank 0 prints
- * "mpi_spawn_test: ok".
+ * theirs the same way in their own MPI_COMM_WORLD) and merge the intercommunicator; with
+ * SPAWNS 2 they do it again (a second spawn, merged apart), keeping the first merged
+ * communicator. On each merged communicator and on each job's MPI_COMM_WORLD, interleaved:
+ * broadcasts of 0, 1, 7, 600001, 1 MiB + 3 and 4 MiB + 1 bytes from every root; every byte
+ * checked at every rank ("WRONG DATA" on any difference). Each process prints its pipecast
+ * threads once its engine exists and after every merged communicator's broadcasts
+ * ("mpi_spawn_test: rank R threads T0 T1 spawn S", R its rank in that merged communicator, S
+ * the spawn: 1 or 2, the parents print one line per spawn): at most 2 (issue 30). Merged rank
+ * 0 (parent 0) prints "mpi_spawn_test: ok" when every merged communicator was byte-exact.
  *
- *   mpi_spawn_test [NCHILD]      (default 2)
+ *   mpi_spawn_test [NCHILD [SPAWNS]]      (default 2 1; a child's SPAWNS: which spawn made it)
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -47,38 +49,63 @@ static int every_root(MPI_Comm comm, MPI_Comm other, unsigned tag, unsigned char
     return wrong;
 }
 
+/* The parents' spawn `s` (1, 2, ...) merged, or the children's merged communicator; its
+ * broadcasts checked, this process's threads reported. Returns whether any was wrong (at any
+ * rank of `merged`). */
+static int on_merged(MPI_Comm merged, int s, int threads0, unsigned char *buf)
+{
+    int rank;
+    MPI_Comm_rank(merged, &rank);
+    int wrong = every_root(merged, MPI_COMM_WORLD, 10 * (unsigned)s + 1, buf);
+    wrong |= every_root(merged, MPI_COMM_WORLD, 10 * (unsigned)s + 3, buf);
+    int threads1 = count_dir("/proc/self/task", pipecast_thread);
+    fprintf(stderr, "mpi_spawn_test: rank %d threads %d %d spawn %d\n", rank, threads0, threads1,
+            s);
+    int any = 0;
+    MPI_Allreduce(&wrong, &any, 1, MPI_INT, MPI_MAX, merged);
+    return any;
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
     int nchild = argc > 1 ? atoi(argv[1]) : 2;
+    int spawns = argc > 2 ? atoi(argv[2]) : 1;
     if (nchild < 1) nchild = 1;
-    MPI_Comm parent, inter, merged;
+    if (spawns < 1) spawns = 1;
+    if (spawns > 2) spawns = 2; /* a child's: which spawn made it */
+    MPI_Comm parent, inter[2], merged[2];
     MPI_Comm_get_parent(&parent);
     /* The process's engine: WORLD's first barrier makes it (the component). */
     MPI_Barrier(MPI_COMM_WORLD);
     int threads0 = count_dir("/proc/self/task", pipecast_thread);
-    if (parent == MPI_COMM_NULL) {
-        char *args[] = {argv[1] != NULL ? argv[1] : "2", NULL};
-        MPI_Comm_spawn(argv[0], args, nchild, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &inter,
-                       MPI_ERRCODES_IGNORE);
-        MPI_Intercomm_merge(inter, 0, &merged);
-    } else {
-        inter = parent;
-        MPI_Intercomm_merge(inter, 1, &merged);
-    }
-    int rank;
-    MPI_Comm_rank(merged, &rank);
     unsigned char *buf = malloc(sizes[NSIZES - 1]);
-    int wrong = every_root(merged, MPI_COMM_WORLD, 1, buf);
-    wrong |= every_root(merged, MPI_COMM_WORLD, 3, buf);
-    int threads1 = count_dir("/proc/self/task", pipecast_thread);
-    fprintf(stderr, "mpi_spawn_test: rank %d threads %d %d\n", rank, threads0, threads1);
-    int any = 0;
-    MPI_Allreduce(&wrong, &any, 1, MPI_INT, MPI_MAX, merged);
+    int any = 0, rank = 0, n = parent == MPI_COMM_NULL ? spawns : 1;
+    for (int s = 0; s < n; s++) {
+        /* Which spawn this is: the children are told it (their SPAWNS argument). */
+        int label = parent == MPI_COMM_NULL ? s + 1 : spawns;
+        if (parent == MPI_COMM_NULL) {
+            char *args[] = {argc > 1 ? argv[1] : "2", s == 0 ? "1" : "2", NULL};
+            MPI_Comm_spawn(argv[0], args, nchild, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &inter[s],
+                           MPI_ERRCODES_IGNORE);
+            MPI_Intercomm_merge(inter[s], 0, &merged[s]);
+        } else {
+            inter[s] = parent;
+            MPI_Intercomm_merge(inter[s], 1, &merged[s]);
+        }
+        /* The parents keep the first merged communicator (and its engine, if it has one of its
+         * own) while the second spawn's is made. */
+        int r;
+        MPI_Comm_rank(merged[s], &r);
+        if (s == 0) rank = r;
+        any |= on_merged(merged[s], label, threads0, buf);
+    }
     if (rank == 0 && !any) fprintf(stderr, "mpi_spawn_test: ok\n");
     free(buf);
-    MPI_Comm_free(&merged);
-    MPI_Comm_disconnect(&inter);
+    for (int s = 0; s < n; s++) {
+        MPI_Comm_free(&merged[s]);
+        MPI_Comm_disconnect(&inter[s]);
+    }
     MPI_Finalize();
     return any;
 }
