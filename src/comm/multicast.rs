@@ -120,6 +120,10 @@ pub struct Multicast {
     landed: bool,
     /// What this rank learned of the loss ([`Config::spare`]).
     spare: u32,
+    /// The uplink's bucket of the last broadcast this rank rooted: the next starts with what
+    /// it holds then ([`Config::tokens`]), not with a full one (the path's buckets refill
+    /// at the pace).
+    bucket: Option<crate::engine::reliable::Pacer>,
     /// How long a receiving rank lets frames gather before the next round, at most.
     coalesce: Duration,
     /// One segment's time at the paced rate (zero: unpaced).
@@ -167,6 +171,7 @@ impl Multicast {
             received: 0,
             landed: false,
             spare: agreed_spare,
+            bucket: None,
             coalesce,
             per_segment: per_segment(agreed_rate, agreed_segment),
         }
@@ -274,6 +279,11 @@ impl Multicast {
         }
         let config = Config {
             spare: self.spare,
+            tokens: self
+                .bucket
+                .as_ref()
+                .filter(|_| root == self.me)
+                .map(|b| b.level(now)),
             ..self.agreed.config
         };
         let member = Member::new(shape, msize, segment, config, now)
@@ -367,6 +377,9 @@ impl Multicast {
         if matches!(r.member.state(), State::Complete) {
             // The loss this rank saw: the next broadcast it roots starts paced for it.
             self.spare = r.member.spare();
+            if r.member.is_root() {
+                self.bucket = Some(r.member.uplink().clone());
+            }
             let segments = u64::from(r.member.segments());
             self.finished
                 .insert(seq, (segments, r.ident.root as u32, r.ident.msize));

@@ -235,6 +235,31 @@ pub fn pace(bps: u64, segment: u32, overhead: u64) -> u64 {
     (bps / 8).saturating_mul(counted) / wire * 998 / 1000
 }
 
+/// The least bucket the root's pace has (segments): its bucket where there is loss.
+const BURST_SEGMENTS: u64 = crate::engine::multicast::LOSS_BURST_SEGMENTS;
+
+/// The bucket the path absorbs at least (bytes): a switch port's buffer, or a shaper's
+/// bucket (`tbf`'s 64 KiB at 100 Mbit/s in the lab, `lab::tbf_sizes`), holds this much
+/// arriving at once; TCP's window sends as much at once.
+pub const PATH_BURST: u64 = 64 << 10;
+
+/// The root's token bucket (bytes as the protocol counts them, `segment` + header per
+/// segment): what the path absorbs at once beyond the pace — [`PATH_BURST`], or a
+/// millisecond of the agreed link rate (`bps` bits per second) where that is more, as the
+/// lab sizes its shapers (a shaper whose bucket is under ~1 ms of its rate costs TCP
+/// throughput: `../shared/LAB.md`). Never more than a quarter of the credit window (`window`
+/// segments, which the smallest receive buffer holds: [`window`]), never less than 16
+/// segments. A shaper whose bucket is full passes a burst at once, as it does TCP's first
+/// window (measured on the 16-machine lab: docs/multicast.md, "The path's burst"); a switch
+/// queues it; the root's own port, where it is the slowest, holds it back in the socket.
+pub fn burst(bps: Option<u64>, segment: u32, window: u32) -> u64 {
+    let counted = u64::from(segment) + DATA_HEADER_LEN as u64;
+    let least = BURST_SEGMENTS * counted;
+    let path = bps.map_or(least, |b| (b / 8 / 1000).max(PATH_BURST));
+    let most = u64::from(window).saturating_mul(counted) / 4;
+    path.min(most).max(least)
+}
+
 /// What every rank knows alike when it agrees on multicast (and its own rank).
 pub struct Job<'a> {
     pub rank: usize,
@@ -326,7 +351,7 @@ pub fn agree(
         ack_every: (window / 8).max(McastConfig::default().ack_every),
         liveness: u64::try_from(config.timeout.as_nanos()).unwrap_or(u64::MAX),
         rate: rate_bps.map(|bps| pace(bps, segment, overhead)),
-        burst: 16 * (u64::from(segment) + DATA_HEADER_LEN as u64),
+        burst: burst(rate_bps, segment, window),
         ..McastConfig::default()
     };
     Ok(Ok(Agreed {
@@ -365,6 +390,21 @@ mod tests {
         // Raw Ethernet: a 1468-byte segment, 1500 of every 1514 bytes counted.
         let e = pace(100_000_000, 1468, 0);
         assert!(e < 12_500_000 * 1500 / 1514 && e > p, "{e}");
+    }
+
+    #[test]
+    fn the_roots_bucket_is_what_the_path_absorbs_within_the_window() {
+        let seg = 1440 + DATA_HEADER_LEN as u64;
+        // 100 Mbit/s: 64 KiB (a millisecond is less).
+        assert_eq!(burst(Some(100_000_000), 1440, 2979), PATH_BURST);
+        // 10 Gbit/s: a millisecond.
+        assert_eq!(burst(Some(10_000_000_000), 1440, 20_000), 1_250_000);
+        assert_eq!(burst(Some(10_000_000_000), 1440, 2979), 2979 * seg / 4);
+        // A small window (a small receive buffer): a quarter of it, at least 16 segments.
+        assert_eq!(burst(Some(100_000_000), 1440, 100), 25 * seg);
+        assert_eq!(burst(Some(100_000_000), 1440, 16), 16 * seg);
+        // No known rate: 16 segments.
+        assert_eq!(burst(None, 1440, 2979), 16 * seg);
     }
 
     #[test]

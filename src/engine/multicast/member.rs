@@ -104,6 +104,10 @@ pub struct Member {
     /// Syncs since every segment left (the first right behind the last one).
     tail_syncs: u32,
     asks: BTreeMap<u32, BTreeSet<usize>>,
+    /// What this rank multicasts and repairs leaves through this bucket: the root's new
+    /// segments and its repairs share it (one uplink, and the room its pace leaves on the
+    /// links beyond is for every parent's repairs), at the rate less the spare; its depth
+    /// ([`Member::depth`]) the path's burst while the root has seen no loss.
     pacer: Pacer,
     /// The loss estimate (`model::multicast::PACE`): thousandths of `config.rate` the root
     /// leaves spare, segments NACKed in this block, where the block began.
@@ -184,11 +188,18 @@ impl Member {
             last_sync: None,
             tail_syncs: 0,
             asks: BTreeMap::new(),
-            pacer: Pacer::new(
-                Self::paced(config.rate, config.spare, is_root),
-                config.burst,
-                now,
-            ),
+            pacer: {
+                let spare = config.spare.min(crate::model::multicast::PACE.spare_max);
+                let p = Pacer::new(
+                    Self::paced(config.rate, spare, is_root),
+                    Self::depth(&config, segment, is_root, spare),
+                    now,
+                );
+                match config.tokens {
+                    Some(t) if is_root => p.with_tokens(now, t),
+                    _ => p,
+                }
+            },
             spare: config.spare.min(crate::model::multicast::PACE.spare_max),
             missed: 0,
             block_from: 0,
@@ -238,6 +249,29 @@ impl Member {
         self.spare
     }
 
+    /// The bucket's depth: the path's burst ([`Config::burst`]) for a root that has seen no
+    /// loss, else [`LOSS_BURST_SEGMENTS`](super::LOSS_BURST_SEGMENTS) segments at most — where
+    /// frames are lost the path's queues are in use (the spare's room holds repairs and
+    /// duplicates there), and a burst of the path's size overflowed them (measured on the
+    /// 16-machine lab with 1 % loss, docs/multicast.md "The path's burst"). A rank's repairs
+    /// (there is loss) burst as little.
+    fn depth(config: &Config, segment: u32, is_root: bool, spare: u32) -> u64 {
+        if is_root && spare == 0 {
+            config.burst
+        } else {
+            let counted = u64::from(segment) + super::DATA_HEADER;
+            config
+                .burst
+                .min(super::LOSS_BURST_SEGMENTS.saturating_mul(counted))
+        }
+    }
+
+    /// The uplink's bucket: what it holds when the next broadcast this rank roots starts
+    /// ([`Pacer::level`] then) is that one's [`Config::tokens`].
+    pub fn uplink(&self) -> &Pacer {
+        &self.pacer
+    }
+
     /// The root's pace: `rate` less `spare` thousandths (another rank's repairs: `rate`).
     fn paced(rate: Option<u64>, spare: u32, is_root: bool) -> Option<u64> {
         let pace = crate::model::multicast::PACE;
@@ -265,6 +299,8 @@ impl Member {
         if self.is_root() {
             let rate = Self::paced(self.config.rate, self.spare, true);
             self.pacer.set_rate(now, rate);
+            let depth = Self::depth(&self.config, self.segment, true, self.spare);
+            self.pacer.set_burst(now, depth);
         }
     }
 
@@ -1355,6 +1391,58 @@ mod tests {
         };
         let next = Member::new(shape(0, None, &[1, 2]), 10_000, 10, c2, now).unwrap();
         assert_eq!(next.pacer.rate(), Some(42_000 * 3 / 4));
+    }
+
+    #[test]
+    fn a_root_bursts_the_paths_bucket_until_it_sees_loss_and_starts_with_its_tokens() {
+        // 1000 segments of 10 bytes, 42 counted bytes each at 42 000 B/s: one per ms; the
+        // path's bucket 20 segments (more than LOSS_BURST_SEGMENTS).
+        let c = Config {
+            window: 1000,
+            rate: Some(42_000),
+            burst: 20 * 42,
+            ..Config::default()
+        };
+        let at_once = |m: &mut Member, now: u64| {
+            drain(m, now)
+                .iter()
+                .filter(|o| matches!(o.msg, Msg::Data { .. }))
+                .count()
+        };
+        let mut root = Member::new(shape(0, None, &[1, 2]), 10_000, 10, c, 0).unwrap();
+        assert_eq!(
+            at_once(&mut root, 0),
+            20,
+            "clean: the path's bucket at once"
+        );
+        // Given what the bucket gathered since the last broadcast: that.
+        let part = Config {
+            tokens: Some(3 * 42),
+            ..c
+        };
+        let mut root = Member::new(shape(0, None, &[1, 2]), 10_000, 10, part, 0).unwrap();
+        assert_eq!(at_once(&mut root, 0), 3);
+        assert_eq!(root.uplink().level(0), 0);
+        assert_eq!(root.uplink().level(5 * MS), 5 * 42);
+        // A root that learned of loss: 16 segments at most, from the start or once it sees it.
+        let lossy = Config { spare: 50, ..c };
+        let mut root = Member::new(shape(0, None, &[1, 2]), 10_000, 10, lossy, 0).unwrap();
+        assert_eq!(at_once(&mut root, 0), 16);
+        let mut root = Member::new(shape(0, None, &[1, 2]), 10_000, 10, c, 0).unwrap();
+        let mut now = at_once(&mut root, 0) as u64 * MS;
+        for i in 0..10 {
+            root.handle(now, 1, Msg::Nack { index: i, count: 1 });
+        }
+        // Through the repairs and a block of new segments: the spare rises.
+        while root.spare() == 0 {
+            drain(&mut root, now);
+            now = root.poll_timeout(now).unwrap().max(now + 1);
+        }
+        assert_eq!(root.uplink().burst(), 16 * 42);
+        assert_eq!(at_once(&mut root, now + 1000 * MS), 16);
+        // A rank's repairs burst as little.
+        let r = Member::new(shape(1, Some(0), &[2]), 10_000, 10, c, 0).unwrap();
+        assert_eq!(r.uplink().burst(), 16 * 42);
     }
 
     #[test]

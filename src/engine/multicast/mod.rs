@@ -65,6 +65,10 @@ pub use member::{Member, State, Stats};
 /// pacer charges per segment with its payload.
 pub const DATA_HEADER: u64 = 32;
 
+/// A bucket's depth in segments at most where there is loss: a root that has seen any (a
+/// spare above 0), and every rank's repairs (`Member`'s pacer; [`Config::burst`] otherwise).
+pub const LOSS_BURST_SEGMENTS: u64 = 16;
+
 /// Protocol tuning (times in ns).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Config {
@@ -100,8 +104,13 @@ pub struct Config {
     /// segments and its repairs share one bucket (its uplink); another rank's repairs are
     /// paced alike.
     pub rate: Option<u64>,
-    /// The pacer's bucket (bytes).
+    /// The pacer's bucket (bytes): what the path absorbs at once beyond the pace (the
+    /// communicator: `comm::multicast_setup::burst`), a root's while it has seen no loss
+    /// (then, and for repairs, [`LOSS_BURST_SEGMENTS`] segments at most).
     pub burst: u64,
+    /// The root's bucket holds this many bytes when the broadcast starts (what it gathered
+    /// since the last broadcast this rank paced: [`Member::tokens`]); `None`: full.
+    pub tokens: Option<u64>,
     /// The root's pace starts this many thousandths below `rate` (what this rank learned of
     /// the loss in earlier broadcasts: [`Member::spare`]); it moves with the NACKs it sees
     /// ([`crate::model::multicast::PACE`]).
@@ -125,6 +134,7 @@ impl Default for Config {
             group_repair: 2,
             rate: None,
             burst: 256 * 1024,
+            tokens: None,
             spare: 0,
         }
     }

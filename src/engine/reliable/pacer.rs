@@ -60,6 +60,37 @@ impl Pacer {
         self.rate
     }
 
+    /// A bucket `burst` bytes deep from `now` on (the tokens beyond it go).
+    pub fn set_burst(&mut self, now: u64, burst: u64) {
+        self.refill(now);
+        self.burst = burst.max(1);
+        self.tokens = self.tokens.min(u128::from(self.burst) * NS);
+    }
+
+    /// The bucket's depth (bytes).
+    pub fn burst(&self) -> u64 {
+        self.burst
+    }
+
+    /// A bucket that holds `tokens` bytes at `now` (at most its depth) rather than a full one:
+    /// what a bucket that paced an earlier stream gathered since.
+    pub fn with_tokens(mut self, now: u64, tokens: u64) -> Pacer {
+        self.tokens = u128::from(tokens.min(self.burst)) * NS;
+        self.last = now;
+        self
+    }
+
+    /// The bytes in the bucket at `now` (the depth when unpaced).
+    pub fn level(&self, now: u64) -> u64 {
+        if self.rate.is_none() {
+            return self.burst;
+        }
+        let dt = u128::from(now.saturating_sub(self.last));
+        let rate = u128::from(self.rate.unwrap_or(0));
+        let have = (self.tokens + dt * rate).min(u128::from(self.burst) * NS);
+        (have / NS) as u64
+    }
+
     /// When `bytes` tokens will be there.
     pub fn ready_at(&self, now: u64, bytes: u64) -> u64 {
         let Some(rate) = self.rate else { return now };
@@ -71,5 +102,33 @@ impl Pacer {
         } else {
             now + ((need - have).div_ceil(u128::from(rate))) as u64
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn a_bucket_started_below_full_fills_at_the_rate_up_to_its_depth() {
+        // 1000 B/s: a byte per ms; a bucket of 100 bytes holding 10.
+        let p = Pacer::new(Some(1000), 100, 0).with_tokens(0, 10);
+        assert_eq!(p.level(0), 10);
+        assert_eq!(p.level(5 * MS), 15);
+        assert_eq!(p.level(1000 * MS), 100, "never above its depth");
+        assert_eq!(p.ready_at(0, 20), 10 * MS);
+        let mut p = p;
+        assert!(!p.try_take(0, 20));
+        assert!(p.try_take(10 * MS, 20));
+        assert_eq!(p.level(10 * MS), 0);
+        // More than the depth asked: the depth.
+        assert_eq!(
+            Pacer::new(Some(1000), 100, 0).with_tokens(0, 500).level(0),
+            100
+        );
+        // Unpaced: always full.
+        assert_eq!(Pacer::new(None, 100, 0).with_tokens(0, 1).level(0), 100);
     }
 }
