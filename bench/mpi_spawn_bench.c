@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../tests/c/pc_spawn.h"
+
 /* The timed broadcasts on `merged`; whether any rank saw a wrong byte. */
 static int timed(MPI_Comm merged, int iters, int label, unsigned char *buf)
 {
@@ -59,24 +61,17 @@ int main(int argc, char **argv)
     if (nchild < 1) nchild = 1;
     if (iters < 1) iters = 1;
     if (spawns < 1) spawns = 1;
-    if (spawns > 2) spawns = 2;
-    MPI_Comm parent, inter[2], merged[2];
+    if (spawns > PC_MAX_SPAWNS) spawns = PC_MAX_SPAWNS;
+    MPI_Comm parent, inter[PC_MAX_SPAWNS], merged[PC_MAX_SPAWNS];
     MPI_Comm_get_parent(&parent);
     MPI_Barrier(MPI_COMM_WORLD);
     unsigned char *buf = malloc(16u << 20);
     int any = 0, rank = 0, n = parent == MPI_COMM_NULL ? spawns : 1;
     for (int s = 0; s < n; s++) {
         int label = parent == MPI_COMM_NULL ? s + 1 : spawns;
-        if (parent == MPI_COMM_NULL) {
-            char *args[] = {argc > 1 ? argv[1] : "2", argc > 2 ? argv[2] : "20",
-                            s == 0 ? "1" : "2", NULL};
-            MPI_Comm_spawn(argv[0], args, nchild, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &inter[s],
-                           MPI_ERRCODES_IGNORE);
-            MPI_Intercomm_merge(inter[s], 0, &merged[s]);
-        } else {
-            inter[s] = parent;
-            MPI_Intercomm_merge(inter[s], 1, &merged[s]);
-        }
+        char *args[] = {argc > 1 ? argv[1] : "2", argc > 2 ? argv[2] : "20",
+                        s == 0 ? "1" : "2", NULL};
+        merged[s] = pc_spawn_merged(parent, argv[0], args, nchild, &inter[s]);
         int r;
         MPI_Comm_rank(merged[s], &r);
         if (s == 0) rank = r;
@@ -85,10 +80,7 @@ int main(int argc, char **argv)
     if (rank == 0) printf(any ? "spawn_bench: WRONG DATA\n" : "spawn_bench: ok\n");
     fflush(stdout);
     free(buf);
-    for (int s = 0; s < n; s++) {
-        MPI_Comm_free(&merged[s]);
-        MPI_Comm_disconnect(&inter[s]);
-    }
+    pc_spawn_free(n, merged, inter);
     MPI_Finalize();
     return any;
 }

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "pc_check.h"
+#include "pc_spawn.h"
 
 #define NSIZES 6
 static const size_t sizes[NSIZES] = {0, 1, 7, 600001, (1u << 20) + 3, (4u << 20) + 1};
@@ -73,8 +74,8 @@ int main(int argc, char **argv)
     int spawns = argc > 2 ? atoi(argv[2]) : 1;
     if (nchild < 1) nchild = 1;
     if (spawns < 1) spawns = 1;
-    if (spawns > 2) spawns = 2; /* a child's: which spawn made it */
-    MPI_Comm parent, inter[2], merged[2];
+    if (spawns > PC_MAX_SPAWNS) spawns = PC_MAX_SPAWNS; /* a child's: which spawn made it */
+    MPI_Comm parent, inter[PC_MAX_SPAWNS], merged[PC_MAX_SPAWNS];
     MPI_Comm_get_parent(&parent);
     /* The process's engine: WORLD's first barrier makes it (the component). */
     MPI_Barrier(MPI_COMM_WORLD);
@@ -84,15 +85,8 @@ int main(int argc, char **argv)
     for (int s = 0; s < n; s++) {
         /* Which spawn this is: the children are told it (their SPAWNS argument). */
         int label = parent == MPI_COMM_NULL ? s + 1 : spawns;
-        if (parent == MPI_COMM_NULL) {
-            char *args[] = {argc > 1 ? argv[1] : "2", s == 0 ? "1" : "2", NULL};
-            MPI_Comm_spawn(argv[0], args, nchild, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &inter[s],
-                           MPI_ERRCODES_IGNORE);
-            MPI_Intercomm_merge(inter[s], 0, &merged[s]);
-        } else {
-            inter[s] = parent;
-            MPI_Intercomm_merge(inter[s], 1, &merged[s]);
-        }
+        char *args[] = {argc > 1 ? argv[1] : "2", s == 0 ? "1" : "2", NULL};
+        merged[s] = pc_spawn_merged(parent, argv[0], args, nchild, &inter[s]);
         /* The parents keep the first merged communicator (and its engine, if it has one of its
          * own) while the second spawn's is made. */
         int r;
@@ -102,10 +96,7 @@ int main(int argc, char **argv)
     }
     if (rank == 0 && !any) fprintf(stderr, "mpi_spawn_test: ok\n");
     free(buf);
-    for (int s = 0; s < n; s++) {
-        MPI_Comm_free(&merged[s]);
-        MPI_Comm_disconnect(&inter[s]);
-    }
+    pc_spawn_free(n, merged, inter);
     MPI_Finalize();
     return any;
 }
