@@ -270,15 +270,7 @@ fn two_jobs_on_one_machine_in_one_process_join_the_engines() {
 /// Starts test `name` of this binary as job A (`a` processes) and job B (`b`), each with its
 /// own rendezvous, and a third one for their union (A0, B0, A1, B1, …).
 fn start_jobs(name: &str, a: usize, b: usize, env: &[(&str, &str)]) -> Vec<Child> {
-    let port = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    };
-    let (pa, pb, pu) = (port(), port(), port());
-    let exe = std::env::current_exe().unwrap();
+    let (pa, pb, pu) = (free_port(), free_port(), free_port());
     let mut order = Vec::new();
     for i in 0..a.max(b) {
         if i < a {
@@ -292,18 +284,13 @@ fn start_jobs(name: &str, a: usize, b: usize, env: &[(&str, &str)]) -> Vec<Child
         .iter()
         .enumerate()
         .map(|(urank, &(p, size, rank))| {
-            Command::new(&exe)
-                .args([name, "--exact", "--nocapture", "--test-threads=1"])
-                .env(CHILD, name)
-                .env("PIPECAST_RANK", rank.to_string())
-                .env("PIPECAST_SIZE", size.to_string())
-                .env("PIPECAST_RENDEZVOUS", format!("127.0.0.1:{p}"))
+            rank_command(name, rank, size, p)
                 .env("UNION_RANK", urank.to_string())
                 .env("UNION_SIZE", (a + b).to_string())
                 .env("UNION_RENDEZVOUS", format!("127.0.0.1:{pu}"))
                 .env("PIPECAST_IP", "127.0.0.1")
                 // Each job on its own machine name: on one machine, with shared memory on,
-                // the union would fall back (two_jobs_on_one_machine_fall_back_…).
+                // the union would fall back (three_jobs_on_one_machine_…).
                 .env("PIPECAST_MACHINE", if p == pa { "job-a" } else { "job-b" })
                 .env("PIPECAST_LOG", "warn")
                 .envs(env.iter().copied())
@@ -313,6 +300,27 @@ fn start_jobs(name: &str, a: usize, b: usize, env: &[(&str, &str)]) -> Vec<Child
                 .unwrap()
         })
         .collect()
+}
+
+/// A free port of loopback, for a rendezvous.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// This test binary as rank `rank` of a job of `size` processes whose rendezvous listens at
+/// loopback's `port`, running test `name`'s child body.
+fn rank_command(name: &str, rank: usize, size: usize, port: u16) -> Command {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD, name)
+        .env("PIPECAST_RANK", rank.to_string())
+        .env("PIPECAST_SIZE", size.to_string())
+        .env("PIPECAST_RENDEZVOUS", format!("127.0.0.1:{port}"));
+    cmd
 }
 
 fn child(name: &str) -> bool {
@@ -460,27 +468,14 @@ fn three_jobs_on_one_machine_hold_at_most_two_engines_per_process() {
         three_jobs_body();
         return;
     }
-    let port = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    };
-    let jobs = [("a", port()), ("b", port()), ("c", port())];
-    let (ab, ac) = (port(), port());
-    let exe = std::env::current_exe().unwrap();
+    let jobs = [("a", free_port()), ("b", free_port()), ("c", free_port())];
+    let (ab, ac) = (free_port(), free_port());
     let ranks: Vec<(String, Child)> = jobs
         .iter()
         .flat_map(|&(job, p)| (0..2).map(move |rank| (job, p, rank)))
         .map(|(job, p, rank)| {
-            let mut cmd = Command::new(&exe);
-            cmd.args([name, "--exact", "--nocapture", "--test-threads=1"])
-                .env(CHILD, name)
-                .env("JOB", job)
-                .env("PIPECAST_RANK", rank.to_string())
-                .env("PIPECAST_SIZE", "2")
-                .env("PIPECAST_RENDEZVOUS", format!("127.0.0.1:{p}"))
+            let mut cmd = rank_command(name, rank, 2, p);
+            cmd.env("JOB", job)
                 .env("PIPECAST_IP", "127.0.0.1")
                 .env("PIPECAST_LOG", "warn")
                 .env_remove("PIPECAST_MACHINE")
