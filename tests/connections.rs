@@ -239,3 +239,29 @@ fn streams_others_open_stay_bounded_with_rotating_roots() {
     let rest = json["fds"]["peak_rest"].as_u64().unwrap();
     assert!(rest <= 64, "{}", json["fds"]);
 }
+
+/// The default bound of 16 keeps one host's fan-out over sockets up to 17 ranks, capped at
+/// `plan::two_level::SOCKET_FAN_OUT` (11) streams from the leader: with 13 and 17 ranks the
+/// last ranks are fed one hop further, by the leader's first children. Roots rotating over
+/// every rank (so every rank leads once), pipelined and two-lane trees, every byte verified
+/// at every rank.
+#[test]
+fn a_capped_fan_out_over_sockets_stays_byte_exact() {
+    for n in [13, 17] {
+        let iters = n.to_string();
+        let args = [
+            "--sizes",
+            SIZES,
+            "--tree",
+            "linear,multilane,auto",
+            "--segment",
+            "16K",
+            "--iters",
+            &iters,
+            "--warmup",
+            "0",
+        ];
+        let e = job(n, |_| 1024, &args, &[], Duration::from_secs(300));
+        verified(&e, &format!("{n} ranks, a capped fan-out"));
+    }
+}

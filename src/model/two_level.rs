@@ -16,6 +16,10 @@
 //! A single host is `X·c` = the message over the copy bandwidth plus a per-segment overhead
 //! ([`super::profile::COPY_OVERHEAD_US`]).
 //!
+//! A host over sockets that keeps the fan-out but caps it (`plan::two_level::SOCKET_FAN_OUT`)
+//! feeds its last ranks one hop further, through the leader's first children: each segment
+//! reaches them one copy later, `arrive(leader) + 2c + (X − 1)·max(D·g, lanes·c)`.
+//!
 //! A host fed by a tree over sockets (`Hosts::tree_inside`, `plan::two_level::inside`) is
 //! priced as that tree: its part of the plan over the host's ranks as machines of one switch
 //! ([`super::predict`] with the profile's network costs, loopback being a network), starting
@@ -25,7 +29,7 @@
 use super::logp;
 use super::profile::{Cost, Profile};
 use crate::plan::{kbinomial, two_level, Lane, Plan, TreeKind};
-use crate::topology::{Hosts, Topology};
+use crate::topology::{Hosts, InHost, Topology};
 
 /// Predicted µs of `msize` bytes over the two-level `plan` with segments of `segment` bytes
 /// (per lane; non-pipelined trees move whole messages, as [`super::predict`]).
@@ -56,10 +60,20 @@ pub fn predict(plan: &Plan, hosts: &Hosts, profile: &Profile, msize: u64, segmen
             if hosts.tree_inside(h) {
                 at + super::predict(&inside(plan, hosts, h), profile, msize, segment)
             } else {
-                at + copy + pipeline
+                at + hops(plan, hosts, h) as f64 * copy + pipeline
             }
         })
         .fold(t_net, f64::max)
+}
+
+/// How many copies deep host h's fan-out is: 1 through memory (every rank reads the leader),
+/// 2 over sockets when the leader's first children feed the ranks beyond its cap
+/// (`plan::two_level::fan_out`); the height of the host's part of `plan`, at least 1.
+fn hops(plan: &Plan, hosts: &Hosts, h: usize) -> usize {
+    match hosts.in_host(h) {
+        InHost::Memory => 1,
+        InHost::Sockets { .. } => inside(plan, hosts, h).height().max(1),
+    }
 }
 
 /// Host h's part of `plan`: its edges between ranks of host h, over the host's ranks as
@@ -274,6 +288,33 @@ mod tests {
         assert!((t - want).abs() < 1e-6, "{t} vs {want}");
         let fan = plan::build(&memory, 0, &TreeKind::Linear, None).unwrap();
         assert!(predict(&fan, memory.hosts().unwrap(), &p, msize, seg) < t);
+    }
+
+    #[test]
+    fn a_capped_fan_out_pays_one_copy_more() {
+        // One host over sockets under the default bound: 12 ranks fit the leader's cap (one
+        // copy deep), 16 do not (the last 4 one copy further).
+        let p = profile();
+        let (msize, seg) = (1 << 20, 64 << 10);
+        let us = |n: usize| {
+            let t = sockets(
+                hosts::expand(&Topology::single_switch(1), Some(n)).unwrap(),
+                16,
+            );
+            let plan = plan::build(&t, 0, &TreeKind::Linear, None).unwrap();
+            predict(&plan, t.hosts().unwrap(), &p, msize, seg)
+        };
+        let copy = p.copy_us(seg);
+        assert!(
+            (us(16) - us(12) - copy).abs() < 1e-6,
+            "{} {}",
+            us(16),
+            us(12)
+        );
+        // Through memory 16 ranks stay one copy deep.
+        let memory = hosts::expand(&Topology::single_switch(1), Some(16)).unwrap();
+        let plan = plan::build(&memory, 0, &TreeKind::Linear, None).unwrap();
+        assert!((predict(&plan, memory.hosts().unwrap(), &p, msize, seg) - us(12)).abs() < 1e-6);
     }
 
     #[test]

@@ -12,8 +12,9 @@
 //! 2. between the leaders, the requested algorithm's tree on [`Hosts::network`] (one machine
 //!    per host, whose link is the host's NIC), so only leaders cross a NIC and the tree keeps
 //!    its guarantee (Algorithms 1 and 2 of seed 003 §4.1 are contention-free there);
-//! 3. inside each host, every other rank is a direct child of its leader, in rank order and
-//!    *after* the leader's network children, so the network stream is never delayed by them.
+//! 3. inside each host, every other rank is a direct child of its leader (over sockets at
+//!    most [`SOCKET_FAN_OUT`] of them, below), in rank order and *after* the leader's network
+//!    children, so the network stream is never delayed by them.
 //!
 //! The local ranks read each segment straight from the leader's buffer (shared memory), all
 //! at once: the in-host stage costs about one memory copy per rank, concurrently, and
@@ -29,9 +30,56 @@
 //! ranks as machines of one switch, from its leader ([`inside`]; a chain for a tree that
 //! cannot be built there). A job of one such host is that tree alone. Every rank plans
 //! alike: the facts ([`Hosts::in_host`]) come from agreed settings.
+//!
+//! A host over sockets of at most the bound + 1 ranks keeps the fan-out, capped: its leader
+//! feeds at most [`SOCKET_FAN_OUT`] ranks directly and its first children feed the rest, one
+//! hop further ([`fan_out`]), so the leader's streams do not grow with the host up to the
+//! bound. Through memory the fan-out stays flat (a reader there costs the leader no stream
+//! of its own in the data path, and nothing is copied twice).
 
 use super::{Lane, Plan, PlanError, TreeKind};
-use crate::topology::{Hosts, MachineId, Topology};
+use crate::topology::{Hosts, InHost, MachineId, Topology};
+
+/// The most ranks a leader feeds directly on a host whose ranks talk through sockets and keep
+/// the fan-out (at most the connection bound + 1 ranks, [`Hosts::tree_inside`] false): with
+/// the default bound of 16 a host of 13 to 17 ranks has its last 1 to 5 ranks fed by the
+/// leader's first children. 11 keeps a rank's peak descriptors at P = 16 (a base of about 17
+/// plus its streams) within 4 of P = 64's and 256's (24, 27), where a host is fed by a tree;
+/// caps of 4 and 8 were measured slower (docs/scale.md, "Connections only on tree edges").
+pub const SOCKET_FAN_OUT: usize = 11;
+
+/// Who feeds host h's ranks other than `leader` when they are not fed by a tree: `(parent,
+/// children)` pairs, the leader's first. Through memory the leader feeds them all. Through
+/// sockets it feeds the first [`SOCKET_FAN_OUT`] in rank order, and the rest, in rank order,
+/// go in contiguous runs to its first children, spread evenly (the first children get each
+/// segment soonest): every rank fed once, at most two hops from the leader.
+pub fn fan_out(hosts: &Hosts, h: usize, leader: MachineId) -> Vec<(MachineId, Vec<MachineId>)> {
+    let others: Vec<MachineId> = hosts
+        .ranks(h)
+        .iter()
+        .copied()
+        .filter(|&r| r != leader)
+        .collect();
+    let cap = match hosts.in_host(h) {
+        InHost::Memory => others.len(),
+        InHost::Sockets { .. } => SOCKET_FAN_OUT.max(1),
+    };
+    if others.len() <= cap {
+        return vec![(leader, others)];
+    }
+    let (direct, rest) = others.split_at(cap);
+    let (each, extra) = (rest.len() / cap, rest.len() % cap);
+    let mut fed = vec![(leader, direct.to_vec())];
+    let mut at = 0;
+    for (i, &child) in direct.iter().enumerate() {
+        let n = each + usize::from(i < extra);
+        if n > 0 {
+            fed.push((child, rest[at..at + n].to_vec()));
+        }
+        at += n;
+    }
+    fed
+}
 
 /// Every host's leader for a broadcast from `root`, by host.
 pub fn leaders(hosts: &Hosts, root: MachineId) -> Vec<MachineId> {
@@ -64,7 +112,8 @@ pub fn inside(
 
 /// The plan over all ranks for `network`, a plan over [`Hosts::network`] rooted at the root's
 /// host: each network edge `h → g` becomes `leader(h) → leader(g)`, and each leader then feeds
-/// the other ranks of its host: all of them directly, or through the tree [`inside`] builds of
+/// the other ranks of its host: by its fan-out ([`fan_out`]: all of them directly through
+/// memory, capped at [`SOCKET_FAN_OUT`] over sockets), or through the tree [`inside`] builds of
 /// `tree` when the host's ranks talk through sockets and are many ([`Hosts::tree_inside`];
 /// its lane l feeds network lane l, cycling when it has fewer).
 pub fn expand(
@@ -93,7 +142,11 @@ pub fn expand(
                 children[leader].extend(kids.iter().map(|&g| leaders[g]));
                 let ranks = hosts.ranks(h);
                 match &trees[h] {
-                    None => children[leader].extend(ranks.iter().filter(|&&r| r != leader)),
+                    None => {
+                        for (p, kids) in fan_out(hosts, h, leader) {
+                            children[p].extend(kids);
+                        }
+                    }
                     Some(t) => {
                         let local = &t.lanes[l % t.lanes.len()];
                         for (i, kids) in local.children.iter().enumerate() {
@@ -350,6 +403,80 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_fan_out_over_sockets_is_capped_two_hops_deep() {
+        // Hosts of 2 to 17 ranks over sockets under the default bound of 16 (the fan-out
+        // applies), one host or two: every rank fed once, the leader feeding at most
+        // SOCKET_FAN_OUT of its host directly (after its network children), the rest fed by
+        // its first children, spread evenly, at most two hops inside a host.
+        for hosts_n in [1, 2] {
+            for n in 2..=17 {
+                let t = socket_hosts(hosts_n, n, 16);
+                let h = t.hosts().unwrap();
+                assert!(!h.tree_inside(0));
+                for name in TREES {
+                    let tree: TreeKind = name.parse().unwrap();
+                    for root in [0, 1, n - 1, t.size() - 1] {
+                        let plan = plan::build(&t, root, &tree, Some(8)).unwrap();
+                        let what = format!("{name} {hosts_n}x{n} root {root}");
+                        let report = check(&plan, &t);
+                        assert!(
+                            report.spanning && report.rooted && report.acyclic,
+                            "{what}: {report:?}"
+                        );
+                        let leaders = leaders(h, root);
+                        for lane in &plan.lanes {
+                            for (host, &leader) in leaders.iter().enumerate() {
+                                let local = |p: usize| -> Vec<usize> {
+                                    let kids = &lane.children[p];
+                                    kids.iter()
+                                        .copied()
+                                        .filter(|&c| is_local(h, p, c))
+                                        .collect()
+                                };
+                                let direct = local(leader);
+                                let others = n - 1;
+                                assert_eq!(direct.len(), others.min(SOCKET_FAN_OUT), "{what}");
+                                // Network children first, then the local ones.
+                                let kids = &lane.children[leader];
+                                let first_local = kids.len() - direct.len();
+                                assert!(kids[first_local..]
+                                    .iter()
+                                    .all(|&c| is_local(h, leader, c)));
+                                let rest = others - direct.len();
+                                let mut fed = direct.len();
+                                for (i, &c) in direct.iter().enumerate() {
+                                    let second = local(c);
+                                    // Spread evenly over the first children.
+                                    let want = rest / SOCKET_FAN_OUT
+                                        + usize::from(i < rest % SOCKET_FAN_OUT);
+                                    assert_eq!(second.len(), want, "{what} child {c}");
+                                    assert!(second.iter().all(|&g| local(g).is_empty()));
+                                    assert!(!lane.children[c].iter().any(|&g| !is_local(h, c, g)));
+                                    fed += second.len();
+                                }
+                                // Every other rank of the host within two hops.
+                                assert_eq!(fed, others, "{what} host {host}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // 16 ranks from root 0: 0 feeds 1..=11, and 1, 2, 3, 4 feed 12, 13, 14, 15.
+        let t = socket_hosts(1, 16, 16);
+        let plan = plan::build(&t, 0, &TreeKind::Linear, None).unwrap();
+        let c = &plan.lanes[0].children;
+        assert_eq!(c[0], (1..=11).collect::<Vec<_>>());
+        assert_eq!([&c[1], &c[2], &c[3], &c[4]], [&[12], &[13], &[14], &[15]]);
+        assert!(c[5..].iter().all(Vec::is_empty));
+        // Through memory the fan-out stays flat.
+        let memory = hosts::expand(&Topology::single_switch(1), Some(17)).unwrap();
+        let plan = plan::build(&memory, 3, &TreeKind::Binary, None).unwrap();
+        assert_eq!(plan.lanes[0].children[3].len(), 16);
+        assert_eq!(plan.height(), 1);
     }
 
     #[test]
