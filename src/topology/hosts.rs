@@ -99,7 +99,9 @@ impl Hosts {
     /// fan-out: they talk through sockets and are more than one rank's connection bound + 1
     /// (the fan-out's root would hold one connection per other rank). Up to that bound the
     /// fan-out stays: it is the faster one there (1 MiB to 16 ranks over loopback TCP on 2
-    /// cores: 6.3 ms against 13.0 ms for a chain, docs/scale.md).
+    /// cores: 6.3 ms against 13.0 ms for a chain, docs/scale.md), capped over sockets at
+    /// `plan::two_level::SOCKET_FAN_OUT` direct children of the leader (the rest one hop
+    /// further).
     pub fn tree_inside(&self, h: usize) -> bool {
         match self.in_host[h] {
             InHost::Memory => false,

@@ -109,7 +109,7 @@ pub struct Config {
     /// (then, and for repairs, [`LOSS_BURST_SEGMENTS`] segments at most).
     pub burst: u64,
     /// The root's bucket holds this many bytes when the broadcast starts (what it gathered
-    /// since the last broadcast this rank paced: [`Member::tokens`]); `None`: full.
+    /// since the last broadcast this rank rooted: [`Member::uplink`]'s level then); `None`: full.
     pub tokens: Option<u64>,
     /// The root's pace starts this many thousandths below `rate` (what this rank learned of
     /// the loss in earlier broadcasts: [`Member::spare`]); it moves with the NACKs it sees
