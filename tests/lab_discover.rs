@@ -6,7 +6,8 @@ mod common;
 mod lab;
 
 use lab::{
-    as_each_user, pipecast, rank0_json, require_lab, scratch_dir, text, unique_name, Lab, User, EXE,
+    as_each_user, pipecast, pipecast_within, rank0_json, require_lab, scratch_dir, text,
+    unique_name, Lab, User, EXE,
 };
 use pipecast::topology::{parse_topology, Topology};
 use std::collections::BTreeSet;
@@ -461,7 +462,9 @@ fn mpirun_places_the_files_ranks_machine_by_machine() {
         &["--lldp-wait", "0"],
     );
     // Without --ranks-per-machine, the file's `ranks`: h0 rank 0, h1 ranks 1 and 2, h2 rank 3.
-    let out = pipecast(&[
+    let out = pipecast_within(
+        240,
+        &[
         "lab",
         "mpirun",
         "--name",
@@ -470,7 +473,8 @@ fn mpirun_places_the_files_ranks_machine_by_machine() {
         "sh",
         "-c",
         "echo mpi $OMPI_COMM_WORLD_RANK $(cat /sys/class/net/eth0/address) $(ip -o -4 addr show eth0)",
-    ]);
+        ],
+    );
     assert!(out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     for (r, m) in [0, 1, 1, 2].into_iter().enumerate() {

@@ -40,6 +40,18 @@ pub fn pipecast(args: &[&str]) -> std::process::Output {
         .expect("the pipecast binary runs")
 }
 
+/// Runs `pipecast ARGS` under `timeout SECS` (exit status 124 when it ran out of time), for
+/// commands that start outside programs that could hang, e.g. an MPI launcher.
+#[allow(dead_code)] // used by the lab MPI tests only
+pub fn pipecast_within(secs: u32, args: &[&str]) -> std::process::Output {
+    Command::new("timeout")
+        .arg(secs.to_string())
+        .arg(EXE)
+        .args(args)
+        .output()
+        .expect("timeout and the pipecast binary run")
+}
+
 /// Runs `pipecast ARGS`, which must succeed and print one JSON object on one line; returns it.
 #[allow(dead_code)] // used by the CLI tests only
 pub fn pipecast_json(args: &[&str]) -> serde_json::Value {

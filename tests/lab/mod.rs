@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 #[allow(unused_imports)] // lab_rails and mpich_lab run everything through a `User`
-pub use crate::common::pipecast;
+pub use crate::common::{pipecast, pipecast_within};
 pub use crate::common::{text, EXE};
 
 /// Who runs the pipecast commands of a test.
