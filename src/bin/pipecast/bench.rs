@@ -3,6 +3,7 @@
 //! compare with the point-to-point time of the whole message measured in the same run.
 
 mod fds;
+mod floor;
 mod usage;
 
 use crate::CliResult;
@@ -84,6 +85,19 @@ pub struct Args {
     /// Rank 0 also writes the `--json` report to this file.
     #[arg(long, hide = true)]
     report: Option<std::path::PathBuf>,
+    /// Instead of broadcasts: the floor of the kernel's receive paths, no protocol run
+    /// (comma list of modes, or `all`; docs/multicast.md, "Receivers' CPU: the floor"): a
+    /// sender thread sends the first of --sizes as datagrams of the carrier's segment, a
+    /// receiver thread lands them in a buffer; its CPU against one memcpy, --iters times.
+    #[arg(long, value_name = "MODES")]
+    floor: Option<String>,
+    /// With --floor: the sender's and the receiver's network namespaces (needs root;
+    /// default: both in this one).
+    #[arg(long, value_name = "SEND_NS,RECV_NS", requires = "floor")]
+    floor_netns: Option<String>,
+    /// With --floor: the interface both use.
+    #[arg(long, default_value = "eth0", requires = "floor")]
+    floor_iface: String,
 }
 
 /// One line of the results: the JSON contract of `pipecast bench --json`.
@@ -155,6 +169,17 @@ struct Report<'a> {
 }
 
 pub fn run(args: Args) -> CliResult {
+    if let Some(modes) = &args.floor {
+        let sizes = parse_sizes(&args.sizes)?;
+        return floor::run(floor::Floor {
+            modes: modes.clone(),
+            netns: args.floor_netns.clone(),
+            iface: args.floor_iface.clone(),
+            bytes: sizes.first().copied().unwrap_or(16 << 20) as usize,
+            reps: args.iters.unwrap_or(5),
+            json: args.json,
+        });
+    }
     if let Some(t) = &args.transport {
         t.parse::<Transport>()
             .map_err(|e| format!("--transport: {e}"))?;

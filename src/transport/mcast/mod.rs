@@ -25,6 +25,7 @@ pub mod codec;
 pub mod ether;
 pub mod group;
 pub mod probe;
+pub mod ring3;
 pub mod udp;
 
 pub use batch::Batch;

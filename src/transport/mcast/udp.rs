@@ -83,6 +83,8 @@ struct Mmsg {
     names: Box<[libc::sockaddr_in; MMSG]>,
     iovs: Box<[libc::iovec; MMSG]>,
     msgs: Box<[libc::mmsghdr; MMSG]>,
+    /// Two iovecs per datagram for [`UdpCarrier::recv_split`].
+    split: Box<[[libc::iovec; 2]; MMSG]>,
 }
 
 // SAFETY: the raw pointers inside `iovs` and `msgs` are scratch written before every call and
@@ -104,6 +106,7 @@ impl Mmsg {
                 names: Box::new(std::mem::zeroed()),
                 iovs: Box::new(std::mem::zeroed()),
                 msgs: Box::new(std::mem::zeroed()),
+                split: Box::new(std::mem::zeroed()),
             }
         }
     }
@@ -118,7 +121,9 @@ fn recv_mmsg(fd: RawFd, batch: &mut Batch, m: &mut Mmsg) -> io::Result<usize> {
     if want == 0 {
         return Ok(0);
     }
-    let Mmsg { names, iovs, msgs } = m;
+    let Mmsg {
+        names, iovs, msgs, ..
+    } = m;
     for (i, chunk) in region.chunks_exact_mut(slot).take(want).enumerate() {
         iovs[i] = libc::iovec {
             iov_base: chunk.as_mut_ptr() as *mut libc::c_void,
@@ -172,6 +177,102 @@ fn recv_mmsg(fd: RawFd, batch: &mut Batch, m: &mut Mmsg) -> io::Result<usize> {
         batch.commit(msgs[i].msg_len as usize, Source::Udp(source));
     }
     Ok(got)
+}
+
+/// The source of datagram `i` of the last `recvmmsg(2)` over `m`.
+fn source_of(m: &Mmsg, i: usize) -> SocketAddrV4 {
+    let (h, name) = (&m.msgs[i].msg_hdr, &m.names[i]);
+    if h.msg_namelen as usize >= std::mem::size_of::<libc::sockaddr_in>()
+        && i32::from(name.sin_family) == libc::AF_INET
+    {
+        SocketAddrV4::new(
+            Ipv4Addr::from(u32::from_be(name.sin_addr.s_addr)),
+            u16::from_be(name.sin_port),
+        )
+    } else {
+        // Not an IPv4 source (cannot happen on an AF_INET socket): no rank's address.
+        SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)
+    }
+}
+
+/// One `recvmmsg(2)` on `fd` without blocking that scatters each datagram: its first
+/// `head.len() / n` bytes (at least 1) into its piece of `head`, the rest straight into
+/// `bodies[i]` (`n` = `bodies.len()`, at most [`MMSG`] and `head.len()`). `got` receives each datagram's whole length (as
+/// the kernel reports it: longer than its two pieces when it was cut, `MSG_TRUNC`) and
+/// source; returns how many.
+fn recv_split(
+    fd: RawFd,
+    head: &mut [u8],
+    bodies: &mut [&mut [u8]],
+    m: &mut Mmsg,
+    got: &mut Vec<(usize, Source)>,
+) -> io::Result<usize> {
+    got.clear();
+    let n = bodies.len().min(MMSG);
+    if n == 0 {
+        return Ok(0);
+    }
+    // Each datagram's head piece: `h` bytes (at least 1, so `n` is at most `head.len()`).
+    let h = (head.len() / n).max(1);
+    let n = n.min(head.len() / h);
+    if n == 0 {
+        return Ok(0);
+    }
+    for (i, (body, head)) in bodies
+        .iter_mut()
+        .zip(head.chunks_exact_mut(h))
+        .take(n)
+        .enumerate()
+    {
+        m.split[i] = [
+            libc::iovec {
+                iov_base: head.as_mut_ptr() as *mut libc::c_void,
+                iov_len: h,
+            },
+            libc::iovec {
+                iov_base: body.as_mut_ptr() as *mut libc::c_void,
+                iov_len: body.len(),
+            },
+        ];
+        let hdr = &mut m.msgs[i].msg_hdr;
+        hdr.msg_name = &mut m.names[i] as *mut libc::sockaddr_in as *mut libc::c_void;
+        hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        hdr.msg_iov = m.split[i].as_mut_ptr();
+        hdr.msg_iovlen = 2;
+        hdr.msg_control = std::ptr::null_mut();
+        hdr.msg_controllen = 0;
+        hdr.msg_flags = 0;
+    }
+    // SAFETY: `msgs[..n]` each point at their own name and two iovecs: a distinct `h`-byte
+    // piece of `head` (`n` pieces fit in it) and one of `bodies` (distinct `&mut` slices), all
+    // alive and not otherwise borrowed for the call, with no control block; the kernel writes
+    // at most the lengths given and sets `msg_len`, `msg_namelen` and `msg_flags`.
+    let r = unsafe {
+        libc::recvmmsg(
+            fd,
+            m.msgs.as_mut_ptr(),
+            n as libc::c_uint,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut(),
+        )
+    };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+            _ => Err(e),
+        };
+    }
+    let r = (r as usize).min(n);
+    for (i, body) in bodies.iter().enumerate().take(r) {
+        let cut = m.msgs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+        let len = m.msgs[i].msg_len as usize;
+        let room = h + body.len();
+        // A cut datagram reports at least one byte more than its pieces hold.
+        let len = if cut { len.max(room + 1) } else { len };
+        got.push((len, Source::Udp(source_of(m, i))));
+    }
+    Ok(r)
 }
 
 /// `SO_MEMINFO` (asm-generic's number; not in the `libc` crate): the socket's memory counters,
@@ -438,6 +539,21 @@ impl UdpCarrier {
     pub fn group(&self) -> Group {
         self.group
     }
+
+    /// One `recvmmsg(2)` on the group socket that lands each datagram's payload straight where
+    /// the caller wants it (no copy of the carrier's): its first `head.len() / bodies.len()`
+    /// bytes (a data frame's header) into its piece of `head`, the rest into `bodies[i]`.
+    /// `got` receives each datagram's whole length and source, in order; returns how many.
+    /// Nothing received is trusted: the caller checks each header (and that the payload went
+    /// where the header says) before using a byte.
+    pub fn recv_split(
+        &mut self,
+        head: &mut [u8],
+        bodies: &mut [&mut [u8]],
+        got: &mut Vec<(usize, Source)>,
+    ) -> io::Result<usize> {
+        recv_split(self.grp.as_raw_fd(), head, bodies, &mut self.mmsg, got)
+    }
 }
 
 impl Carrier for UdpCarrier {
@@ -543,6 +659,45 @@ mod tests {
                 SocketAddr::V6(_) => unreachable!(),
             })
         );
+    }
+
+    #[test]
+    fn a_split_receive_lands_each_payload_in_its_own_place() {
+        let rx = udp_socket(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let to = rx.local_addr().unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        // Three datagrams: 4-byte head + 5-byte body, a short one, one too long for its body.
+        for d in [&b"HHH0abcde"[..], b"HHH1xy", b"HHH2_too_long"] {
+            tx.send_to(d, to).unwrap();
+        }
+        let mut head = [0u8; 12];
+        let mut buf = [0u8; 15];
+        let mut got = Vec::new();
+        let mut m = Mmsg::new();
+        let mut bodies: Vec<&mut [u8]> = buf.chunks_mut(5).collect();
+        let mut n = 0;
+        for _ in 0..100 {
+            n = recv_split(rx.as_raw_fd(), &mut head, &mut bodies, &mut m, &mut got).unwrap();
+            if n == 3 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(n, 3);
+        let lens: Vec<usize> = got.iter().map(|g| g.0).collect();
+        // Nothing more waits.
+        assert_eq!(
+            recv_split(rx.as_raw_fd(), &mut head, &mut bodies, &mut m, &mut got).unwrap(),
+            0
+        );
+        drop(bodies);
+        assert_eq!(&head, b"HHH0HHH1HHH2");
+        assert_eq!(&buf[..5], b"abcde");
+        assert_eq!(&buf[5..7], b"xy");
+        assert_eq!(&buf[10..15], b"_too_");
+        // The cut datagram reports more than its pieces hold.
+        assert_eq!(&lens[..2], &[9, 6]);
+        assert!(lens[2] > 9, "{lens:?}");
     }
 
     #[test]

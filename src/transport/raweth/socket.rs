@@ -339,7 +339,7 @@ impl RawSocket {
         }
     }
 
-    pub(crate) fn raw_fd(&self) -> i32 {
+    pub fn raw_fd(&self) -> i32 {
         self.fd.as_raw_fd()
     }
 
