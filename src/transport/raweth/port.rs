@@ -91,6 +91,24 @@ impl PacketPort {
         }
     }
 
+    /// [`PacketPort::plain`] receiving through a PACKET_MMAP ring of about `bytes`
+    /// ([`RxRing`]: no system call and no copy of the kernel's per frame handed out).
+    pub fn plain_with_ring(
+        sock: RawSocket,
+        batch: usize,
+        bytes: usize,
+    ) -> Result<PacketPort, TransportError> {
+        let ring = RxRing::new(&sock, bytes)?;
+        let mut port = PacketPort::plain(sock, batch);
+        port.ring = Some(ring);
+        Ok(port)
+    }
+
+    /// How many frames the receive ring holds, if frames arrive through one.
+    pub fn ring_frames(&self) -> Option<usize> {
+        self.ring.as_ref().map(RxRing::frames)
+    }
+
     pub fn socket(&self) -> &RawSocket {
         &self.sock
     }

@@ -116,6 +116,11 @@ impl RxRing {
         unsafe { &*(slot as *const AtomicU32) }
     }
 
+    /// Frames the ring holds.
+    pub fn frames(&self) -> usize {
+        self.frames
+    }
+
     /// Whether a frame is waiting.
     pub fn ready(&self) -> bool {
         self.status(self.slot(self.next)).load(Ordering::Acquire) & TP_STATUS_USER != 0
