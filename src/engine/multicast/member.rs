@@ -502,6 +502,12 @@ impl Member {
                         || self.synced)
                 {
                     self.report(p, value, false);
+                    if value == n {
+                        // The final report: no later one replaces it, and its loss holds the
+                        // whole broadcast until the root's next tail sync; a second copy right
+                        // behind it.
+                        self.report(p, value, false);
+                    }
                 }
                 if value >= u64::from(self.high) {
                     self.synced = false;
@@ -1391,6 +1397,19 @@ mod tests {
         };
         let next = Member::new(shape(0, None, &[1, 2]), 10_000, 10, c2, now).unwrap();
         assert_eq!(next.pacer.rate(), Some(42_000 * 3 / 4));
+        // A root that saw little loss still leaves `spare_min`; none: the whole rate.
+        for (learned, kept) in [(10, pace.spare_min), (0, 0), (120, 120)] {
+            let c3 = Config {
+                spare: learned,
+                ..c
+            };
+            let next = Member::new(shape(0, None, &[1, 2]), 10_000, 10, c3, now).unwrap();
+            assert_eq!(
+                next.pacer.rate(),
+                Some(42_000 / 1000 * (1000 - u64::from(kept))),
+                "learned {learned}"
+            );
+        }
     }
 
     #[test]
@@ -1581,6 +1600,63 @@ mod tests {
         );
         assert_eq!(root.state(), &State::Complete);
         assert_eq!(root.poll_timeout(now), None);
+    }
+
+    #[test]
+    fn a_rank_sends_its_final_report_twice_and_the_parent_takes_it_once() {
+        let c = Config {
+            ack_every: 100,
+            ..Config::default()
+        };
+        let finals = |out: &[Out], to: usize, value: u64| {
+            out.iter()
+                .filter(|o| {
+                    o.to == To::Rank(to)
+                        && matches!(o.msg, Msg::Ack { value: v, ping: false } if v == value)
+                })
+                .count()
+        };
+        // A leaf: segments 0 and 1 report nothing (fewer than ack_every), the last one
+        // completes it, and its final report leaves twice.
+        let mut leaf = Member::new(shape(2, Some(1), &[]), 30, 10, c, 0).unwrap();
+        assert!(leaf.land(0, 0, 0).is_some());
+        assert!(leaf.land(0, 0, 1).is_some());
+        assert_eq!(finals(&drain(&mut leaf, 0), 1, 2), 0);
+        assert!(leaf.land(MS, 0, 2).is_some());
+        let out = drain(&mut leaf, MS);
+        assert_eq!(finals(&out, 1, 3), 2, "{out:?}");
+        assert_eq!(leaf.state(), &State::Complete);
+        assert_eq!(leaf.stats().acks, 2);
+        // Its parent, holding everything, completes on the first copy and reports once more
+        // twice; the second copy changes nothing.
+        let mut parent = Member::new(shape(1, Some(0), &[2]), 30, 10, c, 0).unwrap();
+        for i in 0..3 {
+            assert!(parent.land(0, 0, i).is_some());
+        }
+        assert_eq!(
+            finals(&drain(&mut parent, 0), 0, 3),
+            0,
+            "the child lacks them"
+        );
+        parent.handle(
+            MS,
+            2,
+            Msg::Ack {
+                value: 3,
+                ping: false,
+            },
+        );
+        assert_eq!(finals(&drain(&mut parent, MS), 0, 3), 2);
+        assert_eq!(parent.state(), &State::Complete);
+        parent.handle(
+            MS,
+            2,
+            Msg::Ack {
+                value: 3,
+                ping: false,
+            },
+        );
+        assert!(drain(&mut parent, MS).is_empty());
     }
 
     #[test]
