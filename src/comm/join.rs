@@ -91,7 +91,7 @@ impl Comm {
                     cookie: peers.cookie,
                     config: &f.config,
                     topology: &f.topology,
-                    rate_bps: f.network.as_ref().map(|n| n.rate_bps),
+                    rate_bps: f.link_bps,
                 },
                 bootstrap.as_mut(),
                 mine,

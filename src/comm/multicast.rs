@@ -86,6 +86,46 @@ struct Trace {
     all: u64,
     /// This rank and its subtree hold everything.
     complete: u64,
+    /// The root's lateness ([`Lateness`]).
+    late: Lateness,
+}
+
+/// How late a root's progress thread ran against what it asked for: every round of its data
+/// phase (segments left to send) ends with the time its member has something to do next
+/// (the pacer's next segment, as a rule: `Member::poll_timeout`), and the next round says how
+/// late it came. Late by more than the bucket's time (its depth at the pace), the pace is
+/// lost beyond what a late root may catch up (`Pacer::lost`).
+#[derive(Debug, Default)]
+struct Lateness {
+    /// When the next round was due (the clock's ns), while segments were left to send.
+    due: Option<u64>,
+    /// Rounds of the data phase that came after they were due.
+    rounds: u32,
+    /// ... by more than 1 ms, and by more than the bucket's time.
+    over_1ms: u32,
+    over_bucket: u32,
+    /// The latest (µs), and the sum of what the rounds came beyond the bucket's time (µs:
+    /// the pace lost without a catch-up).
+    max_us: u64,
+    beyond_us: u64,
+}
+
+impl Lateness {
+    /// A round of a root at `now` (the clock's ns) whose bucket holds `bucket_ns` of pace.
+    fn woke(&mut self, now: u64, bucket_ns: u64) {
+        let Some(due) = self.due.take() else {
+            return;
+        };
+        let late = now.saturating_sub(due);
+        if late == 0 {
+            return;
+        }
+        self.rounds += 1;
+        self.over_1ms += u32::from(late > 1_000_000);
+        self.over_bucket += u32::from(late > bucket_ns);
+        self.max_us = self.max_us.max(late / 1000);
+        self.beyond_us += late.saturating_sub(bucket_ns) / 1000;
+    }
 }
 
 fn wall_us() -> u64 {
@@ -360,6 +400,12 @@ impl Multicast {
                 posted = t.posted,
                 first = t.first.saturating_sub(t.posted),
                 all = t.all.saturating_sub(t.posted),
+                late_rounds = t.late.rounds,
+                late_over_1ms = t.late.over_1ms,
+                late_over_bucket = t.late.over_bucket,
+                late_max = t.late.max_us,
+                late_beyond_bucket = t.late.beyond_us,
+                pace_lost = r.member.uplink().lost() / 1000,
                 complete = t.complete.saturating_sub(t.posted),
                 finish = wall_us().saturating_sub(t.posted),
                 sent = s.sent,
@@ -456,7 +502,17 @@ impl Multicast {
     /// One round: what arrived, the timers, what is due to be sent. An error fails the engine.
     pub fn drive(&mut self, clock: &dyn Fn() -> u64, bufs: &mut Buffers) -> crate::Result<()> {
         self.landed = false;
-        self.receive(clock(), bufs)?;
+        let woke = clock();
+        for r in self.running.values_mut() {
+            if let (Some(t), true) = (r.trace.as_deref_mut(), r.member.is_root()) {
+                let p = r.member.uplink();
+                let bucket_ns = p.rate().map_or(0, |rate| {
+                    p.burst().saturating_mul(1_000_000_000) / rate.max(1)
+                });
+                t.late.woke(woke, bucket_ns);
+            }
+        }
+        self.receive(woke, bufs)?;
         let now = clock();
         for r in self.running.values_mut() {
             if r.member.poll_timeout(now).is_some_and(|t| t <= now) {
@@ -472,12 +528,9 @@ impl Multicast {
                 if t.complete == 0 && matches!(r.member.state(), State::Complete) {
                     t.complete = wall_us();
                 }
-                let sent = r.member.stats().sent;
-                if r.member.is_root() && t.first == 0 && sent > 0 {
-                    t.first = wall_us();
-                }
-                if r.member.is_root() && t.all == 0 && sent == u64::from(r.member.segments()) {
-                    t.all = wall_us();
+                let left = r.member.stats().sent < u64::from(r.member.segments());
+                if r.member.is_root() && left {
+                    t.late.due = r.member.poll_timeout(now);
                 }
             }
             let r = &self.running[&seq];
@@ -718,7 +771,27 @@ impl Multicast {
                 .to_bytes(payload)
                 .map_err(|e| io_error(peer, "frame", &std::io::Error::other(e)))?;
             match self.agreed.carrier.send(out.to, &header, payload) {
-                Ok(true) => self.sent += 1,
+                Ok(true) => {
+                    self.sent += 1;
+                    if let (
+                        Some(t),
+                        Msg::Data {
+                            index,
+                            repair: false,
+                        },
+                        None,
+                    ) = (r.trace.as_deref_mut(), out.msg, peer)
+                    {
+                        // The root's own segments, when they left (not when the member
+                        // handed them out: one the carrier had no room for leaves later).
+                        if t.first == 0 {
+                            t.first = wall_us();
+                        }
+                        if index + 1 == r.member.segments() {
+                            t.all = wall_us();
+                        }
+                    }
+                }
                 Ok(false) => {
                     r.stalled = Some(out);
                     return Ok(());

@@ -260,6 +260,31 @@ pub fn burst(bps: Option<u64>, segment: u32, window: u32) -> u64 {
     path.min(most).max(least)
 }
 
+/// What a late root may send beyond its bucket ([`burst`]), in buckets: a root whose progress
+/// thread was not scheduled when its next segment was due would send the pace it owes at
+/// once, up to this many more buckets (the root's own port's queue holds them: the lab's
+/// shapers queue 256 KiB behind their 64 KiB bucket, `lab::tbf_sizes`). **Off** (0): measured
+/// on the 16-machine lab (docs/multicast.md, "A late root"), 3 buckets took the component's
+/// paced root from up to 8 ms of pace lost per 4 MiB broadcast to none, within the noise of
+/// its times, while the 1 % loss bench ran slower in all six comparisons of two A/B pairs
+/// (the catch-up applies where the root's spare fell back to 0 between losses).
+pub const CATCH_UP_BUCKETS: u64 = 0;
+
+/// What a late root that has seen no loss may send beyond its bucket (bytes,
+/// `engine::multicast::Config::catch_up`): [`CATCH_UP_BUCKETS`] buckets of [`burst`], never
+/// more than a quarter of the credit window (`window` segments), nothing when the link's rate
+/// is unknown (unpaced).
+pub fn catch_up(bps: Option<u64>, segment: u32, window: u32) -> u64 {
+    if bps.is_none() {
+        return 0;
+    }
+    let counted = u64::from(segment) + DATA_HEADER_LEN as u64;
+    let most = u64::from(window).saturating_mul(counted) / 4;
+    CATCH_UP_BUCKETS
+        .saturating_mul(burst(bps, segment, window))
+        .min(most)
+}
+
 /// What every rank knows alike when it agrees on multicast (and its own rank).
 pub struct Job<'a> {
     pub rank: usize,
@@ -352,6 +377,7 @@ pub fn agree(
         liveness: u64::try_from(config.timeout.as_nanos()).unwrap_or(u64::MAX),
         rate: rate_bps.map(|bps| pace(bps, segment, overhead)),
         burst: burst(rate_bps, segment, window),
+        catch_up: catch_up(rate_bps, segment, window),
         ..McastConfig::default()
     };
     Ok(Ok(Agreed {
@@ -405,6 +431,12 @@ mod tests {
         assert_eq!(burst(Some(100_000_000), 1440, 16), 16 * seg);
         // No known rate: 16 segments.
         assert_eq!(burst(None, 1440, 2979), 16 * seg);
+        // A late root's catch-up: off (CATCH_UP_BUCKETS), never where unpaced.
+        assert_eq!(
+            catch_up(Some(100_000_000), 1440, 2979),
+            CATCH_UP_BUCKETS * PATH_BURST
+        );
+        assert_eq!(catch_up(None, 1440, 2979), 0);
     }
 
     #[test]

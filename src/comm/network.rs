@@ -15,13 +15,20 @@ use crate::model::network::Network;
 use crate::model::Profile;
 use crate::wire::bootstrap::LinkSeen;
 
-/// What this rank tells the others of its link: `None` where a profile was given (nothing to
-/// derive) or nothing is known.
+/// What this rank tells the others of its link: `None` where nothing is known. Where a
+/// profile was given, its rate alone (nothing to derive for the model, and the host's cost is
+/// not measured): a multicast root paces by the agreed rate whatever the profile
+/// (`comm::multicast_setup`; unpaced, it stalled on its socket and ran late through the Open
+/// MPI component, which gives a profile: docs/multicast.md, "A late root").
 pub fn observe(config: &Config, ip: &str) -> Option<LinkSeen> {
-    if config.profile_given {
-        return None;
-    }
     let (rate, nic) = local_rate(config, ip)?;
+    if config.profile_given {
+        return Some(LinkSeen {
+            rate_mbps: (rate / 1_000_000).clamp(1, u64::from(u32::MAX)) as u32,
+            segment_ns: 0,
+            host_mb_s: 0,
+        });
+    }
     let host = super::hosts::host_name(config.machine.as_deref());
     let cost = super::host_cost::host_cost(&nic, &host);
     Some(LinkSeen {
@@ -120,7 +127,15 @@ mod tests {
             link_rate: Some(10_000_000_000),
             ..Config::default()
         };
-        assert_eq!(observe(&c, "127.0.0.1"), None);
+        // A given profile: the rate alone (the multicast root's pace), no host cost.
+        assert_eq!(
+            observe(&c, "127.0.0.1"),
+            Some(LinkSeen {
+                rate_mbps: 10_000,
+                segment_ns: 0,
+                host_mb_s: 0,
+            })
+        );
         c.profile_given = false;
         assert_eq!(
             local_rate(&c, "127.0.0.1").map(|r| r.0),

@@ -62,6 +62,9 @@ pub struct Finished {
     pub host_cpus: Option<usize>,
     /// The network the profile was derived from (`None`: given, or seed 003's Table 2).
     pub network: Option<crate::model::network::Network>,
+    /// The agreed link rate (bits per second; the slowest rank's), also where a profile was
+    /// given: a multicast root's pace (`None`: no rank knows its rate).
+    pub link_bps: Option<u64>,
     /// Each rank's host (equal numbers: one host) and the CPUs it may run on, for the
     /// communicators made as views of this one.
     pub host_of: Vec<usize>,
@@ -190,10 +193,12 @@ impl Local {
             .collect();
         let keys = hosts::host_keys(&rank_hosts);
         // Every rank derives the same profile from the same blobs.
+        let seen = super::network::agreed(&peers.links);
+        let link_bps = seen.as_ref().map(|(net, _)| net.rate_bps);
         let network = if config.profile_given {
             None
         } else {
-            super::network::agreed(&peers.links).map(|(net, profile)| {
+            seen.map(|(net, profile)| {
                 config.profile = profile;
                 net
             })
@@ -337,6 +342,7 @@ impl Local {
             host_ranks: local.len(),
             host_cpus: cpus::shared(&local),
             network,
+            link_bps,
             host_of,
             host_keys: {
                 let mut by_number: Vec<(usize, String)> =

@@ -195,10 +195,12 @@ impl Member {
                     Self::depth(&config, segment, is_root, spare),
                     now,
                 );
-                match config.tokens {
+                let mut p = match config.tokens {
                     Some(t) if is_root => p.with_tokens(now, t),
                     _ => p,
-                }
+                };
+                p.set_catch_up(now, Self::catch_up(&config, is_root, spare));
+                p
             },
             spare: config.spare.min(crate::model::multicast::PACE.spare_max),
             missed: 0,
@@ -266,6 +268,16 @@ impl Member {
         }
     }
 
+    /// What a late root may send beyond its bucket ([`Config::catch_up`]): only while it has
+    /// seen no loss, as the path's burst.
+    fn catch_up(config: &Config, is_root: bool, spare: u32) -> u64 {
+        if is_root && spare == 0 {
+            config.catch_up
+        } else {
+            0
+        }
+    }
+
     /// The uplink's bucket: what it holds when the next broadcast this rank roots starts
     /// ([`Pacer::level`] then) is that one's [`Config::tokens`].
     pub fn uplink(&self) -> &Pacer {
@@ -301,6 +313,8 @@ impl Member {
             self.pacer.set_rate(now, rate);
             let depth = Self::depth(&self.config, self.segment, true, self.spare);
             self.pacer.set_burst(now, depth);
+            let catch_up = Self::catch_up(&self.config, true, self.spare);
+            self.pacer.set_catch_up(now, catch_up);
         }
     }
 
@@ -703,6 +717,9 @@ impl Member {
                     },
                 });
             }
+        } else {
+            // Nothing new may leave (all sent, or no credit): not late, idle.
+            self.pacer.idle(now);
         }
         None
     }

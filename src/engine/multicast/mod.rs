@@ -108,6 +108,10 @@ pub struct Config {
     /// communicator: `comm::multicast_setup::burst`), a root's while it has seen no loss
     /// (then, and for repairs, [`LOSS_BURST_SEGMENTS`] segments at most).
     pub burst: u64,
+    /// What a root that has seen no loss may send beyond its bucket when its thread ran late
+    /// (bytes; `engine::reliable::Pacer::set_catch_up`): the pace it owes, that much at
+    /// most (the communicator: `comm::multicast_setup::catch_up`). 0: none.
+    pub catch_up: u64,
     /// The root's bucket holds this many bytes when the broadcast starts (what it gathered
     /// since the last broadcast this rank rooted: [`Member::uplink`]'s level then); `None`: full.
     pub tokens: Option<u64>,
@@ -134,6 +138,7 @@ impl Default for Config {
             group_repair: 2,
             rate: None,
             burst: 256 * 1024,
+            catch_up: 0,
             tokens: None,
             spare: 0,
         }
