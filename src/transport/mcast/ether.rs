@@ -40,15 +40,21 @@ pub struct EtherCarrier<P: Port> {
     rcvbuf: Option<usize>,
 }
 
+/// A raw socket on `ifname` for the carrier's EtherType that joined `group`.
+fn joined(ifname: &str, group: Mac) -> Result<RawSocket, TransportError> {
+    let sock = RawSocket::open_with(ifname, ETHERTYPE)?;
+    sock.add_membership(&group)
+        .map_err(|e| TransportError::Setup {
+            what: format!("join group {} on {ifname}", mac_to_string(&group)),
+            error: e.to_string(),
+        })?;
+    Ok(sock)
+}
+
 impl EtherCarrier<PacketPort> {
     /// Opens interface `ifname` (in this thread's network namespace) for `group`.
     pub fn open(ifname: &str, group: Mac) -> Result<EtherCarrier<PacketPort>, TransportError> {
-        let sock = RawSocket::open_with(ifname, ETHERTYPE)?;
-        sock.add_membership(&group)
-            .map_err(|e| TransportError::Setup {
-                what: format!("join group {} on {ifname}", mac_to_string(&group)),
-                error: e.to_string(),
-            })?;
+        let sock = joined(ifname, group)?;
         // The raw socket asked for a large receive buffer (SO_RCVBUFFORCE where privileged);
         // what it got sizes the agreed window.
         let rcvbuf = crate::transport::raweth::socket::int_option(
@@ -68,13 +74,7 @@ impl EtherCarrier<PacketPort> {
             Ok(port) => port,
             Err(e) => {
                 tracing::debug!("multicast on {ifname}: no receive ring ({e}); recvmmsg");
-                let sock = RawSocket::open_with(ifname, ETHERTYPE)?;
-                sock.add_membership(&group)
-                    .map_err(|e| TransportError::Setup {
-                        what: format!("join group {} on {ifname}", mac_to_string(&group)),
-                        error: e.to_string(),
-                    })?;
-                PacketPort::plain(sock, 32)
+                PacketPort::plain(joined(ifname, group)?, 32)
             }
         };
         // The window may not hold more frames than the ring: each counted as the window

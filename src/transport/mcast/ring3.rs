@@ -14,6 +14,7 @@
 //! and length is checked against the block before a byte of a frame is read, and a block
 //! that fails is skipped whole.
 
+use crate::transport::raweth::ring::{map_rx_ring, RingRequest};
 use crate::transport::raweth::socket::{Addressed, Mac, RawSocket};
 use crate::transport::TransportError;
 use std::io;
@@ -46,6 +47,9 @@ struct TpacketReq3 {
     sizeof_priv: u32,
     feature_req_word: u32,
 }
+
+// SAFETY: `repr(C)`, seven `u32`s.
+unsafe impl RingRequest for TpacketReq3 {}
 
 /// What [`Ring3::drain`] found wrong in blocks the kernel handed over (never expected).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -93,34 +97,9 @@ impl Ring3 {
             sizeof_priv: 0,
             feature_req_word: 0,
         };
-        sock.set_packet_opt(libc::PACKET_VERSION, &TPACKET_V3.to_ne_bytes())
-            .map_err(err)?;
-        // SAFETY: `req` is a live repr(C) tpacket_req3; viewing it as bytes for the call.
-        let req_bytes = unsafe {
-            std::slice::from_raw_parts(
-                &req as *const TpacketReq3 as *const u8,
-                std::mem::size_of::<TpacketReq3>(),
-            )
-        };
-        sock.set_packet_opt(libc::PACKET_RX_RING, req_bytes)
-            .map_err(err)?;
-        // SAFETY: maps the ring the kernel just allocated for this socket; the result is
-        // checked, and unmapped in Drop.
-        let map = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                block_size * blocks,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                sock.raw_fd(),
-                0,
-            )
-        };
-        if map == libc::MAP_FAILED {
-            return Err(err(io::Error::last_os_error()));
-        }
+        let map = map_rx_ring(sock, TPACKET_V3, &req, block_size * blocks).map_err(err)?;
         Ok(Ring3 {
-            map: map as *mut u8,
+            map,
             block_size,
             blocks,
             next: 0,

@@ -112,6 +112,36 @@ impl Mmsg {
     }
 }
 
+/// `recvmmsg(2)` of up to `n` datagrams into `msgs[..n]` without blocking: how many came
+/// (0 when none was waiting or a signal came first).
+///
+/// # Safety
+/// Every name, iovec and buffer the headers `msgs[..n]` point at must be alive, writable for
+/// the lengths given and not otherwise borrowed during the call.
+unsafe fn recvmmsg_now(fd: RawFd, msgs: &mut [libc::mmsghdr], n: usize) -> io::Result<usize> {
+    let n = n.min(msgs.len());
+    // SAFETY: `msgs[..n]` are this slice's headers; what they point at is the caller's
+    // promise (above). The kernel writes at most the lengths given and sets `msg_len`,
+    // `msg_namelen` and `msg_flags`.
+    let r = unsafe {
+        libc::recvmmsg(
+            fd,
+            msgs.as_mut_ptr(),
+            n as libc::c_uint,
+            libc::MSG_DONTWAIT,
+            std::ptr::null_mut(),
+        )
+    };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+            _ => Err(e),
+        };
+    }
+    Ok((r as usize).min(n))
+}
+
 /// Receives up to the batch's free slots (at most [`MMSG`]) from `fd` in one `recvmmsg(2)`
 /// without blocking, committing each datagram to its slot in order; how many.
 fn recv_mmsg(fd: RawFd, batch: &mut Batch, m: &mut Mmsg) -> io::Result<usize> {
@@ -142,23 +172,7 @@ fn recv_mmsg(fd: RawFd, batch: &mut Batch, m: &mut Mmsg) -> io::Result<usize> {
     // `slot`-byte chunk of the batch's free region (`want` chunks fit in it: `free` slots of
     // `slot` bytes), all alive and not otherwise borrowed for the call, and carry no control
     // block; the kernel writes at most the lengths given and sets `msg_len` and `msg_namelen`.
-    let r = unsafe {
-        libc::recvmmsg(
-            fd,
-            msgs.as_mut_ptr(),
-            want as libc::c_uint,
-            libc::MSG_DONTWAIT,
-            std::ptr::null_mut(),
-        )
-    };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        return match e.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
-            _ => Err(e),
-        };
-    }
-    let got = (r as usize).min(want);
+    let got = unsafe { recvmmsg_now(fd, &mut msgs[..], want)? };
     for i in 0..got {
         let h = &msgs[i].msg_hdr;
         let name = &names[i];
@@ -247,23 +261,7 @@ fn recv_split(
     // piece of `head` (`n` pieces fit in it) and one of `bodies` (distinct `&mut` slices), all
     // alive and not otherwise borrowed for the call, with no control block; the kernel writes
     // at most the lengths given and sets `msg_len`, `msg_namelen` and `msg_flags`.
-    let r = unsafe {
-        libc::recvmmsg(
-            fd,
-            m.msgs.as_mut_ptr(),
-            n as libc::c_uint,
-            libc::MSG_DONTWAIT,
-            std::ptr::null_mut(),
-        )
-    };
-    if r < 0 {
-        let e = io::Error::last_os_error();
-        return match e.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
-            _ => Err(e),
-        };
-    }
-    let r = (r as usize).min(n);
+    let r = unsafe { recvmmsg_now(fd, &mut m.msgs[..], n)? };
     for (i, body) in bodies.iter().enumerate().take(r) {
         let cut = m.msgs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
         let len = m.msgs[i].msg_len as usize;

@@ -32,6 +32,49 @@ struct TpacketReq {
     frame_nr: u32,
 }
 
+/// Asks the kernel for a receive ring of `version` (`TPACKET_V2`, `TPACKET_V3`) on `sock`,
+/// described by `req` (its `struct tpacket_req` or `tpacket_req3`), and maps its `len` bytes.
+/// The mapping belongs to the caller, who unmaps it (`munmap(map, len)`).
+pub(crate) fn map_rx_ring<R: RingRequest>(
+    sock: &RawSocket,
+    version: i32,
+    req: &R,
+    len: usize,
+) -> io::Result<*mut u8> {
+    sock.set_packet_opt(libc::PACKET_VERSION, &version.to_ne_bytes())?;
+    // SAFETY: `R` is a live `repr(C)` struct of `u32`s only (`RingRequest`), so it has no
+    // padding and every byte is initialised; viewing it as bytes for the call.
+    let req_bytes = unsafe {
+        std::slice::from_raw_parts(req as *const R as *const u8, std::mem::size_of::<R>())
+    };
+    sock.set_packet_opt(libc::PACKET_RX_RING, req_bytes)?;
+    // SAFETY: maps the ring the kernel just allocated for this socket; the result is
+    // checked, and the caller unmaps it.
+    let map = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            sock.raw_fd(),
+            0,
+        )
+    };
+    if map == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(map as *mut u8)
+}
+
+/// A ring's request to the kernel (`struct tpacket_req`, `struct tpacket_req3`).
+///
+/// # Safety
+/// Implement it only for a `#[repr(C)]` struct whose fields are all `u32`.
+pub(crate) unsafe trait RingRequest {}
+
+// SAFETY: `repr(C)`, four `u32`s.
+unsafe impl RingRequest for TpacketReq {}
+
 /// The mapped ring.
 pub struct RxRing {
     map: *mut u8,
@@ -65,35 +108,10 @@ impl RxRing {
             frame_size: frame_size as u32,
             frame_nr: (block_size / frame_size * block_nr) as u32,
         };
-        sock.set_packet_opt(libc::PACKET_VERSION, &TPACKET_V2.to_ne_bytes())
-            .map_err(err)?;
-        // SAFETY: `req` is a live repr(C) tpacket_req; viewing it as bytes for the call.
-        let req_bytes = unsafe {
-            std::slice::from_raw_parts(
-                &req as *const TpacketReq as *const u8,
-                std::mem::size_of::<TpacketReq>(),
-            )
-        };
-        sock.set_packet_opt(libc::PACKET_RX_RING, req_bytes)
-            .map_err(err)?;
         let len = block_size * block_nr;
-        // SAFETY: maps the ring the kernel just allocated for this socket; the result is
-        // checked, and unmapped in Drop.
-        let map = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                sock.raw_fd(),
-                0,
-            )
-        };
-        if map == libc::MAP_FAILED {
-            return Err(err(io::Error::last_os_error()));
-        }
+        let map = map_rx_ring(sock, TPACKET_V2, &req, len).map_err(err)?;
         Ok(RxRing {
-            map: map as *mut u8,
+            map,
             len,
             block_size,
             frame_size,
