@@ -325,6 +325,30 @@ fn ether_falls_back(lab: &Lab, ranks: usize, why: &str) {
     }
 }
 
+/// A given profile (as the Open MPI component gives one) decides the plans, and the root
+/// still paces by the link rate the ranks agree on: unpaced, it stalled on its socket and ran
+/// late (docs/multicast.md, "A late root").
+#[test]
+fn with_a_given_profile_the_root_still_paces_and_every_byte_arrives() {
+    require_lab!();
+    let lab = Lab::up("mcg", TOPOLOGY, &["--lldp-wait", "0"]);
+    let out = bench_out(
+        &lab,
+        &[("PIPECAST_PROFILE", "100mbit"), ("PIPECAST_LOG", "info")],
+        &["--tree", "multicast", "--sizes", SIZES, "--iters", "3"],
+    );
+    assert!(out.status.success(), "bench failed: {}", text(&out));
+    check(&lab::rank0_json(&out), &SIZE_LIST, "multicast", |r| {
+        r == "multicast"
+    });
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("multicast broadcasts over"))
+        .unwrap_or_else(|| panic!("no multicast setup line: {}", text(&out)));
+    assert!(line.contains(", paced at "), "{line}");
+}
+
 /// Raw Ethernet frames to the job's group MAC: flooded by the bridges with snooping off and
 /// on (snooping filters IP multicast only), repaired after 1 % loss at the switches; where a
 /// rank cannot open a raw socket (no CAP_NET_RAW), every rank uses the trees.

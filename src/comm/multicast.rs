@@ -247,10 +247,14 @@ impl Multicast {
         (quiet && !pause.is_zero()).then_some(pause)
     }
 
-    /// The carrier, for logs.
+    /// The carrier, the segment, the window and the root's pace, for logs.
     pub fn describe(&self) -> String {
+        let pace = match self.agreed.config.rate {
+            Some(bytes_per_s) => format!("paced at {} kbit/s", bytes_per_s * 8 / 1000),
+            None => "unpaced (no rank knows its link's rate)".to_string(),
+        };
         format!(
-            "{}, segments of {} bytes, window {}",
+            "{}, segments of {} bytes, window {}, {pace}",
             self.agreed.carrier.describe(),
             self.agreed.segment,
             self.agreed.config.window
