@@ -14,17 +14,15 @@
 //! and length is checked against the block before a byte of a frame is read, and a block
 //! that fails is skipped whole.
 
-use crate::transport::raweth::ring::{map_rx_ring, RingRequest};
+use crate::transport::raweth::ring::{
+    map_rx_ring, RingRequest, SLL, TP_STATUS_COPY, TP_STATUS_KERNEL, TP_STATUS_USER,
+};
 use crate::transport::raweth::socket::{Addressed, Mac, RawSocket};
 use crate::transport::TransportError;
 use std::io;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 const TPACKET_V3: i32 = 2;
-const TP_STATUS_KERNEL: u32 = 0;
-const TP_STATUS_USER: u32 = 1;
-/// `tp_status` bit of a frame: longer than what the ring kept (`tp_snaplen < tp_len`).
-const TP_STATUS_COPY: u32 = 1 << 1;
 /// Offsets in `struct tpacket_block_desc` (version, offset_to_priv, then `tpacket_hdr_v1`).
 const BLOCK_STATUS: usize = 8;
 const BLOCK_NUM_PKTS: usize = 12;
@@ -33,8 +31,6 @@ const BLOCK_FIRST: usize = 16;
 const BLOCK_DESC: usize = 48;
 /// sizeof(struct tpacket3_hdr), already TPACKET_ALIGNed (48); the `sockaddr_ll` follows.
 const HDR3: usize = 48;
-/// sizeof(struct sockaddr_ll).
-const SLL: usize = 20;
 
 /// `struct tpacket_req3`.
 #[repr(C)]

@@ -174,28 +174,14 @@ fn recv_mmsg(fd: RawFd, batch: &mut Batch, m: &mut Mmsg) -> io::Result<usize> {
     // block; the kernel writes at most the lengths given and sets `msg_len` and `msg_namelen`.
     let got = unsafe { recvmmsg_now(fd, &mut msgs[..], want)? };
     for i in 0..got {
-        let h = &msgs[i].msg_hdr;
-        let name = &names[i];
-        let source = if h.msg_namelen as usize >= std::mem::size_of::<libc::sockaddr_in>()
-            && i32::from(name.sin_family) == libc::AF_INET
-        {
-            SocketAddrV4::new(
-                Ipv4Addr::from(u32::from_be(name.sin_addr.s_addr)),
-                u16::from_be(name.sin_port),
-            )
-        } else {
-            // Not an IPv4 source (cannot happen on an AF_INET socket): no rank's address, so
-            // `accept` drops it; the slot is kept so the others stay in order.
-            SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)
-        };
+        let source = source_of(&msgs[i].msg_hdr, &names[i]);
         batch.commit(msgs[i].msg_len as usize, Source::Udp(source));
     }
     Ok(got)
 }
 
-/// The source of datagram `i` of the last `recvmmsg(2)` over `m`.
-fn source_of(m: &Mmsg, i: usize) -> SocketAddrV4 {
-    let (h, name) = (&m.msgs[i].msg_hdr, &m.names[i]);
+/// The source a `recvmmsg(2)` wrote into `name` for the datagram of header `h`.
+fn source_of(h: &libc::msghdr, name: &libc::sockaddr_in) -> SocketAddrV4 {
     if h.msg_namelen as usize >= std::mem::size_of::<libc::sockaddr_in>()
         && i32::from(name.sin_family) == libc::AF_INET
     {
@@ -204,7 +190,8 @@ fn source_of(m: &Mmsg, i: usize) -> SocketAddrV4 {
             u16::from_be(name.sin_port),
         )
     } else {
-        // Not an IPv4 source (cannot happen on an AF_INET socket): no rank's address.
+        // Not an IPv4 source (cannot happen on an AF_INET socket): no rank's address, so
+        // `accept` drops it; its slot is kept so the others stay in order.
         SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0)
     }
 }
@@ -268,7 +255,7 @@ fn recv_split(
         let room = h + body.len();
         // A cut datagram reports at least one byte more than its pieces hold.
         let len = if cut { len.max(room + 1) } else { len };
-        got.push((len, Source::Udp(source_of(m, i))));
+        got.push((len, Source::Udp(source_of(&m.msgs[i].msg_hdr, &m.names[i]))));
     }
     Ok(r)
 }

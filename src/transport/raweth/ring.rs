@@ -14,14 +14,14 @@ use std::io;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 const TPACKET_V2: i32 = 1;
-const TP_STATUS_KERNEL: u32 = 0;
-const TP_STATUS_USER: u32 = 1;
+pub(crate) const TP_STATUS_KERNEL: u32 = 0;
+pub(crate) const TP_STATUS_USER: u32 = 1;
 /// `tp_status` bit: the frame was longer than the slot (`tp_snaplen < tp_len`).
-const TP_STATUS_COPY: u32 = 1 << 1;
+pub(crate) const TP_STATUS_COPY: u32 = 1 << 1;
 /// sizeof(struct tpacket2_hdr), already a multiple of TPACKET_ALIGNMENT (16).
 const HDR2: usize = 32;
 /// sizeof(struct sockaddr_ll).
-const SLL: usize = 20;
+pub(crate) const SLL: usize = 20;
 
 /// `struct tpacket_req` (used for TPACKET_V1/V2 rings).
 #[repr(C)]
