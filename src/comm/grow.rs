@@ -18,7 +18,8 @@
 //!    engines on one host also make every member fall back (an engine of its own gives them
 //!    shared memory, joined they talk over TCP), but only while that leaves every member's
 //!    process with at most [`MAX_ENGINES`] engines (each blob says how many its process holds,
-//!    `shared::live_engines`): beyond, the communicator joins the engines over TCP, and rank 0
+//!    `shared::Making`: the live ones and those other threads' joining rounds may still make):
+//!    beyond, the communicator joins the engines over TCP, and rank 0
 //!    says so at info. A process whose spawns keep landing on its own host thus holds two
 //!    engines (progress threads) at most, however many such communicators it makes.
 //! 3. Joining: each member appends the processes its engine does not know to its table and
@@ -29,7 +30,7 @@
 //! memory with the processes it brought (a new process on this host is reached over TCP;
 //! processes the engine knew keep their links), rails (it plans on rail 0).
 
-use super::shared::{live_engines, Shared, Table};
+use super::shared::{Making, Shared, Table};
 use super::{agree, cpus, hosts, tree_dump, Bootstrap, Comm, CommError, Config};
 use crate::topology::InHost;
 use crate::transport::NewPeer;
@@ -85,7 +86,10 @@ impl Comm {
         }
         let _span = tracing::info_span!("comm_join_on", rank, size, id).entered();
         let host = hosts::host_name(config.as_ref().ok().and_then(|c| c.machine.as_deref()));
-        let mine = joining_blob(engine, id, &host, &config)?;
+        // Held until this member has its engine or joined: a round running beside it in
+        // another thread counts it (`Making`).
+        let making = Making::begin();
+        let mine = joining_blob(engine, id, &host, &config, making.held())?;
         let blobs = bootstrap.allgather(&mine)?;
         if blobs.len() != size {
             return Err(CommError::Bootstrap(format!(
@@ -244,7 +248,9 @@ fn joining_blob(
     id: u32,
     host: &str,
     config: &crate::Result<Config>,
+    held: usize,
 ) -> crate::Result<Vec<u8>> {
+    let engines = u16::try_from(held).unwrap_or(u16::MAX);
     let settings = config.as_ref().map(agree::settings_text);
     let Some(comm) = engine else {
         let (status, reason) = match &settings {
@@ -257,7 +263,7 @@ fn joining_blob(
             identity: (0, 0),
             addr: None,
             cpus: None,
-            engines: engines_held(),
+            engines,
             host: agree::truncate(host),
             settings: "",
             reason: agree::truncate(&reason),
@@ -292,16 +298,11 @@ fn joining_blob(
         identity: known.me,
         addr: Some(known.addr),
         cpus,
-        engines: engines_held(),
+        engines,
         host: agree::truncate(host),
         settings: agree::truncate(&known.settings),
         reason: agree::truncate(&reason),
     })
-}
-
-/// This process's engines as a blob says it (saturated).
-fn engines_held() -> u16 {
-    u16::try_from(live_engines()).unwrap_or(u16::MAX)
 }
 
 fn blob_bytes(blob: &Repr<'_>) -> crate::Result<Vec<u8>> {

@@ -2,8 +2,8 @@
 //! set of links, one endpoint, made by the base communicator's agreed setup; views
 //! ([`Comm::view`](super::Comm::view)) are communicators over it with no thread, link or
 //! descriptor of their own. It lives until its last communicator is dropped, in any order.
-//! The process counts its live engines ([`live_engines`]): a communicator with new processes
-//! bounds them with it (`comm::grow`).
+//! The process counts its live engines ([`live_engines`]), and those a joining round may still
+//! make ([`Making`]): a communicator with new processes bounds them with both (`comm::grow`).
 
 use super::progress::Op;
 use super::CommError;
@@ -19,9 +19,49 @@ use std::thread::JoinHandle;
 /// [`Shared::new`], one less when one is dropped.
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 
+/// Joining rounds in flight in this process ([`Making`]): each may still make an engine.
+static MAKING: AtomicUsize = AtomicUsize::new(0);
+
 /// How many engines (progress threads) this process holds now.
 pub fn live_engines() -> usize {
     LIVE.load(Ordering::SeqCst)
+}
+
+/// A joining round's claim on an engine it may make, from before its blob says how many
+/// engines the process holds until it has made its engine or knows it makes none (dropped).
+/// Two threads joining communicators at once count each other: the later one's blob says one
+/// engine more than live, so the process never goes past the bound because both saw room for
+/// one more (the count errs high while a round runs, never low).
+pub struct Making {
+    held: usize,
+    making: &'static AtomicUsize,
+}
+
+impl Making {
+    /// Claims: the engines this process holds as the claimant's blob says it, the live ones
+    /// and those of the rounds already in flight.
+    pub fn begin() -> Making {
+        Making::begin_on(&LIVE, &MAKING)
+    }
+
+    fn begin_on(live: &AtomicUsize, making: &'static AtomicUsize) -> Making {
+        let others = making.fetch_add(1, Ordering::SeqCst);
+        Making {
+            held: live.load(Ordering::SeqCst) + others,
+            making,
+        }
+    }
+
+    /// The engines this process holds, as the claimant's blob says it.
+    pub fn held(&self) -> usize {
+        self.held
+    }
+}
+
+impl Drop for Making {
+    fn drop(&mut self) {
+        self.making.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// What every communicator of one engine shares.
@@ -212,5 +252,33 @@ impl Drop for Shared {
             thread.join().ok();
         }
         LIVE.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two rounds at once: the later one counts the earlier's claim, so a process holding one
+    /// engine never makes two more (the bound of 2); once a claim ends it counts no more.
+    #[test]
+    fn joining_rounds_at_once_count_each_other() {
+        static LIVE1: AtomicUsize = AtomicUsize::new(1);
+        static MAKING1: AtomicUsize = AtomicUsize::new(0);
+        let a = Making::begin_on(&LIVE1, &MAKING1);
+        let b = Making::begin_on(&LIVE1, &MAKING1);
+        assert_eq!((a.held(), b.held()), (1, 2));
+        drop(a);
+        LIVE1.fetch_add(1, Ordering::SeqCst); // b made its engine
+        drop(b);
+        assert_eq!(MAKING1.load(Ordering::SeqCst), 0);
+        assert_eq!(Making::begin_on(&LIVE1, &MAKING1).held(), 2);
+        let threads: Vec<_> = (0..8)
+            .map(|_| std::thread::spawn(|| Making::begin_on(&LIVE1, &MAKING1).held()))
+            .collect();
+        for t in threads {
+            assert!(t.join().unwrap() >= 2);
+        }
+        assert_eq!(MAKING1.load(Ordering::SeqCst), 0);
     }
 }
