@@ -218,6 +218,45 @@ fn the_udp_carrier_reports_the_receive_buffer_it_got() {
     eprintln!("{}", c.describe());
 }
 
+/// `pipecast bench --floor all` between two namespaces at MTU 1500 and 9000: every receive
+/// path lands every segment of the carrier's size and checks every byte (at 9000 the floor's
+/// slots once truncated jumbo datagrams, and 1024 jumbo frames a chunk overflowed the socket).
+#[test]
+fn the_receive_floor_lands_every_mode_at_mtu_1500_and_9000() {
+    if let Some(m) = missing() {
+        return m.skip();
+    }
+    for mtu in [1500u32, 9000] {
+        let mut lab = Lab::new("pcfl");
+        let hosts = lab.pair(mtu, None);
+        for (h, ns) in hosts.iter().enumerate() {
+            let a = format!("{}/24", addr(h));
+            sh(&["ip", "-n", ns, "addr", "add", &a, "dev", "eth0"]).unwrap();
+        }
+        let netns = format!("{},{}", hosts[0], hosts[1]);
+        let rows = common::pipecast_json(&[
+            "bench",
+            "--floor",
+            "all",
+            "--floor-netns",
+            &netns,
+            "--sizes",
+            "1M",
+            "--iters",
+            "2",
+            "--json",
+        ]);
+        let rows = rows.as_array().expect("one row per mode");
+        assert_eq!(rows.len(), 8, "MTU {mtu}: {rows:?}");
+        for r in rows {
+            assert_eq!(r["verified"], true, "MTU {mtu}: {r}");
+            assert_eq!(r["bad"], 0, "MTU {mtu}: {r}");
+            let seg = r["segment"].as_u64().unwrap();
+            assert!(seg > mtu as u64 - 100 && seg < mtu as u64, "MTU {mtu}: {r}");
+        }
+    }
+}
+
 /// One broadcast over UDP multicast with the protocol, a thread per rank on the real clock;
 /// returns every rank's buffer.
 fn udp_bcast(hosts: &[String], cookie: u64, root: usize, msize: usize) -> Vec<Vec<u8>> {

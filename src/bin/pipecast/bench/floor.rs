@@ -33,8 +33,14 @@ use std::time::{Duration, Instant};
 
 /// Bytes before a datagram's payload (a data frame's header).
 const HEAD: usize = pipecast::wire::mcast::DATA_HEADER_LEN;
-/// Datagrams per chunk: what the receiver's socket or ring holds at once.
-const CHUNK: usize = 1024;
+/// Bytes per chunk: what the receiver's socket or ring holds at once (1024 datagrams at an
+/// MTU of 1500; fewer at a jumbo MTU, whose 1024 overflowed the socket).
+const CHUNK_BYTES: usize = 1024 * 1500;
+
+/// Datagrams of `seg` bytes per chunk.
+fn chunk(seg: usize) -> usize {
+    (CHUNK_BYTES / seg.max(1)).max(1)
+}
 /// Receive buffer asked for (forced where privileged) and ring size.
 const RCVBUF: usize = 64 << 20;
 /// Frames taken per call.
@@ -168,7 +174,7 @@ pub fn run(f: Floor) -> CliResult {
         rows.push(row);
     }
     if f.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        println!("{}", serde_json::to_string(&rows)?);
     } else {
         println!(
             "# pipecast bench --floor: {} bytes, {} repetitions, iface {}, netns {}; CPU per message, us (mean; min-max over repetitions)",
@@ -441,18 +447,19 @@ fn open_rx(mode: Mode, iface: &str, group: Group) -> Result<(Rx, usize), String>
     let mtu = if iface == "lo" { mtu.min(1500) } else { mtu };
     Ok(match mode {
         Mode::UdpNone | Mode::EtherNone => (Rx::None, mtu),
-        Mode::UdpCarrier => (Rx::Udp(udp()?, Batch::new(BATCH, 2048)), mtu),
+        // Slots hold a whole datagram of the MTU (a shorter one truncates jumbo frames).
+        Mode::UdpCarrier => (Rx::Udp(udp()?, Batch::new(BATCH, mtu + 64)), mtu),
         Mode::UdpSplit => (Rx::Split(udp()?, vec![0; BATCH * HEAD], Vec::new()), mtu),
         Mode::EtherPacket => (Rx::Packet(PacketPort::plain(raw()?, BATCH)), mtu),
         Mode::EtherCarrier => {
             let c = EtherCarrier::open(iface, group.mac).map_err(e)?;
-            (Rx::Ether(c, Batch::new(BATCH, 2048)), mtu)
+            (Rx::Ether(c, Batch::new(BATCH, mtu + 64)), mtu)
         }
         Mode::EtherRing2 => {
             let s = raw()?;
             // Room for two chunks of frames in slots of the socket's MTU (64 KiB on lo).
             let slot = (s.mtu() + 128).next_power_of_two();
-            let r = RxRing::new(&s, (2 * CHUNK * slot).min(256 << 20)).map_err(e)?;
+            let r = RxRing::new(&s, (2 * chunk(s.mtu()) * slot).min(256 << 20)).map_err(e)?;
             (Rx::Ring2(s, r), mtu)
         }
         Mode::EtherRing3 => {
@@ -585,7 +592,7 @@ fn run_mode(
             let c0 = Usage::thread_cpu_ns();
             let mut idx = 0;
             while idx < n {
-                let end = (idx + CHUNK).min(n);
+                let end = (idx + chunk(seg)).min(n);
                 while idx < end {
                     let at = idx * seg;
                     let payload = &src[at..(at + seg).min(bytes)];
