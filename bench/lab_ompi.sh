@@ -37,7 +37,9 @@
 #   (MPI=ompi5: "default tuned pipecast")  BUILD=1 (0: use what is built)  MPI=ompi (or ompi5)
 #   TOPODIR=examples (where the placement files are)  PIPECAST_BIN=target/release/pipecast
 #   PIPECAST_MCA="" (more --mca arguments for every pipecast configuration, e.g.
-#   "--mca coll_pipecast_pml_below 0")
+#   "--mca coll_pipecast_pml_below 0", or "-x PIPECAST_LOG=pipecast::comm::multicast=debug" for
+#   the multicast configuration's per-broadcast trace)  BCAST_ARGS="" (more mpi_bcast options
+#   for every configuration, e.g. "--laps": each iteration's time and each rank's CPU on stderr)
 #   STOP_AT=HH:MM:SS (UTC; configurations not started by then are skipped)
 #   ROUNDS=1 (the configurations of a placement alternate this many times, one after the
 #   other: the table gives each the median round and, with MPI=ompi5, the range over rounds
@@ -81,10 +83,10 @@ run() { # PLACEMENT LABEL MPIRUN-ARGS...
   echo "== $placement $label ($(date -u +%T))" >&2
   # 16 ranks on 2 cores: ranks waiting in a barrier yield the CPU, as Open MPI does by itself
   # when it knows a node is oversubscribed (each lab machine has one slot, so it does not).
-  case $label in pipecast*|raweth) set -- "$@" ${PIPECAST_MCA:-} ;; esac
+  case $label in pipecast*|raweth|multicast) set -- "$@" ${PIPECAST_MCA:-} ;; esac
   if ! timeout 600 "$P" lab mpirun --mpi "$LAB_MPI" --name "$NAME" -- --mca mpi_yield_when_idle 1 "$@" \
       "$OUT/mpi_bcast" --sizes "$SIZES" \
-      --iters "$ITERS" --budget "$BUDGET" --label "$placement/$label" \
+      --iters "$ITERS" --budget "$BUDGET" --label "$placement/$label" ${BCAST_ARGS:-} \
       >> "$OUT/results.jsonl" 2> "$err"; then
     echo "   FAILED (see $err)" >&2
   fi

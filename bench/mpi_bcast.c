@@ -21,7 +21,13 @@
  * Exit code 1 when any byte is wrong anywhere.
  *
  * Usage: mpi_bcast [--sizes 64K,1M,16M] [--iters N] [--budget SECONDS] [--root R]
- *                  [--peer P] [--no-p2p] [--pmpi] [--label TEXT]
+ *                  [--peer P] [--no-p2p] [--pmpi] [--label TEXT] [--laps]
+ * --laps prints every timed iteration at rank 0 on stderr, one line each:
+ *   lap BYTES I START_US LAP_US      (START_US: wall clock, µs since the epoch, when the
+ *   iteration's broadcast was called; LAP_US: broadcast + barrier), to line iterations up with
+ *   pipecast's per-broadcast trace (PIPECAST_LOG=pipecast::comm::multicast=debug, whose
+ *   `posted` is the same clock); and every rank's CPU over a size's timed iterations,
+ *   cpu BYTES RANK ITERS USER_US SYS_US  (getrusage of the whole process: every thread).
  * --pmpi times PMPI_Bcast, the MPI's own broadcast, even under an LD_PRELOAD shim that
  * interposes MPI_Bcast (bench/lab_mpich.sh: MPICH's own with the shim loaded).
  * --budget caps the timed iterations per size at about SECONDS (from the warm-up's time; at
@@ -32,6 +38,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/time.h>
+
+static long long cpu_us(int sys)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    struct timeval t = sys ? ru.ru_stime : ru.ru_utime;
+    return (long long)t.tv_sec * 1000000 + t.tv_usec;
+}
+
+static long long wall_us(void)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (long long)tv.tv_sec * 1000000 + tv.tv_usec;
+}
 
 static unsigned char pattern(size_t i, size_t bytes) { return (unsigned char)((i * 131u + bytes / 7u + 1u) & 0xff); }
 
@@ -53,7 +76,7 @@ static void usage(int rank, const char *why)
 {
     if (rank == 0)
         fprintf(stderr, "mpi_bcast: %s\nusage: mpi_bcast [--sizes 64K,1M,16M] [--iters N] [--budget S] "
-                        "[--root R] [--peer P] [--no-p2p] [--pmpi] [--label TEXT]\n", why);
+                        "[--root R] [--peer P] [--no-p2p] [--pmpi] [--label TEXT] [--laps]\n", why);
     MPI_Finalize();
     exit(2);
 }
@@ -103,13 +126,14 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &np);
     const char *sizes_arg = "64K,256K,1M,4M,16M";
     const char *label = "";
-    int iters = 5, root = 0, peer = -1, p2p = 1;
+    int iters = 5, root = 0, peer = -1, p2p = 1, laps = 0;
     int (*bcast)(void *, int, MPI_Datatype, int, MPI_Comm) = MPI_Bcast;
     double budget = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--no-p2p")) { p2p = 0; continue; }
+        if (!strcmp(a, "--laps")) { laps = 1; continue; }
         if (!strcmp(a, "--pmpi")) { bcast = PMPI_Bcast; continue; }
         if (v == NULL) usage(rank, "an option is missing its value");
         if (!strcmp(a, "--sizes")) sizes_arg = v;
@@ -149,14 +173,20 @@ int main(int argc, char **argv)
         /* Seed 003 Fig. 10. */
         MPI_Barrier(MPI_COMM_WORLD);
         double start = MPI_Wtime(), lap = start, longest = 0, shortest = 0;
+        long long user0 = laps ? cpu_us(0) : 0, sys0 = laps ? cpu_us(1) : 0;
         for (int i = 0; i < n; i++) {
+            long long called = laps ? wall_us() : 0;
             bcast(buf, (int)bytes, MPI_BYTE, root, MPI_COMM_WORLD);
             MPI_Barrier(MPI_COMM_WORLD);
             double now = MPI_Wtime(), d = now - lap;
             lap = now;
+            if (laps && rank == 0)
+                fprintf(stderr, "lap %zu %d %lld %.0f\n", bytes, i, called, d * 1e6);
             if (d > longest) longest = d;
             if (i == 0 || d < shortest) shortest = d;
         }
+        if (laps)
+            fprintf(stderr, "cpu %zu %d %d %lld %lld\n", bytes, rank, n, cpu_us(0) - user0, cpu_us(1) - sys0);
         double mine = (lap - start) / n, slowest = 0, at_root = mine, spread[2] = {longest, shortest}, worst[2] = {0, 0};
         MPI_Reduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
         MPI_Reduce(spread, worst, 2, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);

@@ -88,6 +88,12 @@ struct Trace {
     complete: u64,
     /// The root's lateness ([`Lateness`]).
     late: Lateness,
+    /// Sends the carrier refused (its socket full), and how long (µs) from each refusal to
+    /// the send that then went through: time the root's pace cannot see (its tokens were
+    /// taken), spent waiting on the path's queue or on the retry's round.
+    stalls: u32,
+    stalled_us: u64,
+    stalled_at: Option<u64>,
 }
 
 /// How late a root's progress thread ran against what it asked for: every round of its data
@@ -164,6 +170,10 @@ pub struct Multicast {
     /// it holds then ([`Config::tokens`]), not with a full one (the path's buckets refill
     /// at the pace).
     bucket: Option<crate::engine::reliable::Pacer>,
+    /// Whether a broadcast here ever saw loss (a NACK, a repair or a spare, as root or
+    /// receiver): from then on the broadcasts this rank roots have no catch-up
+    /// ([`Config::catch_up`]), even where the spare has fallen back to 0 between losses.
+    lossy: bool,
     /// How long a receiving rank lets frames gather before the next round, at most.
     coalesce: Duration,
     /// One segment's time at the paced rate (zero: unpaced).
@@ -212,6 +222,7 @@ impl Multicast {
             landed: false,
             spare: agreed_spare,
             bucket: None,
+            lossy: false,
             coalesce,
             per_segment: per_segment(agreed_rate, agreed_segment),
         }
@@ -323,6 +334,11 @@ impl Multicast {
         }
         let config = Config {
             spare: self.spare,
+            catch_up: if self.lossy {
+                0
+            } else {
+                self.agreed.config.catch_up
+            },
             tokens: self
                 .bucket
                 .as_ref()
@@ -410,6 +426,8 @@ impl Multicast {
                 late_max = t.late.max_us,
                 late_beyond_bucket = t.late.beyond_us,
                 pace_lost = r.member.uplink().lost() / 1000,
+                stalls = t.stalls,
+                stalled = t.stalled_us,
                 complete = t.complete.saturating_sub(t.posted),
                 finish = wall_us().saturating_sub(t.posted),
                 sent = s.sent,
@@ -424,6 +442,7 @@ impl Multicast {
                 "multicast trace (µs after posted)"
             );
         }
+        self.lossy |= saw_loss(&r.member.stats(), r.member.spare());
         if matches!(r.member.state(), State::Complete) {
             // The loss this rank saw: the next broadcast it roots starts paced for it.
             self.spare = r.member.spare();
@@ -777,6 +796,11 @@ impl Multicast {
             match self.agreed.carrier.send(out.to, &header, payload) {
                 Ok(true) => {
                     self.sent += 1;
+                    if let Some(t) = r.trace.as_deref_mut() {
+                        if let Some(at) = t.stalled_at.take() {
+                            t.stalled_us += wall_us().saturating_sub(at);
+                        }
+                    }
                     if let (
                         Some(t),
                         Msg::Data {
@@ -797,6 +821,10 @@ impl Multicast {
                     }
                 }
                 Ok(false) => {
+                    if let Some(t) = r.trace.as_deref_mut() {
+                        t.stalls += 1;
+                        t.stalled_at.get_or_insert_with(wall_us);
+                    }
                     r.stalled = Some(out);
                     return Ok(());
                 }
@@ -804,6 +832,12 @@ impl Multicast {
             }
         }
     }
+}
+
+/// Whether a broadcast with these `stats` and final `spare` saw loss at this rank: a NACK, a
+/// repair (sent or asked for) or a spare. Duplicates and late ranks are no loss.
+fn saw_loss(stats: &crate::engine::multicast::Stats, spare: u32) -> bool {
+    stats.nacks > 0 || stats.repairs > 0 || stats.group_repairs > 0 || spare > 0
 }
 
 /// [`Multicast::coalesce`]'s longest wait for a protocol `config` with `segment`-byte
@@ -878,6 +912,35 @@ mod tests {
             coalesce_for(Config::default(), 1440),
             Duration::from_micros(200)
         );
+    }
+
+    #[test]
+    fn loss_is_a_nack_a_repair_or_a_spare_never_a_duplicate() {
+        use crate::engine::multicast::Stats;
+        let clean = Stats {
+            sent: 729,
+            acks: 5,
+            syncs: 1,
+            duplicates: 3,
+            ..Stats::default()
+        };
+        assert!(!saw_loss(&clean, 0));
+        assert!(saw_loss(&Stats { nacks: 1, ..clean }, 0));
+        assert!(saw_loss(
+            &Stats {
+                repairs: 2,
+                ..clean
+            },
+            0
+        ));
+        assert!(saw_loss(
+            &Stats {
+                group_repairs: 1,
+                ..clean
+            },
+            0
+        ));
+        assert!(saw_loss(&clean, 40));
     }
 
     #[test]

@@ -261,14 +261,17 @@ pub fn burst(bps: Option<u64>, segment: u32, window: u32) -> u64 {
 }
 
 /// What a late root may send beyond its bucket ([`burst`]), in buckets: a root whose progress
-/// thread was not scheduled when its next segment was due would send the pace it owes at
-/// once, up to this many more buckets (the root's own port's queue holds them: the lab's
-/// shapers queue 256 KiB behind their 64 KiB bucket, `lab::tbf_sizes`). **Off** (0): measured
-/// on the 16-machine lab (docs/multicast.md, "A late root"), 3 buckets took the component's
-/// paced root from up to 8 ms of pace lost per 4 MiB broadcast to none, within the noise of
-/// its times, while the 1 % loss bench ran slower in all six comparisons of two A/B pairs
-/// (the catch-up applies where the root's spare fell back to 0 between losses).
-pub const CATCH_UP_BUCKETS: u64 = 0;
+/// thread was not scheduled when its next segment was due sends the pace it owes at once, up
+/// to this many more buckets (the root's own port's queue holds them: the lab's shapers queue
+/// 256 KiB behind their 64 KiB bucket, `lab::tbf_sizes`). Only for a root that has seen no
+/// loss (`Config::catch_up`) and on a rank where no broadcast ever did (`comm::multicast`:
+/// once lossy, never again). Measured on the 16-machine lab through the Open MPI component
+/// (docs/multicast.md, "A late root" and "The component under load"): a paced root whose
+/// progress thread is scheduled late (16 ranks on 2 cores and a busy loop beside) lost
+/// 11-85 ms of pace per 1-4 MiB broadcast without it. Before the sticky loss flag, 3 buckets
+/// made the 1 % loss bench slower in all six comparisons of two A/B pairs: the catch-up came
+/// back wherever the root's spare fell to 0 between losses.
+pub const CATCH_UP_BUCKETS: u64 = 3;
 
 /// What a late root that has seen no loss may send beyond its bucket (bytes,
 /// `engine::multicast::Config::catch_up`): [`CATCH_UP_BUCKETS`] buckets of [`burst`], never
@@ -431,7 +434,7 @@ mod tests {
         assert_eq!(burst(Some(100_000_000), 1440, 16), 16 * seg);
         // No known rate: 16 segments.
         assert_eq!(burst(None, 1440, 2979), 16 * seg);
-        // A late root's catch-up: off (CATCH_UP_BUCKETS), never where unpaced.
+        // A late root's catch-up: CATCH_UP_BUCKETS buckets, never where unpaced.
         assert_eq!(
             catch_up(Some(100_000_000), 1440, 2979),
             CATCH_UP_BUCKETS * PATH_BURST
