@@ -30,7 +30,7 @@ use crate::engine::EngineError;
 use crate::plan::Lane;
 use crate::topology::Topology;
 use crate::transport::mcast::codec::{decode, Ident};
-use crate::transport::mcast::{accept_with, Batch, Carrier, Dropped, Drops, Source};
+use crate::transport::mcast::{accept_with, Batch, Carrier, Detached, Dropped, Drops, Source};
 use crate::transport::{Buffers, TransportError};
 use crate::wire::mcast::{Header, DATA_HEADER_LEN, HEADER_LEN, MAX_PAYLOAD};
 use std::collections::{BTreeMap, VecDeque};
@@ -45,6 +45,9 @@ const READS_PER_ROUND: usize = 4096;
 
 /// Frames taken from the carrier at once (one `recvmmsg(2)` per socket).
 const BATCH: usize = 64;
+
+/// Buffers of deferred control frames kept for reuse.
+const DEFERRED_KEPT: usize = 64;
 
 /// Bytes of early frames kept at most (payloads and headers).
 pub const EARLY_BYTES: usize = 16 << 20;
@@ -158,6 +161,10 @@ pub struct Multicast {
     early: BTreeMap<u64, Vec<(usize, Header, Vec<u8>)>>,
     early_bytes: usize,
     rx: Batch,
+    /// Control frames met while the carrier was visited in place, handled after it (from,
+    /// bytes), and buffers for them.
+    deferred: Vec<(Source, Vec<u8>)>,
+    deferred_spare: Vec<Vec<u8>>,
     drops: Drops,
     /// Frames sent and received (counters).
     sent: u64,
@@ -216,6 +223,8 @@ impl Multicast {
             early: BTreeMap::new(),
             early_bytes: 0,
             rx: Batch::new(BATCH, slot),
+            deferred: Vec::new(),
+            deferred_spare: Vec::new(),
             drops: Drops::default(),
             sent: 0,
             received: 0,
@@ -570,10 +579,97 @@ impl Multicast {
     }
 
     fn receive(&mut self, now: u64, bufs: &mut Buffers) -> crate::Result<()> {
+        // Where the carrier can, its frames are checked where they arrived and a data frame's
+        // payload is copied once, to its place in the buffer (from a raw Ethernet ring: the
+        // only copy of the receiving thread's); the carrier is lent out meanwhile.
+        let mut carrier = std::mem::replace(&mut self.agreed.carrier, Box::new(Detached));
+        let visited = self.visit(&mut *carrier, now, bufs);
+        self.agreed.carrier = carrier;
+        let visited = visited?;
+        // Control frames met on the way, now that the carrier can answer them.
+        let mut deferred = std::mem::take(&mut self.deferred);
+        let mut result = Ok(());
+        for (source, bytes) in deferred.drain(..) {
+            if result.is_ok() {
+                result = self.handle_frame(&bytes, &source, now, bufs);
+            }
+            if self.deferred_spare.len() < DEFERRED_KEPT {
+                self.deferred_spare.push(bytes);
+            }
+        }
+        self.deferred = deferred;
+        result?;
+        if visited {
+            return Ok(());
+        }
         let mut rx = std::mem::replace(&mut self.rx, Batch::new(1, 1));
         let result = self.receive_into(&mut rx, now, bufs);
         self.rx = rx;
         result
+    }
+
+    /// Visits what waits in `carrier` in place ([`Carrier::visit`]): data frames to their
+    /// member and buffer at once, control frames kept for after (`deferred`: they may need
+    /// the carrier to answer). `false` when the carrier cannot be visited.
+    fn visit(
+        &mut self,
+        carrier: &mut dyn Carrier,
+        now: u64,
+        bufs: &mut Buffers,
+    ) -> crate::Result<bool> {
+        let sums = carrier.checksums_payload();
+        let mut read = 0;
+        let mut failed = None;
+        while read < READS_PER_ROUND && failed.is_none() {
+            let max = READS_PER_ROUND - read;
+            let took = carrier
+                .visit(max, &mut |bytes, source, is_rank| {
+                    if failed.is_some() {
+                        return;
+                    }
+                    if let Err(e) = self.take_in_place(bytes, &source, is_rank, sums, now, bufs) {
+                        failed = Some(e);
+                    }
+                })
+                .map_err(|e| io_error(None, "receive", &e))?;
+            let Some(took) = took else {
+                return Ok(false);
+            };
+            read += took;
+            if took == 0 {
+                // The carrier had no more (a port's `recvmmsg` takes one batch a call: asked
+                // again until it finds nothing).
+                break;
+            }
+        }
+        failed.map_or(Ok(true), Err)
+    }
+
+    /// A frame where it arrived: checked (`accept`) before anything in it is read; a data
+    /// frame handled at once, a control frame copied into `deferred`.
+    fn take_in_place(
+        &mut self,
+        bytes: &[u8],
+        source: &Source,
+        is_rank: &dyn Fn(usize, &Source) -> bool,
+        sums: bool,
+        now: u64,
+        bufs: &mut Buffers,
+    ) -> crate::Result<()> {
+        match accept_with(bytes, source, self.me, self.agreed.cookie, is_rank, sums) {
+            Ok((repr @ Header::Data(_), payload)) => self.take_accepted(repr, payload, now, bufs),
+            Ok((Header::Control(_), _)) => {
+                let mut v = self.deferred_spare.pop().unwrap_or_default();
+                v.clear();
+                v.extend_from_slice(bytes);
+                self.deferred.push((*source, v));
+                Ok(())
+            }
+            Err(d) => {
+                self.drops.count(d);
+                Ok(())
+            }
+        }
     }
 
     /// Reads what waits (into `rx`, a batch at a time) and hands it on.
@@ -615,13 +711,24 @@ impl Multicast {
         let is_rank = |p: usize, s: &Source| carrier.is_rank(p, s);
         let sums = carrier.checksums_payload();
         let accepted = accept_with(bytes, source, self.me, self.agreed.cookie, &is_rank, sums);
-        let (repr, payload) = match accepted {
-            Ok(x) => x,
+        match accepted {
+            Ok((repr, payload)) => self.take_accepted(repr, payload, now, bufs),
             Err(d) => {
                 self.drops.count(d);
-                return Ok(());
+                Ok(())
             }
-        };
+        }
+    }
+
+    /// A frame [`accept`](crate::transport::mcast::accept) took: to its broadcast's member,
+    /// answered for a broadcast this rank holds none for, or kept for one not posted yet.
+    fn take_accepted(
+        &mut self,
+        repr: Header,
+        payload: &[u8],
+        now: u64,
+        bufs: &mut Buffers,
+    ) -> crate::Result<()> {
         let from = repr.from() as usize;
         if from == self.me || from >= self.size {
             // Our own group frame, looped back to a host whose ranks share it.

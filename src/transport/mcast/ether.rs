@@ -3,8 +3,9 @@
 //! job's group MAC ([`Group::mac`](super::Group), locally administered 03:50:…, never a
 //! link-local 01:80:c2 group that bridges do not forward) or to one rank's MAC, through a raw
 //! Ethernet [`Port`]: an `AF_PACKET` socket that joined the group (`PACKET_ADD_MEMBERSHIP`;
-//! needs CAP_NET_RAW, [`EtherCarrier::open`]; frames arrive through its PACKET_MMAP ring and
-//! are copied once, into the caller's [`Batch`] slot) or a port of the in-memory switch
+//! needs CAP_NET_RAW, [`EtherCarrier::open`]; frames arrive through its PACKET_MMAP ring,
+//! where [`Carrier::visit`] hands them over for the caller to check and land with one copy,
+//! or [`Carrier::recv_batch`] copies them into a [`Batch`]) or a port of the in-memory switch
 //! ([`EtherCarrier::on_port`]: `raweth::medium` delivers a group frame to every port that
 //! joined).
 //!
@@ -12,7 +13,7 @@
 //! flooded to every port of a switch, snooping or not. UDP ([`super::udp`]) is the carrier
 //! for networks that filter.
 
-use super::{Batch, Carrier, Source, To};
+use super::{Batch, Carrier, Source, To, Visitor};
 use crate::transport::raweth::port::{PacketPort, Port};
 use crate::transport::raweth::socket::{mac_to_string, Addressed, Mac, RawSocket};
 use crate::transport::TransportError;
@@ -225,8 +226,36 @@ impl<P: Port> Carrier for EtherCarrier<P> {
         }
     }
 
+    /// Frames where the port has them (the ring's slots, or its `recvmmsg` buffers): the
+    /// caller checks each and copies its payload once, to where it belongs. Frames a
+    /// [`Carrier::recv`] took from the port before wait here first.
+    fn visit(&mut self, max: usize, f: &mut Visitor<'_>) -> io::Result<Option<usize>> {
+        let peers = &self.peers;
+        let is_rank = |rank: usize, source: &Source| is_peer(peers, rank, source);
+        let mut n = 0;
+        while n < max {
+            let Some((mac, bytes)) = self.arrived.pop_front() else {
+                break;
+            };
+            f(&bytes, Source::Mac(mac), &is_rank);
+            n += 1;
+            if self.spare.len() < self.batch {
+                self.spare.push(bytes);
+            }
+        }
+        if n < max {
+            n += self.port.receive(max - n, &mut |(mac, to, cut, bytes)| {
+                // Unicast frames flooded to this host for another, and cut ones, are not ours.
+                if to == Addressed::Us && !cut {
+                    f(bytes, Source::Mac(mac), &is_rank);
+                }
+            })?;
+        }
+        Ok(Some(n))
+    }
+
     fn is_rank(&self, rank: usize, source: &Source) -> bool {
-        matches!(source, Source::Mac(m) if self.peers.get(rank) == Some(m))
+        is_peer(&self.peers, rank, source)
     }
 
     fn fds(&self) -> Vec<RawFd> {
@@ -240,6 +269,11 @@ impl<P: Port> Carrier for EtherCarrier<P> {
     fn drops(&self) -> Option<u64> {
         Some(self.port.take_drops())
     }
+}
+
+/// Whether `source` is rank `rank`'s MAC in `peers`.
+fn is_peer(peers: &[Mac], rank: usize, source: &Source) -> bool {
+    matches!(source, Source::Mac(m) if peers.get(rank) == Some(m))
 }
 
 #[cfg(test)]
@@ -288,6 +322,48 @@ mod tests {
         for (i, g) in got.iter().enumerate() {
             let f = frame(i);
             assert_eq!(g[..], f[..f.len().min(1000)], "frame {i}");
+        }
+    }
+
+    #[test]
+    fn a_visit_hands_every_frame_in_order_once_with_what_recv_left_first() {
+        let group = [0x03, 0x50, 0, 0, 0, 1];
+        let medium = Medium::new(4096, Impairments::default());
+        let a = medium.port("a", [2, 0, 0, 0, 0, 1], 1500).unwrap();
+        let b = medium.port("b", [2, 0, 0, 0, 0, 2], 1500).unwrap();
+        b.join(group);
+        let mut tx = EtherCarrier::on_port(a, group);
+        let mut rx = EtherCarrier::on_port(b, group);
+        let peers = vec![[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]];
+        tx.set_peers(peers.clone());
+        rx.set_peers(peers);
+        let frame =
+            |i: usize| -> Vec<u8> { (0..1 + i * 7 % 1400).map(|j| (i ^ j) as u8).collect() };
+        for i in 0..90 {
+            let f = frame(i);
+            assert!(tx.send(To::Group, &f[..1], &f[1..]).unwrap());
+        }
+        // `recv` takes a port's batch and hands one frame: the rest wait in the carrier.
+        let mut got = Vec::new();
+        let mut buf = vec![0; 1500];
+        let (_, n) = rx.recv(&mut buf).unwrap().unwrap();
+        got.push(buf[..n].to_vec());
+        loop {
+            let took = rx
+                .visit(5, &mut |bytes, source, is_rank| {
+                    assert!(is_rank(0, &source) && !is_rank(1, &source));
+                    got.push(bytes.to_vec());
+                })
+                .unwrap()
+                .expect("the ether carrier visits in place");
+            assert!(took <= 5 + 32, "{took}");
+            if took == 0 {
+                break;
+            }
+        }
+        assert_eq!(got.len(), 90);
+        for (i, g) in got.iter().enumerate() {
+            assert_eq!(*g, frame(i), "frame {i}");
         }
     }
 }

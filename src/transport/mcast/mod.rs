@@ -74,6 +74,17 @@ pub trait Carrier: Send {
         Ok(n)
     }
 
+    /// Hands up to about `max` waiting frames to `f` where they arrived (a PACKET_MMAP
+    /// ring's slot, the port's receive buffers), without copying them first: each with its
+    /// source and the carrier's [`Carrier::is_rank`] (the carrier is borrowed meanwhile).
+    /// Nothing in the bytes is trusted: `f` checks each with [`accept`] before it reads a
+    /// byte of it, and copies what it keeps. Returns how many frames it took (0: none
+    /// waits), or `None` when this carrier has no such place ([`Carrier::recv_batch`] then).
+    fn visit(&mut self, max: usize, f: &mut Visitor<'_>) -> io::Result<Option<usize>> {
+        let _ = (max, f);
+        Ok(None)
+    }
+
     /// Whether `source` is rank `rank`'s address.
     fn is_rank(&self, rank: usize, source: &Source) -> bool;
 
@@ -94,6 +105,40 @@ pub trait Carrier: Send {
     /// header-only CRC ([`flags::HEADER_SUM`](crate::wire::mcast::flags::HEADER_SUM)).
     fn checksums_payload(&self) -> bool {
         false
+    }
+}
+
+/// What [`Carrier::visit`] hands each frame to: its bytes as they arrived, its source, and
+/// whether a source is a given rank's address ([`Carrier::is_rank`]).
+pub type Visitor<'a> = dyn FnMut(&[u8], Source, &dyn Fn(usize, &Source) -> bool) + 'a;
+
+/// Stands in for a carrier lent out for a moment (while its frames are visited in place):
+/// sends nothing, receives nothing, knows no rank.
+pub struct Detached;
+
+impl Carrier for Detached {
+    fn describe(&self) -> String {
+        "detached".to_string()
+    }
+
+    fn send(&mut self, _: To, _: &[u8], _: &[u8]) -> io::Result<bool> {
+        Err(io::Error::other("the multicast carrier is lent out"))
+    }
+
+    fn recv(&mut self, _: &mut [u8]) -> io::Result<Option<(Source, usize)>> {
+        Ok(None)
+    }
+
+    fn is_rank(&self, _: usize, _: &Source) -> bool {
+        false
+    }
+
+    fn fds(&self) -> Vec<RawFd> {
+        Vec::new()
+    }
+
+    fn rcvbuf(&self) -> Option<usize> {
+        None
     }
 }
 
