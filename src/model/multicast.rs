@@ -114,25 +114,28 @@ pub struct Pace {
     /// Least spare of a root that saw loss (a spare above 0): its pace leaves at least this
     /// much whatever its children miss. The root hears only its children's NACKs, and where
     /// they sit on its own switch they see one of the ports a farther receiver's frames are
-    /// dropped at; that receiver's downlink, and the switch link into its switch (which may
-    /// carry the repairs of several of its neighbours from parents on other switches), need
-    /// room for the repairs and duplicates of every port on the way.
+    /// dropped at; that receiver's downlink, and the switch link into its switch (which
+    /// carries the repairs of that switch's one rank whose parent is elsewhere), need room
+    /// for the repairs and duplicates of every port on the way.
     pub spare_min: u32,
 }
 
 /// The one set (runtime; the simulator's root is not paced: it sends at its port's rate).
 /// A gain of 2: a NACKed segment costs its repair on the downlink and, with reordering, a
 /// duplicate; duplicated frames the root does not see. At most 25 % below the link. At
-/// least 7 % once loss was seen: on the 16-machine lab (1 % loss, duplicates and reordering
+/// least 4 % once loss was seen: on the 16-machine lab (1 % loss, duplicates and reordering
 /// per port) roots whose two ack-tree children share their switch learned ~4 %, and 31 of
 /// main's 147 16 MiB broadcasts collapsed, all at such roots (s0's queues to the far switches
 /// overflowing, 6 000-24 000 repairs instead of 3 000-4 400, up to 2 × T(m)); with at least
-/// 7 %, none of 63 did (docs/multicast.md, "Where the slow lossy iterations went").
+/// 7 %, none of 63 did (docs/multicast.md, "Where the slow lossy iterations went"). Since the
+/// ack tree crosses every switch link once (`plan::multicast::one_per_link`) 4 % leaves that
+/// room: no collapse in 84 broadcasts, and the data phase 2-3 % shorter (docs/multicast.md,
+/// "One repair edge per switch link").
 pub const PACE: Pace = Pace {
     block: 64,
     gain: 2,
     spare_max: 250,
-    spare_min: 70,
+    spare_min: 40,
 };
 
 impl Pace {
@@ -395,7 +398,7 @@ mod tests {
     fn the_pace_leaves_at_least_spare_min_once_loss_was_seen() {
         let rate = 12_500_000;
         assert_eq!(PACE.paced(rate, 0), rate);
-        assert_eq!(PACE.paced(rate, 1), rate / 1000 * (1000 - 70));
+        assert_eq!(PACE.paced(rate, 1), rate / 1000 * (1000 - 40));
         assert_eq!(PACE.paced(rate, PACE.spare_min), PACE.paced(rate, 1));
         assert_eq!(PACE.paced(rate, 100), rate / 1000 * 900);
         assert_eq!(PACE.paced(rate, 1000), rate / 4 * 3);

@@ -10,9 +10,11 @@
 //!   switch along the switch tree rooted at the root's switch (away from the root), and down
 //!   every other machine's link: each directed edge carries it once ([`group_edges`]). Every
 //!   rank but the root receives it exactly once;
-//! * reliability: `lanes[0]` is a contention-free tree rooted at the root ([`ack_tree`]: the
-//!   `binary` planner's tree up to [`super::binary::MAX_RANKS`] ranks, beyond that the
-//!   switch-by-switch tree, else `linear`). A rank acknowledges to its parent the prefix of
+//! * reliability: `lanes[0]` is a contention-free tree rooted at the root ([`ack_tree`]: one
+//!   edge per directed switch link ([`one_per_link`]) where that is at most a level taller
+//!   than the lowest tree, else the `binary` planner's tree up to
+//!   [`super::binary::MAX_RANKS`] ranks, beyond that the switch-by-switch tree, else
+//!   `linear`). A rank acknowledges to its parent the prefix of
 //!   segments its whole subtree holds (aggregated, so the root hears from its children only),
 //!   asks its parent for a segment it misses (NACK), and repairs its children's misses by
 //!   unicast from its own copy. `plan::check` checks the lane like any tree.
@@ -41,10 +43,11 @@ pub fn build(topology: &Topology, root: MachineId) -> Result<Plan, PlanError> {
     ))
 }
 
-/// The contention-free tree acknowledgements climb and repairs descend: `binary` (the lowest
-/// of Algorithm 2 and the switch-by-switch trees) up to [`binary::MAX_RANKS`] ranks; beyond,
-/// the switch-by-switch binary tree where it applies, else the `linear` chain (always
-/// contention-free, but as tall as the job).
+/// The contention-free tree acknowledgements climb and repairs descend: [`one_per_link`]'s
+/// where it is at most [`ONE_PER_LINK_LEVELS`] taller than the lowest tree, else the lowest:
+/// `binary` (the lowest of Algorithm 2 and the switch-by-switch trees) up to
+/// [`binary::MAX_RANKS`] ranks; beyond, the switch-by-switch binary tree where it applies, else
+/// the `linear` chain (always contention-free, but as tall as the job).
 pub fn ack_tree(topology: &Topology, root: MachineId) -> Result<Lane, PlanError> {
     // Every rank is a receiver: with hosts, plan over all ranks, not between hosts' leaders.
     let flat;
@@ -55,15 +58,53 @@ pub fn ack_tree(topology: &Topology, root: MachineId) -> Result<Lane, PlanError>
         }
         None => topology,
     };
-    if t.size() <= binary::MAX_RANKS {
-        return binary::build(t, root);
-    }
-    let lowest = match (switch_tree::build(t, root, 2), jump_tree::build(t, root, 2)) {
-        (Some(a), Some(b)) if b.height() < a.height() => Some(b),
-        (Some(a), _) => Some(a),
-        (None, b) => b,
+    let lowest = if t.size() <= binary::MAX_RANKS {
+        binary::build(t, root)?
+    } else {
+        let lowest = match (switch_tree::build(t, root, 2), jump_tree::build(t, root, 2)) {
+            (Some(a), Some(b)) if b.height() < a.height() => Some(b),
+            (Some(a), _) => Some(a),
+            (None, b) => b,
+        };
+        lowest.unwrap_or_else(|| linear::build(t, root))
     };
-    Ok(lowest.unwrap_or_else(|| linear::build(t, root)))
+    Ok(match one_per_link(t, root) {
+        Some(lane) if lane.height() <= lowest.height() + ONE_PER_LINK_LEVELS => lane,
+        _ => lowest,
+    })
+}
+
+/// How many levels taller than the lowest tree the tree of one edge per switch link may be
+/// (every level costs the tail one wake-up of a parent).
+pub const ONE_PER_LINK_LEVELS: usize = 1;
+
+/// The switch-by-switch tree whose every switch subtree hangs below **one** rank of the switch
+/// above (`switch_tree::build_entered` with one entry): every directed switch link carries one
+/// ack-tree edge, so a frame lost before a switch is repaired across its link once, not once
+/// per rank of that switch whose parent is elsewhere, and their NACKs and acks climb it once.
+/// The root's children are at most two ranks of its own switch (where it has others): what a
+/// child misses the root repairs from its uplink, which the group's stream fills, and a child
+/// across a switch link misses more; the other switches hang below them. Up to three children
+/// a rank elsewhere, which keeps it as low as the lowest binary tree on the 16-machine lab; where
+/// that does not apply, the binary tree of one entry per switch (docs/multicast.md, "One repair
+/// edge per switch link (helper `ack32`)"). `None` where neither applies.
+pub fn one_per_link(topology: &Topology, root: MachineId) -> Option<Lane> {
+    switch_tree::build_entered(topology, root, 3, 1, true)
+        .or_else(|| switch_tree::build_entered(topology, root, 2, 1, false))
+}
+
+/// How many ack-tree edges cross each directed switch link (rail 0), the most of any: 1 for
+/// [`one_per_link`]'s tree (0 on one switch).
+pub fn repair_edges_per_link(topology: &Topology, lane: &Lane) -> usize {
+    let mut crossed = vec![0usize; topology.edge_count()];
+    for (child, parent) in lane.parents.iter().enumerate() {
+        let Some(parent) = *parent else { continue };
+        let (a, b) = (topology.switch_of(parent), topology.switch_of(child));
+        for e in topology.switch_path(a, b) {
+            crossed[e.0 as usize] += 1;
+        }
+    }
+    crossed.into_iter().max().unwrap_or(0)
 }
 
 /// The ranks the group delivers to: every rank but the root, in rank order.
@@ -188,6 +229,60 @@ mod tests {
                 assert_eq!(edges.len(), 1 + t.links().len() + t.size() - 1);
             }
         }
+    }
+
+    #[test]
+    fn the_ack_tree_crosses_each_switch_link_once() {
+        // The 16-machine lab (hub4x4-interleaved): every root's tree has one edge per
+        // directed switch link, the root's children are on its switch, and it is no taller
+        // than the lowest binary tree.
+        let t = gen::hub(4, 4, true);
+        for root in 0..t.size() {
+            let lane = ack_tree(&t, root).unwrap();
+            assert_eq!(repair_edges_per_link(&t, &lane), 1, "root {root}");
+            let lowest = binary::build(&t, root).unwrap();
+            assert!(lane.height() <= lowest.height(), "root {root}");
+            assert!(problems(&build(&t, root).unwrap(), &t).is_empty());
+            let kids = &lane.children[root];
+            assert_eq!(kids.len(), 2, "root {root}");
+            assert!(kids.iter().all(|&c| t.switch_of(c) == t.switch_of(root)));
+            // One rank per switch but the root's has its parent on another switch.
+            let across = (0..t.size())
+                .filter(|&r| lane.parents[r].is_some_and(|p| t.switch_of(p) != t.switch_of(r)))
+                .count();
+            assert_eq!(across, t.switches().len() - 1, "root {root}");
+        }
+        // The lowest binary tree puts two edges across one link at root 3 (n12 → n1, n5).
+        let lowest = binary::build(&t, 3).unwrap();
+        assert_eq!(repair_edges_per_link(&t, &lowest), 2);
+        let one = Topology::single_switch(5);
+        assert_eq!(repair_edges_per_link(&one, &ack_tree(&one, 0).unwrap()), 0);
+    }
+
+    #[test]
+    fn a_tall_one_per_link_tree_gives_way_to_the_lowest() {
+        // Random clusters: the tree taken is never more than one level above the lowest, is
+        // one per link wherever it is taller than the lowest, and passes the checks.
+        let mut one = 0;
+        for seed in 0..12u64 {
+            for (switches, machines) in [(4, 32), (16, 128), (32, 256), (9, 17), (20, 40)] {
+                let t = gen::random_cluster(switches, machines, seed);
+                for root in [0, machines - 1] {
+                    let lane = ack_tree(&t, root).unwrap();
+                    let lowest = binary::build(&t, root).unwrap();
+                    assert!(lane.height() <= lowest.height() + ONE_PER_LINK_LEVELS);
+                    if lane.height() > lowest.height() {
+                        assert_eq!(repair_edges_per_link(&t, &lane), 1);
+                    }
+                    if repair_edges_per_link(&t, &lane) <= 1 {
+                        one += 1;
+                    }
+                    let plan = build(&t, root).unwrap();
+                    assert!(problems(&plan, &t).is_empty(), "{:?}", problems(&plan, &t));
+                }
+            }
+        }
+        assert!(one > 0);
     }
 
     #[test]

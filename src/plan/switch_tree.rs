@@ -33,7 +33,24 @@ use crate::topology::{MachineId, SwitchId, Topology};
 /// The lowest tree this construction finds, rooted at `root`, every machine with at most `k`
 /// children (`k ≥ 2`); `None` where it does not apply (see the module doc).
 pub fn build(topology: &Topology, root: MachineId, k: usize) -> Option<Lane> {
-    if k < 2 || topology.rails() != 1 || root >= topology.size() {
+    build_entered(topology, root, k, k, false)
+}
+
+/// As [`build`], but every switch subtree is entered by at most `max_entries` machines
+/// (`1 ≤ max_entries ≤ k`): with 1, every directed switch link carries exactly one tree edge
+/// (the multicast ack tree's, `super::multicast::ack_tree`: a link's repairs and NACKs cross it
+/// once per direction). With `root_local` the root's children are machines of its own switch
+/// only (where it has others): the other switches hang below them, so nothing the root sends
+/// to a child crosses a switch link (the lowest such tree; `None` where none fits). `None`
+/// where the construction does not apply.
+pub fn build_entered(
+    topology: &Topology,
+    root: MachineId,
+    k: usize,
+    max_entries: usize,
+    root_local: bool,
+) -> Option<Lane> {
+    if k < 2 || max_entries == 0 || topology.rails() != 1 || root >= topology.size() {
         return None;
     }
     let switches = Switches::new(topology, root)?;
@@ -46,7 +63,7 @@ pub fn build(topology: &Topology, root: MachineId, k: usize) -> Option<Lane> {
             .collect();
         let loosest = subtree_size(&switches, s);
         let locals = &switches.locals[s];
-        let found = (1..=k.min(locals.len()))
+        let found = (1..=k.min(max_entries).min(locals.len()))
             .map(|e| lowest(locals, e, k, &parts, loosest))
             .collect::<Option<_>>()?;
         heights[s] = found;
@@ -55,13 +72,20 @@ pub fn build(topology: &Topology, root: MachineId, k: usize) -> Option<Lane> {
     let mut children = vec![Vec::new(); topology.size()];
     let mut stack = vec![(switches.top, 1usize)];
     while let Some((s, entries)) = stack.pop() {
-        let height = heights[s][entries - 1];
         let parts: Vec<&[usize]> = switches.below[s]
             .iter()
             .map(|&c| heights[c].as_slice())
             .collect();
-        let sends = greedy(&switches.locals[s], entries, k, height, &parts)
-            .expect("the height was found feasible bottom-up");
+        let locals = &switches.locals[s];
+        let sends = if s == switches.top && root_local && locals.len() > 1 {
+            // The lowest height at which the root sends to its own switch only.
+            let least = heights[s][entries - 1];
+            (least..=least + topology.size())
+                .find_map(|h| greedy_with(locals, entries, k, h, &parts, Some(root)))?
+        } else {
+            greedy(locals, entries, k, heights[s][entries - 1], &parts)
+                .expect("the height was found feasible bottom-up")
+        };
         for (parent, kids) in sends {
             for kid in kids {
                 match kid {
@@ -217,6 +241,18 @@ pub(super) fn greedy(
     height: usize,
     parts: &[&[usize]],
 ) -> Option<Sends> {
+    greedy_with(locals, entries, k, height, parts, None)
+}
+
+/// [`greedy`] where machine `local_only` (if any) sends to machines of its switch only.
+fn greedy_with(
+    locals: &[MachineId],
+    entries: usize,
+    k: usize,
+    height: usize,
+    parts: &[&[usize]],
+    local_only: Option<MachineId>,
+) -> Option<Sends> {
     let mut next_local = entries;
     // Child parts still to place, by index.
     let mut pending: Vec<usize> = (0..parts.len()).collect();
@@ -236,8 +272,16 @@ pub(super) fn greedy(
             return None;
         }
         // Free slots per sender of this level.
-        let mut free: Vec<(MachineId, usize, Vec<Kid>)> =
-            level.iter().map(|&m| (m, k, Vec::new())).collect();
+        let mut free: Vec<(MachineId, usize, Vec<Kid>)> = level
+            .iter()
+            .map(|&m| {
+                (
+                    m,
+                    if Some(m) == local_only { k.min(2) } else { k },
+                    Vec::new(),
+                )
+            })
+            .collect();
         // Parts that cannot wait one more level: most entries first.
         let mut forced: Vec<(usize, usize)> = Vec::new();
         let mut waiting = Vec::new();
@@ -251,7 +295,10 @@ pub(super) fn greedy(
         }
         forced.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
         for (c, e) in forced {
-            let slot = free.iter_mut().filter(|f| f.1 >= e).min_by_key(|f| f.1)?;
+            let slot = free
+                .iter_mut()
+                .filter(|f| f.1 >= e && Some(f.0) != local_only)
+                .min_by_key(|f| f.1)?;
             slot.1 -= e;
             slot.2.push(Kid::Part(c, e));
         }
@@ -273,7 +320,11 @@ pub(super) fn greedy(
         let mut still = Vec::new();
         for c in waiting {
             let e = need(c, d).expect("checked above");
-            match free.iter_mut().filter(|f| f.1 >= e).min_by_key(|f| f.1) {
+            match free
+                .iter_mut()
+                .filter(|f| f.1 >= e && Some(f.0) != local_only)
+                .min_by_key(|f| f.1)
+            {
                 Some(slot) => {
                     slot.1 -= e;
                     slot.2.push(Kid::Part(c, e));
@@ -323,6 +374,39 @@ pub(super) mod tests {
     #[test]
     fn random_clusters_are_contention_free_spanning_and_bounded() {
         check_random_clusters(build);
+        check_random_clusters(|t, root, k| build_entered(t, root, k, 1, false));
+        check_random_clusters(|t, root, k| build_entered(t, root, k, 1, true));
+    }
+
+    #[test]
+    fn one_entry_puts_one_edge_on_each_switch_link_and_a_local_root_sends_at_home() {
+        use crate::topology::gen;
+        for seed in 0..20u64 {
+            for (switches, machines) in [(4, 32), (16, 128), (9, 17), (20, 40)] {
+                let t = gen::random_cluster(switches, machines, seed);
+                for root in [0, machines / 2, machines - 1] {
+                    for local in [false, true] {
+                        let Some(lane) = build_entered(&t, root, 3, 1, local) else {
+                            continue;
+                        };
+                        let mut crossed = vec![0; t.edge_count()];
+                        for (child, parent) in lane.parents.iter().enumerate() {
+                            let Some(p) = *parent else { continue };
+                            for e in t.switch_path(t.switch_of(p), t.switch_of(child)) {
+                                crossed[e.0 as usize] += 1;
+                            }
+                        }
+                        assert!(crossed.iter().all(|&n| n <= 1), "seed {seed} root {root}");
+                        let home = t.machines_on(t.switch_of(root)).count();
+                        if local && home > 1 {
+                            let kids = &lane.children[root];
+                            assert!(!kids.is_empty() && kids.len() <= 2);
+                            assert!(kids.iter().all(|&c| t.switch_of(c) == t.switch_of(root)));
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// Checks `build` (a switch-by-switch construction) with [`crate::plan::check()`] on 60 seeds × 5
