@@ -279,10 +279,11 @@ fn is_peer(peers: &[Mac], rank: usize, source: &Source) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transport::raweth::medium::{Impairments, Medium};
+    use crate::transport::raweth::medium::{Impairments, Medium, MemoryPort};
 
-    #[test]
-    fn a_batch_takes_every_frame_in_order_across_calls_and_cuts_what_is_too_long() {
+    /// Two carriers on one in-memory medium, b joined to the group: (a's, b's), each knowing
+    /// both ranks' MACs.
+    fn pair() -> (EtherCarrier<MemoryPort>, EtherCarrier<MemoryPort>) {
         let group = [0x03, 0x50, 0, 0, 0, 1];
         let medium = Medium::new(4096, Impairments::default());
         let a = medium.port("a", [2, 0, 0, 0, 0, 1], 1500).unwrap();
@@ -290,7 +291,15 @@ mod tests {
         b.join(group);
         let mut tx = EtherCarrier::on_port(a, group);
         let mut rx = EtherCarrier::on_port(b, group);
-        tx.set_peers(vec![[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]]);
+        let peers = vec![[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]];
+        tx.set_peers(peers.clone());
+        rx.set_peers(peers);
+        (tx, rx)
+    }
+
+    #[test]
+    fn a_batch_takes_every_frame_in_order_across_calls_and_cuts_what_is_too_long() {
+        let (mut tx, mut rx) = pair();
         let frame =
             |i: usize| -> Vec<u8> { (0..1 + i * 13 % 1400).map(|j| (i + j) as u8).collect() };
         for i in 0..100 {
@@ -327,16 +336,7 @@ mod tests {
 
     #[test]
     fn a_visit_hands_every_frame_in_order_once_with_what_recv_left_first() {
-        let group = [0x03, 0x50, 0, 0, 0, 1];
-        let medium = Medium::new(4096, Impairments::default());
-        let a = medium.port("a", [2, 0, 0, 0, 0, 1], 1500).unwrap();
-        let b = medium.port("b", [2, 0, 0, 0, 0, 2], 1500).unwrap();
-        b.join(group);
-        let mut tx = EtherCarrier::on_port(a, group);
-        let mut rx = EtherCarrier::on_port(b, group);
-        let peers = vec![[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]];
-        tx.set_peers(peers.clone());
-        rx.set_peers(peers);
+        let (mut tx, mut rx) = pair();
         let frame =
             |i: usize| -> Vec<u8> { (0..1 + i * 7 % 1400).map(|j| (i ^ j) as u8).collect() };
         for i in 0..90 {
