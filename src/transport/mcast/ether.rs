@@ -175,55 +175,46 @@ impl<P: Port> Carrier for EtherCarrier<P> {
     }
 
     /// Frames land in `batch`'s slots straight from the port (from the ring: one copy in
-    /// all); frames the port hands over beyond the free slots wait for the next call.
+    /// all), visited as [`Carrier::visit`] hands them; frames the port hands over beyond the
+    /// free slots wait for the next call.
     fn recv_batch(&mut self, batch: &mut Batch) -> io::Result<usize> {
         let mut n = 0;
-        while let Some((mac, bytes)) = self.arrived.front() {
-            let Some(slot) = batch.next_free() else {
-                return Ok(n);
-            };
-            let len = bytes.len().min(slot.len());
-            slot[..len].copy_from_slice(&bytes[..len]);
-            batch.commit(bytes.len(), Source::Mac(*mac));
-            n += 1;
-            if let Some((_, v)) = self.arrived.pop_front() {
-                if self.spare.len() < self.batch {
-                    self.spare.push(v);
-                }
-            }
-        }
+        let mut spare = std::mem::take(&mut self.spare);
+        let mut over = Vec::new();
         // Until the batch is full or the port has nothing (a `recvmmsg` takes at most its
         // own batch, fewer than the slots may be).
         loop {
             let free = batch.capacity() - batch.len();
             if free == 0 {
-                return Ok(n);
+                break;
             }
-            let (arrived, spare) = (&mut self.arrived, &mut self.spare);
-            let took = self.port.receive(free, &mut |(mac, to, cut, bytes)| {
-                // Unicast frames flooded to this host for another, and cut ones, are not ours.
-                if to != Addressed::Us || cut {
-                    return;
+            let took = self.visit(free, &mut |bytes, source, _| match batch.next_free() {
+                Some(slot) => {
+                    let len = bytes.len().min(slot.len());
+                    slot[..len].copy_from_slice(&bytes[..len]);
+                    batch.commit(bytes.len(), source);
+                    n += 1;
                 }
-                match batch.next_free() {
-                    Some(slot) => {
-                        let len = bytes.len().min(slot.len());
-                        slot[..len].copy_from_slice(&bytes[..len]);
-                        batch.commit(bytes.len(), Source::Mac(mac));
-                        n += 1;
-                    }
-                    None => {
+                None => {
+                    if let Source::Mac(mac) = source {
                         let mut v = spare.pop().unwrap_or_default();
                         v.clear();
                         v.extend_from_slice(bytes);
-                        arrived.push_back((mac, v));
+                        over.push((mac, v));
                     }
                 }
             })?;
-            if took == 0 {
-                return Ok(n);
+            if took.unwrap_or(0) == 0 {
+                break;
             }
         }
+        // The port's overflow came after everything queued (the visit drained the queue
+        // before it read the port).
+        self.arrived.extend(over);
+        spare.append(&mut self.spare);
+        spare.truncate(self.batch);
+        self.spare = spare;
+        Ok(n)
     }
 
     /// Frames where the port has them (the ring's slots, or its `recvmmsg` buffers): the
