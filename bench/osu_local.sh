@@ -4,8 +4,10 @@
 # barrier between iterations, and osu_bcast reports the average over ranks (and, with -f, the
 # fastest and slowest rank's average).
 #
-# This script neither fetches nor builds OSU: give it the path of an osu_bcast you built
-# (OSU_BCAST=/path/to/osu_bcast). Each round runs every configuration once, in turn (in the
+# OSU_BCAST=/path/to/osu_bcast runs one you built; without it, bench/osu_build.sh builds OSU's
+# public source against the installed Open MPI outside the repository (OSU_SRC: the source, a
+# directory, tarball or git directory/URL; by default the pinned release, downloaded) and a
+# finished build is reused. Each round runs every configuration once, in turn (in the
 # reverse order in even rounds, so that what comes first in a round weighs on each alike):
 #   ompi                  --mca coll ^pipecast: Open MPI's own broadcast, the component not loaded
 #   pipecast              the component at its defaults (it defers to Open MPI's broadcast where
@@ -24,27 +26,23 @@
 # (ompi's time / the configuration's; > 1: faster than Open MPI): min–max, median, and the
 # ratio of every round in order.
 #
-# Usage: OSU_BCAST=/path/to/osu_bcast bench/osu_local.sh [OUT_DIR]  (default /tmp/pipecast-osu)
+# Usage: bench/osu_local.sh [OUT_DIR]  (default /tmp/pipecast-osu)
 # Environment (defaults): NPS=2  MIN=4194304  MAX=67108864 (bytes: osu_bcast reads plain
 #   numbers, "16M" is 16)  ITERS=20  WARMUP=10  ROUNDS=3  CONFIGS="ompi pipecast"
 #   LOCK= (e.g. /tmp/pipecast-cpu.lock)  MPIRUN_ARGS= (more mpirun options for every run)
-#   BUILD=1 (0: use what is built)
+#   BUILD=1 (0: use what is built)  OSU_BCAST= (unset: built, see above)  OSU_SRC=
+#   (bench/osu_common.sh)
 set -eu
 SELF=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 cd "$(dirname "$SELF")/.."
+. bench/osu_common.sh
 if [ "${1:-}" != "--round" ]; then
   OUT=${1:-/tmp/pipecast-osu}
+  LOCK=${LOCK:-}
+  osu_programs bcast
 fi
-: "${OSU_BCAST:?set OSU_BCAST to the path of a built osu_bcast (this script does not build OSU)}"
-[ -x "$OSU_BCAST" ] || { echo "OSU_BCAST=$OSU_BCAST is not an executable" >&2; exit 2; }
 NPS=${NPS:-2}
-MIN=${MIN:-4194304}
-MAX=${MAX:-67108864}
-ITERS=${ITERS:-20}
-WARMUP=${WARMUP:-10}
-ROUNDS=${ROUNDS:-3}
-CONFIGS=${CONFIGS:-"ompi pipecast"}
-LOCK=${LOCK:-}
+osu_defaults 4194304 67108864 20 10 3 "ompi pipecast"
 MPIRUN_ARGS=${MPIRUN_ARGS:-}
 export OUT OSU_BCAST NPS MIN MAX ITERS WARMUP CONFIGS MPIRUN_ARGS
 
@@ -79,9 +77,7 @@ if [ "${1:-}" = "--round" ]; then
         continue
       fi
       # osu_bcast -f: size, avg, min, max (µs over ranks), iterations.
-      awk -v r="$round" -v np="$np" -v c="$config" \
-        '$1 ~ /^[0-9]+$/ && NF == 5 { printf "{\"round\":%d,\"np\":%d,\"config\":\"%s\",\"bytes\":%s,\"avg_us\":%s,\"min_us\":%s,\"max_us\":%s,\"iters\":%s}\n", r, np, c, $1, $2, $3, $4, $5 }' \
-        "$log" >> "$OUT/results.jsonl"
+      osu_rows "\"round\":$round,\"np\":$np,\"config\":\"$config\"" < "$log" >> "$OUT/results.jsonl"
     done
   done
   exit 0
@@ -89,10 +85,7 @@ fi
 
 mkdir -p "$OUT"
 : > "$OUT/results.jsonl"
-if [ "${BUILD:-1}" = 1 ]; then
-  ${LOCK:+flock "$LOCK"} cargo build --release --locked --lib >&2
-  ${LOCK:+flock "$LOCK"} make -C ffi CARGO=true >&2
-fi
+osu_pipecast
 round=1
 while [ "$round" -le "$ROUNDS" ]; do
   ${LOCK:+flock "$LOCK"} sh "$SELF" --round "$round"
