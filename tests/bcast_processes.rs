@@ -44,7 +44,35 @@ fn run_ok_over(n: usize, args: &[&str], env: &[(&str, &str)], link: &str) -> ser
         assert!(r["avg_us"].as_f64().unwrap() > 0.0);
         assert!(r["p2p_us"].as_f64().unwrap() > 0.0);
     }
+    // Local ranks share the host's clock: every row also times the broadcast alone.
+    assert_eq!(json["shared_clock"], true, "{json}");
+    for r in results {
+        broadcast_alone_within_the_iteration(r);
+    }
     json
+}
+
+/// A row's broadcast alone (root's start to the last rank's completion) lies inside each
+/// iteration's time (which adds the closing barrier, that no rank leaves before every rank
+/// completed): an order of events, not a speed.
+fn broadcast_alone_within_the_iteration(r: &serde_json::Value) {
+    let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k} in {r}"));
+    let times = r["times_us"].as_array().unwrap();
+    let alone = r["bcast_times_us"].as_array().expect("bcast_times_us");
+    assert_eq!(times.len(), alone.len(), "{r}");
+    for (t, a) in times.iter().zip(alone) {
+        let (t, a) = (t.as_f64().unwrap(), a.as_f64().unwrap());
+        assert!(
+            a >= 0.0 && a <= t + 1.0,
+            "alone {a} us, iteration {t} us: {r}"
+        );
+    }
+    assert!(f("bcast_min_us") <= f("bcast_avg_us") && f("bcast_avg_us") <= f("bcast_max_us"));
+    assert!(f("bcast_max_us") <= f("max_us") + 1.0, "{r}");
+    assert!(
+        f("p2p_bcast_us") >= 0.0 && f("p2p_bcast_us") <= f("p2p_us") + 1.0,
+        "{r}"
+    );
 }
 
 #[test]
@@ -1051,5 +1079,39 @@ fn a_rank_killed_before_its_first_broadcast_fails_the_others() {
         let mut err = String::new();
         std::io::Read::read_to_string(ranks[r].stderr.as_mut().unwrap(), &mut err).unwrap();
         assert!(err.contains("pipecast:"), "rank {r} prints an error: {err}");
+    }
+}
+
+/// `--shared-clock no`: the rows leave out the broadcast alone (nothing is made up where the
+/// ranks' clocks are not known to be one), the data is still verified, the old columns stay.
+#[test]
+fn without_a_shared_clock_the_broadcast_alone_is_left_out() {
+    let out = bench_local(
+        3,
+        &[
+            "--sizes",
+            "0,1,100003",
+            "--tree",
+            "linear",
+            "--iters",
+            "2",
+            "--shared-clock",
+            "no",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["shared_clock"], false);
+    for r in json["results"].as_array().unwrap() {
+        assert_eq!(r["verified"], true, "{r}");
+        assert!(r["times_us"].as_array().unwrap().len() == 2);
+        assert!(
+            r.get("bcast_avg_us").is_none() && r.get("p2p_bcast_us").is_none(),
+            "{r}"
+        );
     }
 }

@@ -453,8 +453,10 @@ impl Multicast {
         }
         self.lossy |= saw_loss(&r.member.stats(), r.member.spare());
         if matches!(r.member.state(), State::Complete) {
-            // The loss this rank saw: the next broadcast it roots starts paced for it.
-            self.spare = r.member.spare();
+            // The loss this rank saw: the next broadcast it roots starts paced for it (as a
+            // receiver: only that there was loss, `Pace::carried`).
+            self.spare =
+                crate::model::multicast::PACE.carried(r.member.is_root(), r.member.spare());
             if r.member.is_root() {
                 self.bucket = Some(r.member.uplink().clone());
             }

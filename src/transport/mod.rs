@@ -29,6 +29,7 @@
 //! links got.
 
 mod arrival;
+pub mod clock;
 pub mod drive;
 pub mod gone;
 pub use crate::engine::driver;

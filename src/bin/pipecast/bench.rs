@@ -8,6 +8,7 @@ mod usage;
 
 use crate::CliResult;
 use pipecast::comm::{Algorithm, Comm, Config, Transport};
+use pipecast::transport::clock::{monotonic_identity, monotonic_ns};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
@@ -82,6 +83,12 @@ pub struct Args {
     /// terminal (`pipecast demo` forwards it from the lab).
     #[arg(long, hide = true)]
     progress: bool,
+    /// Whether every rank reads one monotonic clock (ranks of one host or of one `pipecast
+    /// lab`: one kernel), so that a broadcast can also be timed alone, from the root's start
+    /// to the last rank's completion (`bcast_*_us`, `bc/T`). `auto`: the ranks compare their
+    /// kernel's boot id and time namespace (`transport::clock`); `no`: never.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "yes", "no"])]
+    shared_clock: String,
     /// Rank 0 also writes the `--json` report to this file.
     #[arg(long, hide = true)]
     report: Option<std::path::PathBuf>,
@@ -131,6 +138,20 @@ struct Row {
     /// Extension: every iteration's time (the slowest rank's, µs), in order: medians and
     /// spreads for scripts (bench/sim_vs_lab.py).
     times_us: Vec<f64>,
+    /// Extension, only where every rank reads one clock (the report's `clock`): each
+    /// iteration's broadcast alone, from the root's start to the last rank's return from it
+    /// (µs; no barrier in it, unlike `times_us`), its mean, fastest and slowest, and the
+    /// same for the point-to-point reference (`p2p_bcast_us`, the mean: T(m) alone).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bcast_avg_us: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bcast_min_us: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bcast_max_us: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bcast_times_us: Option<Vec<f64>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    p2p_bcast_us: Option<f64>,
     /// Extension: the CPU time of that memcpy (rank 0's thread, µs): the reference for
     /// `cpu_us`, which a busy machine inflates far less than wall time.
     memcpy_cpu_us: f64,
@@ -163,6 +184,10 @@ struct Report<'a> {
     /// the slowest rank's time to make them, µs.
     comms: u32,
     comms_setup_us: f64,
+    /// Extension: whether every rank read one monotonic clock, and how that was decided
+    /// (`--shared-clock`): only then do the rows carry `bcast_*_us`.
+    shared_clock: bool,
+    clock: &'a str,
     /// Extension: descriptors per rank, over ranks (`bench/fds.rs`; absent without /proc).
     #[serde(skip_serializing_if = "Option::is_none")]
     fds: Option<fds::Report>,
@@ -244,6 +269,7 @@ pub fn run(args: Args) -> CliResult {
         return Err(format!("--root {r} is not a rank of this {n}-rank job").into());
     }
     let me = comm.rank();
+    let (shared_clock, clock) = one_clock(&mut comm, &args.shared_clock)?;
     let t0 = Instant::now();
     let everyone: Vec<usize> = (0..n).collect();
     let mut views = (1..=args.comms)
@@ -284,6 +310,7 @@ pub fn run(args: Args) -> CliResult {
         )?;
         p2p_run.ok &= warm.ok;
         let (p2p_us, p2p_min_us, _, _, _) = summarize(&mut comm, &p2p_run.times, p2p_run.ok)?;
+        let p2p_bcast_us = alone(&mut comm, &p2p_run, shared_clock)?.map(|a| a.0);
         let (memcpy_us, memcpy_cpu_us) = if me == 0 {
             memcpy_time(&buf, iters)
         } else {
@@ -326,6 +353,7 @@ pub fn run(args: Args) -> CliResult {
             run.ok &= warm.ok;
             let (avg_us, min_us, max_us, verified, times_us) =
                 summarize(&mut comm, &run.times, run.ok)?;
+            let bcast = alone(&mut comm, &run, shared_clock)?;
             let spent = usage_sum(&mut comm, run.usage)?;
             let (cpu_recv_us, cpu_recv_max_us) = receivers_cpu(&mut comm, run.recv_cpu_ns)?;
             let per_iter = |n: u64| n as f64 / iters as f64;
@@ -361,6 +389,11 @@ pub fn run(args: Args) -> CliResult {
                 overlap_pct,
                 memcpy_us,
                 times_us,
+                bcast_avg_us: bcast.as_ref().map(|a| a.0),
+                bcast_min_us: bcast.as_ref().map(|a| a.1),
+                bcast_max_us: bcast.as_ref().map(|a| a.2),
+                p2p_bcast_us,
+                bcast_times_us: bcast.map(|a| a.4),
                 memcpy_cpu_us,
                 cpu_us: per_iter(spent.cpu_ns).round() / 1000.0,
                 cpu_recv_us: cpu_recv_us.round(),
@@ -385,6 +418,8 @@ pub fn run(args: Args) -> CliResult {
             results: &rows,
             comms: args.comms,
             comms_setup_us,
+            shared_clock,
+            clock: &clock,
             fds,
         };
         if let Some(path) = &args.report {
@@ -394,7 +429,7 @@ pub fn run(args: Args) -> CliResult {
         if args.json {
             println!("{}", serde_json::to_string(&report)?);
         } else {
-            print_table(n, comm.transport(), &report.profile, &rows);
+            print_table(n, comm.transport(), &report.profile, &rows, &clock);
             if args.comms > 0 {
                 println!(
                     "# broadcasts round robin over {} communicators made as views of the job's (made in {comms_setup_us:.0} us, slowest rank)",
@@ -431,6 +466,10 @@ struct Measured {
     /// This process's CPU time (ns) in the iterations where it received (was not the root),
     /// and how many those were.
     recv_cpu_ns: (u64, u64),
+    /// Every iteration's root, and this rank's monotonic clock (ns) when it called the
+    /// broadcast and when the call returned.
+    roots: Vec<usize>,
+    marks: Vec<(u64, u64)>,
 }
 
 /// Times `iters` broadcasts of `buf` (each followed by a barrier) at this rank from `root`
@@ -455,9 +494,12 @@ fn measure(
     let mut ran = tree.to_string();
     let mut usage = Usage::default();
     let mut recv_cpu_ns = (0, 0);
+    let mut roots_used = Vec::with_capacity(iters);
+    let mut marks = Vec::with_capacity(iters);
     let roots = if root.is_some() { 1 } else { n };
     for it in 0..iters {
         let root = root.unwrap_or(it % n);
+        roots_used.push(root);
         let receives = match tree {
             Algorithm::PointToPoint { to } => me == *to,
             _ => me != root,
@@ -476,9 +518,12 @@ fn measure(
             0 => &mut *comm,
             k => &mut views[(it / roots) % k],
         };
+        let started = monotonic_ns();
         let info = on.bcast_with(buf, root, tree, segment)?;
+        let done = monotonic_ns();
         comm.barrier()?;
         times.push(t0.elapsed().as_secs_f64() * 1e6);
+        marks.push((started, done));
         let spent = Usage::now() - u0;
         usage += spent;
         if receives {
@@ -504,7 +549,68 @@ fn measure(
         ran,
         usage,
         recv_cpu_ns,
+        roots: roots_used,
+        marks,
     })
+}
+
+/// Whether every rank reads one monotonic clock (`--shared-clock`: `auto` compares the ranks'
+/// [`monotonic_identity`]), and the words the report says it with. Every rank decides alike.
+fn one_clock(comm: &mut Comm, given: &str) -> pipecast::Result<(bool, String)> {
+    let mine = monotonic_identity().unwrap_or_default();
+    let all = comm.allgather(mine.as_bytes())?;
+    let theirs: std::collections::BTreeSet<&[u8]> = all.iter().map(Vec::as_slice).collect();
+    let one = !mine.is_empty() && theirs.len() == 1;
+    Ok(match given {
+        "yes" => (true, "shared (--shared-clock yes)".into()),
+        "no" => (false, "not used (--shared-clock no)".into()),
+        _ if one => (
+            true,
+            "shared (one kernel boot id and time namespace at every rank)".into(),
+        ),
+        _ => (
+            false,
+            format!(
+                "not shared ({} different boot ids or time namespaces over the ranks)",
+                theirs.len()
+            ),
+        ),
+    })
+}
+
+/// Each iteration's broadcast alone where every rank reads one clock (`None` otherwise): from
+/// the root's call to the last rank's return, gathered after the iterations (untimed); the
+/// mean, fastest, slowest and every iteration's (µs), as [`summarize`]. Every rank calls it.
+fn alone(comm: &mut Comm, run: &Measured, shared: bool) -> pipecast::Result<Option<Summary>> {
+    if !shared {
+        return Ok(None);
+    }
+    let all = comm.allgather(&serde_json::to_vec(&run.marks).expect("serializable"))?;
+    let marks: Vec<Vec<(u64, u64)>> = all
+        .iter()
+        .map(|b| serde_json::from_slice(b).unwrap_or_default())
+        .collect();
+    let mut per_iter = Vec::with_capacity(run.roots.len());
+    for (it, &root) in run.roots.iter().enumerate() {
+        let Some(&(start, _)) = marks.get(root).and_then(|m| m.get(it)) else {
+            return Ok(None);
+        };
+        let last = marks
+            .iter()
+            .filter_map(|m| m.get(it).map(|&(_, done)| done))
+            .max()
+            .unwrap_or(start);
+        per_iter.push(last.saturating_sub(start) as f64 / 1000.0);
+    }
+    if per_iter.is_empty() {
+        return Ok(None);
+    }
+    let avg = per_iter.iter().sum::<f64>() / per_iter.len() as f64;
+    let min = per_iter.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = per_iter.iter().copied().fold(0.0, f64::max);
+    let ns = |us: f64| (us * 1000.0).round() / 1000.0;
+    let per_iter = per_iter.into_iter().map(ns).collect();
+    Ok(Some((ns(avg), ns(min), ns(max), true, per_iter)))
 }
 
 /// A receiving rank's CPU time per broadcast (µs): the mean over every rank's received
@@ -694,11 +800,20 @@ fn counters_delta(
     Ok(sum)
 }
 
-fn print_table(n: usize, transport: &str, profile: &str, rows: &[Row]) {
+fn print_table(n: usize, transport: &str, profile: &str, rows: &[Row], clock: &str) {
     println!(
         "# pipecast bench: {n} ranks, {transport}; profile: {profile}; time per iteration = broadcast + barrier, slowest rank; /T(m): to the point-to-point time of the message, /memcpy: to one memcpy of it (the limit on one host); cpu/mc: CPU time of all ranks per broadcast over the CPU time of that memcpy; rcv/mc: a receiving rank's (mean)"
     );
+    let alone = rows.iter().any(|r| r.bcast_avg_us.is_some());
     println!(
+        "# clock: {clock}{}",
+        if alone {
+            "; bc_avg_us, bc_max_us: the broadcast alone, from the root's start to the last rank's completion (no barrier), bc/T: its mean to the point-to-point's measured alone"
+        } else {
+            ""
+        }
+    );
+    print!(
         "{:>10} {:>18} {:>9} {:>11} {:>11} {:>11} {:>9} {:>8} {:>8} {:>7} {:>6} {:>3}",
         "bytes",
         "tree",
@@ -713,6 +828,10 @@ fn print_table(n: usize, transport: &str, profile: &str, rows: &[Row]) {
         "rcv/mc",
         "ok"
     );
+    if alone {
+        print!(" {:>11} {:>11} {:>6}", "bc_avg_us", "bc_max_us", "bc/T");
+    }
+    println!();
     for r in rows {
         let mbps = if r.avg_us > 0.0 {
             r.bytes as f64 / r.avg_us
@@ -724,7 +843,7 @@ fn print_table(n: usize, transport: &str, profile: &str, rows: &[Row]) {
         } else {
             format!("{}={}", r.tree, r.ran)
         };
-        println!(
+        print!(
             "{:>10} {:>18} {:>9} {:>11.1} {:>11.1} {:>11.1} {:>9.1} {:>8.2} {:>8.1} {:>7.1} {:>6.1} {:>3}",
             r.bytes,
             tree,
@@ -739,6 +858,11 @@ fn print_table(n: usize, transport: &str, profile: &str, rows: &[Row]) {
             r.cpu_recv_us / r.memcpy_cpu_us.max(1e-3),
             if r.verified { "yes" } else { "NO" }
         );
+        if let (Some(avg), Some(max)) = (r.bcast_avg_us, r.bcast_max_us) {
+            let t = r.p2p_bcast_us.unwrap_or(0.0).max(1e-9);
+            print!(" {avg:>11.1} {max:>11.1} {:>6.2}", avg / t);
+        }
+        println!();
         if let Some(pct) = r.overlap_pct {
             println!(
                 "{:>10} {:>18} overlap with computation (ibcast): {pct:.1} %",
