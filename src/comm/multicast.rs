@@ -30,7 +30,10 @@ use crate::engine::EngineError;
 use crate::plan::Lane;
 use crate::topology::Topology;
 use crate::transport::mcast::codec::{decode, Ident};
-use crate::transport::mcast::{accept_with, Batch, Carrier, Detached, Dropped, Drops, Source};
+use crate::transport::mcast::{
+    accept_unsummed, accept_with, Accepted, Batch, Carrier, Detached, Dropped, Drops, Source,
+    Unsummed,
+};
 use crate::transport::{Buffers, TransportError};
 use crate::wire::mcast::{Header, DATA_HEADER_LEN, HEADER_LEN, MAX_PAYLOAD};
 use std::collections::{BTreeMap, VecDeque};
@@ -65,6 +68,9 @@ pub struct Agreed {
     pub config: Config,
     /// The engine's topology (ack trees).
     pub topology: Topology,
+    /// Every rank's carrier checksums payloads (`Carrier::checksums_payload`): data frames
+    /// sent carry a header-only CRC.
+    pub header_sum: bool,
 }
 
 struct Running {
@@ -658,9 +664,12 @@ impl Multicast {
         now: u64,
         bufs: &mut Buffers,
     ) -> crate::Result<()> {
-        match accept_with(bytes, source, self.me, self.agreed.cookie, is_rank, sums) {
-            Ok((repr @ Header::Data(_), payload)) => self.take_accepted(repr, payload, now, bufs),
-            Ok((Header::Control(_), _)) => {
+        match accept_unsummed(bytes, source, self.me, self.agreed.cookie, is_rank, sums) {
+            Ok(Accepted::Unsummed(frame)) => self.take_unsummed(frame, now, bufs),
+            Ok(Accepted::Checked(repr @ Header::Data(_), payload)) => {
+                self.take_accepted(repr, payload, now, bufs)
+            }
+            Ok(Accepted::Checked(Header::Control(_), _)) => {
                 let mut v = self.deferred_spare.pop().unwrap_or_default();
                 v.clear();
                 v.extend_from_slice(bytes);
@@ -720,6 +729,75 @@ impl Multicast {
                 Ok(())
             }
         }
+    }
+
+    /// A data frame checked in everything but its payload's CRC
+    /// ([`accept_unsummed`]): where it is a segment of a running broadcast that this rank
+    /// would land, its payload is copied to the segment's place and its CRC checked on the
+    /// way, and the segment counts as landed only when the CRC matched (a bad copy leaves a
+    /// segment that is not landed, which the good copy overwrites). Any other frame is
+    /// checked whole first and handled as before.
+    fn take_unsummed(
+        &mut self,
+        frame: Unsummed<'_>,
+        now: u64,
+        bufs: &mut Buffers,
+    ) -> crate::Result<()> {
+        let d = *frame.header();
+        let (from, seq) = (d.from as usize, d.bseq);
+        let place = self.running.get(&seq).and_then(|r| {
+            let fits = from != self.me
+                && from < self.size
+                && r.ident.matches(&Header::Data(d))
+                && d.index < r.member.segments()
+                && r.member.segment_range(d.index).len() == frame.payload_len()
+                && r.member.would_land(from, d.index);
+            fits.then(|| r.member.segment_range(d.index))
+        });
+        let Some(range) = place else {
+            return match frame.verify() {
+                Ok((repr, payload)) => self.take_accepted(repr, payload, now, bufs),
+                Err(e) => {
+                    self.drops.count(e);
+                    Ok(())
+                }
+            };
+        };
+        let buf = bufs
+            .get_mut(&seq)
+            .expect("a running broadcast has a buffer")
+            .as_mut_slice();
+        if let Err(e) = frame.land(&mut buf[range]) {
+            self.drops.count(e);
+            return Ok(());
+        }
+        self.received += 1;
+        self.landed = true;
+        let r = self.running.get_mut(&seq).expect("running");
+        let landed = Self::landed(r, now, from, d.index);
+        debug_assert!(landed.is_some(), "would_land said it would");
+        Ok(())
+    }
+
+    /// Marks segment `index` from `from` landed in `r`'s member: its range where it is new
+    /// (the caller's bytes are, or go, there), `None` for a duplicate.
+    fn landed(
+        r: &mut Running,
+        now: u64,
+        from: usize,
+        index: u32,
+    ) -> Option<std::ops::Range<usize>> {
+        let range = r.member.land(now, from, index)?;
+        r.landed += 1;
+        if let Some(t) = r.trace.as_deref_mut() {
+            if r.landed == 1 {
+                t.first = wall_us();
+            }
+            if r.landed == r.member.segments() {
+                t.all = wall_us();
+            }
+        }
+        Some(range)
     }
 
     /// A frame [`accept`](crate::transport::mcast::accept) took: to its broadcast's member,
@@ -791,16 +869,7 @@ impl Multicast {
                     return Ok(());
                 }
                 self.landed = true;
-                if let Some(range) = r.member.land(now, from, index) {
-                    r.landed += 1;
-                    if let Some(t) = r.trace.as_deref_mut() {
-                        if r.landed == 1 {
-                            t.first = wall_us();
-                        }
-                        if r.landed == r.member.segments() {
-                            t.all = wall_us();
-                        }
-                    }
+                if let Some(range) = Self::landed(r, now, from, index) {
                     let buf = bufs
                         .get_mut(&seq)
                         .expect("a running broadcast has a buffer")
@@ -891,8 +960,9 @@ impl Multicast {
                 _ => &[],
             };
             let mut repr = r.ident.encode(&out, payload.len());
-            if let (Header::Data(d), true) = (&mut repr, self.agreed.carrier.checksums_payload()) {
-                // The carrier checksums the payload (UDP): the CRC covers the header alone.
+            if let (Header::Data(d), true) = (&mut repr, self.agreed.header_sum) {
+                // Every rank's carrier checksums the payload (UDP; raw Ethernet where every
+                // NIC checks the FCS): the CRC covers the header alone.
                 d.flags |= crate::wire::mcast::flags::HEADER_SUM;
             }
             let peer = match out.to {
@@ -998,6 +1068,175 @@ fn io_error(peer: Option<usize>, what: &str, e: &std::io::Error) -> crate::Error
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Rank 1 of two on the in-memory switch, receiving through the raw Ethernet carrier
+    /// (which leaves the payload's CRC to the frame), and rank 0's carrier to send from.
+    fn receiver(
+        segment: u32,
+    ) -> (
+        Multicast,
+        crate::transport::mcast::ether::EtherCarrier<crate::transport::raweth::medium::MemoryPort>,
+    ) {
+        use crate::transport::mcast::ether::EtherCarrier;
+        use crate::transport::raweth::medium::{Impairments, Medium};
+        let group = [0x03, 0x50, 0x32, 0, 0, 9];
+        let macs = vec![[2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]];
+        let medium = Medium::new(4096, Impairments::default());
+        let a = medium.port("r0", macs[0], 9000).unwrap();
+        let b = medium.port("r1", macs[1], 9000).unwrap();
+        b.join(group);
+        let mut tx = EtherCarrier::on_port(a, group);
+        let mut rx = EtherCarrier::on_port(b, group);
+        tx.set_peers(macs.clone());
+        rx.set_peers(macs);
+        let agreed = Agreed {
+            carrier: Box::new(rx),
+            cookie: COOKIE,
+            segment,
+            config: Config::default(),
+            topology: Topology::single_switch(2),
+            header_sum: false,
+        };
+        (Multicast::new(1, agreed), tx)
+    }
+
+    const COOKIE: u64 = 0x3232_0032;
+
+    /// Rank 0's data frame of segment `index` of broadcast `seq` (`msize` bytes), with
+    /// `payload` as its bytes and, where `corrupt`, one payload bit (or, empty, one of its
+    /// checksum) flipped after the CRC.
+    fn data_frame(
+        seq: u64,
+        msize: u64,
+        segment: u32,
+        index: u32,
+        payload: &[u8],
+        corrupt: bool,
+    ) -> (Vec<u8>, Vec<u8>) {
+        let ident = Ident {
+            cookie: COOKIE,
+            bseq: seq,
+            root: 0,
+            msize,
+            segment,
+            me: 0,
+        };
+        let out = Out {
+            to: crate::engine::multicast::To::Group,
+            msg: Msg::Data {
+                index,
+                repair: false,
+            },
+        };
+        let mut header = ident
+            .encode(&out, payload.len())
+            .to_bytes(payload)
+            .unwrap()
+            .to_vec();
+        let mut payload = payload.to_vec();
+        match (corrupt, payload.len()) {
+            (false, _) => {}
+            // An empty payload: the checksum itself is wrong.
+            (true, 0) => header[DATA_HEADER_LEN - 1] ^= 0x10,
+            (true, n) => payload[n / 2] ^= 0x10,
+        }
+        (header, payload)
+    }
+
+    fn pattern(n: usize, salt: u8) -> Vec<u8> {
+        (0..n).map(|i| (i * 31 + i / 7) as u8 ^ salt).collect()
+    }
+
+    /// The raw Ethernet path lands a payload and checks its CRC in one step
+    /// (`take_unsummed`): a frame whose payload fails its CRC never counts as landed, and the
+    /// good copy that follows overwrites what it left; a copy, good or bad, of a segment
+    /// already landed leaves it as it is; every size, the last segment short, lands whole.
+    #[test]
+    fn a_payload_lands_with_its_crc_checked_on_the_way_and_a_bad_one_never_counts() {
+        let segment = 1000u32;
+        for msize in [0usize, 1, 999, 1000, 2 * 1000 + 7] {
+            let (mut m, mut tx) = receiver(segment);
+            let seq = crate::engine::number::number(0, 1);
+            let mut bufs = Buffers::new();
+            let fill = vec![0xEEu8; msize];
+            bufs.insert(seq, crate::transport::Buffer::Owned(fill));
+            m.start(seq, 0, msize as u64, 0, &mut bufs).unwrap();
+            let data = pattern(msize, 0x5A);
+            // A message of 0 bytes is one empty segment.
+            let segments = m.running[&seq].member.segments();
+            assert_eq!(segments as usize, msize.div_ceil(segment as usize).max(1));
+            let range = |i: u32| {
+                let s = (i * segment) as usize;
+                s..(s + segment as usize).min(msize)
+            };
+            let mut send = |i: u32, bytes: &[u8], corrupt: bool| {
+                let (h, p) = data_frame(seq, msize as u64, segment, i, bytes, corrupt);
+                assert!(tx
+                    .send(crate::engine::multicast::To::Group, &h, &p)
+                    .unwrap());
+            };
+            let mut now = 1_000_000u64;
+            let mut round = |m: &mut Multicast, bufs: &mut Buffers| {
+                now += 1_000_000;
+                let t = now;
+                m.drive(&|| t, bufs).unwrap();
+            };
+            for i in 0..segments {
+                // A corrupt copy first: dropped, the segment not landed.
+                send(i, &data[range(i)], true);
+                round(&mut m, &mut bufs);
+                let r = &m.running[&seq];
+                assert_eq!(
+                    (r.landed, m.drops.checksum),
+                    (i, 2 * u64::from(i) + 1),
+                    "{msize} {i}"
+                );
+                assert!(r.member.would_land(0, i));
+                // The good copy lands it, over whatever the bad one left.
+                send(i, &data[range(i)], false);
+                round(&mut m, &mut bufs);
+                assert_eq!(m.running[&seq].landed, i + 1, "{msize} {i}");
+                assert_eq!(&bufs[&seq].as_slice()[range(i)], &data[range(i)]);
+                // Duplicates after it, a bad one and a good one with other bytes claimed
+                // good by a correct CRC: neither touches the landed segment.
+                send(i, &data[range(i)], true);
+                let other = pattern(range(i).len(), 0xC3);
+                send(i, &other, false);
+                round(&mut m, &mut bufs);
+                let r = &m.running[&seq];
+                assert_eq!(r.landed, i + 1);
+                assert_eq!(m.drops.checksum, 2 * u64::from(i) + 2, "{msize} {i}");
+                assert_eq!(&bufs[&seq].as_slice()[range(i)], &data[range(i)]);
+                assert!(r.member.stats().duplicates >= 1);
+            }
+            assert_eq!(bufs[&seq].as_slice(), &data[..], "{msize}");
+            assert!(m.running[&seq].member.holds_all());
+            assert_eq!(m.drops.malformed, 0);
+        }
+    }
+
+    /// A frame that names a segment the payload does not fit is never copied: dropped as
+    /// malformed (after its CRC, which it passes), the buffer as it was.
+    #[test]
+    fn a_payload_of_the_wrong_length_for_its_segment_is_not_landed() {
+        let segment = 1000u32;
+        let (mut m, mut tx) = receiver(segment);
+        let seq = crate::engine::number::number(0, 1);
+        let mut bufs = Buffers::new();
+        bufs.insert(seq, crate::transport::Buffer::Owned(vec![0xEE; 1500]));
+        m.start(seq, 0, 1500, 0, &mut bufs).unwrap();
+        // Segment 1 holds 500 bytes; 600 claimed; and an index past the end.
+        for (index, len) in [(1u32, 600usize), (2, 10)] {
+            let (h, p) = data_frame(seq, 1500, segment, index, &pattern(len, 1), false);
+            assert!(tx
+                .send(crate::engine::multicast::To::Group, &h, &p)
+                .unwrap());
+        }
+        m.drive(&|| 2_000_000, &mut bufs).unwrap();
+        assert_eq!(m.running[&seq].landed, 0);
+        assert_eq!((m.drops.malformed, m.drops.checksum), (2, 0));
+        assert!(bufs[&seq].as_slice().iter().all(|&b| b == 0xEE));
+    }
 
     #[test]
     fn receivers_gather_frames_for_an_eighth_of_the_window_at_most_1_ms() {

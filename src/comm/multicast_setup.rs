@@ -175,12 +175,14 @@ struct Addr {
     addr: [u8; 6],
     payload: u32,
     rcvbuf: u32,
+    /// Its carrier checksums every frame's payload (`Carrier::checksums_payload`).
+    sums: bool,
 }
 
-const BLOB_LEN: usize = 14;
+const BLOB_LEN: usize = 15;
 
-/// This rank's part of the second round: its carrier's address, payload per datagram and
-/// receive buffer; empty without a carrier.
+/// This rank's part of the second round: its carrier's address, payload per datagram,
+/// receive buffer and whether it checksums payloads; empty without a carrier.
 pub fn blob(carrier: Option<&Result<Opened, String>>) -> Vec<u8> {
     let Some(Ok(c)) = carrier else {
         return Vec::new();
@@ -190,6 +192,7 @@ pub fn blob(carrier: Option<&Result<Opened, String>>) -> Vec<u8> {
     v.extend_from_slice(&(c.payload().min(u32::MAX as usize) as u32).to_le_bytes());
     let rcvbuf = c.carrier().rcvbuf().unwrap_or(0).min(u32::MAX as usize) as u32;
     v.extend_from_slice(&rcvbuf.to_le_bytes());
+    v.push(u8::from(c.carrier().checksums_payload()));
     v
 }
 
@@ -202,6 +205,7 @@ fn parse(b: &[u8]) -> Option<Addr> {
         addr,
         payload: u32_at(6),
         rcvbuf: u32_at(10),
+        sums: b[14] == 1,
     };
     (a.payload > 0 && a.addr != [0; 6]).then_some(a)
 }
@@ -371,6 +375,10 @@ pub fn agree(
     let overhead = carrier.overhead();
     let rcvbuf = addrs.iter().map(|a| a.rcvbuf as usize).min().unwrap_or(0);
     let window = window(segment, rcvbuf);
+    // Data frames leave their payload out of their CRC only where every rank's carrier
+    // checksums it (UDP everywhere; raw Ethernet where every rank's NIC checks the FCS):
+    // a rank whose carrier does not would drop every one.
+    let header_sum = addrs.iter().all(|a| a.sums);
     let mcast = McastConfig {
         window,
         // A report per eighth of the window (at least the protocol's 32 segments): the
@@ -389,6 +397,7 @@ pub fn agree(
         segment,
         config: mcast,
         topology: topology.clone(),
+        header_sum,
     }))
 }
 
@@ -403,10 +412,13 @@ mod tests {
         let mut b = vec![10, 0, 0, 1, 0x12, 0x34];
         b.extend_from_slice(&1408u32.to_le_bytes());
         b.extend_from_slice(&425_984u32.to_le_bytes());
+        b.push(1);
         let a = parse(&b).unwrap();
         assert_eq!(a.addr, [10, 0, 0, 1, 0x12, 0x34]);
-        assert_eq!((a.payload, a.rcvbuf), (1408, 425_984));
-        assert_eq!(parse(&b[..13]), None);
+        assert_eq!((a.payload, a.rcvbuf, a.sums), (1408, 425_984, true));
+        b[14] = 0;
+        assert!(!parse(&b).unwrap().sums);
+        assert_eq!(parse(&b[..14]), None);
         assert_eq!(parse(&[]), None);
     }
 

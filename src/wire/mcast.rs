@@ -67,9 +67,12 @@
 //! of the CRC when the carrier checksums it already: the UDP carrier, whose datagrams Linux
 //! always sends with a UDP checksum over the whole datagram and whose receivers' kernels drop
 //! one that fails it. The payload's CRC was a tenth of a receiving rank's CPU (more than the
-//! copy it guards; docs/multicast.md, "Receivers' CPU"). The raw Ethernet carrier never sets
-//! it (a veth pair verifies no FCS), and a receiver whose carrier does not checksum drops a
-//! frame that carries it (`transport::mcast::accept_with`).
+//! copy it guards; docs/multicast.md, "Receivers' CPU"). The raw Ethernet carrier checksums
+//! only where the interface's NIC checks every frame's FCS and drops one that fails
+//! (`transport::mcast::fcs`; never a veth pair, which verifies no FCS); a rank sends such
+//! frames only where every rank's carrier checksums (`comm::multicast_setup`), and a
+//! receiver whose carrier does not drops a frame that carries it
+//! (`transport::mcast::accept_with`).
 
 use super::WireError;
 
@@ -287,6 +290,21 @@ impl<T: AsRef<[u8]>> Frame<T> {
             self.payload()
         };
         u32_at(b, data::CHECKSUM) == checksum(&b[..DATA_COVERED], payload)
+    }
+
+    /// A data frame whose checksum covers its payload: the CRC32C of its header's covered
+    /// bytes (to go on over the payload: `crc32c::crc32c_append`) and the checksum it carries,
+    /// for a receiver that computes the payload's part while it copies it
+    /// (`transport::mcast::landing`). `None` for every other frame.
+    pub fn payload_sum(&self) -> Option<(u32, u32)> {
+        if self.kind() != Kind::Data || self.header_sum() {
+            return None;
+        }
+        let b = self.b();
+        Some((
+            crc32c::crc32c(&b[..DATA_COVERED]),
+            u32_at(b, data::CHECKSUM),
+        ))
     }
 
     /// Whether the checksum leaves the payload to the carrier ([`flags::HEADER_SUM`]).

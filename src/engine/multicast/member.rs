@@ -360,6 +360,18 @@ impl Member {
         self.state = State::Failed(error);
     }
 
+    /// Whether [`Member::land`] would take segment `index` from `from` now (not held yet, a
+    /// sender it takes data from, this rank receiving and not failed): a receiver may then
+    /// copy the bytes into the segment's place before it knows them good, since nothing
+    /// counts them until `land` (a later good copy overwrites a bad one).
+    pub fn would_land(&self, from: usize, index: u32) -> bool {
+        !matches!(self.state, State::Failed(_))
+            && index < self.n
+            && !self.is_root()
+            && (from == self.shape.root || Some(from) == self.shape.parent)
+            && !self.have[index as usize]
+    }
+
     /// Segment `index` arrived from `from` (the root, on the group or by unicast, or this
     /// rank's parent): where to copy its bytes, or `None` (a duplicate, a stranger's, another
     /// broadcast's size, or this rank failed). The caller copies them before the next call.

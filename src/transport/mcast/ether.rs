@@ -39,6 +39,9 @@ pub struct EtherCarrier<P: Port> {
     batch: usize,
     /// The socket's receive buffer as the kernel reports it (`None` in memory).
     rcvbuf: Option<usize>,
+    /// The interface's NIC checks every frame's FCS and drops one that fails
+    /// ([`super::fcs`]): the payload needs no CRC of its own (false in memory).
+    link_sums: bool,
 }
 
 /// A raw socket on `ifname` for the carrier's EtherType that joined `group`.
@@ -66,6 +69,26 @@ impl EtherCarrier<PacketPort> {
         .ok()
         .and_then(|b| usize::try_from(b).ok());
         let mtu = sock.mtu();
+        let link_sums = match super::fcs::query(sock.raw_fd(), ifname) {
+            Ok(nic) => {
+                let sums = super::fcs::checks_fcs(&nic);
+                tracing::debug!(
+                    "multicast on {ifname}: {nic:?}: {}",
+                    if sums {
+                        "the NIC checks the FCS, payloads need no CRC of their own"
+                    } else {
+                        "payloads carry their CRC"
+                    }
+                );
+                sums
+            }
+            Err(e) => {
+                tracing::debug!(
+                    "multicast on {ifname}: no ethtool answer ({e}): payloads carry their CRC"
+                );
+                false
+            }
+        };
         // Frames arrive through a PACKET_MMAP ring as large as that buffer: a receiver then
         // pays no system call and no copy of the kernel's per frame (docs/multicast.md,
         // "Receivers' CPU: the floor": 2 x a memcpy per message against 7-10 x with
@@ -89,6 +112,7 @@ impl EtherCarrier<PacketPort> {
         };
         let mut c = EtherCarrier::on_port(port, group);
         c.rcvbuf = rcvbuf;
+        c.link_sums = link_sums;
         Ok(c)
     }
 }
@@ -104,6 +128,7 @@ impl<P: Port> EtherCarrier<P> {
             spare: Vec::new(),
             batch: 32,
             rcvbuf: None,
+            link_sums: false,
         }
     }
 
@@ -259,6 +284,10 @@ impl<P: Port> Carrier for EtherCarrier<P> {
 
     fn drops(&self) -> Option<u64> {
         Some(self.port.take_drops())
+    }
+
+    fn checksums_payload(&self) -> bool {
+        self.link_sums
     }
 }
 

@@ -23,13 +23,16 @@
 pub mod batch;
 pub mod codec;
 pub mod ether;
+pub mod fcs;
 pub mod group;
+pub mod landing;
 pub mod probe;
 pub mod ring3;
 pub mod udp;
 
 pub use batch::Batch;
 pub use group::Group;
+pub use landing::{accept_unsummed, Accepted, Unsummed};
 
 use crate::wire::mcast::{Frame, Header, GROUP};
 use std::io;
@@ -101,8 +104,10 @@ pub trait Carrier: Send {
     }
 
     /// Whether the carrier checksums every frame's payload itself and drops one that fails
-    /// (UDP: the kernel checks the datagram's checksum): data frames may then carry a
-    /// header-only CRC ([`flags::HEADER_SUM`](crate::wire::mcast::flags::HEADER_SUM)).
+    /// (UDP: the kernel checks the datagram's checksum; raw Ethernet where the NIC checks
+    /// the FCS, [`fcs`]): this rank may then take data frames with a header-only CRC
+    /// ([`flags::HEADER_SUM`](crate::wire::mcast::flags::HEADER_SUM)); a rank sends them
+    /// only where every rank's carrier does (`comm::multicast_setup`).
     fn checksums_payload(&self) -> bool {
         false
     }
