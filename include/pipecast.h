@@ -371,6 +371,15 @@ pipecast_result pipecast_ibcast_bytes(pipecast_comm *comm,
 // `req` must be a live request from `pipecast_ibcast_bytes`; `done` must be writable.
 pipecast_result pipecast_test(pipecast_request *req, int *done);
 
+// As `pipecast_test`, but waits up to `usec` microseconds for `req` to complete (its
+// completion ends the wait at once): for an MPI layer whose own wait spins on its progress
+// engine, so that ranks sharing a core leave it to the threads moving the bytes (Open MPI's
+// component naps so while `MPI_Wait` spins on a nonblocking broadcast).
+//
+// # Safety
+// As `pipecast_test`.
+pipecast_result pipecast_test_within(pipecast_request *req, uint32_t usec, int *done);
+
 // Waits until `req` completes, frees it and returns the broadcast's result.
 //
 // # Safety

@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "mpi.h"
 #include "ompi/communicator/communicator.h"
@@ -757,19 +758,66 @@ static int pc_ibcast_cancel(ompi_request_t *req, int complete)
     return OMPI_SUCCESS; /* a broadcast in flight cannot be cancelled: it completes normally */
 }
 
+/* Naps while MPI waits. Open MPI's MPI_Wait on a nonblocking broadcast spins on
+ * opal_progress (yielding, never sleeping), so with ranks sharing cores the spinning ranks
+ * starve the threads that move the bytes: on the 16-machine lab (16 processes, 2 cores) a
+ * multicast root's progress thread was woken up to 108 ms late and osu_ibcast took 2.3-5.5 x
+ * osu_bcast's time (docs/multicast.md, "Checked with OSU under loss"). As pipecast's blocking
+ * wait does (pipecast_wait_progressing): after NAP_AFTER calls in a row that found broadcasts
+ * pending and none finished, with this thread doing nothing else in between (under
+ * NAP_BUSY_NS of its CPU time since the last call returned: spinning in a wait, not
+ * computing between MPI_Test calls), each call waits for the oldest broadcast up to
+ * NAP_FIRST_US, doubling up to NAP_LONGEST_US; its end wakes it at once. Only where MPI runs
+ * one thread (opal_using_threads() false): elsewhere another thread may wait for the lock. */
+#define NAP_AFTER 64
+#define NAP_FIRST_US 20u
+#define NAP_LONGEST_US 500u
+#define NAP_BUSY_NS 20000LL
+static unsigned idle_calls = 0;
+static unsigned nap_us = 0;
+static long long cpu_at_return = -1;
+
+/* This thread's CPU time, ns (-1 if unknown). */
+static long long thread_cpu_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return -1;
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* How long this call to pc_progress may wait for the oldest broadcast, µs (0: not at all). */
+static unsigned nap_now(void)
+{
+    long long now = thread_cpu_ns();
+    if (now < 0 || cpu_at_return < 0 || now - cpu_at_return > NAP_BUSY_NS) {
+        idle_calls = 0; /* the caller did something else: not spinning in a wait */
+        nap_us = 0;
+        return 0;
+    }
+    if (++idle_calls <= NAP_AFTER) return 0;
+    nap_us = nap_us == 0 ? NAP_FIRST_US : (nap_us * 2 > NAP_LONGEST_US ? NAP_LONGEST_US : nap_us * 2);
+    return nap_us;
+}
+
 /* Completes the pipecast broadcasts that finished: called by opal_progress, so always on a
  * thread inside MPI. The finished ones leave the list under the lock and are completed after
- * it (completion runs callbacks, which must not find the lock held). */
+ * it (completion runs callbacks, which must not find the lock held). The list is newest
+ * first: a nap (above) waits on its last, the oldest. */
 static int pc_progress(void)
 {
     if (pending == NULL) return 0;
+    bool single = !opal_using_threads();
+    unsigned nap = single ? nap_now() : 0;
     pc_ibcast_t *finished = NULL;
     OPAL_THREAD_LOCK(&pending_lock);
     pc_ibcast_t **at = (pc_ibcast_t **)&pending;
     while (*at != NULL) {
         pc_ibcast_t *r = *at;
         int done = 0;
-        r->result = pipecast_test(r->pr, &done);
+        if (nap != 0 && r->next == NULL && finished == NULL)
+            r->result = pipecast_test_within(r->pr, nap, &done);
+        else
+            r->result = pipecast_test(r->pr, &done);
         if (!done && r->result == PIPECAST_OK) {
             at = &r->next;
             continue;
@@ -803,6 +851,11 @@ static int pc_progress(void)
         ompi_request_complete(&r->super.super, true);
         completed++;
     }
+    if (single && completed > 0) {
+        idle_calls = 0;
+        nap_us = 0;
+    }
+    if (single) cpu_at_return = thread_cpu_ns();
     return completed;
 }
 

@@ -26,8 +26,8 @@ pub use handle::{
     pipecast_comm_view, pipecast_plan_json,
 };
 pub use request::{
-    pipecast_ibcast_bytes, pipecast_progress_fn, pipecast_request, pipecast_test, pipecast_wait,
-    pipecast_wait_progressing,
+    pipecast_ibcast_bytes, pipecast_progress_fn, pipecast_request, pipecast_test,
+    pipecast_test_within, pipecast_wait, pipecast_wait_progressing,
 };
 
 use std::cell::RefCell;

@@ -1,5 +1,5 @@
 //! Nonblocking broadcasts of the C ABI: `pipecast_ibcast_bytes`, `pipecast_test`,
-//! `pipecast_wait`, `pipecast_wait_progressing`.
+//! `pipecast_test_within`, `pipecast_wait`, `pipecast_wait_progressing`.
 
 use super::handle::{check_root, code_of, pipecast_comm};
 use super::{boundary, fail, pipecast_result};
@@ -71,6 +71,37 @@ pub unsafe extern "C" fn pipecast_test(
     req: *mut pipecast_request,
     done: *mut c_int,
 ) -> pipecast_result {
+    // SAFETY: the caller's contract is test_for's.
+    unsafe { test_for(req, None, done) }
+}
+
+/// As `pipecast_test`, but waits up to `usec` microseconds for `req` to complete (its
+/// completion ends the wait at once): for an MPI layer whose own wait spins on its progress
+/// engine, so that ranks sharing a core leave it to the threads moving the bytes (Open MPI's
+/// component naps so while `MPI_Wait` spins on a nonblocking broadcast).
+///
+/// # Safety
+/// As `pipecast_test`.
+#[no_mangle]
+pub unsafe extern "C" fn pipecast_test_within(
+    req: *mut pipecast_request,
+    usec: u32,
+    done: *mut c_int,
+) -> pipecast_result {
+    let limit = std::time::Duration::from_micros(u64::from(usec));
+    // SAFETY: the caller's contract is test_for's.
+    unsafe { test_for(req, Some(limit), done) }
+}
+
+/// `pipecast_test` (`limit` None) and `pipecast_test_within`.
+///
+/// # Safety
+/// `req` must be a live request from `pipecast_ibcast_bytes`; `done` must be writable.
+unsafe fn test_for(
+    req: *mut pipecast_request,
+    limit: Option<std::time::Duration>,
+    done: *mut c_int,
+) -> pipecast_result {
     boundary(|| {
         if done.is_null() {
             return fail(PIPECAST_ERR_NULL_ARGUMENT, "done is NULL");
@@ -79,7 +110,11 @@ pub unsafe extern "C" fn pipecast_test(
         let Some(r) = (unsafe { req.as_mut() }) else {
             return fail(PIPECAST_ERR_NULL_ARGUMENT, "req is NULL");
         };
-        if !r.request.test() {
+        let finished = match limit {
+            None => r.request.test(),
+            Some(limit) => r.request.test_within(limit),
+        };
+        if !finished {
             // SAFETY: non-NULL (checked) and writable (caller contract).
             unsafe { done.write(0) };
             return PIPECAST_OK;

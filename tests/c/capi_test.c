@@ -109,10 +109,11 @@ static void *rank_main(void *arg)
     unsigned seed = 1;
     every_root_and_size(comm, ctx->rank, ctx->rank, "base", &seed);
 
-    /* Nonblocking broadcasts, completed the three ways: pipecast_wait, a pipecast_test loop,
-     * and pipecast_wait_progressing calling a progress function (an MPI's) between polls. */
+    /* Nonblocking broadcasts, completed the four ways: pipecast_wait, a pipecast_test loop,
+     * pipecast_wait_progressing calling a progress function (an MPI's) between polls, and a
+     * loop of pipecast_test_within (naps of 1, 2, 4, ... µs, up to 500). */
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
-        for (int way = 0; way < 3; way++, seed++) {
+        for (int way = 0; way < 4; way++, seed++) {
             size_t n = sizes[s];
             int root = (int)(s + (size_t)way) % RANKS;
             unsigned char *buf = malloc(n + 1);
@@ -126,8 +127,12 @@ static void *rank_main(void *arg)
                 rc = pipecast_wait(req);
             } else if (way == 1) {
                 for (int done = 0; rc == PIPECAST_OK && !done;) rc = pipecast_test(req, &done);
-            } else {
+            } else if (way == 2) {
                 rc = pipecast_wait_progressing(req, count_progress, &progressed);
+            } else {
+                unsigned nap = 1;
+                for (int done = 0; rc == PIPECAST_OK && !done; nap = nap < 500 ? nap * 2 : 500)
+                    rc = pipecast_test_within(req, nap, &done);
             }
             CHECK(rc == PIPECAST_OK, "rank %d: ibcast %zu from %d (way %d): %s", ctx->rank, n,
                   root, way, pipecast_strerror(rc));
@@ -140,6 +145,9 @@ static void *rank_main(void *arg)
     }
     CHECK(pipecast_wait_progressing(NULL, count_progress, NULL) == PIPECAST_ERR_NULL_ARGUMENT,
           "NULL request");
+    int done_flag = 0;
+    CHECK(pipecast_test_within(NULL, 10, &done_flag) == PIPECAST_ERR_NULL_ARGUMENT,
+          "NULL request (test_within)");
 
     /* Errors that are local, so every rank can try them without breaking the collective. */
     unsigned char byte = 0;
