@@ -14,7 +14,7 @@
 //! where that is allowed (a segment not landed yet, which a good copy overwrites before it
 //! counts as landed).
 
-use super::{accept_with, Dropped, Source};
+use super::{accept_with, admit, Dropped, Source};
 use crate::wire::mcast::{Data, Frame, Header, DATA_HEADER_LEN};
 
 /// What [`accept_unsummed`] took.
@@ -99,7 +99,7 @@ pub fn accept_unsummed<'a>(
     let (Some((partial, sum)), Some(data)) = (sums, Data::parse(&frame)) else {
         return whole();
     };
-    if !Header::Data(data).of_job(cookie) || !is_rank(data.from as usize, source) {
+    if admit(&Header::Data(data), source, me, cookie, is_rank).is_err() {
         return whole();
     }
     // Within `bytes`: `new_checked` saw the whole payload there.

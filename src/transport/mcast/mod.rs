@@ -214,6 +214,23 @@ pub fn accept_with<'a>(
         return Err(Dropped::Checksum);
     }
     let header = Header::parse(&frame);
+    admit(&header, source, me, cookie, is_rank)?;
+    // Within `bytes`: `new_checked` saw the whole payload there (empty for control frames).
+    let start = header.header_len();
+    let payload = &bytes[start..start + frame.payload().len()];
+    Ok((header, payload))
+}
+
+/// What [`accept_with`] checks of a frame beyond its checksum (and
+/// [`accept_unsummed`](landing::accept_unsummed) before the payload's): of this job, for this
+/// rank or the group, from the rank whose address it came from.
+fn admit(
+    header: &Header,
+    source: &Source,
+    me: usize,
+    cookie: u64,
+    is_rank: &dyn Fn(usize, &Source) -> bool,
+) -> Result<(), Dropped> {
     if !header.of_job(cookie) {
         return Err(Dropped::Foreign);
     }
@@ -226,10 +243,7 @@ pub fn accept_with<'a>(
     if !is_rank(header.from() as usize, source) {
         return Err(Dropped::Spoofed);
     }
-    // Within `bytes`: `new_checked` saw the whole payload there (empty for control frames).
-    let start = header.header_len();
-    let payload = &bytes[start..start + frame.payload().len()];
-    Ok((header, payload))
+    Ok(())
 }
 
 #[cfg(test)]
