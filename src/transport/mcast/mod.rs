@@ -17,6 +17,10 @@
 //! names. [`probe`] is the setup probe: does the group reach every rank? The protocol itself
 //! (`engine::multicast`) is pure; [`codec`] turns its messages into frames and back.
 //!
+//! [`xsk`] is the first piece of a receive path where the NIC places frames: an AF_XDP socket
+//! on one queue whose XDP program ([`xdp_prog`]) redirects the raw Ethernet carrier's frames
+//! into its UMEM (receive only, not a carrier yet; `pipecast bench --floor ether-xdp`).
+//!
 //! The communicator opens the UDP carrier and runs the probe at its setup, and the progress
 //! thread runs the protocol over it (`comm::multicast_setup`, `comm::multicast`).
 
@@ -29,6 +33,8 @@ pub mod landing;
 pub mod probe;
 pub mod ring3;
 pub mod udp;
+pub mod xdp_prog;
+pub mod xsk;
 
 pub use batch::Batch;
 pub use group::Group;

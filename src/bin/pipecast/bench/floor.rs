@@ -15,13 +15,17 @@
 //! straight at its place in the buffer: one copy, the kernel's), `ether-packet` (the raw
 //! socket's port: `recvmmsg` of 64, then a copy), `ether-carrier` (the raw Ethernet carrier's
 //! `recv_batch` as it is), `ether-ring2` (the link's TPACKET_V2 ring, one slot per frame),
-//! `ether-ring3` (a TPACKET_V3 ring: blocks of frames, no system call per frame).
+//! `ether-ring3` (a TPACKET_V3 ring: blocks of frames, no system call per frame),
+//! `ether-xdp` (an AF_XDP socket on queue 0, `transport::mcast::xsk`: an XDP program
+//! redirects the group's frames into its UMEM, read from its RX ring; named explicitly, not
+//! part of `all`, as it needs CAP_BPF and an interface without another XDP program).
 
 use super::usage::Usage;
 use crate::CliResult;
-use pipecast::transport::mcast::ether::EtherCarrier;
+use pipecast::transport::mcast::ether::{EtherCarrier, ETHERTYPE};
 use pipecast::transport::mcast::ring3::Ring3;
 use pipecast::transport::mcast::udp::{UdpCarrier, UdpConfig};
+use pipecast::transport::mcast::xsk::{chunk_for, Xsk, XskConfig};
 use pipecast::transport::mcast::{Batch, Carrier, Group, To};
 use pipecast::transport::raweth::port::{PacketPort, Port};
 use pipecast::transport::raweth::ring::RxRing;
@@ -56,9 +60,13 @@ enum Mode {
     EtherCarrier,
     EtherRing2,
     EtherRing3,
+    EtherXdp,
 }
 
-const MODES: [(&str, Mode); 8] = [
+/// The modes of `all`; `ether-xdp` is named on its own (module docs).
+const ALL: usize = 8;
+
+const MODES: [(&str, Mode); 9] = [
     ("udp-none", Mode::UdpNone),
     ("udp-carrier", Mode::UdpCarrier),
     ("udp-split", Mode::UdpSplit),
@@ -67,6 +75,7 @@ const MODES: [(&str, Mode); 8] = [
     ("ether-carrier", Mode::EtherCarrier),
     ("ether-ring2", Mode::EtherRing2),
     ("ether-ring3", Mode::EtherRing3),
+    ("ether-xdp", Mode::EtherXdp),
 ];
 
 impl Mode {
@@ -84,7 +93,7 @@ impl Mode {
 /// Parses `MODES` (a comma list, or `all`).
 fn parse_modes(s: &str) -> Result<Vec<Mode>, String> {
     if s == "all" {
-        return Ok(MODES.iter().map(|(_, m)| *m).collect());
+        return Ok(MODES[..ALL].iter().map(|(_, m)| *m).collect());
     }
     s.split(',')
         .map(|w| {
@@ -275,6 +284,44 @@ impl Landing {
     }
 }
 
+impl Landing {
+    /// Lands one whole Ethernet frame from an AF_XDP socket, in one piece or several (a
+    /// frame larger than a chunk): its EtherType looked at, its header read from the first
+    /// piece, its payload copied piece by piece to its place, every length checked first.
+    fn land_pieces(&mut self, pieces: &[&[u8]]) {
+        const ETH: usize = 14;
+        let first = pieces.first().copied().unwrap_or_default();
+        if pieces.len() == 1 {
+            match first.get(12..ETH) {
+                Some(t) if t == ETHERTYPE.to_be_bytes() => return self.land(&first[ETH..]),
+                _ => {
+                    self.bad += 1;
+                    return;
+                }
+            }
+        }
+        let idx = match first.get(12..ETH + HEAD) {
+            Some(h) if h[..2] == ETHERTYPE.to_be_bytes() => self.index(&h[2..]),
+            _ => None,
+        };
+        let total: usize = pieces.iter().map(|p| p.len()).sum();
+        let Some(idx) =
+            idx.filter(|&i| total - ETH - HEAD == self.segment_len(i) && !self.landed[i])
+        else {
+            self.bad += 1;
+            return;
+        };
+        let mut at = idx * self.seg;
+        for (k, piece) in pieces.iter().enumerate() {
+            let body = if k == 0 { &piece[ETH + HEAD..] } else { piece };
+            self.buf[at..at + body.len()].copy_from_slice(body);
+            at += body.len();
+        }
+        self.landed[idx] = true;
+        self.count += 1;
+    }
+}
+
 enum Rx {
     None,
     Udp(UdpCarrier, Batch),
@@ -287,6 +334,7 @@ enum Rx {
     Ether(EtherCarrier<PacketPort>, Batch),
     Ring2(RawSocket, RxRing),
     Ring3(RawSocket, Ring3),
+    Xdp(Box<Xsk>),
 }
 
 impl Rx {
@@ -297,6 +345,7 @@ impl Rx {
             Rx::Packet(p) => Some(p.fd()),
             Rx::Ether(c, _) => c.fds().first().copied(),
             Rx::Ring2(s, _) | Rx::Ring3(s, _) => Some(s.raw_fd()),
+            Rx::Xdp(x) => Some(x.fd()),
         }
     }
 
@@ -331,6 +380,9 @@ impl Rx {
             }
             Rx::Ring2(_, r) => Ok(r.drain(4 * BATCH, |_, to, cut, b| ours(l, to, cut, b))),
             Rx::Ring3(_, r) => Ok(r.drain(4, |_, to, cut, b| ours(l, to, cut, b))),
+            // Whole Ethernet frames, as the program redirected them (the group's MAC and
+            // the carrier's EtherType); the header is skipped after a look at its type.
+            Rx::Xdp(x) => Ok(x.drain(4 * BATCH, |pieces| l.land_pieces(pieces))),
         }
     }
 }
@@ -443,7 +495,14 @@ fn open_rx(mode: Mode, iface: &str, group: Group) -> Result<(Rx, usize), String>
     };
     // The interface's MTU as this thread's namespace sees it (`/sys` may show another's);
     // loopback's 64 KiB counts as Ethernet's 1500.
-    let mtu = RawSocket::open_with(iface, 0x88B7).map_err(e)?.mtu();
+    let mtu = if mode == Mode::EtherXdp {
+        // Asked without a raw socket: AF_XDP's own error says what it lacks.
+        pipecast::transport::mcast::xsk::interface(iface)
+            .map_err(e)?
+            .1
+    } else {
+        RawSocket::open_with(iface, 0x88B7).map_err(e)?.mtu()
+    };
     let mtu = if iface == "lo" { mtu.min(1500) } else { mtu };
     Ok(match mode {
         Mode::UdpNone | Mode::EtherNone => (Rx::None, mtu),
@@ -466,6 +525,23 @@ fn open_rx(mode: Mode, iface: &str, group: Group) -> Result<(Rx, usize), String>
             let s = raw()?;
             let r = Ring3::new(&s, 1 << 20, 16, 1).map_err(e)?;
             (Rx::Ring3(s, r), mtu)
+        }
+        Mode::EtherXdp => {
+            // Room for two chunks of frames, each in a chunk of the UMEM.
+            let config = XskConfig {
+                frames: (2 * chunk(mtu - HEAD)).next_power_of_two() as u32,
+                chunk: Some(chunk_for(mtu) as u32),
+                ..XskConfig::carrier(vec![group.mac])
+            };
+            let x = Xsk::open(iface, &config).map_err(e)?;
+            eprintln!(
+                "ether-xdp: AF_XDP on {iface} queue 0, {} mode, XDP program attached {:?}, {} chunks of {} bytes",
+                if x.zero_copy() { "zero-copy" } else { "copy" },
+                x.attach_mode(),
+                config.frames,
+                x.chunk()
+            );
+            (Rx::Xdp(Box::new(x)), mtu)
         }
     })
 }
@@ -672,8 +748,42 @@ mod tests {
     }
 
     #[test]
+    fn frames_in_pieces_land_in_place_and_wrong_ones_are_refused() {
+        let mut l = Landing {
+            buf: vec![0; 10],
+            landed: vec![false; 3],
+            seg: 4,
+            rep: 0,
+            count: 0,
+            bad: 0,
+        };
+        let mut eth = [0u8; 14];
+        eth[12..].copy_from_slice(&ETHERTYPE.to_be_bytes());
+        let frame = |idx: usize, p: &[u8]| [&eth[..], &header(idx, 0)[..], p].concat();
+        // One piece; the header and part of the payload, then the rest in two more.
+        l.land_pieces(&[&frame(2, b"ij")]);
+        let f = frame(0, b"abcd");
+        l.land_pieces(&[&f[..47], &f[47..48], &f[48..]]);
+        let f = frame(1, b"efg"); // short, in pieces
+        l.land_pieces(&[&f[..46], &f[46..]]);
+        let mut other = frame(1, b"efgh");
+        other[12] = 0x08; // another EtherType
+        l.land_pieces(&[&other]);
+        l.land_pieces(&[&other[..46], &other[46..]]);
+        l.land_pieces(&[&f[..20], &f[20..]]); // the header split: refused
+        l.land_pieces(&[]);
+        assert_eq!((l.count, l.bad), (2, 5));
+        let f = frame(1, b"efgh");
+        l.land_pieces(&[&f[..46], &f[46..]]);
+        assert_eq!(l.count, 3);
+        assert_eq!(&l.buf, b"abcdefghij");
+    }
+
+    #[test]
     fn modes_parse_by_name() {
-        assert_eq!(parse_modes("all").unwrap().len(), MODES.len());
+        assert_eq!(parse_modes("all").unwrap().len(), ALL);
+        assert!(!parse_modes("all").unwrap().contains(&Mode::EtherXdp));
+        assert_eq!(parse_modes("ether-xdp").unwrap(), [Mode::EtherXdp]);
         assert_eq!(
             parse_modes("udp-split,ether-ring3").unwrap(),
             [Mode::UdpSplit, Mode::EtherRing3]
