@@ -527,10 +527,14 @@ fn open_rx(mode: Mode, iface: &str, group: Group) -> Result<(Rx, usize), String>
             (Rx::Ring3(s, r), mtu)
         }
         Mode::EtherXdp => {
-            // Room for two chunks of frames, each in a chunk of the UMEM.
+            // Room for a chunk of frames, each in as many UMEM chunks as it spans (behind
+            // the kernel's headroom in each), rounded up to a power of two: 4 MiB at MTU
+            // 1500 and 9000, about what the TPACKET_V2 ring of `ether-ring2` maps.
+            let umem_chunk = chunk_for(mtu);
+            let pieces = (mtu + 14).div_ceil(umem_chunk - 256);
             let config = XskConfig {
-                frames: (2 * chunk(mtu - HEAD)).next_power_of_two() as u32,
-                chunk: Some(chunk_for(mtu) as u32),
+                frames: (pieces * chunk(mtu - HEAD)).next_power_of_two() as u32,
+                chunk: Some(umem_chunk as u32),
                 ..XskConfig::carrier(vec![group.mac])
             };
             let x = Xsk::open(iface, &config).map_err(e)?;
