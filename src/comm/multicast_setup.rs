@@ -221,6 +221,12 @@ pub fn window(segment: u32, rcvbuf: usize) -> u32 {
     fits.min(most).max(16).min(u64::from(u32::MAX)) as u32
 }
 
+/// A rank reports to its parent every this many segments (a quarter of `window`, at least
+/// the protocol's default; `Member` keeps it at most half the window).
+pub fn ack_every(window: u32) -> u32 {
+    (window / 4).max(McastConfig::default().ack_every)
+}
+
 /// The root's pace at most (bytes per second as the protocol counts them: payload and frame
 /// header) for a link of `bps` bits per second: the link's rate less what every datagram also
 /// carries (`overhead`, the carrier's: IP and UDP headers, 28 bytes, for UDP, none for raw
@@ -381,10 +387,13 @@ pub fn agree(
     let header_sum = addrs.iter().all(|a| a.sums);
     let mcast = McastConfig {
         window,
-        // A report per eighth of the window (at least the protocol's 32 segments): the
-        // root's credit never runs dry for it, and a receiver sends ~8 reports per window
-        // instead of one per 32 segments (each a `sendmsg`).
-        ack_every: (window / 8).max(McastConfig::default().ack_every),
+        // A report per quarter of the window (at least the protocol's 32 segments), as the
+        // simulator's (`sim::multicast`): the root's credit never runs dry for it (a report
+        // lags a rank's arrivals by a quarter, half where the tree's levels are out of step,
+        // plus a pause of at most an eighth), and a receiver sends ~4 reports per window
+        // (each a `sendmsg`; an eighth before: docs/multicast.md, "Receivers' CPU: wake-ups
+        // and acks").
+        ack_every: ack_every(window),
         liveness: u64::try_from(config.timeout.as_nanos()).unwrap_or(u64::MAX),
         rate: rate_bps.map(|bps| pace(bps, segment, overhead)),
         burst: burst(rate_bps, segment, window),
@@ -465,5 +474,13 @@ mod tests {
             crate::model::multicast::window_segments(1440)
         );
         assert_eq!(window(1440, 0), 16);
+    }
+
+    #[test]
+    fn a_rank_reports_four_times_a_window_never_more_often_than_every_32_segments() {
+        assert_eq!(ack_every(2979), 744);
+        assert_eq!(ack_every(416), 104);
+        assert_eq!(ack_every(128), 32);
+        assert_eq!(ack_every(16), 32, "Member keeps it at half the window");
     }
 }

@@ -4,6 +4,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// Tries `ready` until it gives `Some` or `budget` has passed, yielding the CPU between tries;
@@ -38,6 +39,16 @@ pub fn spin<T>(budget: Duration, mut ready: impl FnMut() -> Option<T>) -> Option
 #[derive(Debug)]
 pub struct Wake {
     fd: OwnedFd,
+    /// Notifies begun ([`Wake::notify`] counts before it writes 1) and the sum of what
+    /// [`Wake::clear`] read: equal, nothing is or will be readable that a clear would take,
+    /// and the clear makes no system call. The progress thread clears once per round, and a
+    /// `read(2)` that found nothing was one system call per round for nothing (a multicast
+    /// receiver runs ~90 rounds per 16 MiB broadcast: docs/multicast.md, "Receivers' CPU:
+    /// wake-ups and acks"). Counted, not a flag: a notifier preempted between its write and
+    /// a flag's store (its write wakes the waiter, which may take its CPU) left the
+    /// descriptor readable and unread, and the progress thread spun on it for a time slice.
+    notified: AtomicU64,
+    taken: AtomicU64,
 }
 
 impl Wake {
@@ -51,22 +62,36 @@ impl Wake {
         // SAFETY: `fd` is a fresh descriptor owned by nobody else.
         Ok(Wake {
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            notified: AtomicU64::new(0),
+            taken: AtomicU64::new(0),
         })
     }
 
     /// Makes the descriptor readable (wakes a `poll` that includes it).
     pub fn notify(&self) {
+        // Before the write: whenever the descriptor is readable, `notified` is ahead of
+        // `taken`, so the next clear reads. A clear between the two reads nothing (and reads
+        // again next time).
+        self.notified.fetch_add(1, Ordering::SeqCst);
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a live u64 to an open eventfd; a full counter (never
         // reached: the reader drains it) would only give EAGAIN.
         unsafe { libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
     }
 
-    /// Makes it unreadable again.
+    /// Makes it unreadable again: reads it unless every notify's write was read already
+    /// (nothing else writes to it).
     pub fn clear(&self) {
+        if self.notified.load(Ordering::SeqCst) == self.taken.load(Ordering::SeqCst) {
+            return;
+        }
         let mut v: u64 = 0;
         // SAFETY: reads 8 bytes into a live u64 from an open non-blocking eventfd.
-        unsafe { libc::read(self.fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+        let n = unsafe { libc::read(self.fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+        if n == 8 {
+            // The writes read (each wrote 1); a write still to come is read next time.
+            self.taken.fetch_add(v, Ordering::SeqCst);
+        }
     }
 
     pub fn raw(&self) -> RawFd {
@@ -133,5 +158,53 @@ mod tests {
         assert!(ready(&w));
         w.clear();
         assert!(!ready(&w));
+        // A clear with nothing notified leaves it so; the next notify wakes again.
+        w.clear();
+        assert!(!ready(&w));
+        w.notify();
+        assert!(ready(&w));
+        w.clear();
+        assert!(!ready(&w));
+    }
+
+    /// Notifies from other threads while this one clears and polls: once every notifier is
+    /// done and one last clear ran, the descriptor is unreadable; a notify that came after a
+    /// clear is always seen (readable) before the next clear.
+    #[test]
+    fn concurrent_notifies_are_never_lost_and_a_last_clear_empties_it() {
+        use std::sync::Arc;
+        let w = Arc::new(Wake::new().unwrap());
+        let ready = |w: &Wake| {
+            let mut p = libc::pollfd {
+                fd: w.raw(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one live pollfd for an open descriptor.
+            unsafe { libc::poll(&mut p, 1, 0) == 1 }
+        };
+        for _ in 0..20 {
+            let notifiers: Vec<_> = (0..2)
+                .map(|_| {
+                    let w = w.clone();
+                    std::thread::spawn(move || {
+                        for _ in 0..500 {
+                            w.notify();
+                        }
+                    })
+                })
+                .collect();
+            for _ in 0..500 {
+                w.clear();
+            }
+            for n in notifiers {
+                n.join().unwrap();
+            }
+            w.notify();
+            assert!(ready(&w), "a notify after every clear is seen");
+            // Every notifier's write and flag are done: one clear empties it.
+            w.clear();
+            assert!(!ready(&w));
+        }
     }
 }
