@@ -184,8 +184,9 @@ pub struct Multicast {
     /// at the pace).
     bucket: Option<crate::engine::reliable::Pacer>,
     /// Whether a broadcast here ever saw loss (a NACK, a repair or a spare, as root or
-    /// receiver): from then on the broadcasts this rank roots have no catch-up
-    /// ([`Config::catch_up`]), even where the spare has fallen back to 0 between losses.
+    /// receiver): from then on the broadcasts this rank roots catch up only as a root that
+    /// saw loss ([`Config::seen_loss`]: [`Config::loss_catch_up`], while none of its repairs
+    /// is in flight), even where the spare has fallen back to 0 between losses.
     lossy: bool,
     /// How long a receiving rank lets frames gather before the next round, at most.
     coalesce: Duration,
@@ -349,11 +350,7 @@ impl Multicast {
         }
         let config = Config {
             spare: self.spare,
-            catch_up: if self.lossy {
-                0
-            } else {
-                self.agreed.config.catch_up
-            },
+            seen_loss: self.lossy,
             tokens: self
                 .bucket
                 .as_ref()
@@ -441,6 +438,7 @@ impl Multicast {
                 late_max = t.late.max_us,
                 late_beyond_bucket = t.late.beyond_us,
                 pace_lost = r.member.uplink().lost() / 1000,
+                pace_caught = r.member.uplink().caught() / 1000,
                 stalls = t.stalls,
                 stalled = t.stalled_us,
                 complete = t.complete.saturating_sub(t.posted),

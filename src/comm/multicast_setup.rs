@@ -275,13 +275,40 @@ pub fn burst(bps: Option<u64>, segment: u32, window: u32) -> u64 {
 /// to this many more buckets (the root's own port's queue holds them: the lab's shapers queue
 /// 256 KiB behind their 64 KiB bucket, `lab::tbf_sizes`). Only for a root that has seen no
 /// loss (`Config::catch_up`) and on a rank where no broadcast ever did (`comm::multicast`:
-/// once lossy, never again). Measured on the 16-machine lab through the Open MPI component
+/// once lossy, [`LOSS_CATCH_UP_BUCKETS`] only). Measured on the 16-machine lab through the Open MPI component
 /// (docs/multicast.md, "A late root" and "The component under load"): a paced root whose
 /// progress thread is scheduled late (16 ranks on 2 cores and a busy loop beside) lost
 /// 11-85 ms of pace per 1-4 MiB broadcast without it. Before the sticky loss flag, 3 buckets
 /// made the 1 % loss bench slower in all six comparisons of two A/B pairs: the catch-up came
 /// back wherever the root's spare fell to 0 between losses.
 pub const CATCH_UP_BUCKETS: u64 = 3;
+
+/// What a late root that saw loss may send beyond its bucket, in buckets of [`burst`]
+/// (`engine::multicast::Config::loss_catch_up`), counted only while none of its repairs is
+/// pending or in flight: the scheduler's lateness. Its whole burst is then its 16-segment
+/// loss bucket and one path's burst, under a third of what a clean root may send at once
+/// (a bucket and [`CATCH_UP_BUCKETS`]). What it sends is what it owes: the paths to the
+/// receivers carried none of its stream while it was late and drained by as much, so a
+/// catch-up refills their queues to where the pace would have kept them, not beyond, save
+/// the transient of its arriving at once — which one path's burst bounds, as a clean root's
+/// bucket. Through Open MPI with loss a root woken 2-9 ms late lost 7-32 ms of pace per
+/// 4 MiB broadcast without it (docs/multicast.md, "Checked with OSU under loss"); a bucket
+/// covers lateness up to ~7 ms at 100 Mbit/s (the loss bucket's 1.9 ms and its 5.2).
+pub const LOSS_CATCH_UP_BUCKETS: u64 = 1;
+
+/// What a late root that saw loss may send beyond its bucket (bytes,
+/// `engine::multicast::Config::loss_catch_up`): [`LOSS_CATCH_UP_BUCKETS`] buckets of
+/// [`burst`], never more than a quarter of the credit window, nothing where unpaced.
+pub fn loss_catch_up(bps: Option<u64>, segment: u32, window: u32) -> u64 {
+    if bps.is_none() {
+        return 0;
+    }
+    let counted = u64::from(segment) + DATA_HEADER_LEN as u64;
+    let most = u64::from(window).saturating_mul(counted) / 4;
+    LOSS_CATCH_UP_BUCKETS
+        .saturating_mul(burst(bps, segment, window))
+        .min(most)
+}
 
 /// What a late root that has seen no loss may send beyond its bucket (bytes,
 /// `engine::multicast::Config::catch_up`): [`CATCH_UP_BUCKETS`] buckets of [`burst`], never
@@ -398,6 +425,7 @@ pub fn agree(
         rate: rate_bps.map(|bps| pace(bps, segment, overhead)),
         burst: burst(rate_bps, segment, window),
         catch_up: catch_up(rate_bps, segment, window),
+        loss_catch_up: loss_catch_up(rate_bps, segment, window),
         ..McastConfig::default()
     };
     Ok(Ok(Agreed {
@@ -461,6 +489,13 @@ mod tests {
             CATCH_UP_BUCKETS * PATH_BURST
         );
         assert_eq!(catch_up(None, 1440, 2979), 0);
+        // One that saw loss: a bucket, within a quarter of the window, never where unpaced.
+        assert_eq!(loss_catch_up(Some(100_000_000), 1440, 2979), PATH_BURST);
+        assert_eq!(loss_catch_up(Some(100_000_000), 1440, 100), 25 * seg);
+        assert_eq!(loss_catch_up(None, 1440, 2979), 0);
+        assert!(
+            loss_catch_up(Some(100_000_000), 1440, 2979) < catch_up(Some(100_000_000), 1440, 2979)
+        );
     }
 
     #[test]

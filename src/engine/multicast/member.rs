@@ -104,6 +104,10 @@ pub struct Member {
     /// Syncs since every segment left (the first right behind the last one).
     tail_syncs: u32,
     asks: BTreeMap<u32, BTreeSet<usize>>,
+    /// The root that saw loss counts its lateness as the scheduler's (and catches it up,
+    /// [`Config::loss_catch_up`]) from this time on: [`Config::nack_min`] after the last NACK
+    /// from a child or repair that left it (one in flight until then).
+    quiet_from: u64,
     /// What this rank multicasts and repairs leaves through this bucket: the root's new
     /// segments and its repairs share it (one uplink, and the room its pace leaves on the
     /// links beyond is for every parent's repairs), at the rate less the spare; its depth
@@ -188,6 +192,7 @@ impl Member {
             last_sync: None,
             tail_syncs: 0,
             asks: BTreeMap::new(),
+            quiet_from: now,
             pacer: {
                 let spare = config.spare.min(crate::model::multicast::PACE.spare_max);
                 let p = Pacer::new(
@@ -195,12 +200,10 @@ impl Member {
                     Self::depth(&config, segment, is_root, spare),
                     now,
                 );
-                let mut p = match config.tokens {
+                match config.tokens {
                     Some(t) if is_root => p.with_tokens(now, t),
                     _ => p,
-                };
-                p.set_catch_up(now, Self::catch_up(&config, is_root, spare));
-                p
+                }
             },
             spare: config.spare.min(crate::model::multicast::PACE.spare_max),
             missed: 0,
@@ -209,6 +212,7 @@ impl Member {
             stats: Stats::default(),
             shape,
         };
+        m.pace_catch_up(now);
         m.progress(now);
         Ok(m)
     }
@@ -268,14 +272,53 @@ impl Member {
         }
     }
 
-    /// What a late root may send beyond its bucket ([`Config::catch_up`]): only while it has
-    /// seen no loss, as the path's burst.
-    fn catch_up(config: &Config, is_root: bool, spare: u32) -> u64 {
-        if is_root && spare == 0 {
-            config.catch_up
+    /// Whether this root paces as one that saw loss: a spare above 0 here, or loss in an
+    /// earlier broadcast at this rank ([`Config::seen_loss`]).
+    fn saw_loss(&self) -> bool {
+        self.config.seen_loss || self.spare > 0
+    }
+
+    /// What a late root may send beyond its bucket at `now`: one that has seen no loss
+    /// [`Config::catch_up`]; one that saw loss [`Config::loss_catch_up`] beyond the loss
+    /// bucket ([`LOSS_BURST_SEGMENTS`](super::LOSS_BURST_SEGMENTS); with a deeper bucket, as
+    /// a sticky loss with a spare back at 0 has, less by as much: never more at once than
+    /// that), but nothing while a repair of its is pending or in flight (queued, or a NACK
+    /// from a child or a repair that left less than [`Config::nack_min`] ago: its lateness
+    /// may then be the network's, and the paths to the children that asked are in use);
+    /// other ranks nothing.
+    fn catch_up_allowance(&self, now: u64) -> u64 {
+        if !self.is_root() {
+            0
+        } else if !self.saw_loss() {
+            self.config.catch_up
+        } else if self.repairs.is_empty() && now >= self.quiet_from {
+            let loss_bucket = Self::depth(&self.config, self.segment, false, 0);
+            loss_bucket
+                .saturating_add(self.config.loss_catch_up)
+                .saturating_sub(self.pacer.burst())
         } else {
             0
         }
+    }
+
+    /// Gives the root's bucket the catch-up allowance of `now`. Allowed again after a
+    /// repair, the root catches up only the lateness since it has been quiet
+    /// ([`Member::quiet_from`]); the time before stays lost.
+    fn pace_catch_up(&mut self, now: u64) {
+        let want = self.catch_up_allowance(now);
+        let have = self.pacer.catch_up();
+        if want > have {
+            let from = self.quiet_from.min(now);
+            self.pacer.set_catch_up(from, want);
+        } else if want < have {
+            self.pacer.set_catch_up(now, want);
+        }
+    }
+
+    /// The root's window is full: nothing new may leave until a report moves it.
+    fn window_full(&self) -> bool {
+        self.next < self.n
+            && u64::from(self.next) >= self.acked.saturating_add(u64::from(self.config.window))
     }
 
     /// The uplink's bucket: what it holds when the next broadcast this rank roots starts
@@ -313,8 +356,7 @@ impl Member {
             self.pacer.set_rate(now, rate);
             let depth = Self::depth(&self.config, self.segment, true, self.spare);
             self.pacer.set_burst(now, depth);
-            let catch_up = Self::catch_up(&self.config, true, self.spare);
-            self.pacer.set_catch_up(now, catch_up);
+            self.pace_catch_up(now);
         }
     }
 
@@ -485,6 +527,12 @@ impl Member {
             self.repairs.pop_front();
             self.queued.remove(&(to, index));
             self.repaired.insert((to, index), now);
+            if self.is_root() {
+                // In flight: no catch-up for the time a repair takes at least.
+                self.quiet_from = self
+                    .quiet_from
+                    .max(now.saturating_add(self.config.nack_min));
+            }
             let to = if to == GROUP {
                 self.stats.group_repairs += 1;
                 To::Group
@@ -514,6 +562,11 @@ impl Member {
         match self.shape.parent {
             None => {
                 if value > self.acked {
+                    if self.window_full() {
+                        // Since its last round the root could send nothing new (no credit):
+                        // that time was idle, not late, and is not caught up.
+                        self.pacer.idle(now);
+                    }
                     self.acked = value;
                     self.moved = now;
                 }
@@ -646,6 +699,11 @@ impl Member {
             .saturating_add(count.min(self.config.nack_max.max(1)))
             .min(self.n);
         if self.is_root() {
+            // A child lost something: no catch-up while its repair is due or in flight.
+            self.quiet_from = self
+                .quiet_from
+                .max(now.saturating_add(self.config.nack_min));
+            self.pace_catch_up(now);
             self.estimate(now, u64::from(end - index));
         } else {
             // The child knows these were sent.
@@ -698,6 +756,9 @@ impl Member {
             if let Some(o) = self.queue.pop_front() {
                 return Some(o);
             }
+        }
+        if self.is_root() {
+            self.pace_catch_up(now);
         }
         if !self.repairs.is_empty() {
             // Repairs first; new segments wait for them (one pace, one uplink).
@@ -1491,6 +1552,127 @@ mod tests {
         // A rank's repairs burst as little.
         let r = Member::new(shape(1, Some(0), &[2]), 10_000, 10, c, 0).unwrap();
         assert_eq!(r.uplink().burst(), 16 * 42);
+    }
+
+    /// New segments (not repairs) and repairs `m` sends at `now`.
+    fn sent_at(m: &mut Member, now: u64) -> (usize, usize) {
+        let out = drain(m, now);
+        let new = out
+            .iter()
+            .filter(|o| matches!(o.msg, Msg::Data { repair: false, .. }))
+            .count();
+        let repairs = out
+            .iter()
+            .filter(|o| matches!(o.msg, Msg::Data { repair: true, .. }))
+            .count();
+        (new, repairs)
+    }
+
+    #[test]
+    fn a_root_that_saw_loss_catches_up_the_schedulers_lateness_not_while_repairing() {
+        // 63 segments of 10 bytes, 42 counted bytes each at 42 000 B/s: one per ms (fewer
+        // than a block: the spare, and so the pace, stay). A bucket of 8 segments; a late
+        // root that has seen no loss may hold 16 more, one that saw loss 4.
+        let c = Config {
+            window: 1000,
+            rate: Some(42_000),
+            burst: 8 * 42,
+            catch_up: 16 * 42,
+            loss_catch_up: 4 * 42,
+            ..Config::default()
+        };
+        let shape = || shape(0, None, &[1, 2]);
+        // Seen no loss: 20 ms late, all 20 segments it owes at once.
+        let mut clean = Member::new(shape(), 630, 10, c, 0).unwrap();
+        assert_eq!(sent_at(&mut clean, 0), (8, 0));
+        assert_eq!(sent_at(&mut clean, 20 * MS), (20, 0));
+        assert_eq!(clean.uplink().lost(), 0);
+        assert_eq!(clean.uplink().caught(), 12 * MS);
+        // Saw loss in an earlier broadcast: the bucket and 4 more; 8 ms lost for good.
+        let lossy = Config {
+            seen_loss: true,
+            ..c
+        };
+        let mut root = Member::new(shape(), 630, 10, lossy, 0).unwrap();
+        assert_eq!(sent_at(&mut root, 0), (8, 0));
+        assert_eq!(sent_at(&mut root, 20 * MS), (12, 0));
+        assert_eq!(root.uplink().lost(), 8 * MS);
+        assert_eq!(root.uplink().caught(), 4 * MS);
+        // A child NACKs: while its repair is queued the root catches nothing up, even once
+        // the NACK is a repair's time old (20 ms late: the bucket, repair first).
+        root.handle(20 * MS, 1, Msg::Nack { index: 2, count: 1 });
+        assert_eq!(root.uplink().catch_up(), 0);
+        assert_eq!(sent_at(&mut root, 20 * MS), (0, 0));
+        assert_eq!(sent_at(&mut root, 40 * MS), (7, 1));
+        assert_eq!(root.uplink().lost(), 20 * MS);
+        assert_eq!(root.uplink().caught(), 4 * MS);
+        // The repair left at 40 ms: in flight for `nack_min` (4 ms). Late until 70 ms, the
+        // root catches up only from 44 ms on: its bucket (4 segments from 40 to 44 ms, then
+        // full) and 4 more; 18 ms lost.
+        assert_eq!(c.nack_min, 4 * MS);
+        assert_eq!(sent_at(&mut root, 70 * MS), (12, 0));
+        assert_eq!(root.uplink().lost(), 38 * MS);
+        assert_eq!(root.uplink().caught(), 8 * MS);
+        assert_eq!(root.uplink().catch_up(), 4 * 42);
+        // A NACK that came while it was late cancels it before it sends (handled first).
+        root.handle(90 * MS, 2, Msg::Nack { index: 3, count: 1 });
+        assert_eq!(sent_at(&mut root, 90 * MS), (7, 1));
+        assert_eq!(root.uplink().caught(), 8 * MS);
+        assert_eq!(root.uplink().lost(), 50 * MS);
+        // A spare above 0 counts as loss seen too, from the start.
+        let spared = Config { spare: 50, ..c };
+        let m = Member::new(shape(), 630, 10, spared, 0).unwrap();
+        assert_eq!(m.uplink().catch_up(), 4 * 42);
+        // A sticky loss whose spare is back at 0 has the path's bucket (20 segments here, more
+        // than the loss bucket's 16): at once never more than 16 + 4 segments in all.
+        let path = Config {
+            burst: 20 * 42,
+            ..lossy
+        };
+        let m = Member::new(shape(), 630, 10, path, 0).unwrap();
+        assert_eq!((m.uplink().burst(), m.uplink().catch_up()), (20 * 42, 0));
+        let m = Member::new(shape(), 630, 10, Config { spare: 50, ..path }, 0).unwrap();
+        assert_eq!(
+            (m.uplink().burst(), m.uplink().catch_up()),
+            (16 * 42, 4 * 42)
+        );
+        // Other ranks never catch up (their repairs are the loss).
+        let r = Member::new(shape1(), 630, 10, lossy, 0).unwrap();
+        assert_eq!(r.uplink().catch_up(), 0);
+        let r = Member::new(shape1(), 630, 10, c, 0).unwrap();
+        assert_eq!(r.uplink().catch_up(), 0);
+    }
+
+    fn shape1() -> Shape {
+        shape(1, Some(0), &[2])
+    }
+
+    #[test]
+    fn a_root_whose_window_was_full_was_idle_not_late() {
+        // As above, seen no loss, a window of 30 segments and one child.
+        let c = Config {
+            window: 30,
+            rate: Some(42_000),
+            burst: 8 * 42,
+            catch_up: 16 * 42,
+            ..Config::default()
+        };
+        let mut root = Member::new(shape(0, None, &[1]), 630, 10, c, 0).unwrap();
+        assert_eq!(sent_at(&mut root, 0), (8, 0));
+        assert_eq!(sent_at(&mut root, 22 * MS), (22, 0), "late: caught up");
+        // The window is full until the report at 100 ms: a bucket then, not 24 segments.
+        assert_eq!(sent_at(&mut root, 23 * MS), (0, 0));
+        root.handle(
+            100 * MS,
+            1,
+            Msg::Ack {
+                value: 30,
+                ping: false,
+            },
+        );
+        assert_eq!(sent_at(&mut root, 100 * MS), (8, 0));
+        assert_eq!(root.uplink().lost(), 0);
+        assert_eq!(root.uplink().caught(), 14 * MS);
     }
 
     #[test]

@@ -112,6 +112,16 @@ pub struct Config {
     /// (bytes; `engine::reliable::Pacer::set_catch_up`): the pace it owes, that much at
     /// most (the communicator: `comm::multicast_setup::catch_up`). 0: none.
     pub catch_up: u64,
+    /// What a root that saw loss (a spare above 0, or [`Config::seen_loss`]) may send beyond
+    /// its bucket when its thread ran late, counted only from when none of its repairs is
+    /// pending or in flight (no repair queued, no NACK from a child and no repair left for
+    /// [`Config::nack_min`]): the scheduler's lateness, not the network's (the communicator:
+    /// `comm::multicast_setup::loss_catch_up`). 0: none.
+    pub loss_catch_up: u64,
+    /// This rank saw loss in an earlier broadcast (the communicator remembers it): as the
+    /// root it catches up by [`Config::loss_catch_up`], not [`Config::catch_up`], even where
+    /// its spare has fallen back to 0 between losses.
+    pub seen_loss: bool,
     /// The root's bucket holds this many bytes when the broadcast starts (what it gathered
     /// since the last broadcast this rank rooted: [`Member::uplink`]'s level then); `None`: full.
     pub tokens: Option<u64>,
@@ -139,6 +149,8 @@ impl Default for Config {
             rate: None,
             burst: 256 * 1024,
             catch_up: 0,
+            loss_catch_up: 0,
+            seen_loss: false,
             tokens: None,
             spare: 0,
         }

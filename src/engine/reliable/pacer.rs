@@ -22,6 +22,9 @@ pub struct Pacer {
     catch_up: u64,
     /// Time the bucket overflowed while backlogged: the pace lost for good (ns).
     lost: u64,
+    /// Time beyond the bucket a backlogged sender gathered into its catch-up allowance:
+    /// the pace it was late by and may still send (ns).
+    caught: u64,
 }
 
 const NS: u128 = 1_000_000_000;
@@ -35,6 +38,7 @@ impl Pacer {
             last: now,
             catch_up: 0,
             lost: 0,
+            caught: 0,
         }
     }
 
@@ -54,7 +58,15 @@ impl Pacer {
                     .lost
                     .saturating_add(u64::try_from(over).unwrap_or(u64::MAX));
             }
-            self.tokens = full.min(cap);
+            let kept = full.min(cap);
+            let bucket = u128::from(self.burst) * NS;
+            if kept > bucket.max(self.tokens) {
+                let caught = (kept - bucket.max(self.tokens)) / u128::from(rate);
+                self.caught = self
+                    .caught
+                    .saturating_add(u64::try_from(caught).unwrap_or(u64::MAX));
+            }
+            self.tokens = kept;
         }
         self.last = self.last.max(now);
     }
@@ -74,7 +86,20 @@ impl Pacer {
     pub fn set_catch_up(&mut self, now: u64, bytes: u64) {
         self.refill(now);
         self.catch_up = bytes;
-        self.tokens = self.tokens.min(self.cap());
+        self.clamp();
+    }
+
+    /// Drops the tokens beyond the cap: pace gathered to catch up and taken back is lost.
+    fn clamp(&mut self) {
+        let cap = self.cap();
+        if self.tokens > cap {
+            if let Some(rate) = self.rate {
+                let ns = u64::try_from((self.tokens - cap) / u128::from(rate)).unwrap_or(u64::MAX);
+                self.caught = self.caught.saturating_sub(ns);
+                self.lost = self.lost.saturating_add(ns);
+            }
+            self.tokens = cap;
+        }
     }
 
     /// What a backlogged sender may hold beyond its bucket (bytes).
@@ -86,6 +111,12 @@ impl Pacer {
     /// for good (a sender late by more than its bucket and catch-up hold).
     pub fn lost(&self) -> u64 {
         self.lost
+    }
+
+    /// How long a backlogged sender was late beyond its bucket and kept that pace in its
+    /// catch-up allowance (ns): the pace it caught up rather than lost.
+    pub fn caught(&self) -> u64 {
+        self.caught
     }
 
     /// Takes `bytes` tokens if there are enough (a frame larger than the bucket passes when
@@ -119,7 +150,7 @@ impl Pacer {
     pub fn set_burst(&mut self, now: u64, burst: u64) {
         self.refill(now);
         self.burst = burst.max(1);
-        self.tokens = self.tokens.min(self.cap());
+        self.clamp();
     }
 
     /// The bucket's depth (bytes).
@@ -206,12 +237,15 @@ mod tests {
         // On time: one byte a ms.
         assert!(p.try_take(MS, 1));
         assert_eq!(p.lost(), 0);
-        // 25 ms late: 25 bytes at once (more than the bucket), nothing lost.
+        // 25 ms late: 25 bytes at once (more than the bucket), nothing lost, 15 ms of it
+        // beyond the bucket caught up.
         assert_eq!(drain(&mut p, 26 * MS), 25);
         assert_eq!(p.lost(), 0);
-        // 100 ms late: 40 bytes (bucket and allowance), 60 ms lost for good.
+        assert_eq!(p.caught(), 15 * MS);
+        // 100 ms late: 40 bytes (bucket and allowance), 60 ms lost for good, 30 caught up.
         assert_eq!(drain(&mut p, 126 * MS), 40);
         assert_eq!(p.lost(), 60 * MS);
+        assert_eq!(p.caught(), 45 * MS);
         assert_eq!(p.ready_at(126 * MS, 5), 131 * MS);
         // Idle for 100 ms (nothing to send): the bucket only, and nothing counts as lost.
         p.idle(226 * MS);
@@ -228,7 +262,11 @@ mod tests {
         q.set_catch_up(0, 30);
         q.refill(40 * MS);
         assert_eq!(q.level(40 * MS), 10);
+        let (lost, caught) = (q.lost(), q.caught());
         q.set_catch_up(40 * MS, 5);
         assert_eq!(drain(&mut q, 40 * MS), 15);
+        // What it had gathered beyond the new cap counts as lost, not caught up.
+        assert_eq!(q.lost(), lost + 25 * MS);
+        assert_eq!(q.caught(), caught - 25 * MS);
     }
 }
