@@ -11,7 +11,10 @@
 #             the others pass: a classic-BPF classifier (`ld rand`, as no netem) under each
 #             link's own tbf picks them, an HTB child of the tbf delays them (by 6-15 ms at a
 #             100 Mbit/s stream's 1 %: tens to a hundred frames overtake each one).
-# TCP is not impaired (the point-to-point reference T(m) stays the lab's clean link).
+# TCP is not impaired (the point-to-point reference T(m) stays the lab's clean link), unless
+# TCP_LOSS (percent, default 0) says so: that many of the TCP segments every switch forwards
+# dropped too, per outgoing port (the trees', the barrier's and T(m)'s; docs/multicast.md, "TCP's
+# minimum RTO on a LAN").
 # Root only. Usage: bench/mcast_impair.sh LAB [LOSS DUP REORDER]   (percent, default 1 1 1)
 # Environment: LIMIT, the queue of every link direction in bytes (262144, the lab's at 100 Mbit/s).
 #                   bench/mcast_impair.sh LAB off                  (removes it all)
@@ -20,7 +23,8 @@ LAB=$1
 LOSS=${2:-1}
 DUP=${3:-1}
 REORDER=${4:-1}
-if [ "$LOSS" = off ]; then LOSS=0 DUP=0 REORDER=0; fi
+TCP_LOSS=${TCP_LOSS:-0}
+if [ "$LOSS" = off ]; then LOSS=0 DUP=0 REORDER=0 TCP_LOSS=0; fi
 
 # ldh [12]; jeq IPv4 else no; ldb [23]; jeq UDP else no; ld rand; jge THRESHOLD no; ret -1; ret 0
 threshold=$(python3 -c "print(int($REORDER / 100 * 2**32))")
@@ -54,11 +58,12 @@ for ns in $(ip netns list | cut -d' ' -f1 | grep "^$LAB-"); do
   ip -n "$ns" link show br0 >/dev/null 2>&1 || continue
   ip netns exec "$ns" nft delete table bridge pcmloss 2>/dev/null || true
   ip netns exec "$ns" nft delete table netdev pcmdup 2>/dev/null || true
-  [ "$LOSS" = 0 ] && [ "$DUP" = 0 ] && continue
+  [ "$LOSS" = 0 ] && [ "$DUP" = 0 ] && [ "$TCP_LOSS" = 0 ] && continue
   rules="table bridge pcmloss {
  chain lossy {
   type filter hook forward priority 0; policy accept;
   meta l4proto udp numgen random mod 10000 < $(python3 -c "print(round($LOSS * 100))") counter drop
+  meta l4proto tcp numgen random mod 10000 < $(python3 -c "print(round($TCP_LOSS * 100))") counter drop
  }
 }
 table netdev pcmdup {"
@@ -71,4 +76,4 @@ table netdev pcmdup {"
   done
   printf '%s\n}\n' "$rules" | ip netns exec "$ns" nft -f -
 done
-echo "impaired $LAB: loss $LOSS %, duplicates $DUP %, reordered $REORDER % (UDP)"
+echo "impaired $LAB: loss $LOSS %, duplicates $DUP %, reordered $REORDER % (UDP); TCP loss $TCP_LOSS %"

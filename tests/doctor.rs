@@ -9,12 +9,13 @@ use serde_json::Value;
 use std::process::{Command, Output};
 
 use common::EXE;
-const CHECKS: [&str; 9] = [
+const CHECKS: [&str; 10] = [
     "open-mpi",
     "cap-net-raw",
     "lldp",
     "mtu",
     "io-uring",
+    "tcp-rto-min",
     "user-namespaces",
     "cross-memory-attach",
     "shared-memory",

@@ -92,6 +92,10 @@ pub struct Config {
     /// Reliable multicast broadcasts (env PIPECAST_MULTICAST; default off, `auto` with
     /// `PIPECAST_TREE=multicast`; docs/multicast.md). Every rank the same (agreed).
     pub multicast: MulticastMode,
+    /// The TCP connections' minimum retransmission timeout, their delayed-ack ceiling half of
+    /// it (env PIPECAST_TCP_RTO_MIN_US; [`timers`](crate::transport::tcp::timers); default
+    /// `None`: the kernel's 200 ms, as where the kernel refuses it). Local: ranks may differ.
+    pub tcp_rto_min: Option<Duration>,
 }
 
 /// Whether and over what broadcasts may use the network's multicast (`PIPECAST_MULTICAST`).
@@ -166,6 +170,7 @@ impl Default for Config {
             io_uring: true,
             machine: None,
             multicast: MulticastMode::Off,
+            tcp_rto_min: None,
         }
     }
 }

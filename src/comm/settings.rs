@@ -79,10 +79,13 @@ pub struct Settings {
     pub max_input_bytes: Option<String>,
     /// `PIPECAST_MULTICAST`: auto, off, udp, ether.
     pub multicast: Option<String>,
+    /// `PIPECAST_TCP_RTO_MIN_US`: the TCP connections' minimum retransmission timeout in
+    /// microseconds (0: the kernel's).
+    pub tcp_rto_min_us: Option<String>,
 }
 
 /// The variables, in the order errors and documentation list them.
-pub const VARIABLES: [&str; 25] = [
+pub const VARIABLES: [&str; 26] = [
     "PIPECAST_TRANSPORT",
     "PIPECAST_TREE",
     "PIPECAST_SEGMENT",
@@ -108,6 +111,7 @@ pub const VARIABLES: [&str; 25] = [
     "PIPECAST_MACHINE",
     "PIPECAST_MAX_INPUT_BYTES",
     "PIPECAST_MULTICAST",
+    "PIPECAST_TCP_RTO_MIN_US",
 ];
 
 /// Longest text [`Settings::parse_assignments`] reads.
@@ -219,6 +223,19 @@ pub fn check_machine(v: &str) -> Result<String, String> {
     Ok(name.to_string())
 }
 
+/// `PIPECAST_TCP_RTO_MIN_US` (blanks around it ignored): `None` for 0 (the kernel's minimum
+/// RTO), else microseconds up to the kernel's own 200 ms.
+pub fn parse_rto_min(v: &str) -> Result<Option<Duration>, String> {
+    let limit = crate::transport::tcp::timers::RTO_MIN_LIMIT.as_micros() as u64;
+    match v.trim().parse::<u64>() {
+        Ok(0) => Ok(None),
+        Ok(us) if us <= limit => Ok(Some(Duration::from_micros(us))),
+        _ => Err(format!(
+            "{v:?}: expected microseconds from 1 to {limit} (such as 5000; the kernel rounds up to its clock ticks and refuses under two), or 0 for the kernel's 200 ms"
+        )),
+    }
+}
+
 impl Settings {
     /// Reads the `PIPECAST_*` variables (empty ones count as unset).
     pub fn from_env() -> Settings {
@@ -306,6 +323,7 @@ impl Settings {
             &mut self.machine,
             &mut self.max_input_bytes,
             &mut self.multicast,
+            &mut self.tcp_rto_min_us,
         ]
     }
 
@@ -444,6 +462,9 @@ impl Settings {
                     )
                 })?;
             config.round = Duration::from_millis(ms);
+        }
+        if let Some(v) = &self.tcp_rto_min_us {
+            config.tcp_rto_min = parse_rto_min(v).map_err(|e| bad("PIPECAST_TCP_RTO_MIN_US", e))?;
         }
         if let Some(v) = &self.shm {
             config.shm = v.parse().map_err(|e| bad("PIPECAST_SHM", e))?;
@@ -775,6 +796,39 @@ mod tests {
 
     /// Issue 32: `PIPECAST_MULTICAST` is parsed like the others; `PIPECAST_TREE=multicast`
     /// turns the carrier on unless it is off by name (then it is a settings error).
+    #[test]
+    fn tcp_rto_min_parses_and_rejects() {
+        use crate::transport::tcp::timers::RTO_MIN;
+        let apply = |text: &str| {
+            let mut c = Config::default();
+            Settings::parse_assignments(text)
+                .unwrap()
+                .apply(&mut c)
+                .map(|()| c.tcp_rto_min)
+        };
+        assert_eq!(Config::default().tcp_rto_min, None);
+        assert_eq!(apply("").unwrap(), None);
+        assert_eq!(apply("PIPECAST_TCP_RTO_MIN_US=0").unwrap(), None);
+        assert_eq!(
+            apply("PIPECAST_TCP_RTO_MIN_US=5000").unwrap(),
+            Some(RTO_MIN)
+        );
+        assert_eq!(
+            apply("PIPECAST_TCP_RTO_MIN_US= 12000 ").unwrap(),
+            Some(Duration::from_millis(12))
+        );
+        assert_eq!(
+            apply("PIPECAST_TCP_RTO_MIN_US=200000").unwrap(),
+            Some(Duration::from_millis(200))
+        );
+        for bad in ["200001", "-1", "5ms", "1e4", "x", "99999999999999999999"] {
+            let e = apply(&format!("PIPECAST_TCP_RTO_MIN_US={bad}")).unwrap_err();
+            let e = e.to_string();
+            assert!(e.contains("PIPECAST_TCP_RTO_MIN_US"), "{bad}: {e}");
+            assert!(e.contains("microseconds"), "{bad}: {e}");
+        }
+    }
+
     #[test]
     fn multicast_settings() {
         use super::super::config::MulticastMode;

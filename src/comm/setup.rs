@@ -105,6 +105,7 @@ impl Local {
         };
         config.ip = Some(ip.clone());
         let mut tcp = TcpTransport::bind_with(rank, &ip, config.io_uring)?;
+        tcp.set_rto_min(config.tcp_rto_min);
         let extra: Vec<std::net::IpAddr> = rail_ips
             .iter()
             .flat_map(|ips| ips[1..].iter().map(|&ip| ip.into()))

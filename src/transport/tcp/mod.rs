@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 mod setup;
 pub(crate) use setup::connect_started;
+pub mod timers;
 use setup::{Gone, Pending};
 #[cfg(test)]
 mod tests;
@@ -254,6 +255,9 @@ pub struct TcpTransport {
     /// TCP keepalive: a peer's host that stops answering is found within about this long (a
     /// dead process closes its connections at once).
     keepalive: Option<Duration>,
+    /// Every connection's minimum RTO and delayed-ack ceiling (`timers`; `None`: the
+    /// kernel's).
+    rto_min: Option<Duration>,
 }
 
 impl TcpTransport {
@@ -320,6 +324,7 @@ impl TcpTransport {
             ring,
             wake: None,
             keepalive: None,
+            rto_min: None,
         })
     }
 
@@ -352,6 +357,14 @@ impl TcpTransport {
     /// answering from its kernel, so it is waited for.
     pub fn set_keepalive(&mut self, within: Duration) {
         self.keepalive = Some(within);
+    }
+
+    /// Every connection's minimum retransmission timeout (`PIPECAST_TCP_RTO_MIN_US`; its
+    /// delayed-ack ceiling half of it): a lost segment waits this long, not Linux's 200 ms
+    /// ([`timers`]). `None`, the default, leaves the kernel's. Set before connections open
+    /// (open ones keep theirs).
+    pub fn set_rto_min(&mut self, rto_min: Option<Duration>) {
+        self.rto_min = rto_min;
     }
 
     /// Keeps at most `n` connections (at least 1; `PIPECAST_MAX_CONNECTIONS`): above that,

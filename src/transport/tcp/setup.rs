@@ -214,9 +214,11 @@ impl TcpTransport {
         self.conns.len() + self.pending.len()
     }
 
-    /// `TCP_NODELAY`, and keepalive if asked for.
+    /// `TCP_NODELAY`, the LAN's retransmission and delayed-ack timers where the kernel has
+    /// them (`timers`), and keepalive if asked for.
     fn options(&self, stream: &TcpStream) -> io::Result<()> {
         stream.set_nodelay(true)?;
+        super::timers::lan(stream, self.rto_min);
         if let Some(within) = self.keepalive {
             keepalive(stream, within)?;
         }

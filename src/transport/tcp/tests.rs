@@ -457,3 +457,55 @@ fn a_peer_announcing_more_than_memory_gets_the_named_limit() {
         eprintln!("skipped: the 4 GiB hold (this host holds less than 8 GiB)");
     }
 }
+
+/// Every connection of a broadcast, dialled and accepted, carries the LAN's timers given by
+/// `set_rto_min` where the kernel has `TCP_RTO_MIN_US` (read back with getsockopt: the kernel's
+/// rounding of 5 ms, the delayed-ack ceiling no higher than the floor); by default they keep
+/// the kernel's 200 ms. Every byte arrives either way.
+#[test]
+fn connections_carry_the_lans_retransmission_timers() {
+    use super::timers;
+    let want = match timers::probe(timers::RTO_MIN) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("skipped: the kernel refuses TCP_RTO_MIN_US ({e})");
+            return;
+        }
+    };
+    assert!(
+        want.rto_min_us >= 5000 && want.rto_min_us < 200_000,
+        "{want:?}"
+    );
+    assert!(want.delack_max_us <= want.rto_min_us, "{want:?}");
+    for off in [false, true] {
+        let mut tcps = ranks(3);
+        if !off {
+            for t in &mut tcps {
+                t.set_rto_min(Some(timers::RTO_MIN));
+            }
+        }
+        let done = run_chains(tcps, &[(0, 1, 100_003), (2, 2, 1)]);
+        for (me, (got, t)) in done.iter().enumerate() {
+            assert!(got[0] == pattern(100_003, 0), "rank {me}");
+            assert!(got[1] == pattern(1, 1), "rank {me}");
+            assert!(!t.conns.is_empty(), "rank {me}");
+            for (k, c) in &t.conns {
+                use std::os::fd::AsFd;
+                let got = timers::read(c.stream.as_fd()).unwrap();
+                let expect = if off {
+                    timers::Timers {
+                        rto_min_us: 200_000,
+                        delack_max_us: 200_000,
+                    }
+                } else {
+                    want
+                };
+                assert_eq!(
+                    got, expect,
+                    "rank {me} stream {k:?} (dialled: {})",
+                    c.dialed
+                );
+            }
+        }
+    }
+}

@@ -68,6 +68,7 @@ pub fn all(iface: &DataInterface, lldp_seconds: u64, component_path: Option<&Pat
         lldp(iface, lldp_seconds, raw_ok),
         mtu(iface),
         io_uring(),
+        tcp_rto_min(),
         user_namespaces(),
         cross_memory_attach(),
         shared_memory(),
@@ -216,6 +217,65 @@ fn io_uring() -> Check {
                 fix,
             )
         }
+    }
+}
+
+/// What pipecast's TCP connections get for `PIPECAST_TCP_RTO_MIN_US`: a new socket's timers
+/// set and read back (unset: whether 5 ms would be taken; the connections keep the kernel's).
+fn tcp_rto_min() -> Check {
+    use pipecast::comm::settings::{parse_rto_min, Settings};
+    use pipecast::transport::tcp::timers;
+    const NAME: &str = "tcp-rto-min";
+    const KERNELS: &str =
+        "the kernel's minimum RTO (200 ms unless `ip route ... rto_min` lowers it)";
+    let ms = |us: u32| f64::from(us) / 1000.0;
+    let wanted = match Settings::from_env().tcp_rto_min_us.as_deref().map(parse_rto_min) {
+        None => {
+            let would = match timers::probe(timers::RTO_MIN) {
+                Ok(t) => format!(
+                    "this kernel would take PIPECAST_TCP_RTO_MIN_US=5000 as {} ms",
+                    ms(t.rto_min_us)
+                ),
+                Err(e) => format!("this kernel refuses TCP_RTO_MIN_US ({e})"),
+            };
+            return Check::ok(
+                NAME,
+                format!("PIPECAST_TCP_RTO_MIN_US unset: TCP connections keep {KERNELS}; {would}"),
+            );
+        }
+        Some(Err(e)) => {
+            return Check::fail(
+                NAME,
+                format!("PIPECAST_TCP_RTO_MIN_US: {e}"),
+                "set PIPECAST_TCP_RTO_MIN_US to microseconds (such as 5000), or 0 (the default) for the kernel's",
+            )
+        }
+        Some(Ok(None)) => {
+            return Check::ok(
+                NAME,
+                format!("PIPECAST_TCP_RTO_MIN_US=0: TCP connections keep {KERNELS}"),
+            )
+        }
+        Some(Ok(Some(w))) => w,
+    };
+    match timers::probe(wanted) {
+        Ok(t) => Check::ok(
+            NAME,
+            format!(
+                "TCP connections retransmit a lost segment after {} ms at least, not 200 ms (asked {} us; delayed acks at most {} ms)",
+                ms(t.rto_min_us),
+                wanted.as_micros(),
+                ms(t.delack_max_us)
+            ),
+        ),
+        Err(e) => Check::warn(
+            NAME,
+            format!(
+                "the kernel refused TCP_RTO_MIN_US={} ({e}): TCP connections keep {KERNELS}",
+                wanted.as_micros()
+            ),
+            "Linux 6.15 or later has the per-socket option (a value over two clock ticks); else, as root, `ip route change ... rto_min 5ms` on the data route",
+        ),
     }
 }
 
