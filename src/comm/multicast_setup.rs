@@ -300,14 +300,7 @@ pub const LOSS_CATCH_UP_BUCKETS: u64 = 1;
 /// `engine::multicast::Config::loss_catch_up`): [`LOSS_CATCH_UP_BUCKETS`] buckets of
 /// [`burst`], never more than a quarter of the credit window, nothing where unpaced.
 pub fn loss_catch_up(bps: Option<u64>, segment: u32, window: u32) -> u64 {
-    if bps.is_none() {
-        return 0;
-    }
-    let counted = u64::from(segment) + DATA_HEADER_LEN as u64;
-    let most = u64::from(window).saturating_mul(counted) / 4;
-    LOSS_CATCH_UP_BUCKETS
-        .saturating_mul(burst(bps, segment, window))
-        .min(most)
+    buckets_beyond(LOSS_CATCH_UP_BUCKETS, bps, segment, window)
 }
 
 /// What a late root that has seen no loss may send beyond its bucket (bytes,
@@ -315,12 +308,19 @@ pub fn loss_catch_up(bps: Option<u64>, segment: u32, window: u32) -> u64 {
 /// more than a quarter of the credit window (`window` segments), nothing when the link's rate
 /// is unknown (unpaced).
 pub fn catch_up(bps: Option<u64>, segment: u32, window: u32) -> u64 {
+    buckets_beyond(CATCH_UP_BUCKETS, bps, segment, window)
+}
+
+/// `buckets` buckets of [`burst`], never more than a quarter of the credit window (`window`
+/// segments), nothing when the link's rate is unknown (unpaced): what a late root may send
+/// beyond its bucket.
+fn buckets_beyond(buckets: u64, bps: Option<u64>, segment: u32, window: u32) -> u64 {
     if bps.is_none() {
         return 0;
     }
     let counted = u64::from(segment) + DATA_HEADER_LEN as u64;
     let most = u64::from(window).saturating_mul(counted) / 4;
-    CATCH_UP_BUCKETS
+    buckets
         .saturating_mul(burst(bps, segment, window))
         .min(most)
 }

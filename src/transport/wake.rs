@@ -140,18 +140,20 @@ mod tests {
         assert!(start.elapsed() >= Duration::from_millis(2));
     }
 
+    /// Whether a poll finds the descriptor readable now.
+    fn ready(w: &Wake) -> bool {
+        let mut p = libc::pollfd {
+            fd: w.raw(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one live pollfd for an open descriptor.
+        unsafe { libc::poll(&mut p, 1, 0) == 1 }
+    }
+
     #[test]
     fn notify_wakes_a_poll_and_clear_rearms() {
         let w = Wake::new().unwrap();
-        let ready = |w: &Wake| {
-            let mut p = libc::pollfd {
-                fd: w.raw(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one live pollfd for an open descriptor.
-            unsafe { libc::poll(&mut p, 1, 0) == 1 }
-        };
         assert!(!ready(&w));
         w.notify();
         w.notify();
@@ -174,15 +176,6 @@ mod tests {
     fn concurrent_notifies_are_never_lost_and_a_last_clear_empties_it() {
         use std::sync::Arc;
         let w = Arc::new(Wake::new().unwrap());
-        let ready = |w: &Wake| {
-            let mut p = libc::pollfd {
-                fd: w.raw(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one live pollfd for an open descriptor.
-            unsafe { libc::poll(&mut p, 1, 0) == 1 }
-        };
         for _ in 0..20 {
             let notifiers: Vec<_> = (0..2)
                 .map(|_| {
