@@ -257,6 +257,86 @@ fn the_receive_floor_lands_every_mode_at_mtu_1500_and_9000() {
     }
 }
 
+/// Group frames handed to the UDP carrier together (`Carrier::send_group`: one `sendmsg` with
+/// UDP GSO per run of equal-length frames) arrive as the same datagrams, byte for byte and in
+/// order, as the same frames sent one datagram per call: 1 frame, 64 full ones (more than one
+/// GSO send's 64 KiB at MTU 1500), full ones with a short last, and lengths that change
+/// mid-batch; at MTU 1500 and 9000.
+#[test]
+fn group_frames_sent_with_udp_gso_arrive_as_the_datagrams_sent_one_by_one() {
+    if let Some(m) = missing() {
+        return m.skip();
+    }
+    for mtu in [1500u32, 9000] {
+        let mut lab = Lab::new("pcgs");
+        let hosts = lab.pair(mtu, None);
+        for (h, ns) in hosts.iter().enumerate() {
+            let a = format!("{}/24", addr(h));
+            sh(&["ip", "-n", ns, "addr", "add", &a, "dev", "eth0"]).unwrap();
+        }
+        let mut cs = udp_carriers(&hosts, Group::of(11), &[]);
+        let mut rx = cs.pop().unwrap();
+        let mut tx = cs.pop().unwrap();
+        let full = tx.max_payload();
+        let cases: Vec<Vec<usize>> = vec![
+            vec![full],
+            vec![full; 64],
+            [vec![full; 9], vec![full / 3 + 1]].concat(),
+            vec![full, full, 17, full, 1, 0, full, full],
+            vec![7],
+        ];
+        for (c, lens) in cases.iter().enumerate() {
+            let frames: Vec<(Vec<u8>, Vec<u8>)> = lens
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| {
+                    let head: Vec<u8> = (0..32).map(|b| (b + i * 7 + c) as u8).collect();
+                    (head, pattern(n, c * 1000 + i))
+                })
+                .collect();
+            let refs: Vec<(&[u8], &[u8])> = frames
+                .iter()
+                .map(|(h, p)| (h.as_slice(), p.as_slice()))
+                .collect();
+            let want: Vec<Vec<u8>> = frames
+                .iter()
+                .map(|(h, p)| [&h[..], &p[..]].concat())
+                .collect();
+            let mut got = Vec::new();
+            for batched in [false, true] {
+                let left = if batched {
+                    tx.send_group(&refs).unwrap()
+                } else {
+                    tx.send_group_each(&refs).unwrap()
+                };
+                assert_eq!(left, refs.len(), "MTU {mtu} case {c}");
+                let mut buf = vec![0u8; 65536];
+                let mut these = Vec::new();
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while these.len() < refs.len() && Instant::now() < deadline {
+                    match rx.recv(&mut buf).unwrap() {
+                        Some((_, n)) => these.push(buf[..n].to_vec()),
+                        None => std::thread::sleep(Duration::from_millis(1)),
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(20));
+                assert!(
+                    rx.recv(&mut buf).unwrap().is_none(),
+                    "MTU {mtu} case {c}: extra"
+                );
+                got.push(these);
+            }
+            assert_eq!(got[0], want, "MTU {mtu} case {c}: one by one");
+            assert_eq!(got[1], want, "MTU {mtu} case {c}: batched");
+        }
+        eprintln!(
+            "MTU {mtu}: {} (GSO {})",
+            tx.describe(),
+            if tx.gso() { "on" } else { "refused" }
+        );
+    }
+}
+
 /// One broadcast over UDP multicast with the protocol, a thread per rank on the real clock;
 /// returns every rank's buffer.
 fn udp_bcast(hosts: &[String], cookie: u64, root: usize, msize: usize) -> Vec<Vec<u8>> {

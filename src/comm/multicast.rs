@@ -35,7 +35,7 @@ use crate::transport::mcast::{
     Unsummed,
 };
 use crate::transport::{Buffers, TransportError};
-use crate::wire::mcast::{Header, DATA_HEADER_LEN, HEADER_LEN, MAX_PAYLOAD};
+use crate::wire::mcast::{Header, HeaderBytes, DATA_HEADER_LEN, HEADER_LEN, MAX_PAYLOAD};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
 
@@ -76,8 +76,8 @@ pub struct Agreed {
 struct Running {
     member: Member,
     ident: Ident,
-    /// A message the carrier had no room for: sent first next time.
-    stalled: Option<Out>,
+    /// Messages the carrier had no room for, in order: sent first next time.
+    stalled: VecDeque<Out>,
     /// Segments landed here (new ones).
     landed: u32,
     /// When it passed its milestones, at `PIPECAST_LOG=pipecast::comm::multicast=debug` only.
@@ -268,7 +268,7 @@ impl Multicast {
         let quiet = self.running.values().all(|r| {
             !r.member.is_root()
                 && matches!(r.member.state(), State::Running)
-                && r.stalled.is_none()
+                && r.stalled.is_empty()
                 && r.member.poll_timeout(now).is_none_or(|t| t > horizon)
         });
         (quiet && !pause.is_zero()).then_some(pause)
@@ -375,7 +375,7 @@ impl Multicast {
             Running {
                 member,
                 ident,
-                stalled: None,
+                stalled: VecDeque::new(),
                 landed: 0,
                 trace: tracing::enabled!(tracing::Level::DEBUG).then(|| {
                     Box::new(Trace {
@@ -506,7 +506,7 @@ impl Multicast {
     pub fn wait(&self, now: u64) -> Option<Duration> {
         let mut at: Option<u64> = None;
         for r in self.running.values() {
-            if r.stalled.is_some() {
+            if !r.stalled.is_empty() {
                 return Some(SEND_RETRY);
             }
             if let Some(t) = r.member.poll_timeout(now) {
@@ -941,6 +941,9 @@ impl Multicast {
     }
 
     /// Sends what broadcast `seq`'s member has to send, until the carrier is full.
+    /// Consecutive group data frames (up to [`GROUP_BATCH`]) go to the carrier together
+    /// ([`Carrier::send_group`]: UDP GSO): only what the member released in this round, each
+    /// frame as it would leave alone.
     fn transmit(&mut self, seq: u64, now: u64, bufs: &Buffers) -> crate::Result<()> {
         let Some(r) = self.running.get_mut(&seq) else {
             return Ok(());
@@ -949,14 +952,53 @@ impl Multicast {
             .get(&seq)
             .expect("a running broadcast has a buffer")
             .as_slice();
+        // Group data frames gathered and not yet handed to the carrier: each with its header.
+        let mut batch: Vec<(Out, HeaderBytes)> = Vec::with_capacity(GROUP_BATCH);
         loop {
-            let Some(out) = r.stalled.take().or_else(|| r.member.poll_transmit(now)) else {
+            let next = r
+                .stalled
+                .pop_front()
+                .or_else(|| r.member.poll_transmit(now));
+            let group_data = matches!(
+                next,
+                Some(Out {
+                    to: crate::engine::multicast::To::Group,
+                    msg: Msg::Data { .. },
+                })
+            );
+            if !batch.is_empty() && (!group_data || batch.len() == GROUP_BATCH) {
+                let frames: Vec<(&[u8], &[u8])> = batch
+                    .iter()
+                    .map(|(out, header)| (&header[..], payload_of(r, buf, out)))
+                    .collect();
+                let left = self
+                    .agreed
+                    .carrier
+                    .send_group(&frames)
+                    .map_err(|e| io_error(None, "send", &e))?;
+                drop(frames);
+                for (out, _) in &batch[..left] {
+                    self.sent += 1;
+                    sent_one(r, out, None);
+                }
+                if left < batch.len() {
+                    // The carrier is full: what did not leave is sent first next time, in
+                    // order, before what the member had not yet handed out.
+                    if let Some(out) = next {
+                        r.stalled.push_front(out);
+                    }
+                    for (out, _) in batch.drain(left..).rev() {
+                        r.stalled.push_front(out);
+                    }
+                    stall(r);
+                    return Ok(());
+                }
+                batch.clear();
+            }
+            let Some(out) = next else {
                 return Ok(());
             };
-            let payload: &[u8] = match out.msg {
-                Msg::Data { index, .. } => &buf[r.member.segment_range(index)],
-                _ => &[],
-            };
+            let payload = payload_of(r, buf, &out);
             let mut repr = r.ident.encode(&out, payload.len());
             if let (Header::Data(d), true) = (&mut repr, self.agreed.header_sum) {
                 // Every rank's carrier checksums the payload (UDP; raw Ethernet where every
@@ -970,44 +1012,70 @@ impl Multicast {
             let header = repr
                 .to_bytes(payload)
                 .map_err(|e| io_error(peer, "frame", &std::io::Error::other(e)))?;
+            if group_data {
+                batch.push((out, header));
+                continue;
+            }
             match self.agreed.carrier.send(out.to, &header, payload) {
                 Ok(true) => {
                     self.sent += 1;
-                    if let Some(t) = r.trace.as_deref_mut() {
-                        if let Some(at) = t.stalled_at.take() {
-                            t.stalled_us += wall_us().saturating_sub(at);
-                        }
-                    }
-                    if let (
-                        Some(t),
-                        Msg::Data {
-                            index,
-                            repair: false,
-                        },
-                        None,
-                    ) = (r.trace.as_deref_mut(), out.msg, peer)
-                    {
-                        // The root's own segments, when they left (not when the member
-                        // handed them out: one the carrier had no room for leaves later).
-                        if t.first == 0 {
-                            t.first = wall_us();
-                        }
-                        if index + 1 == r.member.segments() {
-                            t.all = wall_us();
-                        }
-                    }
+                    sent_one(r, &out, peer);
                 }
                 Ok(false) => {
-                    if let Some(t) = r.trace.as_deref_mut() {
-                        t.stalls += 1;
-                        t.stalled_at.get_or_insert_with(wall_us);
-                    }
-                    r.stalled = Some(out);
+                    stall(r);
+                    r.stalled.push_front(out);
                     return Ok(());
                 }
                 Err(e) => return Err(io_error(peer, "send", &e)),
             }
         }
+    }
+}
+
+/// Group data frames [`Multicast::transmit`] hands the carrier together at most (one UDP GSO
+/// send: the kernel takes 64 segments and 64 KiB at most).
+const GROUP_BATCH: usize = crate::transport::mcast::udp::GSO_SEGMENTS;
+
+/// The payload `out` carries: its segment of `buf` for data, none else.
+fn payload_of<'a>(r: &Running, buf: &'a [u8], out: &Out) -> &'a [u8] {
+    match out.msg {
+        Msg::Data { index, .. } => &buf[r.member.segment_range(index)],
+        _ => &[],
+    }
+}
+
+/// Notes in `r`'s trace that `out` (to `peer`, `None`: the group) left.
+fn sent_one(r: &mut Running, out: &Out, peer: Option<usize>) {
+    if let Some(t) = r.trace.as_deref_mut() {
+        if let Some(at) = t.stalled_at.take() {
+            t.stalled_us += wall_us().saturating_sub(at);
+        }
+    }
+    if let (
+        Some(t),
+        Msg::Data {
+            index,
+            repair: false,
+        },
+        None,
+    ) = (r.trace.as_deref_mut(), out.msg, peer)
+    {
+        // The root's own segments, when they left (not when the member handed them out: one
+        // the carrier had no room for leaves later).
+        if t.first == 0 {
+            t.first = wall_us();
+        }
+        if index + 1 == r.member.segments() {
+            t.all = wall_us();
+        }
+    }
+}
+
+/// Notes in `r`'s trace that the carrier was full.
+fn stall(r: &mut Running) {
+    if let Some(t) = r.trace.as_deref_mut() {
+        t.stalls += 1;
+        t.stalled_at.get_or_insert_with(wall_us);
     }
 }
 

@@ -64,6 +64,19 @@ pub trait Carrier: Send {
     /// again when a descriptor is writable).
     fn send(&mut self, to: To, header: &[u8], payload: &[u8]) -> io::Result<bool>;
 
+    /// Sends `frames` (each a header and payload) to the group, in order: how many left
+    /// (the first ones) before the socket was full; the rest did not. The frames on the wire
+    /// are the ones [`Carrier::send`] would send one by one, which the default does (the UDP
+    /// carrier hands the kernel many with one call, UDP GSO).
+    fn send_group(&mut self, frames: &[(&[u8], &[u8])]) -> io::Result<usize> {
+        for (i, (header, payload)) in frames.iter().enumerate() {
+            if !self.send(To::Group, header, payload)? {
+                return Ok(i);
+            }
+        }
+        Ok(frames.len())
+    }
+
     /// Takes the next frame that waits into `buf`: its source and length, `None` when none
     /// waits. A frame longer than `buf` is cut (and then fails [`accept`]).
     fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<(Source, usize)>>;

@@ -23,6 +23,10 @@
 //! the sender's group socket included: a receiver drops frames whose `from` is itself. Without
 //! it a rank does not receive the group frames of a root on its own host.
 //!
+//! Group frames in runs: [`Carrier::send_group`] hands the kernel up to 64 equal-length
+//! frames with one `sendmsg(2)` and UDP GSO (`UDP_SEGMENT`), which cuts them into the same
+//! datagrams one call per frame would send; a kernel that refuses GSO gets one call per frame.
+//!
 //! Segment size: a datagram must fit the interface's MTU unfragmented (a lost fragment loses
 //! the whole datagram): [`UdpCarrier::max_payload`], MTU − 20 (IP) − 8 (UDP) − the data
 //! frame's header (32 bytes).
@@ -71,6 +75,9 @@ pub struct UdpCarrier {
     mtu: usize,
     /// `recvmmsg(2)`'s arrays.
     mmsg: Mmsg,
+    /// Whether group frames may still leave several to one `sendmsg(2)` with UDP GSO
+    /// ([`send_gso`]); off for good once the kernel refused it.
+    gso: bool,
 }
 
 /// Datagrams one `recvmmsg(2)` takes at most.
@@ -435,7 +442,119 @@ fn send_two(fd: RawFd, to: SocketAddrV4, header: &[u8], payload: &[u8]) -> io::R
     }
 }
 
+/// `UDP_SEGMENT` (linux/udp.h): the control message that gives a send's segment size.
+const UDP_SEGMENT: libc::c_int = 103;
+
+/// Segments one UDP GSO send carries at most (the kernel's `UDP_MAX_SEGMENTS`, 64 before
+/// Linux 6.9).
+pub const GSO_SEGMENTS: usize = 64;
+
+/// Bytes one UDP GSO send carries at most: an IP datagram's 65 535 less the IP and UDP
+/// headers.
+const GSO_BYTES: usize = 65_535 - 20 - 8;
+
+/// Sends `frames` (each a header and a payload, every one `frames[0]`'s length but the last,
+/// which may be shorter; at most [`GSO_SEGMENTS`] and [`GSO_BYTES`] in all) to `to` with one
+/// `sendmsg(2)` and UDP GSO: the kernel cuts the bytes every `frames[0]`'s length into
+/// datagrams, the same a `send_two` per frame would send. `Ok(false)` when the socket buffer
+/// is full (then none left: the kernel takes the whole send or none of it).
+fn send_gso(fd: RawFd, to: SocketAddrV4, frames: &[(&[u8], &[u8])]) -> io::Result<bool> {
+    let size = frames[0].0.len() + frames[0].1.len();
+    let mut sin = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: to.port().to_be(),
+        sin_addr: in_addr(*to.ip()),
+        sin_zero: [0; 8],
+    };
+    let mut iov = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; 2 * GSO_SEGMENTS];
+    for (i, (header, payload)) in frames.iter().enumerate() {
+        iov[2 * i] = libc::iovec {
+            iov_base: header.as_ptr() as *mut libc::c_void,
+            iov_len: header.len(),
+        };
+        iov[2 * i + 1] = libc::iovec {
+            iov_base: payload.as_ptr() as *mut libc::c_void,
+            iov_len: payload.len(),
+        };
+    }
+    // A cmsghdr and a u16, aligned as the kernel reads them.
+    let mut control = [0u64; 4];
+    // SAFETY: CMSG_SPACE only computes a length.
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<u16>() as libc::c_uint) } as usize;
+    debug_assert!(space <= std::mem::size_of_val(&control));
+    // SAFETY: an all-zero msghdr is valid; it is filled below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = &mut sin as *mut libc::sockaddr_in as *mut libc::c_void;
+    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = 2 * frames.len();
+    msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
+    msg.msg_controllen = space;
+    // SAFETY: `msg`'s control buffer is `space` bytes (<= 32, 8-aligned), room for one
+    // cmsghdr and its u16, so CMSG_FIRSTHDR is non-null and CMSG_DATA points inside it.
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_UDP;
+        (*cmsg).cmsg_type = UDP_SEGMENT;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as libc::c_uint) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg) as *mut u16, size as u16);
+    }
+    // SAFETY: `msg` points at `sin`, `control` and 2 × frames.len() iovecs over the frames'
+    // slices, all alive for the call; sendmsg only reads them.
+    let r = unsafe { libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+    if r >= 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EAGAIN) | Some(libc::ENOBUFS) | Some(libc::EINTR) => Ok(false),
+        _ => Err(e),
+    }
+}
+
+/// How many of `frames` one GSO send may carry from the first: frames of the first's
+/// length, then at most one shorter (non-empty) one, within [`GSO_SEGMENTS`] and
+/// [`GSO_BYTES`].
+fn gso_run(frames: &[(&[u8], &[u8])]) -> usize {
+    let len = |f: &(&[u8], &[u8])| f.0.len() + f.1.len();
+    let size = len(&frames[0]);
+    let mut n = 0;
+    let mut bytes = 0;
+    for f in frames.iter().take(GSO_SEGMENTS) {
+        let l = len(f);
+        if l > size || l == 0 || bytes + l > GSO_BYTES {
+            break;
+        }
+        n += 1;
+        bytes += l;
+        if l < size {
+            break;
+        }
+    }
+    n.max(1)
+}
+
 impl UdpCarrier {
+    /// Sends `frames` to the group one datagram per `sendmsg(2)`, as [`Carrier::send`] does;
+    /// how many left before the socket was full. For tests: the path the GSO sends replace.
+    pub fn send_group_each(&mut self, frames: &[(&[u8], &[u8])]) -> io::Result<usize> {
+        let to = SocketAddrV4::new(self.group.ip, self.group.port);
+        for (i, (header, payload)) in frames.iter().enumerate() {
+            if !send_two(self.uni.as_raw_fd(), to, header, payload)? {
+                return Ok(i);
+            }
+        }
+        Ok(frames.len())
+    }
+
+    /// Whether group frames still leave with UDP GSO (false once the kernel refused it).
+    pub fn gso(&self) -> bool {
+        self.gso
+    }
+
     /// Rank `me`'s carrier for `group` on the interface that holds address `iface`.
     pub fn open(
         group: Group,
@@ -499,6 +618,7 @@ impl UdpCarrier {
             rcvbuf,
             mtu: iface_mtu(iface).unwrap_or(1500),
             mmsg: Mmsg::new(),
+            gso: true,
         })
     }
 
@@ -563,6 +683,44 @@ impl Carrier for UdpCarrier {
             },
         };
         send_two(self.uni.as_raw_fd(), addr, header, payload)
+    }
+
+    /// Runs of equal-length frames (the last of a run may be shorter) leave with one
+    /// `sendmsg(2)` each and UDP GSO ([`send_gso`]); a kernel that refuses GSO (EINVAL, EIO,
+    /// ENOPROTOOPT, EOPNOTSUPP) is remembered and the frames leave one per call.
+    fn send_group(&mut self, frames: &[(&[u8], &[u8])]) -> io::Result<usize> {
+        let to = SocketAddrV4::new(self.group.ip, self.group.port);
+        let fd = self.uni.as_raw_fd();
+        let mut done = 0;
+        while done < frames.len() {
+            let rest = &frames[done..];
+            let n = if self.gso { gso_run(rest) } else { 1 };
+            if n == 1 {
+                if !send_two(fd, to, rest[0].0, rest[0].1)? {
+                    return Ok(done);
+                }
+                done += 1;
+                continue;
+            }
+            match send_gso(fd, to, &rest[..n]) {
+                Ok(true) => done += n,
+                Ok(false) => return Ok(done),
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINVAL | libc::EIO | libc::ENOPROTOOPT | libc::EOPNOTSUPP)
+                    ) =>
+                {
+                    tracing::debug!(
+                        "multicast {}: the kernel refuses UDP GSO ({e}); one datagram per call",
+                        self.describe()
+                    );
+                    self.gso = false;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(done)
     }
 
     fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<(Source, usize)>> {
