@@ -432,6 +432,12 @@ fn send_two(fd: RawFd, to: SocketAddrV4, header: &[u8], payload: &[u8]) -> io::R
     // SAFETY: `msg` points at `sin` and two iovecs over `header` and `payload`, all alive for
     // the call; sendmsg only reads them.
     let r = unsafe { libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+    sent(r)
+}
+
+/// What a non-blocking `sendmsg` that returned `r` did: sent (`true`), found the socket full
+/// or was interrupted (`false`: nothing left, try again), or failed.
+fn sent(r: isize) -> io::Result<bool> {
     if r >= 0 {
         return Ok(true);
     }
@@ -505,14 +511,7 @@ fn send_gso(fd: RawFd, to: SocketAddrV4, frames: &[(&[u8], &[u8])]) -> io::Resul
     // SAFETY: `msg` points at `sin`, `control` and 2 × frames.len() iovecs over the frames'
     // slices, all alive for the call; sendmsg only reads them.
     let r = unsafe { libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
-    if r >= 0 {
-        return Ok(true);
-    }
-    let e = io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(libc::EAGAIN) | Some(libc::ENOBUFS) | Some(libc::EINTR) => Ok(false),
-        _ => Err(e),
-    }
+    sent(r)
 }
 
 /// How many of `frames` one GSO send may carry from the first: frames of the first's
