@@ -234,19 +234,7 @@ fn the_receive_floor_lands_every_mode_at_mtu_1500_and_9000() {
             sh(&["ip", "-n", ns, "addr", "add", &a, "dev", "eth0"]).unwrap();
         }
         let netns = format!("{},{}", hosts[0], hosts[1]);
-        let rows = common::pipecast_json(&[
-            "bench",
-            "--floor",
-            "all",
-            "--floor-netns",
-            &netns,
-            "--sizes",
-            "1M",
-            "--iters",
-            "2",
-            "--json",
-        ]);
-        let rows = rows.as_array().expect("one row per mode");
+        let rows = common::floor_rows("all", &netns);
         assert_eq!(rows.len(), 8, "MTU {mtu}: {rows:?}");
         for r in rows {
             assert_eq!(r["verified"], true, "MTU {mtu}: {r}");

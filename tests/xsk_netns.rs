@@ -210,19 +210,7 @@ fn the_floor_lands_every_byte_through_the_xsk() {
         let mut lab = Lab::new("pcxd");
         let hosts = lab.pair(mtu, None);
         let netns = format!("{},{}", hosts[0], hosts[1]);
-        let rows = common::pipecast_json(&[
-            "bench",
-            "--floor",
-            "ether-xdp",
-            "--floor-netns",
-            &netns,
-            "--sizes",
-            "1M",
-            "--iters",
-            "2",
-            "--json",
-        ]);
-        let rows = rows.as_array().expect("one row per mode");
+        let rows = common::floor_rows("ether-xdp", &netns);
         assert_eq!(rows.len(), 1, "MTU {mtu}: {rows:?}");
         let r = &rows[0];
         assert_eq!(r["mode"], "ether-xdp");

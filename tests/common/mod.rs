@@ -54,6 +54,24 @@ pub fn pipecast_within(secs: u32, args: &[&str]) -> std::process::Output {
 
 /// Runs `pipecast ARGS`, which must succeed and print one JSON object on one line; returns it.
 #[allow(dead_code)] // used by the CLI tests only
+/// `pipecast bench --floor MODES` between the namespaces `netns` ("SEND,RECV"), 1 MiB twice:
+/// its rows (one per mode).
+pub fn floor_rows(modes: &str, netns: &str) -> Vec<serde_json::Value> {
+    let rows = pipecast_json(&[
+        "bench",
+        "--floor",
+        modes,
+        "--floor-netns",
+        netns,
+        "--sizes",
+        "1M",
+        "--iters",
+        "2",
+        "--json",
+    ]);
+    rows.as_array().expect("one row per mode").clone()
+}
+
 pub fn pipecast_json(args: &[&str]) -> serde_json::Value {
     let out = pipecast(args);
     assert!(
